@@ -1,0 +1,195 @@
+//! `kiln`: train, evaluate and predict with Keras-style configs.
+//!
+//! Exit codes: 0 success, 2 usage or configuration error, 1 runtime error.
+
+mod progress;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use kiln::run::{self, Overrides};
+use kiln::{DeviceKind, KilnError, RunConfig, device};
+
+#[derive(Parser)]
+#[command(name = "kiln", version, about = "Keras-style deep learning in one Rust binary")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DeviceArg {
+    Cpu,
+    Gpu,
+}
+
+impl From<DeviceArg> for DeviceKind {
+    fn from(d: DeviceArg) -> DeviceKind {
+        match d {
+            DeviceArg::Cpu => DeviceKind::Cpu,
+            DeviceArg::Gpu => DeviceKind::Gpu,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Json,
+    Csv,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train the model described by CONFIG and save the run directory.
+    Train {
+        /// A TOML run config (see examples/fashion-mnist/).
+        config: PathBuf,
+        /// Override fit.epochs.
+        #[arg(long)]
+        epochs: Option<usize>,
+        /// Override fit.batch_size.
+        #[arg(long)]
+        batch_size: Option<usize>,
+        /// cpu, or gpu (the GPU backend compiled in).
+        #[arg(long, value_enum, default_value = "cpu")]
+        device: DeviceArg,
+        /// Where to save the run (default: runs/<name>).
+        #[arg(long)]
+        run_dir: Option<PathBuf>,
+        /// Override the seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Override data.data_dir.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Evaluate a trained run on its test split.
+    Evaluate {
+        /// A run directory written by `kiln train`.
+        run_dir: PathBuf,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Write the predicted class of every test example to this CSV file.
+        #[arg(long)]
+        save_predictions: Option<PathBuf>,
+        /// Override data.data_dir.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// cpu or gpu.
+        #[arg(long, value_enum, default_value = "cpu")]
+        device: DeviceArg,
+    },
+    /// Class probabilities for the examples in INPUT (IDX or NPY).
+    Predict {
+        /// A run directory written by `kiln train`.
+        run_dir: PathBuf,
+        /// An IDX (gzip or raw) or NPY file of examples.
+        input: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "json")]
+        format: Format,
+        /// Write to this file instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// cpu or gpu.
+        #[arg(long, value_enum, default_value = "cpu")]
+        device: DeviceArg,
+    },
+}
+
+fn main() -> ExitCode {
+    // A bug must still end in one line, not a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        eprintln!("kiln: internal error{at}: {msg} (please report this bug)");
+    }));
+    let cli = Cli::parse();
+    match run_command(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let config = e.downcast_ref::<KilnError>().is_some_and(KilnError::is_config);
+            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("kiln: error: {}", chain.join(": "));
+            ExitCode::from(if config { 2 } else { 1 })
+        }
+    }
+}
+
+fn run_command(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Train { config, epochs, batch_size, device, run_dir, seed, data_dir } => {
+            let mut cfg = RunConfig::load(&config)?;
+            cfg.apply(&Overrides { epochs, batch_size, seed, data_dir })
+                .map_err(|e| e.in_file(&config))?;
+            let dev = device::resolve(device.into())?;
+            let run_dir = run_dir.unwrap_or_else(|| cfg.default_run_dir());
+            let mut progress = progress::Progress::new();
+            let report = run::train(&cfg, &run_dir, dev, &mut [&mut progress], |m| print!("{}", m.summary()))?;
+            let epochs_run = report.history.epoch.len();
+            let total: f64 = report.history.epoch_time_s.iter().sum();
+            let sps = report.history.samples_per_second.iter().sum::<f64>() / epochs_run.max(1) as f64;
+            println!(
+                "Trained {epochs_run} epochs in {total:.1}s ({sps:.0} samples/s on average)."
+            );
+            println!("Test: {}", progress::format_logs(&report.test));
+            if let Some(acc) = report.test.get("accuracy") {
+                println!("Test accuracy: {acc:.4}");
+            }
+            println!("Run saved to {}", report.run_dir.display());
+            Ok(())
+        }
+        Command::Evaluate { run_dir, json, save_predictions, data_dir, device } => {
+            let dev = device::resolve(device.into())?;
+            let eval = run::evaluate(&run_dir, &Overrides { data_dir, ..Default::default() }, dev)?;
+            if json {
+                println!("{}", eval.logs.to_json());
+            } else {
+                println!("{:<32} {:>10}", "metric", "value");
+                for (name, value) in &eval.logs.0 {
+                    println!("{name:<32} {value:>10.4}");
+                }
+            }
+            if let Some(path) = save_predictions {
+                let mut out = String::from("index,predicted\n");
+                for (i, p) in eval.predicted.iter().enumerate() {
+                    out += &format!("{i},{p}\n");
+                }
+                std::fs::write(&path, out).with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            Ok(())
+        }
+        Command::Predict { run_dir, input, format, output, device } => {
+            let dev = device::resolve(device.into())?;
+            let (probs, units) = run::predict(&run_dir, &input, dev)?;
+            let text = match format {
+                Format::Json => {
+                    let rows: Vec<&[f32]> = probs.chunks_exact(units).collect();
+                    serde_json::json!({ "predictions": rows }).to_string() + "\n"
+                }
+                Format::Csv => {
+                    let mut s = (0..units).map(|k| format!("class_{k}")).collect::<Vec<_>>().join(",") + "\n";
+                    for row in probs.chunks_exact(units) {
+                        s += &row.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",");
+                        s.push('\n');
+                    }
+                    s
+                }
+            };
+            match output {
+                Some(path) => std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?,
+                None => std::io::stdout().write_all(text.as_bytes())?,
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Keras-style progress display: a bar per epoch on a terminal, one line per epoch otherwise
+//! (Keras' `verbose=1` and `verbose=2`).
+//!
+//! ```text
+//! Epoch 1/10
+//! 422/422 ━━━━━━━━━━━━━━━━━━━━ 38s 90ms/step - accuracy: 0.7936 - loss: 0.5866 - val_accuracy: 0.8652 - val_loss: 0.3729
+//! ```
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kiln::{Callback, Logs};
+
+/// Formats logs as Keras does: `name: 0.1234` joined by ` - `, `val_*` last.
+pub fn format_logs(logs: &Logs) -> String {
+    let mut parts: Vec<&(String, f64)> = logs.0.iter().collect();
+    parts.sort_by_key(|(n, _)| n.starts_with("val_"));
+    parts
+        .iter()
+        .map(|(n, v)| format!("{n}: {v:.4}"))
+        .collect::<Vec<_>>()
+        .join(" - ")
+}
+
+fn duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 {
+        format!("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
+    } else if s >= 60 {
+        format!("{}:{:02}", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// The progress callback.
+pub struct Progress {
+    interactive: bool,
+    bar: Option<ProgressBar>,
+    steps: Option<u64>,
+    started: Instant,
+    done: u64,
+}
+
+impl Progress {
+    /// A bar when stdout is a terminal, plain lines otherwise.
+    pub fn new() -> Progress {
+        Progress {
+            interactive: std::io::stdout().is_terminal(),
+            bar: None,
+            steps: None,
+            started: Instant::now(),
+            done: 0,
+        }
+    }
+
+    fn per_step(&self) -> String {
+        let ms = self.started.elapsed().as_secs_f64() * 1000.0 / self.done.max(1) as f64;
+        format!("{ms:.0}ms/step")
+    }
+}
+
+impl Callback for Progress {
+    fn on_epoch_begin(&mut self, epoch: usize, epochs: usize, steps: Option<u64>) {
+        println!("Epoch {}/{}", epoch + 1, epochs);
+        self.steps = steps;
+        self.started = Instant::now();
+        self.done = 0;
+        if self.interactive {
+            let width = steps.map(|s| s.to_string().len()).unwrap_or(4);
+            let bar = match steps {
+                Some(n) => ProgressBar::new(n),
+                None => ProgressBar::no_length(),
+            };
+            bar.set_draw_target(ProgressDrawTarget::stdout_with_hz(10));
+            let template = format!("{{pos:>{width}}}/{{len}} {{bar:20.green/white}} {{msg}}");
+            bar.set_style(ProgressStyle::with_template(&template).expect("valid template").progress_chars("━━━"));
+            self.bar = Some(bar);
+        }
+    }
+
+    fn on_train_batch_end(&mut self, step: u64, logs: &Logs) {
+        self.done = step + 1;
+        if let Some(bar) = &self.bar {
+            let eta = self.steps.map(|n| {
+                let left = n.saturating_sub(self.done) as f64;
+                let per = self.started.elapsed().as_secs_f64() / self.done as f64;
+                duration(Duration::from_secs_f64(left * per))
+            });
+            bar.set_position(self.done);
+            bar.set_message(format!(
+                "{} {} - {}",
+                eta.unwrap_or_default(),
+                self.per_step(),
+                format_logs(logs)
+            ));
+        }
+    }
+
+    fn on_epoch_end(&mut self, _epoch: usize, logs: &Logs) {
+        let line = format!(
+            "{} {} - {}",
+            duration(self.started.elapsed()),
+            self.per_step(),
+            format_logs(logs)
+        );
+        match self.bar.take() {
+            Some(bar) => {
+                bar.set_position(self.done);
+                bar.finish_with_message(line);
+            }
+            None => println!("{}/{} - {line}", self.done, self.steps.unwrap_or(self.done)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logs_format_like_keras() {
+        let mut logs = Logs::default();
+        logs.set("loss", 0.58661);
+        logs.set("val_loss", 0.37291);
+        logs.set("accuracy", 0.79364);
+        assert_eq!(format_logs(&logs), "loss: 0.5866 - accuracy: 0.7936 - val_loss: 0.3729");
+        assert_eq!(duration(Duration::from_secs(75)), "1:15");
+        assert_eq!(duration(Duration::from_secs(38)), "38s");
+    }
+}

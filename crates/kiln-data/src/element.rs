@@ -1,0 +1,364 @@
+//! Dataset elements: small ordered maps of named host arrays.
+//!
+//! tf.data's elements are nested structures of tensors; kiln keeps the common case flat: an
+//! [`Element`] maps component names (`"image"`, `"label"`, …) to [`Array`]s, each with a
+//! [`DType`], a shape and a contiguous row-major buffer. No Burn types appear here: batches
+//! become device tensors in `kiln`, on the way into the training step.
+
+use std::fmt;
+
+use crate::error::{DataError, Result};
+
+/// Element type of an [`Array`]. Names follow NumPy / TensorFlow (`uint8`, `int64`, `float32`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// Unsigned 8-bit integers (IDX code `0x08`; raw image pixels).
+    U8,
+    /// Signed 32-bit integers (IDX code `0x0C`).
+    I32,
+    /// Signed 64-bit integers (class labels after casting; TensorFlow's default int).
+    I64,
+    /// 32-bit IEEE floats (IDX code `0x0D`).
+    F32,
+    /// 64-bit IEEE floats (IDX code `0x0E`).
+    F64,
+}
+
+impl DType {
+    /// Size of one value in bytes.
+    pub fn size(self) -> usize {
+        match self {
+            DType::U8 => 1,
+            DType::I32 | DType::F32 => 4,
+            DType::I64 | DType::F64 => 8,
+        }
+    }
+
+    /// The NumPy/TensorFlow name (`"uint8"`, `"int32"`, `"int64"`, `"float32"`, `"float64"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::U8 => "uint8",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A typed, contiguous, row-major buffer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Buffer {
+    /// `uint8` values.
+    U8(Vec<u8>),
+    /// `int32` values.
+    I32(Vec<i32>),
+    /// `int64` values.
+    I64(Vec<i64>),
+    /// `float32` values.
+    F32(Vec<f32>),
+    /// `float64` values.
+    F64(Vec<f64>),
+}
+
+macro_rules! each_buffer {
+    ($buf:expr, $v:ident => $body:expr) => {
+        match $buf {
+            Buffer::U8($v) => $body,
+            Buffer::I32($v) => $body,
+            Buffer::I64($v) => $body,
+            Buffer::F32($v) => $body,
+            Buffer::F64($v) => $body,
+        }
+    };
+}
+
+impl Buffer {
+    /// The buffer's dtype.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Buffer::U8(_) => DType::U8,
+            Buffer::I32(_) => DType::I32,
+            Buffer::I64(_) => DType::I64,
+            Buffer::F32(_) => DType::F32,
+            Buffer::F64(_) => DType::F64,
+        }
+    }
+
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        each_buffer!(self, v => v.len())
+    }
+
+    /// True when the buffer holds no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// An empty buffer of `dtype` with room for `capacity` values.
+    pub fn with_capacity(dtype: DType, capacity: usize) -> Buffer {
+        match dtype {
+            DType::U8 => Buffer::U8(Vec::with_capacity(capacity)),
+            DType::I32 => Buffer::I32(Vec::with_capacity(capacity)),
+            DType::I64 => Buffer::I64(Vec::with_capacity(capacity)),
+            DType::F32 => Buffer::F32(Vec::with_capacity(capacity)),
+            DType::F64 => Buffer::F64(Vec::with_capacity(capacity)),
+        }
+    }
+
+    /// Values `[start, end)` as a new buffer of the same dtype.
+    pub fn slice(&self, start: usize, end: usize) -> Buffer {
+        match self {
+            Buffer::U8(v) => Buffer::U8(v[start..end].to_vec()),
+            Buffer::I32(v) => Buffer::I32(v[start..end].to_vec()),
+            Buffer::I64(v) => Buffer::I64(v[start..end].to_vec()),
+            Buffer::F32(v) => Buffer::F32(v[start..end].to_vec()),
+            Buffer::F64(v) => Buffer::F64(v[start..end].to_vec()),
+        }
+    }
+
+    /// Appends `other`, which must have the same dtype (checked by the caller).
+    fn extend_from(&mut self, other: &Buffer) -> bool {
+        match (self, other) {
+            (Buffer::U8(a), Buffer::U8(b)) => a.extend_from_slice(b),
+            (Buffer::I32(a), Buffer::I32(b)) => a.extend_from_slice(b),
+            (Buffer::I64(a), Buffer::I64(b)) => a.extend_from_slice(b),
+            (Buffer::F32(a), Buffer::F32(b)) => a.extend_from_slice(b),
+            (Buffer::F64(a), Buffer::F64(b)) => a.extend_from_slice(b),
+            _ => return false,
+        }
+        true
+    }
+
+    /// Every value converted to `f32` (integers exactly up to 2^24).
+    #[allow(clippy::unnecessary_cast)] // the f32 arm casts f32 to itself
+    pub fn to_f32(&self) -> Vec<f32> {
+        each_buffer!(self, v => v.iter().map(|&x| x as f32).collect())
+    }
+
+    /// Every value converted to `i64` (floats truncated toward zero).
+    #[allow(clippy::unnecessary_cast)] // the i64 arm casts i64 to itself
+    pub fn to_i64(&self) -> Vec<i64> {
+        each_buffer!(self, v => v.iter().map(|&x| x as i64).collect())
+    }
+}
+
+/// A host array: dtype, shape and a row-major buffer with `shape.iter().product()` values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Array {
+    shape: Vec<usize>,
+    data: Buffer,
+}
+
+impl Array {
+    /// Wraps `data` with `shape`.
+    ///
+    /// # Errors
+    /// [`DataError::Shape`] when the shape's product differs from the buffer length.
+    pub fn new(shape: Vec<usize>, data: Buffer) -> Result<Array> {
+        let expected: usize = shape.iter().product();
+        if expected != data.len() {
+            return Err(DataError::Shape(format!(
+                "shape {shape:?} needs {expected} values but the buffer has {}",
+                data.len()
+            )));
+        }
+        Ok(Array { shape, data })
+    }
+
+    /// A scalar (shape `[]`).
+    pub fn scalar(data: Buffer) -> Result<Array> {
+        Array::new(vec![], data)
+    }
+
+    /// The array's shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The array's dtype.
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    /// The underlying buffer.
+    pub fn data(&self) -> &Buffer {
+        &self.data
+    }
+
+    /// Consumes the array, returning its buffer.
+    pub fn into_data(self) -> Buffer {
+        self.data
+    }
+
+    /// Number of values (product of the shape).
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// True when the array holds no values.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// Same values, new shape.
+    ///
+    /// # Errors
+    /// [`DataError::Shape`] when the element counts differ.
+    pub fn reshape(self, shape: Vec<usize>) -> Result<Array> {
+        Array::new(shape, self.data)
+    }
+
+    /// The array converted to `float32`, each value multiplied by `scale` (e.g. `1/255`).
+    pub fn to_f32_scaled(&self, scale: f32) -> Array {
+        let values = self.data.to_f32().into_iter().map(|x| x * scale).collect();
+        Array {
+            shape: self.shape.clone(),
+            data: Buffer::F32(values),
+        }
+    }
+
+    /// Rows `[start, end)` along the first axis.
+    ///
+    /// # Panics
+    /// When the array is a scalar or the range is out of bounds (callers check cardinality).
+    pub fn rows(&self, start: usize, end: usize) -> Array {
+        let row: usize = self.shape[1..].iter().product();
+        let mut shape = self.shape.clone();
+        shape[0] = end - start;
+        Array {
+            shape,
+            data: self.data.slice(start * row, end * row),
+        }
+    }
+
+    /// Row `index` along the first axis, with that axis removed.
+    pub fn row(&self, index: usize) -> Array {
+        let row: usize = self.shape[1..].iter().product();
+        Array {
+            shape: self.shape[1..].to_vec(),
+            data: self.data.slice(index * row, (index + 1) * row),
+        }
+    }
+
+    /// Stacks same-shaped, same-dtype arrays along a new first axis (`tf.stack(axis=0)`).
+    ///
+    /// # Errors
+    /// [`DataError::Shape`] when the parts differ in shape or dtype, or `parts` is empty.
+    pub fn stack(parts: &[Array]) -> Result<Array> {
+        let first = parts
+            .first()
+            .ok_or_else(|| DataError::Shape("cannot stack zero arrays".into()))?;
+        let mut data = Buffer::with_capacity(first.dtype(), first.len() * parts.len());
+        for (i, part) in parts.iter().enumerate() {
+            if part.shape != first.shape || !data.extend_from(&part.data) {
+                return Err(DataError::Shape(format!(
+                    "cannot batch element {i} of shape {:?} ({}) with element 0 of shape {:?} ({})",
+                    part.shape,
+                    part.dtype(),
+                    first.shape,
+                    first.dtype()
+                )));
+            }
+        }
+        let mut shape = Vec::with_capacity(first.shape.len() + 1);
+        shape.push(parts.len());
+        shape.extend_from_slice(&first.shape);
+        Ok(Array { shape, data })
+    }
+}
+
+/// One dataset element: named components in insertion order (like a Python dict).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Element {
+    components: Vec<(String, Array)>,
+}
+
+impl Element {
+    /// An element with no components.
+    pub fn new() -> Element {
+        Element::default()
+    }
+
+    /// Adds (or replaces) component `name`; returns `self` for chaining.
+    pub fn with(mut self, name: impl Into<String>, array: Array) -> Element {
+        self.insert(name, array);
+        self
+    }
+
+    /// Adds (or replaces) component `name`.
+    pub fn insert(&mut self, name: impl Into<String>, array: Array) {
+        let name = name.into();
+        match self.components.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = array,
+            None => self.components.push((name, array)),
+        }
+    }
+
+    /// Component `name`, if present.
+    pub fn get(&self, name: &str) -> Option<&Array> {
+        self.components
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a)
+    }
+
+    /// Removes and returns component `name`.
+    pub fn remove(&mut self, name: &str) -> Option<Array> {
+        let pos = self.components.iter().position(|(n, _)| n == name)?;
+        Some(self.components.remove(pos).1)
+    }
+
+    /// Component `name`, or [`DataError::MissingComponent`] listing the components present.
+    pub fn require(&self, name: &str) -> Result<&Array> {
+        self.get(name).ok_or_else(|| DataError::MissingComponent {
+            name: name.to_string(),
+            present: self.names().map(str::to_string).collect(),
+        })
+    }
+
+    /// Component names in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.components.iter().map(|(n, _)| n.as_str())
+    }
+
+    /// `(name, array)` pairs in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Array)> {
+        self.components.iter().map(|(n, a)| (n.as_str(), a))
+    }
+
+    /// Number of components.
+    pub fn len(&self) -> usize {
+        self.components.len()
+    }
+
+    /// True when the element has no components.
+    pub fn is_empty(&self) -> bool {
+        self.components.is_empty()
+    }
+
+    /// Stacks elements with the same components along a new first axis (what `batch` does).
+    ///
+    /// # Errors
+    /// [`DataError::Shape`] when the elements' structures, shapes or dtypes differ.
+    pub fn stack(elements: &[Element]) -> Result<Element> {
+        let first = elements
+            .first()
+            .ok_or_else(|| DataError::Shape("cannot batch zero elements".into()))?;
+        let mut out = Element::new();
+        for (name, _) in first.iter() {
+            let parts = elements
+                .iter()
+                .map(|e| e.require(name).cloned())
+                .collect::<Result<Vec<_>>>()?;
+            out.insert(name, Array::stack(&parts)?);
+        }
+        Ok(out)
+    }
+}

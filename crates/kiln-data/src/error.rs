@@ -1,0 +1,59 @@
+//! The crate's error type.
+//!
+//! Every fallible operation in `kiln-data` returns [`Result`]. File readers ([`crate::idx`],
+//! [`crate::npy`]) report [`DataError::Io`] when the file cannot be read and
+//! [`DataError::Format`] — naming the file and the byte offset — when its contents are corrupt,
+//! truncated or of an unsupported kind. Pipeline transformations report invalid arguments
+//! ([`DataError::InvalidArgument`]) and pass user map-function errors through unchanged.
+
+use std::path::PathBuf;
+
+/// `std::result::Result` specialised to [`DataError`].
+pub type Result<T> = std::result::Result<T, DataError>;
+
+/// Everything that can go wrong while reading data files or running an input pipeline.
+#[derive(thiserror::Error, Debug)]
+pub enum DataError {
+    /// The file could not be opened, read or written.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The file involved.
+        path: PathBuf,
+        /// The operating-system error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The file's contents are corrupt, truncated or unsupported.
+    #[error("{}: {message} at byte {offset}", path.display())]
+    Format {
+        /// The file involved.
+        path: PathBuf,
+        /// Byte offset of the problem (in the decompressed stream for gzip-compressed IDX files).
+        offset: u64,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// Array shapes or dtypes do not fit together (stacking, reshaping, building arrays).
+    #[error("shape error: {0}")]
+    Shape(String),
+
+    /// An element lacks a component that a step needs.
+    #[error("element has no component {name:?} (components present: {present:?})")]
+    MissingComponent {
+        /// The component looked for.
+        name: String,
+        /// The components the element does have, in order.
+        present: Vec<String>,
+    },
+
+    /// An error raised by a user map function (or a panic inside one, turned into an error).
+    #[error("map function failed: {0}")]
+    Map(String),
+
+    /// An argument out of range: `batch_size` 0, shuffle `buffer_size` 0, components with
+    /// different first dimensions in `from_tensor_slices`, …
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}

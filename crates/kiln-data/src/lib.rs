@@ -1,0 +1,42 @@
+//! # kiln-data
+//!
+//! tf.data-style input pipelines on host arrays, for the kiln training system. Nothing here
+//! depends on Burn: pipelines produce [`Element`]s of plain [`Array`]s, which `kiln` turns into
+//! device tensors at the training step.
+//!
+//! * [`Dataset`] mirrors `tf.data.Dataset`: [`Dataset::from_tensor_slices`], then
+//!   [`map`](Dataset::map) (parallel, order preserving), [`shuffle`](Dataset::shuffle) (tf.data's
+//!   buffered algorithm, seeded), [`batch`](Dataset::batch), [`repeat`](Dataset::repeat),
+//!   [`take`](Dataset::take), [`skip`](Dataset::skip) and [`prefetch`](Dataset::prefetch)
+//!   (background thread). Every [`Dataset::iter`] call starts a new epoch.
+//! * [`idx`] reads and writes the IDX files of MNIST / Fashion-MNIST (gzip or raw).
+//! * [`npy`] reads and writes NumPy `.npy` files.
+//!
+//! ```
+//! use kiln_data::{Array, Buffer, Dataset, Element, AUTOTUNE};
+//!
+//! let x = Array::new(vec![6, 2], Buffer::F32((0..12).map(|v| v as f32).collect())).unwrap();
+//! let y = Array::new(vec![6], Buffer::I64((0..6).collect())).unwrap();
+//! let ds = Dataset::from_tensor_slices(Element::new().with("x", x).with("y", y))
+//!     .unwrap()
+//!     .shuffle(6, Some(42), true)
+//!     .batch(4, false)
+//!     .prefetch(AUTOTUNE.prefetch_buffer());
+//! let shapes: Vec<Vec<usize>> = ds
+//!     .iter()
+//!     .map(|b| b.unwrap().get("x").unwrap().shape().to_vec())
+//!     .collect();
+//! assert_eq!(shapes, vec![vec![4, 2], vec![2, 2]]);
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod dataset;
+pub mod element;
+pub mod error;
+pub mod idx;
+pub mod npy;
+
+pub use dataset::{AUTOTUNE, Cardinality, Dataset, DatasetIter, Parallelism};
+pub use element::{Array, Buffer, DType, Element};
+pub use error::{DataError, Result};

@@ -1,0 +1,153 @@
+//! The one place where host batches become device tensors.
+//!
+//! A batch is a [`kiln_data::Element`] with a features component (`[batch, ...]`, Keras'
+//! channels-last layout for images) and a labels component. Here the features are converted to
+//! `float32` and images are transposed from NHWC (`[batch, height, width, channels]`, as Keras
+//! users write them) to NCHW (`[batch, channels, height, width]`, as Burn's convolution wants
+//! them); labels take the form the loss needs.
+
+use burn::prelude::*;
+use kiln_data::{Array, Element};
+
+use crate::compile::{Labels, LossKind, LossSpec};
+use crate::error::{KilnError, Result};
+use crate::model::{Act, ModelSpec, keras_shape};
+
+/// Name of the features component of a batch.
+pub const FEATURES: &str = "x";
+/// Name of the labels component of a batch.
+pub const LABELS: &str = "y";
+
+/// A batch on the device, plus the host copies that metrics need.
+#[derive(Debug)]
+pub struct DeviceBatch {
+    /// Features, in the network's layout.
+    pub x: Act,
+    /// Labels for the loss (absent for prediction).
+    pub labels: Option<Labels>,
+    /// Class index per example (argmax for dense targets), for categorical metrics.
+    pub classes: Vec<i64>,
+    /// Dense targets `[batch, units]` row-major (binary metrics), empty for sparse labels.
+    pub targets: Vec<f32>,
+    /// Number of examples.
+    pub size: usize,
+}
+
+/// Features `[batch, ...]` as a network input for `spec`, on `device`.
+///
+/// # Errors
+/// [`KilnError::Shape`] when an example does not have `spec.input_shape()`'s element count.
+pub fn features(x: &Array, spec: &ModelSpec, device: &Device) -> Result<(Act, usize)> {
+    let shape = x.shape();
+    let want = spec.input_shape();
+    let per: usize = want.iter().product();
+    let batch = shape.first().copied().unwrap_or(0);
+    let have: usize = shape.iter().skip(1).product();
+    if shape.is_empty() || have != per {
+        return Err(KilnError::Shape(format!(
+            "input examples have shape {} but the model's Input expects {}; change `shape` of the Input layer or the data",
+            keras_shape(shape.get(1..).unwrap_or(&[])),
+            keras_shape(want)
+        )));
+    }
+    let values = match x.data() {
+        kiln_data::Buffer::F32(v) => v.clone(),
+        other => other.to_f32(),
+    };
+    let act = match *want {
+        [f] => Act::Flat(Tensor::from_data(TensorData::new(values, [batch, f]), device)),
+        [s, f] => Act::Seq(Tensor::from_data(TensorData::new(values, [batch, s, f]), device)),
+        [h, w, c] => {
+            let nchw = if c == 1 { values } else { nhwc_to_nchw(&values, [batch, h, w, c]) };
+            Act::Image(Tensor::from_data(TensorData::new(nchw, [batch, c, h, w]), device))
+        }
+        _ => unreachable!("Input shapes have 1 to 3 axes"),
+    };
+    Ok((act, batch))
+}
+
+/// Transposes `[n, h, w, c]` to `[n, c, h, w]`.
+pub fn nhwc_to_nchw(v: &[f32], [n, h, w, c]: [usize; 4]) -> Vec<f32> {
+    let mut out = vec![0.0; v.len()];
+    for b in 0..n {
+        for y in 0..h {
+            for x in 0..w {
+                for k in 0..c {
+                    out[((b * c + k) * h + y) * w + x] = v[((b * h + y) * w + x) * c + k];
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Converts a batch element (`x` and, unless predicting, `y`) for the model and loss.
+///
+/// # Errors
+/// [`KilnError::Shape`] for features that do not fit the Input, labels outside
+/// `[0, units)`, or targets whose size differs from the output.
+pub fn to_device(el: &Element, spec: &ModelSpec, loss: &LossSpec, device: &Device) -> Result<DeviceBatch> {
+    let (x, size) = features(el.require(FEATURES)?, spec, device)?;
+    let units = spec.output_shape()[0];
+    let Some(y) = el.get(LABELS) else {
+        return Ok(DeviceBatch { x, labels: None, classes: vec![], targets: vec![], size });
+    };
+    let per_example = y.len() / size.max(1);
+    let integer = matches!(y.dtype(), kiln_data::DType::U8 | kiln_data::DType::I32 | kiln_data::DType::I64);
+    let class_labels = integer && per_example == 1;
+    let check = |classes: &[i64]| -> Result<()> {
+        match classes.iter().position(|&c| c < 0 || c as usize >= units) {
+            Some(i) => Err(KilnError::Shape(format!(
+                "label {} of example {i} in the batch is outside [0, {units}): the model has {units} output units",
+                classes[i]
+            ))),
+            None => Ok(()),
+        }
+    };
+    if loss.kind == LossKind::SparseCategoricalCrossentropy {
+        if per_example != 1 {
+            return Err(KilnError::Shape(format!(
+                "sparse_categorical_crossentropy needs one integer class label per example, got labels of shape {:?}; use categorical_crossentropy for one-hot labels",
+                y.shape()
+            )));
+        }
+        let classes = y.data().to_i64();
+        check(&classes)?;
+        let t = Tensor::<1, Int>::from_data(TensorData::new(classes.clone(), [size]), device);
+        return Ok(DeviceBatch { x, labels: Some(Labels::Sparse(t)), classes, targets: vec![], size });
+    }
+    let (classes, targets) = if class_labels && units > 1 {
+        // Integer labels for a dense loss: one-hot encode (Keras would ask for to_categorical).
+        let classes = y.data().to_i64();
+        check(&classes)?;
+        let mut t = vec![0.0f32; size * units];
+        for (i, &c) in classes.iter().enumerate() {
+            t[i * units + c as usize] = 1.0;
+        }
+        (classes, t)
+    } else {
+        let t = y.data().to_f32();
+        if t.len() != size * units {
+            return Err(KilnError::Shape(format!(
+                "labels have {} values per example but the model has {units} output units",
+                per_example
+            )));
+        }
+        let classes = t.chunks_exact(units).map(|r| crate::compile::argmax(r) as i64).collect();
+        (classes, t)
+    };
+    let dense = Tensor::<2>::from_data(TensorData::new(targets.clone(), [size, units]), device);
+    Ok(DeviceBatch { x, labels: Some(Labels::Dense(dense)), classes, targets, size })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nhwc_to_nchw_moves_channels_first() {
+        // One 1x2 image with 3 channels: pixels (a0 a1 a2), (b0 b1 b2).
+        let v = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        assert_eq!(nhwc_to_nchw(&v, [1, 1, 2, 3]), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    }
+}

@@ -1,0 +1,56 @@
+//! `compile`: optimizer, loss and metrics, with Keras' names and defaults.
+
+mod loss;
+mod metrics;
+mod optimizer;
+
+pub use loss::{EPSILON, Labels, LossKind, LossSpec};
+pub use metrics::{MetricKind, MetricSpec, argmax, correct};
+pub use optimizer::OptimizerSpec;
+
+use crate::error::{KilnError, Result};
+use crate::model::ModelSpec;
+
+/// What `model.compile(optimizer, loss, metrics)` fixes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compiled {
+    /// The optimizer and its hyperparameters.
+    pub optimizer: OptimizerSpec,
+    /// The loss.
+    pub loss: LossSpec,
+    /// Metrics reported besides the loss.
+    pub metrics: Vec<MetricSpec>,
+}
+
+impl Compiled {
+    /// Checks that the loss fits the model: its output must be a vector `(units,)`, with at
+    /// least 2 units for categorical losses.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming `compile.loss`.
+    pub fn new(model: &ModelSpec, optimizer: OptimizerSpec, loss: LossSpec, metrics: &[String]) -> Result<Compiled> {
+        let out = model.output_shape();
+        if out.len() != 1 {
+            return Err(KilnError::config(
+                "model.layers",
+                format!(
+                    "the model's output must be a vector (units,), got {}; add Flatten and Dense at the end",
+                    crate::model::keras_shape(out)
+                ),
+            ));
+        }
+        let units = out[0];
+        if matches!(loss.kind, LossKind::SparseCategoricalCrossentropy | LossKind::CategoricalCrossentropy) && units < 2 {
+            return Err(KilnError::config(
+                "compile.loss",
+                format!("{} needs at least 2 output units, the model has {units}", loss.name()),
+            ));
+        }
+        let metrics = metrics
+            .iter()
+            .enumerate()
+            .map(|(i, m)| MetricSpec::parse(m, i, loss.kind, units))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Compiled { optimizer, loss, metrics })
+    }
+}

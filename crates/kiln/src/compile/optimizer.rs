@@ -1,0 +1,211 @@
+//! Optimizers with Keras' names and defaults (`keras/src/optimizers/{sgd,adam,adamw}.py`),
+//! running on Burn's optimizers.
+
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{AdamConfig, AdamWConfig, ModuleOptimizer, SgdConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{KilnError, Result};
+
+fn sgd_lr() -> f64 {
+    0.01
+}
+fn adam_lr() -> f64 {
+    0.001
+}
+fn beta_1() -> f64 {
+    0.9
+}
+fn beta_2() -> f64 {
+    0.999
+}
+fn epsilon() -> f64 {
+    1e-7
+}
+fn adamw_decay() -> f64 {
+    0.004
+}
+
+/// An optimizer and its hyperparameters. TOML: `optimizer = "adamw"` or
+/// `optimizer = { type = "AdamW", learning_rate = 0.001, weight_decay = 0.004 }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", deny_unknown_fields)]
+pub enum OptimizerSpec {
+    /// `keras.optimizers.SGD(learning_rate=0.01, momentum=0.0, nesterov=False)`.
+    #[serde(rename = "SGD")]
+    Sgd {
+        /// Step size.
+        #[serde(default = "sgd_lr")]
+        learning_rate: f64,
+        /// Velocity decay; 0 disables momentum.
+        #[serde(default)]
+        momentum: f64,
+        /// Nesterov momentum.
+        #[serde(default)]
+        nesterov: bool,
+    },
+    /// `keras.optimizers.Adam(learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7)`.
+    Adam {
+        /// Step size.
+        #[serde(default = "adam_lr")]
+        learning_rate: f64,
+        /// First-moment decay.
+        #[serde(default = "beta_1")]
+        beta_1: f64,
+        /// Second-moment decay.
+        #[serde(default = "beta_2")]
+        beta_2: f64,
+        /// Denominator fuzz.
+        #[serde(default = "epsilon")]
+        epsilon: f64,
+    },
+    /// `keras.optimizers.AdamW(learning_rate=0.001, weight_decay=0.004, beta_1=0.9,
+    /// beta_2=0.999, epsilon=1e-7)`; decoupled decay `w -= lr * weight_decay * w`
+    /// (Loshchilov & Hutter, 2019).
+    AdamW {
+        /// Step size.
+        #[serde(default = "adam_lr")]
+        learning_rate: f64,
+        /// Decoupled weight decay.
+        #[serde(default = "adamw_decay")]
+        weight_decay: f64,
+        /// First-moment decay.
+        #[serde(default = "beta_1")]
+        beta_1: f64,
+        /// Second-moment decay.
+        #[serde(default = "beta_2")]
+        beta_2: f64,
+        /// Denominator fuzz.
+        #[serde(default = "epsilon")]
+        epsilon: f64,
+    },
+}
+
+const NAMES: &str = "\"sgd\", \"adam\", \"adamw\" (or a table with type = \"SGD\" | \"Adam\" | \"AdamW\")";
+
+impl OptimizerSpec {
+    /// Reads `compile.optimizer`: a Keras string name or a table.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming `compile.optimizer` and the allowed names.
+    pub fn from_toml(value: &toml::Value) -> Result<OptimizerSpec> {
+        let key = "compile.optimizer";
+        let mut table = match value {
+            toml::Value::String(s) => {
+                let mut t = toml::Table::new();
+                t.insert("type".into(), toml::Value::String(s.clone()));
+                t
+            }
+            toml::Value::Table(t) => t.clone(),
+            other => {
+                return Err(KilnError::config(key, format!("expected a name or a table, got {other}; allowed: {NAMES}")));
+            }
+        };
+        let ty = table.get("type").and_then(|v| v.as_str()).unwrap_or("").to_string();
+        let canonical = match ty.to_ascii_lowercase().as_str() {
+            "sgd" => "SGD",
+            "adam" => "Adam",
+            "adamw" => "AdamW",
+            _ => {
+                return Err(KilnError::config(
+                    format!("{key}.type"),
+                    format!("unknown optimizer \"{ty}\"; allowed: {NAMES}"),
+                ));
+            }
+        };
+        table.insert("type".into(), toml::Value::String(canonical.into()));
+        let spec: OptimizerSpec = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| KilnError::config(key, e.message().trim().to_string()))?;
+        if spec.learning_rate() <= 0.0 || !spec.learning_rate().is_finite() {
+            return Err(KilnError::config(
+                format!("{key}.learning_rate"),
+                format!("must be a positive number, got {}", spec.learning_rate()),
+            ));
+        }
+        Ok(spec)
+    }
+
+    /// The (constant) learning rate.
+    pub fn learning_rate(&self) -> f64 {
+        match self {
+            OptimizerSpec::Sgd { learning_rate, .. }
+            | OptimizerSpec::Adam { learning_rate, .. }
+            | OptimizerSpec::AdamW { learning_rate, .. } => *learning_rate,
+        }
+    }
+
+    /// The Burn optimizer. Keras' SGD momentum has no dampening, so Burn's `dampening` is 0.
+    /// Keras adds `epsilon` to `sqrt(v)` after bias correction of the step size, Burn to
+    /// `sqrt(v_hat)`: the two differ by a factor `sqrt(1 - beta_2^t)` on `epsilon` only.
+    pub fn build(&self) -> ModuleOptimizer {
+        match *self {
+            OptimizerSpec::Sgd {
+                momentum, nesterov, ..
+            } => {
+                let m = (momentum > 0.0).then(|| {
+                    MomentumConfig::new()
+                        .with_momentum(momentum)
+                        .with_dampening(0.0)
+                        .with_nesterov(nesterov)
+                });
+                SgdConfig::new().with_momentum(m).init()
+            }
+            OptimizerSpec::Adam {
+                beta_1,
+                beta_2,
+                epsilon,
+                ..
+            } => AdamConfig::new()
+                .with_beta_1(beta_1 as f32)
+                .with_beta_2(beta_2 as f32)
+                .with_epsilon(epsilon as f32)
+                .init(),
+            OptimizerSpec::AdamW {
+                weight_decay,
+                beta_1,
+                beta_2,
+                epsilon,
+                ..
+            } => AdamWConfig::new()
+                .with_weight_decay(weight_decay as f32)
+                .with_beta_1(beta_1 as f32)
+                .with_beta_2(beta_2 as f32)
+                .with_epsilon(epsilon as f32)
+                .init(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_names_get_keras_defaults() {
+        let s = OptimizerSpec::from_toml(&toml::Value::String("adamw".into())).unwrap();
+        assert_eq!(
+            s,
+            OptimizerSpec::AdamW {
+                learning_rate: 0.001,
+                weight_decay: 0.004,
+                beta_1: 0.9,
+                beta_2: 0.999,
+                epsilon: 1e-7
+            }
+        );
+        let s = OptimizerSpec::from_toml(&toml::Value::String("SGD".into())).unwrap();
+        assert_eq!(s.learning_rate(), 0.01);
+    }
+
+    #[test]
+    fn unknown_names_and_fields_are_config_errors() {
+        let e = OptimizerSpec::from_toml(&toml::Value::String("lion".into())).unwrap_err();
+        assert!(e.to_string().contains("unknown optimizer \"lion\""), "{e}");
+        let v: toml::Value = toml::from_str::<toml::Table>("o = { type = \"adam\", lr = 0.1 }")
+            .unwrap()["o"]
+            .clone();
+        let e = OptimizerSpec::from_toml(&v).unwrap_err();
+        assert!(e.to_string().contains("unknown field `lr`"), "{e}");
+    }
+}

@@ -1,0 +1,142 @@
+//! Run configuration: one TOML file with Keras' names (`[data]`, `[model]`, `[compile]`,
+//! `[fit]`), the same settings a Rust program passes to the builders.
+//!
+//! ```toml
+//! name = "fashion-mnist-cnn"
+//! seed = 42
+//! [data]
+//! data_dir = "/usr/share/datasets/fashion-mnist"
+//! [model]
+//! layers = [{ type = "Input", shape = [28, 28, 1] }, { type = "Flatten" }, { type = "Dense", units = 10 }]
+//! [compile]
+//! optimizer = "adamw"
+//! loss = { type = "sparse_categorical_crossentropy", from_logits = true }
+//! metrics = ["accuracy"]
+//! [fit]
+//! epochs = 5
+//! batch_size = 128
+//! validation_split = 0.1
+//! ```
+
+mod data;
+mod fit;
+
+pub use data::{DataConfig, Prefetch};
+pub use fit::FitConfig;
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::compile::{Compiled, LossSpec, OptimizerSpec};
+use crate::error::{KilnError, Result};
+use crate::model::ModelSpec;
+
+/// A whole run: what to read, what to build, how to train.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The run's name: the model's name and the default run directory `runs/<name>`.
+    pub name: String,
+    /// Seed for weight initialization, shuffling and dropout.
+    pub seed: u64,
+    /// Input data.
+    pub data: DataConfig,
+    /// The model.
+    pub model: ModelSpec,
+    /// Optimizer, loss, metrics.
+    pub compile: Compiled,
+    /// Training settings.
+    pub fit: FitConfig,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    name: String,
+    #[serde(default = "default_seed")]
+    seed: u64,
+    data: DataConfig,
+    model: toml::Table,
+    compile: RawCompile,
+    #[serde(default)]
+    fit: FitConfig,
+}
+
+fn default_seed() -> u64 {
+    1337
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCompile {
+    optimizer: toml::Value,
+    loss: toml::Value,
+    #[serde(default)]
+    metrics: Vec<String>,
+}
+
+/// 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+impl RunConfig {
+    /// Parses a config from TOML text.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming the key (with its line for syntax and unknown-key errors),
+    /// the bad value and the allowed values.
+    pub fn from_toml_str(text: &str) -> Result<RunConfig> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| format!("line {}", line_of(text, s.start))).unwrap_or_else(|| "config".into());
+            KilnError::config(line, e.message().trim().replace('\n', " "))
+        })?;
+        if raw.name.trim().is_empty() || raw.name.contains(['/', '\\']) {
+            return Err(KilnError::config("name", format!("\"{}\" is not a usable run name: use letters, digits, '-' or '_'", raw.name)));
+        }
+        let model = ModelSpec::from_toml(&raw.model)?;
+        let optimizer = OptimizerSpec::from_toml(&raw.compile.optimizer)?;
+        let loss = LossSpec::from_toml(&raw.compile.loss)?;
+        let compile = Compiled::new(&model, optimizer, loss, &raw.compile.metrics)?;
+        raw.fit.validate()?;
+        raw.data.validate()?;
+        Ok(RunConfig { name: raw.name, seed: raw.seed, data: raw.data, model, compile, fit: raw.fit })
+    }
+
+    /// Reads and parses a config file.
+    ///
+    /// # Errors
+    /// [`KilnError::Io`] when it cannot be read; [`KilnError::Config`] (naming the file) when it
+    /// is invalid.
+    pub fn load(path: &Path) -> Result<RunConfig> {
+        let text = std::fs::read_to_string(path).map_err(|e| KilnError::io(path, e))?;
+        RunConfig::from_toml_str(&text).map_err(|e| e.in_file(path))
+    }
+
+    /// The resolved config (defaults filled in, names assigned) as TOML, for the run directory.
+    pub fn to_toml(&self) -> String {
+        let mut t = toml::Table::new();
+        t.insert("name".into(), self.name.clone().into());
+        t.insert("seed".into(), toml::Value::Integer(self.seed as i64));
+        t.insert("data".into(), toml::Value::try_from(&self.data).expect("data config serializes"));
+        t.insert("model".into(), toml::Value::Table(self.model.to_toml()));
+        let mut c = toml::Table::new();
+        c.insert("optimizer".into(), toml::Value::try_from(&self.compile.optimizer).expect("optimizer serializes"));
+        c.insert("loss".into(), toml::Value::try_from(self.compile.loss).expect("loss serializes"));
+        c.insert(
+            "metrics".into(),
+            toml::Value::Array(self.compile.metrics.iter().map(|m| m.name.clone().into()).collect()),
+        );
+        t.insert("compile".into(), toml::Value::Table(c));
+        t.insert("fit".into(), toml::Value::try_from(&self.fit).expect("fit config serializes"));
+        toml::to_string_pretty(&t).expect("config serializes")
+    }
+
+    /// The default run directory: `runs/<name>`.
+    pub fn default_run_dir(&self) -> PathBuf {
+        PathBuf::from("runs").join(&self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests;

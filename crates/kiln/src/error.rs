@@ -1,0 +1,87 @@
+//! kiln's error type: every message names what went wrong, where, and how to fix it.
+
+use std::path::PathBuf;
+
+/// Result alias for kiln.
+pub type Result<T> = std::result::Result<T, KilnError>;
+
+/// Everything that can go wrong in kiln (the library). The CLI maps [`KilnError::Config`] to exit
+/// code 2 and everything else to exit code 1.
+#[derive(Debug, thiserror::Error)]
+pub enum KilnError {
+    /// A configuration value is missing, unknown or out of range. `key` is the dotted TOML path
+    /// (`fit.batch_size`, `model.layers[2].filters`), `file` the config file when there is one.
+    #[error("{}{key}: {message}", file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
+    Config {
+        /// The config file, when the value came from one.
+        file: Option<PathBuf>,
+        /// Dotted path of the key.
+        key: String,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
+    /// The input pipeline failed (unreadable or corrupt files, shape mismatches).
+    #[error(transparent)]
+    Data(#[from] kiln_data::DataError),
+    /// Reading or writing a file of the run directory failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A weights file does not match the model (missing tensor, wrong shape, bad format).
+    #[error("{}: {message}", path.display())]
+    Weights {
+        /// The weights file.
+        path: PathBuf,
+        /// What does not match.
+        message: String,
+    },
+    /// Data does not fit the model (wrong feature shape, label out of range…).
+    #[error("{0}")]
+    Shape(String),
+    /// The data files are not where the config says; the message says how to get them.
+    #[error("{0}")]
+    MissingData(String),
+    /// The requested device is not available in this build or on this machine.
+    #[error("{0}")]
+    Device(String),
+}
+
+impl KilnError {
+    /// A config error for `key`, without a file (the caller may attach one with [`Self::in_file`]).
+    pub fn config(key: impl Into<String>, message: impl Into<String>) -> KilnError {
+        KilnError::Config {
+            file: None,
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Attaches the config file to a [`KilnError::Config`]; other errors pass unchanged.
+    pub fn in_file(self, path: &std::path::Path) -> KilnError {
+        match self {
+            KilnError::Config { key, message, .. } => KilnError::Config {
+                file: Some(path.to_path_buf()),
+                key,
+                message,
+            },
+            other => other,
+        }
+    }
+
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> KilnError {
+        KilnError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// True for configuration and usage errors (CLI exit code 2).
+    pub fn is_config(&self) -> bool {
+        matches!(self, KilnError::Config { .. })
+    }
+}

@@ -1,0 +1,71 @@
+//! Keras' `logs` (name → value, in report order) and `History`.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Metric values in Keras' order: `loss`, then the compiled metrics, then `val_*`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Logs(pub Vec<(String, f64)>);
+
+impl Logs {
+    /// The value of `name`.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+
+    /// Sets `name` (replacing or appending).
+    pub fn set(&mut self, name: impl Into<String>, value: f64) {
+        let name = name.into();
+        match self.0.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.0.push((name, value)),
+        }
+    }
+
+    /// Every entry of `other` with `prefix` prepended (`val_`).
+    pub fn extend_prefixed(&mut self, prefix: &str, other: &Logs) {
+        for (n, v) in &other.0 {
+            self.set(format!("{prefix}{n}"), *v);
+        }
+    }
+
+    /// As a JSON object (keys in order of appearance are not kept by JSON readers; values are).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::Value::Object(
+            self.0
+                .iter()
+                .map(|(n, v)| (n.clone(), serde_json::json!(v)))
+                .collect(),
+        )
+    }
+}
+
+/// What `fit` returns: per-epoch values, as Keras' `History.history` (a dict of lists), plus
+/// `epoch_time_s` (wall seconds per epoch, validation included) and `samples_per_second`
+/// (training examples per second of training-loop time).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct History {
+    /// Epoch numbers (0-based, as Keras' `History.epoch`).
+    pub epoch: Vec<usize>,
+    /// `name -> [value per epoch]`.
+    pub history: BTreeMap<String, Vec<f64>>,
+    /// Wall seconds per epoch, validation included.
+    pub epoch_time_s: Vec<f64>,
+    /// Training examples per second of each epoch's training loop (validation excluded).
+    pub samples_per_second: Vec<f64>,
+}
+
+impl History {
+    /// Appends one epoch's logs.
+    pub fn push(&mut self, epoch: usize, logs: &Logs) {
+        self.epoch.push(epoch);
+        for (n, v) in &logs.0 {
+            self.history.entry(n.clone()).or_default().push(*v);
+        }
+    }
+
+    /// The last value of `name`.
+    pub fn last(&self, name: &str) -> Option<f64> {
+        self.history.get(name).and_then(|v| v.last().copied())
+    }
+}

@@ -1,0 +1,216 @@
+//! `fit`, `evaluate` and `predict` (Keras' `Model` training API) on a compiled model.
+
+mod callback;
+mod logs;
+mod step;
+
+pub use callback::Callback;
+pub use logs::{History, Logs};
+pub use step::{StepOutput, eval_step, train_step};
+
+use std::path::Path;
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::optim::ModuleOptimizer;
+use burn::prelude::*;
+use kiln_data::{Cardinality, Dataset};
+
+use crate::batch::to_device;
+use crate::compile::{Compiled, correct};
+use crate::error::Result;
+use crate::model::{ModelSpec, Network, summary, weights};
+
+/// Running sums for the loss and metrics over an epoch (example-weighted means, as Keras'
+/// `Mean` metrics).
+#[derive(Debug, Default)]
+struct Accumulator {
+    examples: f64,
+    loss: f64,
+    correct: Vec<f64>,
+}
+
+impl Accumulator {
+    fn add(&mut self, compiled: &Compiled, out: &StepOutput, classes: &[i64], targets: &[f32], size: usize, units: usize) {
+        if self.correct.len() != compiled.metrics.len() {
+            self.correct = vec![0.0; compiled.metrics.len()];
+        }
+        self.examples += size as f64;
+        self.loss += out.loss * size as f64;
+        for (sum, m) in self.correct.iter_mut().zip(&compiled.metrics) {
+            *sum += correct(m.kind, &out.outputs, units, classes, targets);
+        }
+    }
+
+    fn logs(&self, compiled: &Compiled) -> Logs {
+        let n = self.examples.max(1.0);
+        let mut logs = Logs::default();
+        logs.set("loss", self.loss / n);
+        for (sum, m) in self.correct.iter().zip(&compiled.metrics) {
+            logs.set(m.name.clone(), sum / n);
+        }
+        logs
+    }
+}
+
+/// A compiled Keras-style model: spec, parameters, loss/metrics and optimizer state.
+///
+/// Datasets given to [`Model::fit`], [`Model::evaluate`] and [`Model::predict`] yield batches
+/// with a `x` component (`[batch, ...]`, channels-last for images) and, except for `predict`, a
+/// `y` component (class indices `[batch]` or targets `[batch, units]`).
+pub struct Model {
+    name: String,
+    spec: ModelSpec,
+    compiled: Compiled,
+    net: Network,
+    optim: ModuleOptimizer,
+    device: Device,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("name", &self.name).field("spec", &self.spec).finish()
+    }
+}
+
+impl Model {
+    /// Builds and compiles a model with freshly initialized weights on `device` (CPU or GPU,
+    /// without autodiff: training enables it internally). `seed` fixes the initial weights and
+    /// dropout masks.
+    pub fn new(name: impl Into<String>, spec: ModelSpec, compiled: Compiled, seed: u64, device: Device) -> Model {
+        device.seed(seed);
+        let net = Network::init(&spec, seed, &device.clone().autodiff());
+        let optim = compiled.optimizer.build();
+        Model { name: name.into(), spec, compiled, net, optim, device }
+    }
+
+    /// Builds a model whose weights come from a safetensors file written by
+    /// [`Model::save_weights`].
+    ///
+    /// # Errors
+    /// [`crate::KilnError::Weights`] / [`crate::KilnError::Io`] as [`weights::load`].
+    pub fn from_weights(name: impl Into<String>, spec: ModelSpec, compiled: Compiled, path: &Path, device: Device) -> Result<Model> {
+        let net = weights::load(&spec, path, &device.clone().autodiff())?;
+        let optim = compiled.optimizer.build();
+        Ok(Model { name: name.into(), spec, compiled, net, optim, device })
+    }
+
+    /// The model's layer spec.
+    pub fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    /// The compile settings.
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+
+    /// The network's parameters (on the training device).
+    pub fn network(&self) -> &Network {
+        &self.net
+    }
+
+    /// Keras' `model.summary()` table.
+    pub fn summary(&self) -> String {
+        summary(&self.name, &self.spec)
+    }
+
+    /// Saves the weights (safetensors, Keras names and layouts).
+    ///
+    /// # Errors
+    /// [`crate::KilnError::Io`] when the file cannot be written.
+    pub fn save_weights(&self, path: &Path) -> Result<()> {
+        weights::save(&self.spec, &self.net, path)
+    }
+
+    /// Trains for `epochs` passes over `train` (each pass a new iteration, so a shuffling
+    /// dataset reshuffles), evaluating on `validation` after each epoch. Values are reported to
+    /// `callbacks` with Keras' hooks and returned as a [`History`].
+    ///
+    /// # Errors
+    /// Data errors from the pipeline, or [`crate::KilnError::Shape`] when a batch does not fit
+    /// the model. Work done before the error stays in the model.
+    pub fn fit(&mut self, train: &Dataset, validation: Option<&Dataset>, epochs: usize, callbacks: &mut [&mut dyn Callback]) -> Result<History> {
+        let mut history = History::default();
+        let train_device = self.device.clone().autodiff();
+        let units = self.spec.output_shape()[0];
+        let steps = match train.cardinality() {
+            Cardinality::Finite(n) => Some(n),
+            _ => None,
+        };
+        let lr = self.compiled.optimizer.learning_rate();
+        callbacks.iter_mut().for_each(|c| c.on_train_begin());
+        let mut last = Logs::default();
+        'epochs: for epoch in 0..epochs {
+            callbacks.iter_mut().for_each(|c| c.on_epoch_begin(epoch, epochs, steps));
+            let started = Instant::now();
+            let mut acc = Accumulator::default();
+            for (step, batch) in train.iter().enumerate() {
+                let batch = batch?;
+                let b = to_device(&batch, &self.spec, &self.compiled.loss, &train_device)?;
+                let (classes, targets, size) = (b.classes.clone(), b.targets.clone(), b.size);
+                let net = std::mem::replace(&mut self.net, Network { layers: Vec::new() });
+                let (net, out) = train_step(net, &mut self.optim, &self.spec, &self.compiled, b, lr);
+                self.net = net;
+                acc.add(&self.compiled, &out, &classes, &targets, size, units);
+                let logs = acc.logs(&self.compiled);
+                callbacks.iter_mut().for_each(|c| c.on_train_batch_end(step as u64, &logs));
+                if callbacks.iter().any(|c| c.stop_training()) {
+                    break 'epochs;
+                }
+            }
+            let train_time = started.elapsed().as_secs_f64();
+            let mut logs = acc.logs(&self.compiled);
+            if let Some(val) = validation {
+                let val_logs = self.evaluate(val)?;
+                logs.extend_prefixed("val_", &val_logs);
+            }
+            let epoch_time = started.elapsed().as_secs_f64();
+            history.push(epoch, &logs);
+            history.epoch_time_s.push(epoch_time);
+            history.samples_per_second.push(acc.examples / train_time.max(1e-9));
+            callbacks.iter_mut().for_each(|c| c.on_epoch_end(epoch, &logs));
+            last = logs;
+            if callbacks.iter().any(|c| c.stop_training()) {
+                break;
+            }
+        }
+        callbacks.iter_mut().for_each(|c| c.on_train_end(&last));
+        Ok(history)
+    }
+
+    /// Loss and metrics over `data` in inference mode (Keras' `model.evaluate`).
+    ///
+    /// # Errors
+    /// Data and shape errors as [`Model::fit`].
+    pub fn evaluate(&self, data: &Dataset) -> Result<Logs> {
+        let net = self.net.valid();
+        let units = self.spec.output_shape()[0];
+        let mut acc = Accumulator::default();
+        for batch in data.iter() {
+            let b = to_device(&batch?, &self.spec, &self.compiled.loss, &self.device)?;
+            let (classes, targets, size) = (b.classes.clone(), b.targets.clone(), b.size);
+            let out = eval_step(&net, &self.spec, &self.compiled, b);
+            acc.add(&self.compiled, &out, &classes, &targets, size, units);
+        }
+        Ok(acc.logs(&self.compiled))
+    }
+
+    /// Model outputs for every example of `data` (Keras' `model.predict`): a row-major
+    /// `[examples, units]` buffer and `units`. Labels in `data`, if any, are ignored.
+    ///
+    /// # Errors
+    /// Data and shape errors as [`Model::fit`].
+    pub fn predict(&self, data: &Dataset) -> Result<(Vec<f32>, usize)> {
+        let net = self.net.valid();
+        let units = self.spec.output_shape()[0];
+        let mut all = Vec::new();
+        for batch in data.iter() {
+            let mut batch = batch?;
+            batch.remove(crate::batch::LABELS);
+            let b = to_device(&batch, &self.spec, &self.compiled.loss, &self.device)?;
+            all.extend(eval_step(&net, &self.spec, &self.compiled, b).outputs);
+        }
+        Ok((all, units))
+    }
+}

@@ -1,0 +1,138 @@
+//! The run's input pipelines, built with kiln-data the way a Keras user writes tf.data:
+//! `from_tensor_slices -> shuffle -> batch -> map(preprocess, AUTOTUNE) -> prefetch`.
+
+use std::path::Path;
+
+use kiln_data::{Array, Buffer, Dataset, Element};
+
+use crate::batch::{FEATURES, LABELS};
+use crate::config::{DataConfig, RunConfig};
+use crate::error::{KilnError, Result};
+
+/// The arrays of a dataset with train and test splits.
+#[derive(Debug, Clone)]
+pub struct Splits {
+    /// Training features `[examples, ...]`.
+    pub train_x: Array,
+    /// Training labels `[examples]`.
+    pub train_y: Array,
+    /// Test features.
+    pub test_x: Array,
+    /// Test labels.
+    pub test_y: Array,
+}
+
+/// How to get the data when its files are missing.
+pub const DATA_HINT: &str = "run scripts/setup.sh (installs Debian's dataset-fashion-mnist) or pass --data-dir / set data.data_dir to a folder with the IDX files";
+
+/// Checks that `data_dir` and a file exist, with a message that says how to get them.
+fn require_file(cfg: &DataConfig, file: &str) -> Result<std::path::PathBuf> {
+    if !cfg.data_dir.is_dir() {
+        return Err(KilnError::MissingData(format!(
+            "data directory {} does not exist; {DATA_HINT}",
+            cfg.data_dir.display()
+        )));
+    }
+    let path = cfg.path(file);
+    if !path.is_file() {
+        return Err(KilnError::MissingData(format!("{} is missing; {DATA_HINT}", path.display())));
+    }
+    Ok(path)
+}
+
+fn check_pair(x: &Array, y: &Array, xs: &str, ys: &str) -> Result<()> {
+    let (nx, ny) = (x.shape()[0], y.shape()[0]);
+    if nx != ny {
+        return Err(KilnError::Shape(format!(
+            "{xs} has {nx} examples but {ys} has {ny} labels; the files must come from the same split"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads the four IDX files named by `cfg`.
+///
+/// # Errors
+/// [`KilnError::MissingData`] when a file is absent; [`KilnError::Data`] when one is truncated or
+/// corrupt (naming the file and byte offset).
+pub fn load_idx(cfg: &DataConfig) -> Result<Splits> {
+    let read = |file: &str| -> Result<Array> { Ok(kiln_data::idx::read_idx(&require_file(cfg, file)?)?) };
+    let s = Splits {
+        train_x: read(&cfg.train_images)?,
+        train_y: read(&cfg.train_labels)?,
+        test_x: read(&cfg.test_images)?,
+        test_y: read(&cfg.test_labels)?,
+    };
+    check_pair(&s.train_x, &s.train_y, &cfg.train_images, &cfg.train_labels)?;
+    check_pair(&s.test_x, &s.test_y, &cfg.test_images, &cfg.test_labels)?;
+    Ok(s)
+}
+
+/// Reads model inputs for `predict`: NPY (by its `\x93NUMPY` magic) or IDX (gzip or raw).
+///
+/// # Errors
+/// [`KilnError::Io`] / [`KilnError::Data`] naming the file.
+pub fn read_inputs(path: &Path) -> Result<Array> {
+    let mut magic = [0u8; 6];
+    {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path).map_err(|e| KilnError::io(path, e))?;
+        let _ = f.read(&mut magic).map_err(|e| KilnError::io(path, e))?;
+    }
+    if &magic == b"\x93NUMPY" {
+        Ok(kiln_data::npy::read_npy(path)?)
+    } else {
+        Ok(kiln_data::idx::read_idx(path)?)
+    }
+}
+
+/// Batch-level preprocessing: features to float32 times `rescale` (labels untouched).
+fn preprocess(rescale: f32) -> impl Fn(Element) -> kiln_data::Result<Element> + Send + Sync + 'static {
+    move |mut el: Element| {
+        if let Some(x) = el.remove(FEATURES) {
+            el.insert(FEATURES, x.to_f32_scaled(rescale));
+        }
+        Ok(el)
+    }
+}
+
+/// `(x, y)` slices batched and preprocessed, optionally shuffled; the pipeline `fit`,
+/// `evaluate` and `predict` consume.
+pub fn pipeline(x: Array, y: Option<Array>, cfg: &RunConfig, shuffle: bool) -> Result<Dataset> {
+    let n = x.shape()[0];
+    let mut el = Element::new().with(FEATURES, x);
+    if let Some(y) = y {
+        el.insert(LABELS, y);
+    }
+    let mut ds = Dataset::from_tensor_slices(el)?;
+    if shuffle {
+        let buffer = cfg.data.shuffle_buffer_size.unwrap_or(n).max(1);
+        ds = ds.shuffle(buffer, Some(cfg.seed), true);
+    }
+    Ok(ds
+        .batch(cfg.fit.batch_size, false)
+        .map(preprocess(cfg.data.rescale as f32), cfg.data.parallelism())
+        .prefetch(cfg.data.prefetch_buffer()))
+}
+
+/// Keras' `validation_split`: the last `fraction` of the examples, taken before shuffling.
+/// Returns `(train, validation)` arrays.
+pub fn split_last(x: &Array, y: &Array, fraction: f64) -> ((Array, Array), Option<(Array, Array)>) {
+    let n = x.shape()[0];
+    let at = ((n as f64) * (1.0 - fraction)).floor() as usize;
+    if fraction <= 0.0 || at >= n {
+        return ((x.clone(), y.clone()), None);
+    }
+    ((x.rows(0, at), y.rows(0, at)), Some((x.rows(at, n), y.rows(at, n))))
+}
+
+/// The first `count` rows of `a`.
+pub fn head(a: &Array, count: usize) -> Array {
+    a.rows(0, count.min(a.shape()[0]))
+}
+
+/// An array of `float32` class labels from integers (for tests and tools).
+pub fn labels_i64(values: Vec<i64>) -> Array {
+    let n = values.len();
+    Array::new(vec![n], Buffer::I64(values)).expect("shape matches")
+}

@@ -1,0 +1,399 @@
+//! The trainable network: a Burn module holding each layer's parameters, and its forward pass.
+//!
+//! Layer *arguments* live in the [`ModelSpec`]; this module holds only tensors, so one
+//! [`Network`] type serves every Sequential model. Inside the network images are NCHW
+//! (`[batch, channels, height, width]`, Burn's convolution layout); the batch is converted from
+//! Keras' NHWC once, before the step (see `crate::batch`), and [`LayerKind::Flatten`] flattens in
+//! Keras' channels-last order so that weights match Keras element for element.
+
+use burn::module::{Module, Param};
+use burn::prelude::*;
+use burn::tensor::activation;
+use burn::tensor::module::{avg_pool2d, batch_norm, batch_norm_train, conv2d, max_pool2d};
+use burn::tensor::ops::{AvgPoolOptions, ConvOptions, MaxPoolOptions};
+use burn::tensor::Distribution;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use super::spec::{Activation, LayerKind, ModelSpec, Padding};
+use super::init::glorot_uniform;
+
+/// Parameters of one layer; which fields are set depends on the layer's kind.
+#[derive(Module, Debug)]
+pub struct LayerParams {
+    /// Dense kernel, `[in_features, units]` (Keras' layout).
+    pub dense_kernel: Option<Param<Tensor<2>>>,
+    /// Conv2D kernel, `[filters, in_channels, kernel_h, kernel_w]` (Burn's layout; Keras stores
+    /// `[kernel_h, kernel_w, in_channels, filters]`).
+    pub conv_kernel: Option<Param<Tensor<4>>>,
+    /// Bias, `[units]` or `[filters]`.
+    pub bias: Option<Param<Tensor<1>>>,
+    /// BatchNormalization scale, `[channels]`.
+    pub gamma: Option<Param<Tensor<1>>>,
+    /// BatchNormalization offset, `[channels]`.
+    pub beta: Option<Param<Tensor<1>>>,
+    /// BatchNormalization moving mean, `[channels]` (not trained by gradients).
+    pub moving_mean: Option<Param<Tensor<1>>>,
+    /// BatchNormalization moving variance, `[channels]` (not trained by gradients).
+    pub moving_variance: Option<Param<Tensor<1>>>,
+}
+
+impl LayerParams {
+    fn empty() -> LayerParams {
+        LayerParams {
+            dense_kernel: None,
+            conv_kernel: None,
+            bias: None,
+            gamma: None,
+            beta: None,
+            moving_mean: None,
+            moving_variance: None,
+        }
+    }
+}
+
+/// All layers' parameters, in the spec's order.
+#[derive(Module, Debug)]
+pub struct Network {
+    /// One entry per layer after `Input`.
+    pub layers: Vec<LayerParams>,
+}
+
+/// An activation flowing through the network, by rank.
+#[derive(Debug, Clone)]
+pub enum Act {
+    /// `[batch, features]`.
+    Flat(Tensor<2>),
+    /// `[batch, steps, features]` (a rank-2 Keras input such as `(28, 28)`).
+    Seq(Tensor<3>),
+    /// `[batch, channels, height, width]` (a Keras `(height, width, channels)` input).
+    Image(Tensor<4>),
+}
+
+/// What a forward pass returns.
+#[derive(Debug)]
+pub struct Forward {
+    /// The model's output, `[batch, units]`.
+    pub output: Tensor<2>,
+    /// The input of the final softmax when the model ends in one (for a stable cross-entropy,
+    /// as Keras does), `[batch, units]`.
+    pub logits: Option<Tensor<2>>,
+    /// Batch statistics `(layer index, mean, variance)` of BatchNormalization layers in training
+    /// mode, to fold into the moving averages after the step.
+    pub batch_stats: Vec<(usize, Tensor<1>, Tensor<1>)>,
+}
+
+/// Tensor dtype-agnostic zero/one constants for BatchNormalization's initial state.
+fn filled(n: usize, value: f32, device: &Device, trainable: bool) -> Param<Tensor<1>> {
+    let t = Tensor::<1>::from_data(TensorData::new(vec![value; n], [n]), device);
+    Param::from_tensor(t).set_require_grad(trainable)
+}
+
+fn param_from<const D: usize>(values: Vec<f32>, shape: [usize; D], device: &Device) -> Param<Tensor<D>> {
+    Param::from_tensor(Tensor::<D>::from_data(TensorData::new(values, shape), device))
+}
+
+impl Network {
+    /// Initializes parameters as Keras does: kernels `glorot_uniform`, biases and `beta` zeros,
+    /// `gamma` and the moving variance ones, the moving mean zeros. `seed` makes the values
+    /// identical on every backend (they are drawn on the host).
+    pub fn init(spec: &ModelSpec, seed: u64, device: &Device) -> Network {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let layers = spec
+            .layers()
+            .iter()
+            .enumerate()
+            .map(|(i, layer)| {
+                let cin = spec.shape_before(i).last().copied().unwrap_or(0);
+                let mut p = LayerParams::empty();
+                match &layer.kind {
+                    LayerKind::Dense { units, use_bias, .. } => {
+                        let w = glorot_uniform(&mut rng, cin * units, cin, *units);
+                        p.dense_kernel = Some(param_from(w, [cin, *units], device));
+                        if *use_bias {
+                            p.bias = Some(filled(*units, 0.0, device, true));
+                        }
+                    }
+                    LayerKind::Conv2D {
+                        filters,
+                        kernel_size,
+                        use_bias,
+                        ..
+                    } => {
+                        let [kh, kw] = kernel_size.0;
+                        let receptive = kh * kw;
+                        // Drawn in Keras' [kh, kw, in, out] order, then permuted, so a seed gives
+                        // the same kernel as kiln's Keras-layout weights file would hold.
+                        let w = glorot_uniform(
+                            &mut rng,
+                            receptive * cin * filters,
+                            receptive * cin,
+                            receptive * filters,
+                        );
+                        let w = super::weights::hwio_to_oihw(&w, [kh, kw, cin, *filters]);
+                        p.conv_kernel = Some(param_from(w, [*filters, cin, kh, kw], device));
+                        if *use_bias {
+                            p.bias = Some(filled(*filters, 0.0, device, true));
+                        }
+                    }
+                    LayerKind::BatchNormalization { .. } => {
+                        p.gamma = Some(filled(cin, 1.0, device, true));
+                        p.beta = Some(filled(cin, 0.0, device, true));
+                        p.moving_mean = Some(filled(cin, 0.0, device, false));
+                        p.moving_variance = Some(filled(cin, 1.0, device, false));
+                    }
+                    _ => {}
+                }
+                p
+            })
+            .collect();
+        Network { layers }
+    }
+
+    /// Runs the model on a batch.
+    ///
+    /// # Shapes
+    /// - `input`: `[batch, features]`, `[batch, steps, features]` or `[batch, channels, height,
+    ///   width]`, matching `spec.input_shape()` (images converted from NHWC to NCHW).
+    /// - output: `[batch, units]`.
+    ///
+    /// `training` turns on Dropout and BatchNormalization's batch statistics.
+    pub fn forward(&self, spec: &ModelSpec, input: Act, training: bool) -> Forward {
+        let mut x = input;
+        let mut logits = None;
+        let mut batch_stats = Vec::new();
+        let last = spec.layers().len() - 1;
+        for (i, (layer, p)) in spec.layers().iter().zip(&self.layers).enumerate() {
+            x = match &layer.kind {
+                LayerKind::Input { .. } => x,
+                LayerKind::Dense { activation, .. } => {
+                    let y = dense(x, p);
+                    if i == last && *activation == Activation::Softmax {
+                        logits = Some(flat(y.clone()));
+                    }
+                    apply_activation(y, *activation)
+                }
+                LayerKind::Conv2D {
+                    strides,
+                    padding,
+                    activation,
+                    kernel_size,
+                    ..
+                } => {
+                    let x4 = image(x);
+                    let [_, _, h, w] = x4.dims();
+                    let (_, ph) = padding.resolve(h, kernel_size.0[0], strides.0[0]).expect("shape checked");
+                    let (_, pw) = padding.resolve(w, kernel_size.0[1], strides.0[1]).expect("shape checked");
+                    let options = ConvOptions::new_with_padding(strides.0, [ph, pw], [1, 1], 1);
+                    let y = conv2d(
+                        x4,
+                        p.conv_kernel.as_ref().expect("conv kernel").val(),
+                        p.bias.as_ref().map(|b| b.val()),
+                        options,
+                    );
+                    apply_activation(Act::Image(y), *activation)
+                }
+                LayerKind::MaxPooling2D {
+                    pool_size,
+                    strides,
+                    padding,
+                } => {
+                    let x4 = image(x);
+                    let s = strides.unwrap_or(*pool_size).0;
+                    let pads = pool_padding(&x4, *padding, pool_size.0, s);
+                    let options = MaxPoolOptions::new(pool_size.0)
+                        .with_stride(s)
+                        .with_padding_pairs(pads);
+                    Act::Image(max_pool2d(x4, options))
+                }
+                LayerKind::AveragePooling2D {
+                    pool_size,
+                    strides,
+                    padding,
+                } => {
+                    let x4 = image(x);
+                    let s = strides.unwrap_or(*pool_size).0;
+                    let pads = pool_padding(&x4, *padding, pool_size.0, s);
+                    let options = AvgPoolOptions::new(pool_size.0)
+                        .with_stride(s)
+                        .with_padding_pairs(pads)
+                        .with_count_include_pad(false);
+                    Act::Image(avg_pool2d(x4, options))
+                }
+                LayerKind::Flatten {} => Act::Flat(match x {
+                    Act::Flat(t) => t,
+                    Act::Seq(t) => t.flatten(1, 2),
+                    // Keras flattens channels-last: [b, h, w, c].
+                    Act::Image(t) => t.permute([0, 2, 3, 1]).flatten(1, 3),
+                }),
+                LayerKind::Dropout { rate } => {
+                    if training && *rate > 0.0 {
+                        dropout(x, *rate)
+                    } else {
+                        x
+                    }
+                }
+                LayerKind::BatchNormalization { epsilon, .. } => {
+                    let (y, stats) = batch_normalization(x, p, *epsilon, training);
+                    if let Some((mean, var)) = stats {
+                        batch_stats.push((i, mean, var));
+                    }
+                    y
+                }
+                LayerKind::Activation { activation } => {
+                    if i == last && *activation == Activation::Softmax {
+                        logits = Some(flat(x.clone()));
+                    }
+                    apply_activation(x, *activation)
+                }
+            };
+        }
+        Forward {
+            output: flat(x),
+            logits,
+            batch_stats,
+        }
+    }
+
+    /// Folds BatchNormalization batch statistics into the moving averages:
+    /// `moving = moving * momentum + batch * (1 - momentum)` (Keras' rule, biased variance).
+    pub fn update_moving_stats(mut self, spec: &ModelSpec, stats: Vec<(usize, Tensor<1>, Tensor<1>)>) -> Network {
+        for (i, mean, var) in stats {
+            let LayerKind::BatchNormalization { momentum, .. } = spec.layers()[i].kind else {
+                continue;
+            };
+            let p = &mut self.layers[i];
+            let blend = |old: Option<Param<Tensor<1>>>, batch: Tensor<1>| {
+                old.map(|param| {
+                    param.map(|t| {
+                        (t.detach() * momentum + batch.detach() * (1.0 - momentum)).set_require_grad(false)
+                    })
+                })
+            };
+            p.moving_mean = blend(p.moving_mean.take(), mean);
+            p.moving_variance = blend(p.moving_variance.take(), var);
+        }
+        self
+    }
+}
+
+fn flat(x: Act) -> Tensor<2> {
+    match x {
+        Act::Flat(t) => t,
+        Act::Seq(t) => t.flatten(1, 2),
+        Act::Image(t) => t.permute([0, 2, 3, 1]).flatten(1, 3),
+    }
+}
+
+fn image(x: Act) -> Tensor<4> {
+    match x {
+        Act::Image(t) => t,
+        other => panic!("spec shape checks guarantee a 4-D input here, got {other:?}"),
+    }
+}
+
+fn pool_padding(x: &Tensor<4>, padding: Padding, k: [usize; 2], s: [usize; 2]) -> [(usize, usize); 2] {
+    let [_, _, h, w] = x.dims();
+    let (_, ph) = padding.resolve(h, k[0], s[0]).expect("shape checked");
+    let (_, pw) = padding.resolve(w, k[1], s[1]).expect("shape checked");
+    [ph, pw]
+}
+
+/// Dense on the last axis of any rank.
+fn dense(x: Act, p: &LayerParams) -> Act {
+    let w = p.dense_kernel.as_ref().expect("dense kernel").val();
+    let b = p.bias.as_ref().map(|b| b.val());
+    let affine = |x2: Tensor<2>| {
+        let y = x2.matmul(w.clone());
+        match &b {
+            Some(b) => y + b.clone().unsqueeze::<2>(),
+            None => y,
+        }
+    };
+    match x {
+        Act::Flat(t) => Act::Flat(affine(t)),
+        Act::Seq(t) => {
+            let [n, s, f] = t.dims();
+            let y = affine(t.reshape([n * s, f]));
+            let units = y.dims()[1];
+            Act::Seq(y.reshape([n, s, units]))
+        }
+        Act::Image(t) => {
+            let [n, c, h, w_] = t.dims();
+            let y = affine(t.permute([0, 2, 3, 1]).reshape([n * h * w_, c]));
+            let units = y.dims()[1];
+            Act::Image(y.reshape([n, h, w_, units]).permute([0, 3, 1, 2]))
+        }
+    }
+}
+
+fn map_act(x: Act, f2: impl Fn(Tensor<2>) -> Tensor<2>, f3: impl Fn(Tensor<3>) -> Tensor<3>, f4: impl Fn(Tensor<4>) -> Tensor<4>) -> Act {
+    match x {
+        Act::Flat(t) => Act::Flat(f2(t)),
+        Act::Seq(t) => Act::Seq(f3(t)),
+        Act::Image(t) => Act::Image(f4(t)),
+    }
+}
+
+/// Applies an activation; softmax runs over the feature (channel) axis.
+pub fn apply_activation(x: Act, a: Activation) -> Act {
+    match a {
+        Activation::Linear => x,
+        Activation::Relu => map_act(x, activation::relu, activation::relu, activation::relu),
+        Activation::Gelu => map_act(x, activation::gelu, activation::gelu, activation::gelu),
+        Activation::Sigmoid => map_act(x, activation::sigmoid, activation::sigmoid, activation::sigmoid),
+        Activation::Tanh => map_act(x, |t| t.tanh(), |t| t.tanh(), |t| t.tanh()),
+        Activation::Softmax => map_act(
+            x,
+            |t| activation::softmax(t, 1),
+            |t| activation::softmax(t, 2),
+            |t| activation::softmax(t, 1),
+        ),
+    }
+}
+
+fn dropout(x: Act, rate: f64) -> Act {
+    let keep = 1.0 - rate;
+    let scale = 1.0 / keep;
+    map_act(
+        x,
+        |t| t.clone().mul(t.random_like(Distribution::Bernoulli(keep))) * scale,
+        |t| t.clone().mul(t.random_like(Distribution::Bernoulli(keep))) * scale,
+        |t| t.clone().mul(t.random_like(Distribution::Bernoulli(keep))) * scale,
+    )
+}
+
+type Stats = Option<(Tensor<1>, Tensor<1>)>;
+
+fn batch_normalization(x: Act, p: &LayerParams, eps: f64, training: bool) -> (Act, Stats) {
+    let gamma = p.gamma.as_ref().expect("gamma").val();
+    let beta = p.beta.as_ref().expect("beta").val();
+    let mean = p.moving_mean.as_ref().expect("moving_mean").val();
+    let var = p.moving_variance.as_ref().expect("moving_variance").val();
+    // Burn normalizes over axis 1 ([batch, channels, ...]): Flat and Image already have the
+    // features there; Seq keeps them last and is transposed around the call.
+    macro_rules! norm {
+        ($t:expr) => {{
+            if training {
+                let out = batch_norm_train($t, gamma, beta, eps);
+                (out.output, Some((out.mean, out.variance)))
+            } else {
+                (batch_norm($t, gamma, beta, mean, var, eps), None)
+            }
+        }};
+    }
+    match x {
+        Act::Flat(t) => {
+            let (y, s) = norm!(t);
+            (Act::Flat(y), s)
+        }
+        Act::Image(t) => {
+            let (y, s) = norm!(t);
+            (Act::Image(y), s)
+        }
+        Act::Seq(t) => {
+            let (y, s) = norm!(t.swap_dims(1, 2));
+            (Act::Seq(y.swap_dims(1, 2)), s)
+        }
+    }
+}

@@ -1,0 +1,684 @@
+//! Model specifications: Keras layers as data, read from TOML or built in Rust.
+//!
+//! A [`ModelSpec`] is a Keras `Sequential` stack: an `Input(shape)` followed by layers with Keras'
+//! class names and arguments (`Conv2D(filters, kernel_size, strides, padding, activation)`, …).
+//! Shapes follow Keras: they exclude the batch axis and images are `(height, width, channels)`.
+//! Output shapes and parameter counts use Keras' formulas (`keras/src/layers/*`), checked
+//! against TensorFlow 2 in the tests.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{KilnError, Result};
+
+/// Element-wise activations (Keras' `activation=` names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Activation {
+    /// Identity (Keras' default, `activation=None`).
+    #[default]
+    Linear,
+    /// `max(x, 0)`.
+    Relu,
+    /// Gaussian error linear unit, exact (erf) form as Keras' `gelu(approximate=False)`.
+    Gelu,
+    /// `1 / (1 + exp(-x))`.
+    Sigmoid,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// Softmax over the last axis.
+    Softmax,
+}
+
+impl Activation {
+    /// The Keras name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Linear => "linear",
+            Activation::Relu => "relu",
+            Activation::Gelu => "gelu",
+            Activation::Sigmoid => "sigmoid",
+            Activation::Tanh => "tanh",
+            Activation::Softmax => "softmax",
+        }
+    }
+}
+
+/// Convolution and pooling padding, as Keras' `padding=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Padding {
+    /// No padding: `out = floor((in - k) / s) + 1`.
+    #[default]
+    Valid,
+    /// Zero padding so that `out = ceil(in / s)`; the extra row/column goes at the end
+    /// (bottom/right), as TensorFlow does.
+    Same,
+}
+
+impl Padding {
+    /// Output length and `(begin, end)` padding along one axis of length `input` for a window of
+    /// `kernel` with stride `stride` (TensorFlow's `GetWindowedOutputSize`).
+    pub fn resolve(self, input: usize, kernel: usize, stride: usize) -> Option<(usize, (usize, usize))> {
+        match self {
+            Padding::Valid => (input >= kernel).then(|| ((input - kernel) / stride + 1, (0, 0))),
+            Padding::Same => {
+                let out = input.div_ceil(stride);
+                let total = ((out - 1) * stride + kernel).saturating_sub(input);
+                Some((out, (total / 2, total - total / 2)))
+            }
+        }
+    }
+}
+
+/// An integer or a `[height, width]` pair, as Keras accepts for `kernel_size`, `strides`,
+/// `pool_size`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pair(pub [usize; 2]);
+
+impl Serialize for Pair {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Pair {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            One(usize),
+            Two([usize; 2]),
+        }
+        match Raw::deserialize(d) {
+            Ok(Raw::One(v)) => Ok(Pair([v, v])),
+            Ok(Raw::Two(v)) => Ok(Pair(v)),
+            Err(_) => Err(serde::de::Error::custom(
+                "expected a positive integer or a [height, width] pair of integers",
+            )),
+        }
+    }
+}
+
+fn default_pool() -> Pair {
+    Pair([2, 2])
+}
+fn default_true() -> bool {
+    true
+}
+fn default_one() -> Pair {
+    Pair([1, 1])
+}
+fn default_bn_momentum() -> f64 {
+    0.99
+}
+fn default_bn_epsilon() -> f64 {
+    1e-3
+}
+
+/// One layer: its Keras class and arguments. In TOML, `type` names the class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", deny_unknown_fields)]
+pub enum LayerKind {
+    /// `keras.Input(shape)`: the shape of one example, without the batch axis.
+    Input {
+        /// e.g. `[784]` or `[28, 28, 1]` (height, width, channels).
+        shape: Vec<usize>,
+    },
+    /// `keras.layers.Dense(units, activation=None, use_bias=True)` on the last axis.
+    Dense {
+        /// Output features.
+        units: usize,
+        /// Applied after the affine map.
+        #[serde(default)]
+        activation: Activation,
+        /// Adds a bias vector.
+        #[serde(default = "default_true")]
+        use_bias: bool,
+    },
+    /// `keras.layers.Conv2D(filters, kernel_size, strides=1, padding="valid", activation=None)`
+    /// on `(height, width, channels)` inputs.
+    Conv2D {
+        /// Output channels.
+        filters: usize,
+        /// Window size, an integer or `[h, w]`.
+        kernel_size: Pair,
+        /// Step, an integer or `[h, w]`.
+        #[serde(default = "default_one")]
+        strides: Pair,
+        /// `valid` or `same`.
+        #[serde(default)]
+        padding: Padding,
+        /// Applied after the convolution.
+        #[serde(default)]
+        activation: Activation,
+        /// Adds a bias per filter.
+        #[serde(default = "default_true")]
+        use_bias: bool,
+    },
+    /// `keras.layers.MaxPooling2D(pool_size=2, strides=None, padding="valid")`.
+    MaxPooling2D {
+        /// Window, an integer or `[h, w]`.
+        #[serde(default = "default_pool")]
+        pool_size: Pair,
+        /// Step; `pool_size` when absent.
+        #[serde(default)]
+        strides: Option<Pair>,
+        /// `valid` or `same`.
+        #[serde(default)]
+        padding: Padding,
+    },
+    /// `keras.layers.AveragePooling2D(pool_size=2, strides=None, padding="valid")`; with `same`
+    /// padding the padded positions are not counted, as in TensorFlow.
+    AveragePooling2D {
+        /// Window, an integer or `[h, w]`.
+        #[serde(default = "default_pool")]
+        pool_size: Pair,
+        /// Step; `pool_size` when absent.
+        #[serde(default)]
+        strides: Option<Pair>,
+        /// `valid` or `same`.
+        #[serde(default)]
+        padding: Padding,
+    },
+    /// `keras.layers.Flatten()`, in Keras' (channels-last) order.
+    Flatten {},
+    /// `keras.layers.Dropout(rate)`: zeroes a fraction `rate` of inputs while training and
+    /// scales the rest by `1 / (1 - rate)`.
+    Dropout {
+        /// Fraction dropped, in `[0, 1)`.
+        rate: f64,
+    },
+    /// `keras.layers.BatchNormalization(momentum=0.99, epsilon=0.001)` over the last (channel)
+    /// axis.
+    BatchNormalization {
+        /// Moving-average momentum: `moving = moving * momentum + batch * (1 - momentum)`.
+        #[serde(default = "default_bn_momentum")]
+        momentum: f64,
+        /// Added to the variance before the square root.
+        #[serde(default = "default_bn_epsilon")]
+        epsilon: f64,
+    },
+    /// `keras.layers.Activation(activation)`.
+    Activation {
+        /// The function.
+        activation: Activation,
+    },
+}
+
+/// The Keras class names kiln knows, for error messages.
+pub const LAYER_TYPES: &[&str] = &[
+    "Input",
+    "Dense",
+    "Conv2D",
+    "MaxPooling2D",
+    "AveragePooling2D",
+    "Flatten",
+    "Dropout",
+    "BatchNormalization",
+    "Activation",
+];
+
+impl LayerKind {
+    /// The Keras class name (`"Conv2D"`).
+    pub fn class_name(&self) -> &'static str {
+        match self {
+            LayerKind::Input { .. } => "Input",
+            LayerKind::Dense { .. } => "Dense",
+            LayerKind::Conv2D { .. } => "Conv2D",
+            LayerKind::MaxPooling2D { .. } => "MaxPooling2D",
+            LayerKind::AveragePooling2D { .. } => "AveragePooling2D",
+            LayerKind::Flatten {} => "Flatten",
+            LayerKind::Dropout { .. } => "Dropout",
+            LayerKind::BatchNormalization { .. } => "BatchNormalization",
+            LayerKind::Activation { .. } => "Activation",
+        }
+    }
+
+    /// Keras' automatic name prefix (`conv2d`, `max_pooling2d`, …).
+    fn default_prefix(&self) -> &'static str {
+        match self {
+            LayerKind::Input { .. } => "input_layer",
+            LayerKind::Dense { .. } => "dense",
+            LayerKind::Conv2D { .. } => "conv2d",
+            LayerKind::MaxPooling2D { .. } => "max_pooling2d",
+            LayerKind::AveragePooling2D { .. } => "average_pooling2d",
+            LayerKind::Flatten {} => "flatten",
+            LayerKind::Dropout { .. } => "dropout",
+            LayerKind::BatchNormalization { .. } => "batch_normalization",
+            LayerKind::Activation { .. } => "activation",
+        }
+    }
+
+    /// Output shape for an input of `input` (Keras shapes, no batch axis), or a message saying
+    /// why the layer cannot take that input.
+    pub fn output_shape(&self, input: &[usize]) -> std::result::Result<Vec<usize>, String> {
+        match self {
+            LayerKind::Input { shape } => Ok(shape.clone()),
+            LayerKind::Dense { units, .. } => {
+                if input.is_empty() {
+                    return Err("Dense needs an input with at least one axis".into());
+                }
+                let mut out = input.to_vec();
+                *out.last_mut().unwrap() = *units;
+                Ok(out)
+            }
+            LayerKind::Conv2D {
+                filters,
+                kernel_size,
+                strides,
+                padding,
+                ..
+            } => {
+                let [h, w] = image_hw(input, "Conv2D")?;
+                let oh = window(*padding, h, kernel_size.0[0], strides.0[0])?;
+                let ow = window(*padding, w, kernel_size.0[1], strides.0[1])?;
+                Ok(vec![oh, ow, *filters])
+            }
+            LayerKind::MaxPooling2D {
+                pool_size,
+                strides,
+                padding,
+            }
+            | LayerKind::AveragePooling2D {
+                pool_size,
+                strides,
+                padding,
+            } => {
+                let [h, w] = image_hw(input, self.class_name())?;
+                let s = strides.unwrap_or(*pool_size).0;
+                let oh = window(*padding, h, pool_size.0[0], s[0])?;
+                let ow = window(*padding, w, pool_size.0[1], s[1])?;
+                Ok(vec![oh, ow, input[2]])
+            }
+            LayerKind::Flatten {} => Ok(vec![input.iter().product()]),
+            LayerKind::Dropout { .. }
+            | LayerKind::Activation { .. }
+            | LayerKind::BatchNormalization { .. } => Ok(input.to_vec()),
+        }
+    }
+
+    /// `(trainable, non_trainable)` parameter counts for an input of `input`, as Keras counts
+    /// them (BatchNormalization's moving mean and variance are non-trainable).
+    pub fn param_count(&self, input: &[usize]) -> (usize, usize) {
+        let last = input.last().copied().unwrap_or(0);
+        match self {
+            LayerKind::Dense {
+                units, use_bias, ..
+            } => (last * units + if *use_bias { *units } else { 0 }, 0),
+            LayerKind::Conv2D {
+                filters,
+                kernel_size,
+                use_bias,
+                ..
+            } => (
+                kernel_size.0[0] * kernel_size.0[1] * last * filters
+                    + if *use_bias { *filters } else { 0 },
+                0,
+            ),
+            LayerKind::BatchNormalization { .. } => (2 * last, 2 * last),
+            _ => (0, 0),
+        }
+    }
+
+    /// Checks argument ranges (positive sizes, rates in `[0, 1)`), naming the bad argument.
+    fn validate(&self) -> std::result::Result<(), String> {
+        let positive = |name: &str, v: usize| {
+            if v == 0 {
+                Err(format!("`{name}` must be positive, got 0"))
+            } else {
+                Ok(())
+            }
+        };
+        match self {
+            LayerKind::Input { shape } => {
+                if shape.is_empty() || shape.len() > 3 || shape.contains(&0) {
+                    return Err(format!(
+                        "`shape` must have 1 to 3 positive dimensions \
+                         (e.g. [784] or [28, 28, 1]), got {shape:?}"
+                    ));
+                }
+                Ok(())
+            }
+            LayerKind::Dense { units, .. } => positive("units", *units),
+            LayerKind::Conv2D {
+                filters,
+                kernel_size,
+                strides,
+                ..
+            } => {
+                positive("filters", *filters)?;
+                kernel_size.0.iter().try_for_each(|&v| positive("kernel_size", v))?;
+                strides.0.iter().try_for_each(|&v| positive("strides", v))
+            }
+            LayerKind::MaxPooling2D {
+                pool_size, strides, ..
+            }
+            | LayerKind::AveragePooling2D {
+                pool_size, strides, ..
+            } => {
+                pool_size.0.iter().try_for_each(|&v| positive("pool_size", v))?;
+                strides
+                    .unwrap_or(*pool_size)
+                    .0
+                    .iter()
+                    .try_for_each(|&v| positive("strides", v))
+            }
+            LayerKind::Dropout { rate } => {
+                if (0.0..1.0).contains(rate) {
+                    Ok(())
+                } else {
+                    Err(format!("`rate` must be in [0, 1), got {rate}"))
+                }
+            }
+            LayerKind::BatchNormalization { momentum, epsilon } => {
+                if !(0.0..=1.0).contains(momentum) {
+                    return Err(format!("`momentum` must be in [0, 1], got {momentum}"));
+                }
+                if *epsilon <= 0.0 {
+                    return Err(format!("`epsilon` must be positive, got {epsilon}"));
+                }
+                Ok(())
+            }
+            LayerKind::Flatten {} | LayerKind::Activation { .. } => Ok(()),
+        }
+    }
+}
+
+fn image_hw(input: &[usize], class: &str) -> std::result::Result<[usize; 2], String> {
+    match input {
+        [h, w, _c] => Ok([*h, *w]),
+        _ => Err(format!(
+            "{class} expects a 3-D input (height, width, channels), got shape {}",
+            keras_shape(input)
+        )),
+    }
+}
+
+fn window(padding: Padding, input: usize, k: usize, s: usize) -> std::result::Result<usize, String> {
+    padding
+        .resolve(input, k, s)
+        .map(|(out, _)| out)
+        .ok_or_else(|| format!("window {k} is larger than the input ({input}) with padding \"valid\""))
+}
+
+/// Formats a shape as Keras prints it: `(None, 28, 28, 1)`.
+pub fn keras_shape(shape: &[usize]) -> String {
+    let mut s = String::from("(None");
+    for d in shape {
+        s.push_str(&format!(", {d}"));
+    }
+    s.push(')');
+    s
+}
+
+/// A named layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerSpec {
+    /// Unique name (Keras' automatic names `conv2d`, `conv2d_1`, … when not given).
+    pub name: String,
+    /// Class and arguments.
+    pub kind: LayerKind,
+}
+
+/// A Keras `Sequential` model: `Input` then layers. Built with [`ModelSpec::builder`] or read
+/// from the `[model]` table of a config ([`ModelSpec::from_toml`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    input_shape: Vec<usize>,
+    layers: Vec<LayerSpec>,
+    shapes: Vec<Vec<usize>>,
+}
+
+/// Builds a [`ModelSpec`] in Rust, as `keras.Sequential([...])`.
+///
+/// ```
+/// use kiln::model::{Activation, LayerKind, ModelSpec};
+/// let spec = ModelSpec::builder(&[784])
+///     .add(LayerKind::Dense { units: 10, activation: Activation::Softmax, use_bias: true })
+///     .build()
+///     .unwrap();
+/// assert_eq!(spec.output_shape(), &[10]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct SequentialBuilder {
+    input_shape: Vec<usize>,
+    layers: Vec<(Option<String>, LayerKind)>,
+}
+
+impl SequentialBuilder {
+    /// Appends a layer with an automatic name.
+    pub fn add(mut self, kind: LayerKind) -> Self {
+        self.layers.push((None, kind));
+        self
+    }
+
+    /// Appends a layer with an explicit name.
+    pub fn add_named(mut self, name: impl Into<String>, kind: LayerKind) -> Self {
+        self.layers.push((Some(name.into()), kind));
+        self
+    }
+
+    /// Checks arguments and shapes.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming `model.layers[i]` when a layer's arguments are out of range
+    /// or it cannot take its input's shape.
+    pub fn build(self) -> Result<ModelSpec> {
+        ModelSpec::new(self.input_shape, self.layers)
+    }
+}
+
+impl ModelSpec {
+    /// Starts a Sequential model whose examples have `input_shape` (no batch axis).
+    pub fn builder(input_shape: &[usize]) -> SequentialBuilder {
+        SequentialBuilder {
+            input_shape: input_shape.to_vec(),
+            layers: Vec::new(),
+        }
+    }
+
+    fn new(input_shape: Vec<usize>, layers: Vec<(Option<String>, LayerKind)>) -> Result<ModelSpec> {
+        let key = |i: usize| format!("model.layers[{i}]");
+        LayerKind::Input {
+            shape: input_shape.clone(),
+        }
+        .validate()
+        .map_err(|m| KilnError::config("model.layers[0] (Input)", m))?;
+        let mut counts = std::collections::HashMap::<&str, usize>::new();
+        let mut named = Vec::new();
+        let mut shapes = Vec::new();
+        let mut shape = input_shape.clone();
+        for (i, (name, kind)) in layers.into_iter().enumerate() {
+            let i = i + 1; // index 0 is the Input layer
+            kind.validate()
+                .map_err(|m| KilnError::config(format!("{} ({})", key(i), kind.class_name()), m))?;
+            if matches!(kind, LayerKind::Input { .. }) {
+                return Err(KilnError::config(
+                    key(i),
+                    "`Input` may only be the first layer",
+                ));
+            }
+            shape = kind
+                .output_shape(&shape)
+                .map_err(|m| KilnError::config(format!("{} ({})", key(i), kind.class_name()), m))?;
+            let name = match name {
+                Some(n) => n,
+                None => {
+                    let prefix = kind.default_prefix();
+                    let n = counts.entry(prefix).or_insert(0);
+                    let name = if *n == 0 {
+                        prefix.to_string()
+                    } else {
+                        format!("{prefix}_{n}")
+                    };
+                    *n += 1;
+                    name
+                }
+            };
+            if named.iter().any(|l: &LayerSpec| l.name == name) {
+                return Err(KilnError::config(
+                    format!("{}.name", key(i)),
+                    format!("layer name \"{name}\" is used twice; names must be unique"),
+                ));
+            }
+            named.push(LayerSpec { name, kind });
+            shapes.push(shape.clone());
+        }
+        if named.is_empty() {
+            return Err(KilnError::config(
+                "model.layers",
+                "the model has no layers after `Input`; add at least one (e.g. Dense)",
+            ));
+        }
+        Ok(ModelSpec {
+            input_shape,
+            layers: named,
+            shapes,
+        })
+    }
+
+    /// Reads `[model]` from a config: `layers = [{ type = "Input", shape = [...] }, ...]`.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming the key (`model.layers[3].type`), the bad value and the
+    /// allowed values.
+    pub fn from_toml(model: &toml::Table) -> Result<ModelSpec> {
+        if let Some(k) = model.keys().find(|k| k.as_str() != "layers") {
+            return Err(KilnError::config(
+                format!("model.{k}"),
+                "unknown key; `[model]` takes `layers` only",
+            ));
+        }
+        let layers = model
+            .get("layers")
+            .and_then(|v| v.as_array())
+            .ok_or_else(|| {
+                KilnError::config(
+                    "model.layers",
+                    "missing: give an array of layers, the first `{ type = \"Input\", shape = [...] }`",
+                )
+            })?;
+        let mut parsed = Vec::new();
+        for (i, value) in layers.iter().enumerate() {
+            let key = format!("model.layers[{i}]");
+            let mut table = value
+                .as_table()
+                .cloned()
+                .ok_or_else(|| KilnError::config(&key, "each layer must be a table with a `type`"))?;
+            let type_name = table
+                .get("type")
+                .and_then(|t| t.as_str())
+                .ok_or_else(|| {
+                    KilnError::config(
+                        format!("{key}.type"),
+                        format!("missing; allowed: {}", LAYER_TYPES.join(", ")),
+                    )
+                })?
+                .to_string();
+            if !LAYER_TYPES.contains(&type_name.as_str()) {
+                return Err(KilnError::config(
+                    format!("{key}.type"),
+                    format!(
+                        "unknown layer type \"{type_name}\"; allowed: {}",
+                        LAYER_TYPES.join(", ")
+                    ),
+                ));
+            }
+            let name = match table.remove("name") {
+                Some(toml::Value::String(s)) => Some(s),
+                Some(other) => {
+                    return Err(KilnError::config(
+                        format!("{key}.name"),
+                        format!("must be a string, got {other}"),
+                    ));
+                }
+                None => None,
+            };
+            let kind: LayerKind = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| {
+                KilnError::config(format!("{key} ({type_name})"), e.message().trim().to_string())
+            })?;
+            parsed.push((name, kind));
+        }
+        let mut iter = parsed.into_iter();
+        let input_shape = match iter.next() {
+            Some((_, LayerKind::Input { shape })) => shape,
+            _ => {
+                return Err(KilnError::config(
+                    "model.layers[0]",
+                    "the first layer must be `{ type = \"Input\", shape = [...] }`",
+                ));
+            }
+        };
+        ModelSpec::new(input_shape, iter.collect())
+    }
+
+    /// The spec as the `[model]` TOML table (with resolved names), for the run directory.
+    pub fn to_toml(&self) -> toml::Table {
+        let mut layers = vec![toml::Value::try_from(LayerKind::Input {
+            shape: self.input_shape.clone(),
+        })
+        .expect("layer specs serialize")];
+        for layer in &self.layers {
+            let mut v = toml::Value::try_from(&layer.kind).expect("layer specs serialize");
+            if let toml::Value::Table(t) = &mut v {
+                t.insert("name".into(), toml::Value::String(layer.name.clone()));
+            }
+            layers.push(v);
+        }
+        let mut t = toml::Table::new();
+        t.insert("layers".into(), toml::Value::Array(layers));
+        t
+    }
+
+    /// Shape of one example (no batch axis).
+    pub fn input_shape(&self) -> &[usize] {
+        &self.input_shape
+    }
+
+    /// The layers after `Input`, in order.
+    pub fn layers(&self) -> &[LayerSpec] {
+        &self.layers
+    }
+
+    /// Output shape of layer `i` (no batch axis).
+    pub fn shape_after(&self, i: usize) -> &[usize] {
+        &self.shapes[i]
+    }
+
+    /// Input shape of layer `i`.
+    pub fn shape_before(&self, i: usize) -> &[usize] {
+        if i == 0 {
+            &self.input_shape
+        } else {
+            &self.shapes[i - 1]
+        }
+    }
+
+    /// The model's output shape.
+    pub fn output_shape(&self) -> &[usize] {
+        self.shapes.last().expect("a model has at least one layer")
+    }
+
+    /// `(trainable, non_trainable)` parameter totals.
+    pub fn param_count(&self) -> (usize, usize) {
+        (0..self.layers.len())
+            .map(|i| self.layers[i].kind.param_count(self.shape_before(i)))
+            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
+    }
+
+    /// True when the last layer ends in a softmax (its outputs are probabilities).
+    pub fn ends_in_softmax(&self) -> bool {
+        matches!(
+            self.layers.last().map(|l| &l.kind),
+            Some(LayerKind::Dense {
+                activation: Activation::Softmax,
+                ..
+            }) | Some(LayerKind::Activation {
+                activation: Activation::Softmax
+            }) | Some(LayerKind::Conv2D {
+                activation: Activation::Softmax,
+                ..
+            })
+        )
+    }
+}

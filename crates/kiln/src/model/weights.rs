@@ -1,0 +1,205 @@
+//! Weights files: safetensors (https://github.com/huggingface/safetensors) with one tensor per
+//! layer weight, named and laid out as Keras names and lays them out:
+//! `dense/kernel [in, units]`, `dense/bias [units]`, `conv2d/kernel [kh, kw, in, filters]`,
+//! `batch_normalization/{gamma, beta, moving_mean, moving_variance} [channels]`.
+//! Files are written to a temporary name and renamed, so a crash never leaves a torn file.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use burn::module::Param;
+use burn::prelude::*;
+use safetensors::tensor::{Dtype, TensorView};
+
+use super::network::{LayerParams, Network};
+use super::spec::ModelSpec;
+use crate::error::{KilnError, Result};
+
+/// Reorders a conv kernel from Keras' `[kh, kw, in, out]` to Burn's `[out, in, kh, kw]`.
+pub fn hwio_to_oihw(w: &[f32], [kh, kw, cin, cout]: [usize; 4]) -> Vec<f32> {
+    let mut out = vec![0.0; w.len()];
+    for y in 0..kh {
+        for x in 0..kw {
+            for i in 0..cin {
+                for o in 0..cout {
+                    out[((o * cin + i) * kh + y) * kw + x] = w[((y * kw + x) * cin + i) * cout + o];
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Reorders a conv kernel from Burn's `[out, in, kh, kw]` to Keras' `[kh, kw, in, out]`.
+pub fn oihw_to_hwio(w: &[f32], [cout, cin, kh, kw]: [usize; 4]) -> Vec<f32> {
+    let mut out = vec![0.0; w.len()];
+    for o in 0..cout {
+        for i in 0..cin {
+            for y in 0..kh {
+                for x in 0..kw {
+                    out[((y * kw + x) * cin + i) * cout + o] = w[((o * cin + i) * kh + y) * kw + x];
+                }
+            }
+        }
+    }
+    out
+}
+
+fn host<const D: usize>(p: &Param<Tensor<D>>) -> (Vec<f32>, [usize; D]) {
+    let t = p.val();
+    let dims = t.dims();
+    let values = t
+        .into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .expect("float parameters convert to f32");
+    (values, dims)
+}
+
+/// Every weight as `(name, Keras shape, values)`, in layer order.
+pub fn keras_weights(spec: &ModelSpec, net: &Network) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let mut out = Vec::new();
+    for (layer, p) in spec.layers().iter().zip(&net.layers) {
+        let name = &layer.name;
+        if let Some(k) = &p.dense_kernel {
+            let (v, d) = host(k);
+            out.push((format!("{name}/kernel"), d.to_vec(), v));
+        }
+        if let Some(k) = &p.conv_kernel {
+            let (v, [o, i, h, w]) = host(k);
+            out.push((format!("{name}/kernel"), vec![h, w, i, o], oihw_to_hwio(&v, [o, i, h, w])));
+        }
+        let vectors = [
+            ("bias", &p.bias),
+            ("gamma", &p.gamma),
+            ("beta", &p.beta),
+            ("moving_mean", &p.moving_mean),
+            ("moving_variance", &p.moving_variance),
+        ];
+        for (suffix, param) in vectors {
+            if let Some(param) = param {
+                let (v, d) = host(param);
+                out.push((format!("{name}/{suffix}"), d.to_vec(), v));
+            }
+        }
+    }
+    out
+}
+
+/// Saves the network's weights to `path` (safetensors, float32, Keras names and layouts).
+///
+/// # Errors
+/// [`KilnError::Io`] when the file cannot be written.
+pub fn save(spec: &ModelSpec, net: &Network, path: &Path) -> Result<()> {
+    let weights = keras_weights(spec, net);
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = weights
+        .into_iter()
+        .map(|(n, s, v)| (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect()))
+        .collect();
+    let views = bytes
+        .iter()
+        .map(|(n, s, b)| {
+            let view = TensorView::new(Dtype::F32, s.clone(), b).expect("shape matches data");
+            (n.clone(), view)
+        })
+        .collect::<Vec<_>>();
+    let meta = HashMap::from([("format".to_string(), "kiln-keras-layout".to_string())]);
+    let data = safetensors::serialize(views, Some(meta))
+        .map_err(|e| KilnError::Weights { path: path.into(), message: e.to_string() })?;
+    crate::run_dir::write_atomic(path, &data)
+}
+
+/// Loads weights saved by [`save`] into a freshly initialized network for `spec`.
+///
+/// # Errors
+/// [`KilnError::Weights`] naming the tensor when one is missing, has another shape or dtype, or
+/// the file is not safetensors; [`KilnError::Io`] when it cannot be read.
+pub fn load(spec: &ModelSpec, path: &Path, device: &Device) -> Result<Network> {
+    let bytes = std::fs::read(path).map_err(|e| KilnError::io(path, e))?;
+    let file = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| KilnError::Weights {
+        path: path.into(),
+        message: format!("not a readable safetensors file: {e}"),
+    })?;
+    let get = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
+        let t = file.tensor(name).map_err(|_| KilnError::Weights {
+            path: path.into(),
+            message: format!("tensor `{name}` is missing; was this file saved for another model?"),
+        })?;
+        if t.dtype() != Dtype::F32 || t.shape() != shape {
+            return Err(KilnError::Weights {
+                path: path.into(),
+                message: format!(
+                    "tensor `{name}` is {:?} {:?}, the model needs F32 {shape:?}",
+                    t.dtype(),
+                    t.shape()
+                ),
+            });
+        }
+        Ok(t.data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    };
+    let mut net = Network::init(spec, 0, device);
+    for (layer, p) in spec.layers().iter().zip(net.layers.iter_mut()) {
+        let name = &layer.name;
+        load_layer(name, p, device, &get)?;
+    }
+    Ok(net)
+}
+
+fn load_layer(
+    name: &str,
+    p: &mut LayerParams,
+    device: &Device,
+    get: &dyn Fn(&str, &[usize]) -> Result<Vec<f32>>,
+) -> Result<()> {
+    if let Some(k) = &p.dense_kernel {
+        let d = k.val().dims();
+        let v = get(&format!("{name}/kernel"), &d)?;
+        p.dense_kernel = Some(Param::from_tensor(Tensor::from_data(TensorData::new(v, d), device)));
+    }
+    if let Some(k) = &p.conv_kernel {
+        let [o, i, h, w] = k.val().dims();
+        let v = get(&format!("{name}/kernel"), &[h, w, i, o])?;
+        let v = hwio_to_oihw(&v, [h, w, i, o]);
+        p.conv_kernel = Some(Param::from_tensor(Tensor::from_data(
+            TensorData::new(v, [o, i, h, w]),
+            device,
+        )));
+    }
+    let slots: [(&str, &mut Option<Param<Tensor<1>>>, bool); 5] = [
+        ("bias", &mut p.bias, true),
+        ("gamma", &mut p.gamma, true),
+        ("beta", &mut p.beta, true),
+        ("moving_mean", &mut p.moving_mean, false),
+        ("moving_variance", &mut p.moving_variance, false),
+    ];
+    for (suffix, slot, trainable) in slots {
+        if let Some(param) = slot {
+            let d = param.val().dims();
+            let v = get(&format!("{name}/{suffix}"), &d)?;
+            *slot = Some(
+                Param::from_tensor(Tensor::from_data(TensorData::new(v, d), device))
+                    .set_require_grad(trainable),
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conv_kernel_layouts_round_trip_and_agree_elementwise() {
+        let dims = [2, 3, 4, 5]; // kh, kw, in, out
+        let hwio: Vec<f32> = (0..120).map(|v| v as f32).collect();
+        let oihw = hwio_to_oihw(&hwio, dims);
+        // Element (y=1, x=2, i=3, o=4) lives at ((1*3+2)*4+3)*5+4 = 119 in HWIO and at
+        // ((4*4+3)*2+1)*3+2 = 119 -> index in OIHW computed by hand: ((o*in+i)*kh+y)*kw+x.
+        assert_eq!(oihw[((4 * 4 + 3) * 2 + 1) * 3 + 2], hwio[((3 + 2) * 4 + 3) * 5 + 4]);
+        assert_eq!(oihw_to_hwio(&oihw, [5, 4, 2, 3]), hwio);
+    }
+}

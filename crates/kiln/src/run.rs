@@ -1,0 +1,174 @@
+//! Whole runs, as the `kiln` command performs them: train a config into a run directory,
+//! evaluate it, predict with it. Library users call these too.
+
+use std::path::{Path, PathBuf};
+
+use burn::prelude::Device;
+use kiln_data::Array;
+
+use crate::compile::{LossKind, argmax};
+use crate::config::RunConfig;
+use crate::error::{KilnError, Result};
+use crate::fit::{Callback, History, Logs, Model};
+use crate::input::{load_idx, pipeline, read_inputs, split_last};
+use crate::run_dir::RunDir;
+
+/// Command-line overrides of config values.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `fit.epochs`.
+    pub epochs: Option<usize>,
+    /// `fit.batch_size`.
+    pub batch_size: Option<usize>,
+    /// `seed`.
+    pub seed: Option<u64>,
+    /// `data.data_dir`.
+    pub data_dir: Option<PathBuf>,
+}
+
+impl RunConfig {
+    /// Applies overrides and re-checks the values.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming the flag's key when a value is out of range.
+    pub fn apply(&mut self, o: &Overrides) -> Result<()> {
+        if let Some(v) = o.epochs {
+            self.fit.epochs = v;
+        }
+        if let Some(v) = o.batch_size {
+            self.fit.batch_size = v;
+        }
+        if let Some(v) = o.seed {
+            self.seed = v;
+        }
+        if let Some(v) = &o.data_dir {
+            self.data.data_dir = v.clone();
+        }
+        self.fit.validate()
+    }
+}
+
+/// What `train` produced.
+#[derive(Debug)]
+pub struct TrainReport {
+    /// The trained model.
+    pub model: Model,
+    /// Per-epoch values.
+    pub history: History,
+    /// Loss and metrics on the test split.
+    pub test: Logs,
+    /// Where everything was written.
+    pub run_dir: PathBuf,
+}
+
+/// Trains `cfg` on `device`, writing the run directory `run_dir`. `on_model` sees the compiled
+/// model before training (to print its summary).
+///
+/// # Errors
+/// [`KilnError::MissingData`], data, shape and I/O errors; the run directory keeps what was
+/// written before the error.
+pub fn train(cfg: &RunConfig, run_dir: &Path, device: Device, callbacks: &mut [&mut dyn Callback], on_model: impl FnOnce(&Model)) -> Result<TrainReport> {
+    let data = load_idx(&cfg.data)?;
+    let ((train_x, train_y), held_out) = split_last(&data.train_x, &data.train_y, cfg.fit.validation_split);
+    let validation = match (held_out, cfg.fit.validation_data.as_deref()) {
+        (Some((x, y)), _) => Some(pipeline(x, Some(y), cfg, false)?),
+        (None, Some("test")) => Some(pipeline(data.test_x.clone(), Some(data.test_y.clone()), cfg, false)?),
+        _ => None,
+    };
+    let train = pipeline(train_x, Some(train_y), cfg, cfg.fit.shuffle)?;
+    let test = pipeline(data.test_x, Some(data.test_y), cfg, false)?;
+
+    let dir = RunDir::create(run_dir)?;
+    dir.save_config(&cfg.to_toml())?;
+    let mut model = Model::new(&cfg.name, cfg.model.clone(), cfg.compile.clone(), cfg.seed, device);
+    on_model(&model);
+    let history = model.fit(&train, validation.as_ref(), cfg.fit.epochs, callbacks)?;
+    model.save_weights(&dir.weights())?;
+    dir.save_history(&history)?;
+    let test_logs = model.evaluate(&test)?;
+    dir.save_metrics(&test_logs)?;
+    Ok(TrainReport { model, history, test: test_logs, run_dir: dir.path().to_path_buf() })
+}
+
+/// Loads a run directory's config (with `overrides`, e.g. another `data_dir`) and model.
+///
+/// # Errors
+/// [`KilnError::MissingData`] when `run_dir` is not a run directory; config and weights errors.
+pub fn load_run(run_dir: &Path, overrides: &Overrides, device: Device) -> Result<(RunConfig, Model)> {
+    let dir = RunDir::open(run_dir)?;
+    let mut cfg = RunConfig::load(&dir.config())?;
+    cfg.apply(overrides)?;
+    let model = Model::from_weights(&cfg.name, cfg.model.clone(), cfg.compile.clone(), &dir.weights(), device)?;
+    Ok((cfg, model))
+}
+
+/// What `evaluate` measured on the test split.
+#[derive(Debug)]
+pub struct Evaluation {
+    /// Loss and metrics.
+    pub logs: Logs,
+    /// Predicted class (argmax of the output) per test example, in file order.
+    pub predicted: Vec<usize>,
+}
+
+/// Evaluates a trained run on its test split (Keras' `model.evaluate`).
+///
+/// # Errors
+/// As [`load_run`], plus data errors.
+pub fn evaluate(run_dir: &Path, overrides: &Overrides, device: Device) -> Result<Evaluation> {
+    let (cfg, model) = load_run(run_dir, overrides, device)?;
+    let data = load_idx(&cfg.data)?;
+    let test = pipeline(data.test_x, Some(data.test_y), &cfg, false)?;
+    let logs = model.evaluate(&test)?;
+    let (outputs, units) = model.predict(&test)?;
+    let predicted = outputs.chunks_exact(units).map(argmax).collect();
+    Ok(Evaluation { logs, predicted })
+}
+
+/// Class probabilities for the examples in `input` (IDX or NPY): `[examples, units]` row-major
+/// and `units`. A file holding one example with the Input's shape (no batch axis) counts as one
+/// example. Outputs of a `from_logits` model go through softmax (sigmoid for
+/// `binary_crossentropy`), so rows are probabilities either way.
+///
+/// # Errors
+/// As [`load_run`], plus I/O, format and shape errors naming the input file.
+pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<(Vec<f32>, usize)> {
+    let (cfg, model) = load_run(run_dir, &Overrides::default(), device)?;
+    let x = read_inputs(input)?;
+    let per: usize = cfg.model.input_shape().iter().product();
+    let x = if x.len() == per && x.shape().first() != Some(&1) {
+        let mut shape = vec![1];
+        shape.extend_from_slice(x.shape());
+        x.reshape(shape)?
+    } else {
+        x
+    };
+    let x: Array = x;
+    if x.shape().is_empty() || x.len() % per != 0 || x.len() / x.shape()[0] != per {
+        return Err(KilnError::Shape(format!(
+            "{}: examples of shape {:?} do not fit the model's Input {}",
+            input.display(),
+            x.shape().get(1..).unwrap_or(&[]),
+            crate::model::keras_shape(cfg.model.input_shape())
+        )));
+    }
+    let ds = pipeline(x, None, &cfg, false)?;
+    let (mut out, units) = model.predict(&ds)?;
+    if cfg.compile.loss.from_logits {
+        match cfg.compile.loss.kind {
+            LossKind::BinaryCrossentropy => out.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
+            LossKind::MeanSquaredError => {}
+            _ => out.chunks_exact_mut(units).for_each(softmax_in_place),
+        }
+    }
+    Ok((out, units))
+}
+
+fn softmax_in_place(row: &mut [f32]) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let sum: f32 = row.iter_mut().map(|v| {
+        *v = (*v - max).exp();
+        *v
+    }).sum();
+    row.iter_mut().for_each(|v| *v /= sum);
+}
