@@ -13,3 +13,6 @@ pub use spec::{
     keras_shape,
 };
 pub use summary::{summary, thousands};
+
+#[cfg(test)]
+mod keras_parity_tests;

@@ -140,10 +140,18 @@ pub fn load(spec: &ModelSpec, path: &Path, device: &Device) -> Result<Network> {
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect())
     };
+    load_with(spec, device, &get)
+}
+
+/// Builds a network for `spec` from weights in Keras' names and layouts, fetched by `get(name,
+/// keras_shape)` (e.g. from a map of `keras_weights` output, or from another file format).
+///
+/// # Errors
+/// Whatever `get` returns for a missing or mismatched tensor.
+pub fn load_with(spec: &ModelSpec, device: &Device, get: &dyn Fn(&str, &[usize]) -> Result<Vec<f32>>) -> Result<Network> {
     let mut net = Network::init(spec, 0, device);
     for (layer, p) in spec.layers().iter().zip(net.layers.iter_mut()) {
-        let name = &layer.name;
-        load_layer(name, p, device, &get)?;
+        load_layer(&layer.name, p, device, get)?;
     }
     Ok(net)
 }
