@@ -118,8 +118,13 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let config = e.downcast_ref::<KilnError>().is_some_and(KilnError::is_config);
-            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            eprintln!("kiln: error: {}", chain.join(": "));
+            // kiln's errors already carry their cause in their message; context added here
+            // (anyhow) is joined with the cause.
+            let message = match e.downcast_ref::<KilnError>() {
+                Some(k) => k.to_string(),
+                None => e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": "),
+            };
+            eprintln!("kiln: error: {}", message.replace('\n', " "));
             ExitCode::from(if config { 2 } else { 1 })
         }
     }

@@ -106,10 +106,13 @@ impl RunConfig {
     /// Reads and parses a config file.
     ///
     /// # Errors
-    /// [`KilnError::Io`] when it cannot be read; [`KilnError::Config`] (naming the file) when it
-    /// is invalid.
+    /// [`KilnError::Config`] (naming the file) when it cannot be read or is invalid.
     pub fn load(path: &Path) -> Result<RunConfig> {
-        let text = std::fs::read_to_string(path).map_err(|e| KilnError::io(path, e))?;
+        let text = std::fs::read_to_string(path).map_err(|e| KilnError::Config {
+            file: Some(path.to_path_buf()),
+            key: "config".into(),
+            message: format!("cannot read the config file: {e}"),
+        })?;
         RunConfig::from_toml_str(&text).map_err(|e| e.in_file(path))
     }
 
