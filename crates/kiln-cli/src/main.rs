@@ -14,7 +14,11 @@ use kiln::run::{self, Overrides};
 use kiln::{DeviceKind, KilnError, RunConfig, device};
 
 #[derive(Parser)]
-#[command(name = "kiln", version, about = "Keras-style deep learning in one Rust binary")]
+#[command(
+    name = "kiln",
+    version,
+    about = "Keras-style deep learning in one Rust binary"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -110,19 +114,28 @@ fn main() -> ExitCode {
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
         eprintln!("kiln: internal error{at}: {msg} (please report this bug)");
     }));
     let cli = Cli::parse();
     match run_command(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let config = e.downcast_ref::<KilnError>().is_some_and(KilnError::is_config);
+            let config = e
+                .downcast_ref::<KilnError>()
+                .is_some_and(KilnError::is_config);
             // kiln's errors already carry their cause in their message; context added here
             // (anyhow) is joined with the cause.
             let message = match e.downcast_ref::<KilnError>() {
                 Some(k) => k.to_string(),
-                None => e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": "),
+                None => e
+                    .chain()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(": "),
             };
             eprintln!("kiln: error: {}", message.replace('\n', " "));
             ExitCode::from(if config { 2 } else { 1 })
@@ -132,20 +145,34 @@ fn main() -> ExitCode {
 
 fn run_command(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Train { config, epochs, batch_size, device, run_dir, seed, data_dir } => {
+        Command::Train {
+            config,
+            epochs,
+            batch_size,
+            device,
+            run_dir,
+            seed,
+            data_dir,
+        } => {
             let mut cfg = RunConfig::load(&config)?;
-            cfg.apply(&Overrides { epochs, batch_size, seed, data_dir })
-                .map_err(|e| e.in_file(&config))?;
+            cfg.apply(&Overrides {
+                epochs,
+                batch_size,
+                seed,
+                data_dir,
+            })
+            .map_err(|e| e.in_file(&config))?;
             let dev = device::resolve(device.into())?;
             let run_dir = run_dir.unwrap_or_else(|| cfg.default_run_dir());
             let mut progress = progress::Progress::new();
-            let report = run::train(&cfg, &run_dir, dev, &mut [&mut progress], |m| print!("{}", m.summary()))?;
+            let report = run::train(&cfg, &run_dir, dev, &mut [&mut progress], |m| {
+                print!("{}", m.summary())
+            })?;
             let epochs_run = report.history.epoch.len();
             let total: f64 = report.history.epoch_time_s.iter().sum();
-            let sps = report.history.samples_per_second.iter().sum::<f64>() / epochs_run.max(1) as f64;
-            println!(
-                "Trained {epochs_run} epochs in {total:.1}s ({sps:.0} samples/s on average)."
-            );
+            let sps =
+                report.history.samples_per_second.iter().sum::<f64>() / epochs_run.max(1) as f64;
+            println!("Trained {epochs_run} epochs in {total:.1}s ({sps:.0} samples/s on average).");
             println!("Test: {}", progress::format_logs(&report.test));
             if let Some(acc) = report.test.get("accuracy") {
                 println!("Test accuracy: {acc:.4}");
@@ -153,9 +180,22 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             println!("Run saved to {}", report.run_dir.display());
             Ok(())
         }
-        Command::Evaluate { run_dir, json, save_predictions, data_dir, device } => {
+        Command::Evaluate {
+            run_dir,
+            json,
+            save_predictions,
+            data_dir,
+            device,
+        } => {
             let dev = device::resolve(device.into())?;
-            let eval = run::evaluate(&run_dir, &Overrides { data_dir, ..Default::default() }, dev)?;
+            let eval = run::evaluate(
+                &run_dir,
+                &Overrides {
+                    data_dir,
+                    ..Default::default()
+                },
+                dev,
+            )?;
             if json {
                 println!("{}", eval.logs.to_json());
             } else {
@@ -169,11 +209,18 @@ fn run_command(command: Command) -> anyhow::Result<()> {
                 for (i, p) in eval.predicted.iter().enumerate() {
                     out += &format!("{i},{p}\n");
                 }
-                std::fs::write(&path, out).with_context(|| format!("cannot write {}", path.display()))?;
+                std::fs::write(&path, out)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
             }
             Ok(())
         }
-        Command::Predict { run_dir, input, format, output, device } => {
+        Command::Predict {
+            run_dir,
+            input,
+            format,
+            output,
+            device,
+        } => {
             let dev = device::resolve(device.into())?;
             let (probs, units) = run::predict(&run_dir, &input, dev)?;
             let text = match format {
@@ -182,16 +229,25 @@ fn run_command(command: Command) -> anyhow::Result<()> {
                     serde_json::json!({ "predictions": rows }).to_string() + "\n"
                 }
                 Format::Csv => {
-                    let mut s = (0..units).map(|k| format!("class_{k}")).collect::<Vec<_>>().join(",") + "\n";
+                    let mut s = (0..units)
+                        .map(|k| format!("class_{k}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                        + "\n";
                     for row in probs.chunks_exact(units) {
-                        s += &row.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",");
+                        s += &row
+                            .iter()
+                            .map(|v| v.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",");
                         s.push('\n');
                     }
                     s
                 }
             };
             match output {
-                Some(path) => std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?,
+                Some(path) => std::fs::write(&path, text)
+                    .with_context(|| format!("cannot write {}", path.display()))?,
                 None => std::io::stdout().write_all(text.as_bytes())?,
             }
             Ok(())

@@ -75,7 +75,11 @@ impl Callback for Progress {
             };
             bar.set_draw_target(ProgressDrawTarget::stdout_with_hz(10));
             let template = format!("{{pos:>{width}}}/{{len}} {{bar:20.green/white}} {{msg}}");
-            bar.set_style(ProgressStyle::with_template(&template).expect("valid template").progress_chars("━━━"));
+            bar.set_style(
+                ProgressStyle::with_template(&template)
+                    .expect("valid template")
+                    .progress_chars("━━━"),
+            );
             self.bar = Some(bar);
         }
     }
@@ -125,7 +129,10 @@ mod tests {
         logs.set("loss", 0.58661);
         logs.set("val_loss", 0.37291);
         logs.set("accuracy", 0.79364);
-        assert_eq!(format_logs(&logs), "loss: 0.5866 - accuracy: 0.7936 - val_loss: 0.3729");
+        assert_eq!(
+            format_logs(&logs),
+            "loss: 0.5866 - accuracy: 0.7936 - val_loss: 0.3729"
+        );
         assert_eq!(duration(Duration::from_secs(75)), "1:15");
         assert_eq!(duration(Duration::from_secs(38)), "38s");
     }

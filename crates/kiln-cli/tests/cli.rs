@@ -11,7 +11,10 @@ fn examples() -> PathBuf {
 }
 
 fn kiln(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln")).args(args).output().expect("kiln runs")
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .output()
+        .expect("kiln runs")
 }
 
 fn stdout(o: &Output) -> String {
@@ -50,10 +53,17 @@ fn test_accuracy(out: &str) -> f64 {
 fn assert_clean_failure(o: &Output, code: i32, needle: &str) {
     let err = stderr(o);
     assert_eq!(o.status.code(), Some(code), "stderr: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line expected: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected: {err}"
+    );
     assert!(err.starts_with("kiln: error: "), "{err}");
     assert!(err.contains(needle), "{needle:?} not in {err}");
-    assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -62,30 +72,59 @@ fn train_evaluate_predict_round_trip_on_fashion_mnist() {
     let dir = scratch("roundtrip");
     let run = dir.join("run");
     let mlp = examples().join("mlp.toml");
-    let o = kiln(&["train", mlp.to_str().unwrap(), "--epochs", "1", "--batch-size", "256", "--run-dir", run.to_str().unwrap()]);
+    let o = kiln(&[
+        "train",
+        mlp.to_str().unwrap(),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "256",
+        "--run-dir",
+        run.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("Total params: 669,706"), "{out}");
     let acc = test_accuracy(&out);
-    assert!(acc >= 0.80, "one epoch of the MLP should reach 0.80, got {acc}");
-    for f in ["config.toml", "model.safetensors", "history.json", "metrics.json"] {
+    assert!(
+        acc >= 0.80,
+        "one epoch of the MLP should reach 0.80, got {acc}"
+    );
+    for f in [
+        "config.toml",
+        "model.safetensors",
+        "history.json",
+        "metrics.json",
+    ] {
         assert!(run.join(f).is_file(), "{f} missing");
     }
-    let history: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("history.json")).unwrap()).unwrap();
-    assert_eq!(history["history"]["val_accuracy"].as_array().unwrap().len(), 1);
+    let history: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("history.json")).unwrap()).unwrap();
+    assert_eq!(
+        history["history"]["val_accuracy"].as_array().unwrap().len(),
+        1
+    );
     assert!(history["samples_per_second"][0].as_f64().unwrap() > 100.0);
 
     // evaluate reproduces the test accuracy written at the end of training.
     let preds = dir.join("predictions.csv");
-    let o = kiln(&["evaluate", run.to_str().unwrap(), "--json", "--save-predictions", preds.to_str().unwrap()]);
+    let o = kiln(&[
+        "evaluate",
+        run.to_str().unwrap(),
+        "--json",
+        "--save-predictions",
+        preds.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let eval: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let metrics: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("metrics.json")).unwrap()).unwrap();
+    let metrics: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("metrics.json")).unwrap()).unwrap();
     assert_eq!(eval["accuracy"], metrics["accuracy"]);
     assert!((eval["accuracy"].as_f64().unwrap() - acc).abs() < 1e-4);
 
     // predict on the first 10 test images (an IDX file) agrees with evaluate's classes.
-    let images = kiln_data::idx::read_idx(&Path::new(DATA).join("t10k-images-idx3-ubyte.gz")).unwrap();
+    let images =
+        kiln_data::idx::read_idx(&Path::new(DATA).join("t10k-images-idx3-ubyte.gz")).unwrap();
     let first10 = dir.join("first10.idx");
     kiln_data::idx::write_idx(&first10, &images.rows(0, 10)).unwrap();
     let o = kiln(&["predict", run.to_str().unwrap(), first10.to_str().unwrap()]);
@@ -101,9 +140,17 @@ fn train_evaluate_predict_round_trip_on_fashion_mnist() {
         .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
         .collect();
     for (row, want) in rows.iter().zip(&evaluated) {
-        let row: Vec<f64> = row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let row: Vec<f64> = row
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
         assert_eq!(row.len(), 10);
-        assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-4, "probabilities sum to 1: {row:?}");
+        assert!(
+            (row.iter().sum::<f64>() - 1.0).abs() < 1e-4,
+            "probabilities sum to 1: {row:?}"
+        );
         let argmax = (0..10).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap();
         assert_eq!(argmax, *want);
     }
@@ -111,7 +158,13 @@ fn train_evaluate_predict_round_trip_on_fashion_mnist() {
     // The same images as NPY, as CSV output.
     let npy = dir.join("first10.npy");
     kiln_data::npy::write_npy(&npy, &images.rows(0, 10)).unwrap();
-    let o = kiln(&["predict", run.to_str().unwrap(), npy.to_str().unwrap(), "--format", "csv"]);
+    let o = kiln(&[
+        "predict",
+        run.to_str().unwrap(),
+        npy.to_str().unwrap(),
+        "--format",
+        "csv",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let csv = stdout(&o);
     assert_eq!(csv.lines().count(), 11);
@@ -126,30 +179,61 @@ fn bad_inputs_fail_with_one_line_and_the_right_exit_code() {
     let mlp = examples().join("mlp.toml");
     let text = std::fs::read_to_string(&mlp).unwrap();
 
-    let o = kiln(&["train", mlp.to_str().unwrap(), "--data-dir", "/nonexistent/fashion"]);
-    assert_clean_failure(&o, 1, "data directory /nonexistent/fashion does not exist; run scripts/setup.sh");
+    let o = kiln(&[
+        "train",
+        mlp.to_str().unwrap(),
+        "--data-dir",
+        "/nonexistent/fashion",
+    ]);
+    assert_clean_failure(
+        &o,
+        1,
+        "data directory /nonexistent/fashion does not exist; run scripts/setup.sh",
+    );
 
     // A truncated training-labels file.
     let data = dir.join("data");
     std::fs::create_dir_all(&data).unwrap();
-    for f in ["train-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"] {
+    for f in [
+        "train-images-idx3-ubyte.gz",
+        "t10k-images-idx3-ubyte.gz",
+        "t10k-labels-idx1-ubyte.gz",
+    ] {
         std::fs::copy(Path::new(DATA).join(f), data.join(f)).unwrap();
     }
-    let labels = kiln_data::idx::read_idx(&Path::new(DATA).join("train-labels-idx1-ubyte.gz")).unwrap();
+    let labels =
+        kiln_data::idx::read_idx(&Path::new(DATA).join("train-labels-idx1-ubyte.gz")).unwrap();
     let bytes = kiln_data::idx::encode_idx(&labels).unwrap();
     std::fs::write(data.join("train-labels-idx1-ubyte.gz"), &bytes[..5000]).unwrap();
-    let o = kiln(&["train", mlp.to_str().unwrap(), "--data-dir", data.to_str().unwrap()]);
+    let o = kiln(&[
+        "train",
+        mlp.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
     assert_clean_failure(&o, 1, "train-labels-idx1-ubyte.gz: truncated");
 
     let bad = dir.join("bad-layer.toml");
     std::fs::write(&bad, text.replace("\"Flatten\"", "\"Flattn\"")).unwrap();
     let o = kiln(&["train", bad.to_str().unwrap()]);
-    assert_clean_failure(&o, 2, "model.layers[1].type: unknown layer type \"Flattn\"; allowed: Input, Dense");
+    assert_clean_failure(
+        &o,
+        2,
+        "model.layers[1].type: unknown layer type \"Flattn\"; allowed: Input, Dense",
+    );
 
     let bad = dir.join("bad-key.toml");
-    std::fs::write(&bad, text.replace("batch_size = 128", "batch_size = 128\nlearning_rate = 0.1")).unwrap();
+    std::fs::write(
+        &bad,
+        text.replace("batch_size = 128", "batch_size = 128\nlearning_rate = 0.1"),
+    )
+    .unwrap();
     let o = kiln(&["train", bad.to_str().unwrap()]);
-    assert_clean_failure(&o, 2, "unknown field `learning_rate`, expected one of `epochs`");
+    assert_clean_failure(
+        &o,
+        2,
+        "unknown field `learning_rate`, expected one of `epochs`",
+    );
 
     let o = kiln(&["train", mlp.to_str().unwrap(), "--batch-size", "0"]);
     assert_clean_failure(&o, 2, "fit.batch_size: must be at least 1");
@@ -169,7 +253,12 @@ fn bad_inputs_fail_with_one_line_and_the_right_exit_code() {
 fn cnn_example_reaches_091_test_accuracy() {
     require_data();
     let dir = scratch("cnn");
-    let o = kiln(&["train", examples().join("cnn.toml").to_str().unwrap(), "--run-dir", dir.to_str().unwrap()]);
+    let o = kiln(&[
+        "train",
+        examples().join("cnn.toml").to_str().unwrap(),
+        "--run-dir",
+        dir.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let acc = test_accuracy(&stdout(&o));
     assert!(acc >= 0.91, "CNN test accuracy {acc}");
@@ -182,7 +271,12 @@ fn cnn_example_reaches_091_test_accuracy() {
 fn mlp_example_reaches_088_test_accuracy() {
     require_data();
     let dir = scratch("mlp");
-    let o = kiln(&["train", examples().join("mlp.toml").to_str().unwrap(), "--run-dir", dir.to_str().unwrap()]);
+    let o = kiln(&[
+        "train",
+        examples().join("mlp.toml").to_str().unwrap(),
+        "--run-dir",
+        dir.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let acc = test_accuracy(&stdout(&o));
     assert!(acc >= 0.88, "MLP test accuracy {acc}");

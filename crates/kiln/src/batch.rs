@@ -55,11 +55,24 @@ pub fn features(x: &Array, spec: &ModelSpec, device: &Device) -> Result<(Act, us
         other => other.to_f32(),
     };
     let act = match *want {
-        [f] => Act::Flat(Tensor::from_data(TensorData::new(values, [batch, f]), device)),
-        [s, f] => Act::Seq(Tensor::from_data(TensorData::new(values, [batch, s, f]), device)),
+        [f] => Act::Flat(Tensor::from_data(
+            TensorData::new(values, [batch, f]),
+            device,
+        )),
+        [s, f] => Act::Seq(Tensor::from_data(
+            TensorData::new(values, [batch, s, f]),
+            device,
+        )),
         [h, w, c] => {
-            let nchw = if c == 1 { values } else { nhwc_to_nchw(&values, [batch, h, w, c]) };
-            Act::Image(Tensor::from_data(TensorData::new(nchw, [batch, c, h, w]), device))
+            let nchw = if c == 1 {
+                values
+            } else {
+                nhwc_to_nchw(&values, [batch, h, w, c])
+            };
+            Act::Image(Tensor::from_data(
+                TensorData::new(nchw, [batch, c, h, w]),
+                device,
+            ))
         }
         _ => unreachable!("Input shapes have 1 to 3 axes"),
     };
@@ -86,14 +99,28 @@ pub fn nhwc_to_nchw(v: &[f32], [n, h, w, c]: [usize; 4]) -> Vec<f32> {
 /// # Errors
 /// [`KilnError::Shape`] for features that do not fit the Input, labels outside
 /// `[0, units)`, or targets whose size differs from the output.
-pub fn to_device(el: &Element, spec: &ModelSpec, loss: &LossSpec, device: &Device) -> Result<DeviceBatch> {
+pub fn to_device(
+    el: &Element,
+    spec: &ModelSpec,
+    loss: &LossSpec,
+    device: &Device,
+) -> Result<DeviceBatch> {
     let (x, size) = features(el.require(FEATURES)?, spec, device)?;
     let units = spec.output_shape()[0];
     let Some(y) = el.get(LABELS) else {
-        return Ok(DeviceBatch { x, labels: None, classes: vec![], targets: vec![], size });
+        return Ok(DeviceBatch {
+            x,
+            labels: None,
+            classes: vec![],
+            targets: vec![],
+            size,
+        });
     };
     let per_example = y.len() / size.max(1);
-    let integer = matches!(y.dtype(), kiln_data::DType::U8 | kiln_data::DType::I32 | kiln_data::DType::I64);
+    let integer = matches!(
+        y.dtype(),
+        kiln_data::DType::U8 | kiln_data::DType::I32 | kiln_data::DType::I64
+    );
     let class_labels = integer && per_example == 1;
     let check = |classes: &[i64]| -> Result<()> {
         match classes.iter().position(|&c| c < 0 || c as usize >= units) {
@@ -114,7 +141,13 @@ pub fn to_device(el: &Element, spec: &ModelSpec, loss: &LossSpec, device: &Devic
         let classes = y.data().to_i64();
         check(&classes)?;
         let t = Tensor::<1, Int>::from_data(TensorData::new(classes.clone(), [size]), device);
-        return Ok(DeviceBatch { x, labels: Some(Labels::Sparse(t)), classes, targets: vec![], size });
+        return Ok(DeviceBatch {
+            x,
+            labels: Some(Labels::Sparse(t)),
+            classes,
+            targets: vec![],
+            size,
+        });
     }
     let (classes, targets) = if class_labels && units > 1 {
         // Integer labels for a dense loss: one-hot encode (Keras would ask for to_categorical).
@@ -133,11 +166,20 @@ pub fn to_device(el: &Element, spec: &ModelSpec, loss: &LossSpec, device: &Devic
                 per_example
             )));
         }
-        let classes = t.chunks_exact(units).map(|r| crate::compile::argmax(r) as i64).collect();
+        let classes = t
+            .chunks_exact(units)
+            .map(|r| crate::compile::argmax(r) as i64)
+            .collect();
         (classes, t)
     };
     let dense = Tensor::<2>::from_data(TensorData::new(targets.clone(), [size, units]), device);
-    Ok(DeviceBatch { x, labels: Some(Labels::Dense(dense)), classes, targets, size })
+    Ok(DeviceBatch {
+        x,
+        labels: Some(Labels::Dense(dense)),
+        classes,
+        targets,
+        size,
+    })
 }
 
 #[cfg(test)]
@@ -148,6 +190,9 @@ mod tests {
     fn nhwc_to_nchw_moves_channels_first() {
         // One 1x2 image with 3 channels: pixels (a0 a1 a2), (b0 b1 b2).
         let v = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
-        assert_eq!(nhwc_to_nchw(&v, [1, 1, 2, 3]), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+        assert_eq!(
+            nhwc_to_nchw(&v, [1, 1, 2, 3]),
+            vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
+        );
     }
 }

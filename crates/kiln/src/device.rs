@@ -21,7 +21,10 @@ impl std::str::FromStr for DeviceKind {
         match s {
             "cpu" => Ok(DeviceKind::Cpu),
             "gpu" => Ok(DeviceKind::Gpu),
-            other => Err(KilnError::config("--device", format!("unknown device \"{other}\"; allowed: cpu, gpu"))),
+            other => Err(KilnError::config(
+                "--device",
+                format!("unknown device \"{other}\"; allowed: cpu, gpu"),
+            )),
         }
     }
 }

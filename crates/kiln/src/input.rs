@@ -35,7 +35,10 @@ fn require_file(cfg: &DataConfig, file: &str) -> Result<std::path::PathBuf> {
     }
     let path = cfg.path(file);
     if !path.is_file() {
-        return Err(KilnError::MissingData(format!("{} is missing; {DATA_HINT}", path.display())));
+        return Err(KilnError::MissingData(format!(
+            "{} is missing; {DATA_HINT}",
+            path.display()
+        )));
     }
     Ok(path)
 }
@@ -56,7 +59,8 @@ fn check_pair(x: &Array, y: &Array, xs: &str, ys: &str) -> Result<()> {
 /// [`KilnError::MissingData`] when a file is absent; [`KilnError::Data`] when one is truncated or
 /// corrupt (naming the file and byte offset).
 pub fn load_idx(cfg: &DataConfig) -> Result<Splits> {
-    let read = |file: &str| -> Result<Array> { Ok(kiln_data::idx::read_idx(&require_file(cfg, file)?)?) };
+    let read =
+        |file: &str| -> Result<Array> { Ok(kiln_data::idx::read_idx(&require_file(cfg, file)?)?) };
     let s = Splits {
         train_x: read(&cfg.train_images)?,
         train_y: read(&cfg.train_labels)?,
@@ -87,7 +91,9 @@ pub fn read_inputs(path: &Path) -> Result<Array> {
 }
 
 /// Batch-level preprocessing: features to float32 times `rescale` (labels untouched).
-fn preprocess(rescale: f32) -> impl Fn(Element) -> kiln_data::Result<Element> + Send + Sync + 'static {
+fn preprocess(
+    rescale: f32,
+) -> impl Fn(Element) -> kiln_data::Result<Element> + Send + Sync + 'static {
     move |mut el: Element| {
         if let Some(x) = el.remove(FEATURES) {
             el.insert(FEATURES, x.to_f32_scaled(rescale));
@@ -123,7 +129,10 @@ pub fn split_last(x: &Array, y: &Array, fraction: f64) -> ((Array, Array), Optio
     if fraction <= 0.0 || at >= n {
         return ((x.clone(), y.clone()), None);
     }
-    ((x.rows(0, at), y.rows(0, at)), Some((x.rows(at, n), y.rows(at, n))))
+    (
+        (x.rows(0, at), y.rows(0, at)),
+        Some((x.rows(at, n), y.rows(at, n))),
+    )
 }
 
 /// The first `count` rows of `a`.

@@ -67,12 +67,24 @@ pub struct TrainReport {
 /// # Errors
 /// [`KilnError::MissingData`], data, shape and I/O errors; the run directory keeps what was
 /// written before the error.
-pub fn train(cfg: &RunConfig, run_dir: &Path, device: Device, callbacks: &mut [&mut dyn Callback], on_model: impl FnOnce(&Model)) -> Result<TrainReport> {
+pub fn train(
+    cfg: &RunConfig,
+    run_dir: &Path,
+    device: Device,
+    callbacks: &mut [&mut dyn Callback],
+    on_model: impl FnOnce(&Model),
+) -> Result<TrainReport> {
     let data = load_idx(&cfg.data)?;
-    let ((train_x, train_y), held_out) = split_last(&data.train_x, &data.train_y, cfg.fit.validation_split);
+    let ((train_x, train_y), held_out) =
+        split_last(&data.train_x, &data.train_y, cfg.fit.validation_split);
     let validation = match (held_out, cfg.fit.validation_data.as_deref()) {
         (Some((x, y)), _) => Some(pipeline(x, Some(y), cfg, false)?),
-        (None, Some("test")) => Some(pipeline(data.test_x.clone(), Some(data.test_y.clone()), cfg, false)?),
+        (None, Some("test")) => Some(pipeline(
+            data.test_x.clone(),
+            Some(data.test_y.clone()),
+            cfg,
+            false,
+        )?),
         _ => None,
     };
     let train = pipeline(train_x, Some(train_y), cfg, cfg.fit.shuffle)?;
@@ -80,25 +92,46 @@ pub fn train(cfg: &RunConfig, run_dir: &Path, device: Device, callbacks: &mut [&
 
     let dir = RunDir::create(run_dir)?;
     dir.save_config(&cfg.to_toml())?;
-    let mut model = Model::new(&cfg.name, cfg.model.clone(), cfg.compile.clone(), cfg.seed, device);
+    let mut model = Model::new(
+        &cfg.name,
+        cfg.model.clone(),
+        cfg.compile.clone(),
+        cfg.seed,
+        device,
+    );
     on_model(&model);
     let history = model.fit(&train, validation.as_ref(), cfg.fit.epochs, callbacks)?;
     model.save_weights(&dir.weights())?;
     dir.save_history(&history)?;
     let test_logs = model.evaluate(&test)?;
     dir.save_metrics(&test_logs)?;
-    Ok(TrainReport { model, history, test: test_logs, run_dir: dir.path().to_path_buf() })
+    Ok(TrainReport {
+        model,
+        history,
+        test: test_logs,
+        run_dir: dir.path().to_path_buf(),
+    })
 }
 
 /// Loads a run directory's config (with `overrides`, e.g. another `data_dir`) and model.
 ///
 /// # Errors
 /// [`KilnError::MissingData`] when `run_dir` is not a run directory; config and weights errors.
-pub fn load_run(run_dir: &Path, overrides: &Overrides, device: Device) -> Result<(RunConfig, Model)> {
+pub fn load_run(
+    run_dir: &Path,
+    overrides: &Overrides,
+    device: Device,
+) -> Result<(RunConfig, Model)> {
     let dir = RunDir::open(run_dir)?;
     let mut cfg = RunConfig::load(&dir.config())?;
     cfg.apply(overrides)?;
-    let model = Model::from_weights(&cfg.name, cfg.model.clone(), cfg.compile.clone(), &dir.weights(), device)?;
+    let model = Model::from_weights(
+        &cfg.name,
+        cfg.model.clone(),
+        cfg.compile.clone(),
+        &dir.weights(),
+        device,
+    )?;
     Ok((cfg, model))
 }
 
@@ -144,7 +177,7 @@ pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<(Vec<f32>
         x
     };
     let x: Array = x;
-    if x.shape().is_empty() || x.len() % per != 0 || x.len() / x.shape()[0] != per {
+    if x.shape().is_empty() || !x.len().is_multiple_of(per) || x.len() / x.shape()[0] != per {
         return Err(KilnError::Shape(format!(
             "{}: examples of shape {:?} do not fit the model's Input {}",
             input.display(),
@@ -156,7 +189,9 @@ pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<(Vec<f32>
     let (mut out, units) = model.predict(&ds)?;
     if cfg.compile.loss.from_logits {
         match cfg.compile.loss.kind {
-            LossKind::BinaryCrossentropy => out.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
+            LossKind::BinaryCrossentropy => {
+                out.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp()))
+            }
             LossKind::MeanSquaredError => {}
             _ => out.chunks_exact_mut(units).for_each(softmax_in_place),
         }
@@ -166,9 +201,12 @@ pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<(Vec<f32>
 
 fn softmax_in_place(row: &mut [f32]) {
     let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    let sum: f32 = row.iter_mut().map(|v| {
-        *v = (*v - max).exp();
-        *v
-    }).sum();
+    let sum: f32 = row
+        .iter_mut()
+        .map(|v| {
+            *v = (*v - max).exp();
+            *v
+        })
+        .sum();
     row.iter_mut().for_each(|v| *v /= sum);
 }

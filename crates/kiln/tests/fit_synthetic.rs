@@ -20,25 +20,48 @@ fn blobs(seed: u64) -> (Array, Array) {
         x.push(3.0 * a.sin() + rng.random_range(-1.0..1.0));
         y.push(k as i64);
     }
-    (Array::new(vec![600, 2], Buffer::F32(x)).unwrap(), Array::new(vec![600], Buffer::I64(y)).unwrap())
+    (
+        Array::new(vec![600, 2], Buffer::F32(x)).unwrap(),
+        Array::new(vec![600], Buffer::I64(y)).unwrap(),
+    )
 }
 
 fn dataset(x: Array, y: Array, shuffle: bool) -> Dataset {
     let ds = Dataset::from_tensor_slices(Element::new().with("x", x).with("y", y)).unwrap();
-    let ds = if shuffle { ds.shuffle(600, Some(1), true) } else { ds };
+    let ds = if shuffle {
+        ds.shuffle(600, Some(1), true)
+    } else {
+        ds
+    };
     ds.batch(32, false)
 }
 
 fn model(seed: u64) -> Model {
     let spec = ModelSpec::builder(&[2])
-        .add(LayerKind::Dense { units: 16, activation: Activation::Relu, use_bias: true })
-        .add(LayerKind::Dense { units: 3, activation: Activation::Linear, use_bias: true })
+        .add(LayerKind::Dense {
+            units: 16,
+            activation: Activation::Relu,
+            use_bias: true,
+        })
+        .add(LayerKind::Dense {
+            units: 3,
+            activation: Activation::Linear,
+            use_bias: true,
+        })
         .build()
         .unwrap();
     let compiled = Compiled::new(
         &spec,
-        OptimizerSpec::Adam { learning_rate: 0.01, beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7 },
-        LossSpec { kind: LossKind::SparseCategoricalCrossentropy, from_logits: true },
+        OptimizerSpec::Adam {
+            learning_rate: 0.01,
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-7,
+        },
+        LossSpec {
+            kind: LossKind::SparseCategoricalCrossentropy,
+            from_logits: true,
+        },
         &["accuracy".to_string()],
     )
     .unwrap();
@@ -67,7 +90,12 @@ fn fit_separates_three_blobs_and_reports_history() {
     let before = m.evaluate(&dataset(x.clone(), y.clone(), false)).unwrap();
     let mut counter = Counter::default();
     let history = m
-        .fit(&dataset(x.clone(), y.clone(), true), Some(&dataset(x.clone(), y.clone(), false)), 15, &mut [&mut counter])
+        .fit(
+            &dataset(x.clone(), y.clone(), true),
+            Some(&dataset(x.clone(), y.clone(), false)),
+            15,
+            &mut [&mut counter],
+        )
         .unwrap();
     // 600 / 32 -> 19 batches (the short last batch is kept) per epoch.
     assert_eq!((counter.epochs, counter.batches), (15, 15 * 19));
@@ -86,12 +114,20 @@ fn fit_separates_three_blobs_and_reports_history() {
 fn saved_weights_reload_to_identical_predictions() {
     let (x, y) = blobs(6);
     let mut m = model(3);
-    m.fit(&dataset(x.clone(), y.clone(), true), None, 2, &mut []).unwrap();
+    m.fit(&dataset(x.clone(), y.clone(), true), None, 2, &mut [])
+        .unwrap();
     let dir = std::env::temp_dir().join(format!("kiln-weights-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("model.safetensors");
     m.save_weights(&path).unwrap();
-    let again = Model::from_weights("blobs", m.spec().clone(), m.compiled().clone(), &path, Device::flex()).unwrap();
+    let again = Model::from_weights(
+        "blobs",
+        m.spec().clone(),
+        m.compiled().clone(),
+        &path,
+        Device::flex(),
+    )
+    .unwrap();
     let (a, units) = m.predict(&dataset(x.clone(), y.clone(), false)).unwrap();
     let (b, _) = again.predict(&dataset(x, y, false)).unwrap();
     assert_eq!(units, 3);
@@ -105,7 +141,10 @@ fn same_seed_same_training() {
     let (x, y) = blobs(7);
     let run = || {
         let mut m = model(21);
-        m.fit(&dataset(x.clone(), y.clone(), true), None, 2, &mut []).unwrap().history["loss"].clone()
+        m.fit(&dataset(x.clone(), y.clone(), true), None, 2, &mut [])
+            .unwrap()
+            .history["loss"]
+            .clone()
     };
     assert_eq!(run(), run());
 }

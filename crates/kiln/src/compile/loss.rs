@@ -54,15 +54,34 @@ impl LossSpec {
                 t
             }
             toml::Value::Table(t) => t.clone(),
-            other => return Err(KilnError::config(key, format!("expected a name or a table, got {other}; allowed: {NAMES}"))),
+            other => {
+                return Err(KilnError::config(
+                    key,
+                    format!("expected a name or a table, got {other}; allowed: {NAMES}"),
+                ));
+            }
         };
-        let ty = table.get("type").and_then(|v| v.as_str()).unwrap_or("").to_string();
+        let ty = table
+            .get("type")
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_string();
         let canonical = match ty.as_str() {
             "mse" => "mean_squared_error",
             other => other,
         };
-        if !["sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy", "mean_squared_error"].contains(&canonical) {
-            return Err(KilnError::config(format!("{key}.type"), format!("unknown loss \"{ty}\"; allowed: {NAMES}")));
+        if ![
+            "sparse_categorical_crossentropy",
+            "categorical_crossentropy",
+            "binary_crossentropy",
+            "mean_squared_error",
+        ]
+        .contains(&canonical)
+        {
+            return Err(KilnError::config(
+                format!("{key}.type"),
+                format!("unknown loss \"{ty}\"; allowed: {NAMES}"),
+            ));
         }
         table.insert("type".into(), toml::Value::String(canonical.into()));
         toml::Value::Table(table)
@@ -91,7 +110,12 @@ impl LossSpec {
     /// when it has one (then, as Keras' TensorFlow backend does, the cross-entropies use the
     /// logits for stability). `labels` is [`Labels::Sparse`] for the sparse loss and
     /// [`Labels::Dense`] (`[batch, units]`) otherwise.
-    pub fn compute(&self, output: Tensor<2>, logits: Option<Tensor<2>>, labels: &Labels) -> Tensor<1> {
+    pub fn compute(
+        &self,
+        output: Tensor<2>,
+        logits: Option<Tensor<2>>,
+        labels: &Labels,
+    ) -> Tensor<1> {
         let log_probs = |output: Tensor<2>| -> Tensor<2> {
             if self.from_logits {
                 log_softmax(output, 1)

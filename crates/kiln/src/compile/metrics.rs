@@ -43,9 +43,13 @@ impl MetricSpec {
                     MetricKind::CategoricalAccuracy
                 }
             }
-            "sparse_categorical_accuracy" | "categorical_accuracy" => MetricKind::CategoricalAccuracy,
+            "sparse_categorical_accuracy" | "categorical_accuracy" => {
+                MetricKind::CategoricalAccuracy
+            }
             "binary_accuracy" => MetricKind::BinaryAccuracy,
-            "top_k_categorical_accuracy" | "sparse_top_k_categorical_accuracy" => MetricKind::TopK(5),
+            "top_k_categorical_accuracy" | "sparse_top_k_categorical_accuracy" => {
+                MetricKind::TopK(5)
+            }
             other => {
                 return Err(KilnError::config(
                     format!("compile.metrics[{index}]"),
@@ -65,7 +69,13 @@ impl MetricSpec {
 ///
 /// `outputs` is `[batch, units]` row-major, `classes` the class index of each example (used by
 /// categorical metrics), `targets` the dense targets `[batch, units]` (used by binary accuracy).
-pub fn correct(kind: MetricKind, outputs: &[f32], units: usize, classes: &[i64], targets: &[f32]) -> f64 {
+pub fn correct(
+    kind: MetricKind,
+    outputs: &[f32],
+    units: usize,
+    classes: &[i64],
+    targets: &[f32],
+) -> f64 {
     match kind {
         MetricKind::CategoricalAccuracy => outputs
             .chunks_exact(units)
@@ -111,21 +121,38 @@ mod tests {
 
     #[test]
     fn accuracy_resolves_like_keras() {
-        let m = MetricSpec::parse("accuracy", 0, LossKind::SparseCategoricalCrossentropy, 10).unwrap();
+        let m =
+            MetricSpec::parse("accuracy", 0, LossKind::SparseCategoricalCrossentropy, 10).unwrap();
         assert_eq!(m.kind, MetricKind::CategoricalAccuracy);
         let m = MetricSpec::parse("accuracy", 0, LossKind::BinaryCrossentropy, 1).unwrap();
         assert_eq!(m.kind, MetricKind::BinaryAccuracy);
         let e = MetricSpec::parse("f1", 2, LossKind::MeanSquaredError, 1).unwrap_err();
-        assert!(e.to_string().starts_with("compile.metrics[2]: unknown metric \"f1\""), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("compile.metrics[2]: unknown metric \"f1\""),
+            "{e}"
+        );
     }
 
     #[test]
     fn counts_correct_predictions() {
         let out = [0.1, 0.7, 0.2, 0.5, 0.3, 0.2];
-        assert_eq!(correct(MetricKind::CategoricalAccuracy, &out, 3, &[1, 1], &[]), 1.0);
+        assert_eq!(
+            correct(MetricKind::CategoricalAccuracy, &out, 3, &[1, 1], &[]),
+            1.0
+        );
         // top-2: row 0 label 2 (0.2 is 2nd largest) in; row 1 label 2 (0.2 smallest) out.
         assert_eq!(correct(MetricKind::TopK(2), &out, 3, &[2, 2], &[]), 1.0);
         let bin = [0.9, 0.2, 0.6, 0.4];
-        assert_eq!(correct(MetricKind::BinaryAccuracy, &bin, 2, &[], &[1.0, 0.0, 0.0, 0.0]), 1.5);
+        assert_eq!(
+            correct(
+                MetricKind::BinaryAccuracy,
+                &bin,
+                2,
+                &[],
+                &[1.0, 0.0, 0.0, 0.0]
+            ),
+            1.5
+        );
     }
 }

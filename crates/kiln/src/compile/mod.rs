@@ -28,7 +28,12 @@ impl Compiled {
     ///
     /// # Errors
     /// [`KilnError::Config`] naming `compile.loss`.
-    pub fn new(model: &ModelSpec, optimizer: OptimizerSpec, loss: LossSpec, metrics: &[String]) -> Result<Compiled> {
+    pub fn new(
+        model: &ModelSpec,
+        optimizer: OptimizerSpec,
+        loss: LossSpec,
+        metrics: &[String],
+    ) -> Result<Compiled> {
         let out = model.output_shape();
         if out.len() != 1 {
             return Err(KilnError::config(
@@ -40,10 +45,17 @@ impl Compiled {
             ));
         }
         let units = out[0];
-        if matches!(loss.kind, LossKind::SparseCategoricalCrossentropy | LossKind::CategoricalCrossentropy) && units < 2 {
+        if matches!(
+            loss.kind,
+            LossKind::SparseCategoricalCrossentropy | LossKind::CategoricalCrossentropy
+        ) && units < 2
+        {
             return Err(KilnError::config(
                 "compile.loss",
-                format!("{} needs at least 2 output units, the model has {units}", loss.name()),
+                format!(
+                    "{} needs at least 2 output units, the model has {units}",
+                    loss.name()
+                ),
             ));
         }
         let metrics = metrics
@@ -51,6 +63,10 @@ impl Compiled {
             .enumerate()
             .map(|(i, m)| MetricSpec::parse(m, i, loss.kind, units))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Compiled { optimizer, loss, metrics })
+        Ok(Compiled {
+            optimizer,
+            loss,
+            metrics,
+        })
     }
 }

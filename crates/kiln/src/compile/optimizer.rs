@@ -81,7 +81,8 @@ pub enum OptimizerSpec {
     },
 }
 
-const NAMES: &str = "\"sgd\", \"adam\", \"adamw\" (or a table with type = \"SGD\" | \"Adam\" | \"AdamW\")";
+const NAMES: &str =
+    "\"sgd\", \"adam\", \"adamw\" (or a table with type = \"SGD\" | \"Adam\" | \"AdamW\")";
 
 impl OptimizerSpec {
     /// Reads `compile.optimizer`: a Keras string name or a table.
@@ -98,10 +99,17 @@ impl OptimizerSpec {
             }
             toml::Value::Table(t) => t.clone(),
             other => {
-                return Err(KilnError::config(key, format!("expected a name or a table, got {other}; allowed: {NAMES}")));
+                return Err(KilnError::config(
+                    key,
+                    format!("expected a name or a table, got {other}; allowed: {NAMES}"),
+                ));
             }
         };
-        let ty = table.get("type").and_then(|v| v.as_str()).unwrap_or("").to_string();
+        let ty = table
+            .get("type")
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_string();
         let canonical = match ty.to_ascii_lowercase().as_str() {
             "sgd" => "SGD",
             "adam" => "Adam",

@@ -55,7 +55,9 @@ impl Prefetch {
 }
 
 /// Either `"AUTOTUNE"` or a non-negative integer, as tf.data accepts for tunable knobs.
-fn parse_tunable<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<usize>, D::Error> {
+fn parse_tunable<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<usize>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Raw {
@@ -66,11 +68,16 @@ fn parse_tunable<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<
         Ok(Raw::S(s)) if s == "AUTOTUNE" => Ok(None),
         Ok(Raw::N(n)) if n >= 0 => Ok(Some(n as usize)),
         Ok(Raw::N(-1)) => Ok(None),
-        _ => Err(serde::de::Error::custom("expected \"AUTOTUNE\" or a non-negative integer")),
+        _ => Err(serde::de::Error::custom(
+            "expected \"AUTOTUNE\" or a non-negative integer",
+        )),
     }
 }
 
-fn ser_tunable<S: serde::Serializer>(v: &Option<usize>, s: S) -> std::result::Result<S::Ok, S::Error> {
+fn ser_tunable<S: serde::Serializer>(
+    v: &Option<usize>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
     match v {
         None => s.serialize_str("AUTOTUNE"),
         Some(n) => s.serialize_u64(*n as u64),
@@ -104,10 +111,18 @@ pub struct DataConfig {
     #[serde(default = "one")]
     pub rescale: f64,
     /// Threads for the batch preprocessing `map` (`"AUTOTUNE"` = one per core).
-    #[serde(default, deserialize_with = "parse_tunable", serialize_with = "ser_tunable")]
+    #[serde(
+        default,
+        deserialize_with = "parse_tunable",
+        serialize_with = "ser_tunable"
+    )]
     pub num_parallel_calls: Option<usize>,
     /// Batches prefetched on a background thread (`"AUTOTUNE"` = 2).
-    #[serde(default, deserialize_with = "parse_tunable", serialize_with = "ser_tunable")]
+    #[serde(
+        default,
+        deserialize_with = "parse_tunable",
+        serialize_with = "ser_tunable"
+    )]
     pub prefetch: Option<usize>,
     /// Shuffle buffer in examples; absent = the whole training set (a perfect shuffle, as
     /// Keras' `fit` on arrays).
@@ -122,13 +137,22 @@ impl DataConfig {
     /// [`KilnError::Config`] naming `data.<key>`.
     pub fn validate(&self) -> Result<()> {
         if self.format != "idx" {
-            return Err(KilnError::config("data.format", format!("unknown format \"{}\"; allowed: \"idx\"", self.format)));
+            return Err(KilnError::config(
+                "data.format",
+                format!("unknown format \"{}\"; allowed: \"idx\"", self.format),
+            ));
         }
         if !(self.rescale.is_finite() && self.rescale != 0.0) {
-            return Err(KilnError::config("data.rescale", format!("must be a finite non-zero number, got {}", self.rescale)));
+            return Err(KilnError::config(
+                "data.rescale",
+                format!("must be a finite non-zero number, got {}", self.rescale),
+            ));
         }
         if self.shuffle_buffer_size == Some(0) {
-            return Err(KilnError::config("data.shuffle_buffer_size", "must be at least 1"));
+            return Err(KilnError::config(
+                "data.shuffle_buffer_size",
+                "must be at least 1",
+            ));
         }
         Ok(())
     }

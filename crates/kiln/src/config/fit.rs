@@ -71,10 +71,16 @@ impl FitConfig {
             None => {}
             Some("test") if self.validation_split == 0.0 => {}
             Some("test") => {
-                return Err(KilnError::config("fit.validation_data", "give either validation_split or validation_data, not both"));
+                return Err(KilnError::config(
+                    "fit.validation_data",
+                    "give either validation_split or validation_data, not both",
+                ));
             }
             Some(other) => {
-                return Err(KilnError::config("fit.validation_data", format!("unknown value \"{other}\"; allowed: \"test\"")));
+                return Err(KilnError::config(
+                    "fit.validation_data",
+                    format!("unknown value \"{other}\"; allowed: \"test\""),
+                ));
             }
         }
         Ok(())

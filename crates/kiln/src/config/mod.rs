@@ -88,11 +88,20 @@ impl RunConfig {
     /// the bad value and the allowed values.
     pub fn from_toml_str(text: &str) -> Result<RunConfig> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
-            let line = e.span().map(|s| format!("line {}", line_of(text, s.start))).unwrap_or_else(|| "config".into());
+            let line = e
+                .span()
+                .map(|s| format!("line {}", line_of(text, s.start)))
+                .unwrap_or_else(|| "config".into());
             KilnError::config(line, e.message().trim().replace('\n', " "))
         })?;
         if raw.name.trim().is_empty() || raw.name.contains(['/', '\\']) {
-            return Err(KilnError::config("name", format!("\"{}\" is not a usable run name: use letters, digits, '-' or '_'", raw.name)));
+            return Err(KilnError::config(
+                "name",
+                format!(
+                    "\"{}\" is not a usable run name: use letters, digits, '-' or '_'",
+                    raw.name
+                ),
+            ));
         }
         let model = ModelSpec::from_toml(&raw.model)?;
         let optimizer = OptimizerSpec::from_toml(&raw.compile.optimizer)?;
@@ -100,7 +109,14 @@ impl RunConfig {
         let compile = Compiled::new(&model, optimizer, loss, &raw.compile.metrics)?;
         raw.fit.validate()?;
         raw.data.validate()?;
-        Ok(RunConfig { name: raw.name, seed: raw.seed, data: raw.data, model, compile, fit: raw.fit })
+        Ok(RunConfig {
+            name: raw.name,
+            seed: raw.seed,
+            data: raw.data,
+            model,
+            compile,
+            fit: raw.fit,
+        })
     }
 
     /// Reads and parses a config file.
@@ -121,17 +137,35 @@ impl RunConfig {
         let mut t = toml::Table::new();
         t.insert("name".into(), self.name.clone().into());
         t.insert("seed".into(), toml::Value::Integer(self.seed as i64));
-        t.insert("data".into(), toml::Value::try_from(&self.data).expect("data config serializes"));
+        t.insert(
+            "data".into(),
+            toml::Value::try_from(&self.data).expect("data config serializes"),
+        );
         t.insert("model".into(), toml::Value::Table(self.model.to_toml()));
         let mut c = toml::Table::new();
-        c.insert("optimizer".into(), toml::Value::try_from(&self.compile.optimizer).expect("optimizer serializes"));
-        c.insert("loss".into(), toml::Value::try_from(self.compile.loss).expect("loss serializes"));
+        c.insert(
+            "optimizer".into(),
+            toml::Value::try_from(&self.compile.optimizer).expect("optimizer serializes"),
+        );
+        c.insert(
+            "loss".into(),
+            toml::Value::try_from(self.compile.loss).expect("loss serializes"),
+        );
         c.insert(
             "metrics".into(),
-            toml::Value::Array(self.compile.metrics.iter().map(|m| m.name.clone().into()).collect()),
+            toml::Value::Array(
+                self.compile
+                    .metrics
+                    .iter()
+                    .map(|m| m.name.clone().into())
+                    .collect(),
+            ),
         );
         t.insert("compile".into(), toml::Value::Table(c));
-        t.insert("fit".into(), toml::Value::try_from(&self.fit).expect("fit config serializes"));
+        t.insert(
+            "fit".into(),
+            toml::Value::try_from(&self.fit).expect("fit config serializes"),
+        );
         toml::to_string_pretty(&t).expect("config serializes")
     }
 

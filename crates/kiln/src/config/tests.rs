@@ -33,7 +33,10 @@ fn the_examples_parse() {
 #[test]
 fn defaults_are_keras_defaults() {
     let cfg = RunConfig::from_toml_str(&minimal("")).unwrap();
-    assert_eq!((cfg.fit.epochs, cfg.fit.batch_size, cfg.fit.shuffle), (1, 32, true));
+    assert_eq!(
+        (cfg.fit.epochs, cfg.fit.batch_size, cfg.fit.shuffle),
+        (1, 32, true)
+    );
     assert_eq!(cfg.compile.optimizer.learning_rate(), 0.01);
     assert_eq!(cfg.model.layers()[0].name, "dense");
 }
@@ -51,19 +54,48 @@ fn resolved_config_round_trips() {
 
 #[test]
 fn errors_name_the_key_and_the_allowed_values() {
-    let e = RunConfig::from_toml_str(&minimal("epoch = 3")).unwrap_err().to_string();
-    assert!(e.starts_with("line 10: unknown field `epoch`, expected one of `epochs`"), "{e}");
-    let e = RunConfig::from_toml_str(&minimal("batch_size = 0")).unwrap_err().to_string();
+    let e = RunConfig::from_toml_str(&minimal("epoch = 3"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("line 10: unknown field `epoch`, expected one of `epochs`"),
+        "{e}"
+    );
+    let e = RunConfig::from_toml_str(&minimal("batch_size = 0"))
+        .unwrap_err()
+        .to_string();
     assert_eq!(e, "fit.batch_size: must be at least 1");
-    let e = RunConfig::from_toml_str(&minimal("validation_split = 1.5")).unwrap_err().to_string();
+    let e = RunConfig::from_toml_str(&minimal("validation_split = 1.5"))
+        .unwrap_err()
+        .to_string();
     assert_eq!(e, "fit.validation_split: must be in [0, 1), got 1.5");
     let bad_layer = minimal("").replace("\"Dense\"", "\"Dense3D\"");
-    let e = RunConfig::from_toml_str(&bad_layer).unwrap_err().to_string();
-    assert!(e.starts_with("model.layers[1].type: unknown layer type \"Dense3D\"; allowed: Input, Dense, Conv2D"), "{e}");
-    let conv_on_vector = minimal("").replace("type = \"Dense\", units = 3", "type = \"Conv2D\", filters = 3, kernel_size = 3");
-    let e = RunConfig::from_toml_str(&conv_on_vector).unwrap_err().to_string();
-    assert_eq!(e, "model.layers[1] (Conv2D): Conv2D expects a 3-D input (height, width, channels), got shape (None, 4)");
+    let e = RunConfig::from_toml_str(&bad_layer)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with(
+            "model.layers[1].type: unknown layer type \"Dense3D\"; allowed: Input, Dense, Conv2D"
+        ),
+        "{e}"
+    );
+    let conv_on_vector = minimal("").replace(
+        "type = \"Dense\", units = 3",
+        "type = \"Conv2D\", filters = 3, kernel_size = 3",
+    );
+    let e = RunConfig::from_toml_str(&conv_on_vector)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "model.layers[1] (Conv2D): Conv2D expects a 3-D input (height, width, channels), got shape (None, 4)"
+    );
     let bad_metric = minimal("").replace("[\"accuracy\"]", "[\"auc\"]");
-    let e = RunConfig::from_toml_str(&bad_metric).unwrap_err().to_string();
-    assert!(e.starts_with("compile.metrics[0]: unknown metric \"auc\""), "{e}");
+    let e = RunConfig::from_toml_str(&bad_metric)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("compile.metrics[0]: unknown metric \"auc\""),
+        "{e}"
+    );
 }

@@ -31,7 +31,15 @@ struct Accumulator {
 }
 
 impl Accumulator {
-    fn add(&mut self, compiled: &Compiled, out: &StepOutput, classes: &[i64], targets: &[f32], size: usize, units: usize) {
+    fn add(
+        &mut self,
+        compiled: &Compiled,
+        out: &StepOutput,
+        classes: &[i64],
+        targets: &[f32],
+        size: usize,
+        units: usize,
+    ) {
         if self.correct.len() != compiled.metrics.len() {
             self.correct = vec![0.0; compiled.metrics.len()];
         }
@@ -69,7 +77,10 @@ pub struct Model {
 
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Model").field("name", &self.name).field("spec", &self.spec).finish()
+        f.debug_struct("Model")
+            .field("name", &self.name)
+            .field("spec", &self.spec)
+            .finish()
     }
 }
 
@@ -77,11 +88,24 @@ impl Model {
     /// Builds and compiles a model with freshly initialized weights on `device` (CPU or GPU,
     /// without autodiff: training enables it internally). `seed` fixes the initial weights and
     /// dropout masks.
-    pub fn new(name: impl Into<String>, spec: ModelSpec, compiled: Compiled, seed: u64, device: Device) -> Model {
+    pub fn new(
+        name: impl Into<String>,
+        spec: ModelSpec,
+        compiled: Compiled,
+        seed: u64,
+        device: Device,
+    ) -> Model {
         device.seed(seed);
         let net = Network::init(&spec, seed, &device.clone().autodiff());
         let optim = compiled.optimizer.build();
-        Model { name: name.into(), spec, compiled, net, optim, device }
+        Model {
+            name: name.into(),
+            spec,
+            compiled,
+            net,
+            optim,
+            device,
+        }
     }
 
     /// Builds a model whose weights come from a safetensors file written by
@@ -89,10 +113,23 @@ impl Model {
     ///
     /// # Errors
     /// [`crate::KilnError::Weights`] / [`crate::KilnError::Io`] as [`weights::load`].
-    pub fn from_weights(name: impl Into<String>, spec: ModelSpec, compiled: Compiled, path: &Path, device: Device) -> Result<Model> {
+    pub fn from_weights(
+        name: impl Into<String>,
+        spec: ModelSpec,
+        compiled: Compiled,
+        path: &Path,
+        device: Device,
+    ) -> Result<Model> {
         let net = weights::load(&spec, path, &device.clone().autodiff())?;
         let optim = compiled.optimizer.build();
-        Ok(Model { name: name.into(), spec, compiled, net, optim, device })
+        Ok(Model {
+            name: name.into(),
+            spec,
+            compiled,
+            net,
+            optim,
+            device,
+        })
     }
 
     /// The model's layer spec.
@@ -130,7 +167,13 @@ impl Model {
     /// # Errors
     /// Data errors from the pipeline, or [`crate::KilnError::Shape`] when a batch does not fit
     /// the model. Work done before the error stays in the model.
-    pub fn fit(&mut self, train: &Dataset, validation: Option<&Dataset>, epochs: usize, callbacks: &mut [&mut dyn Callback]) -> Result<History> {
+    pub fn fit(
+        &mut self,
+        train: &Dataset,
+        validation: Option<&Dataset>,
+        epochs: usize,
+        callbacks: &mut [&mut dyn Callback],
+    ) -> Result<History> {
         let mut history = History::default();
         let train_device = self.device.clone().autodiff();
         let units = self.spec.output_shape()[0];
@@ -142,7 +185,9 @@ impl Model {
         callbacks.iter_mut().for_each(|c| c.on_train_begin());
         let mut last = Logs::default();
         'epochs: for epoch in 0..epochs {
-            callbacks.iter_mut().for_each(|c| c.on_epoch_begin(epoch, epochs, steps));
+            callbacks
+                .iter_mut()
+                .for_each(|c| c.on_epoch_begin(epoch, epochs, steps));
             let started = Instant::now();
             let mut acc = Accumulator::default();
             for (step, batch) in train.iter().enumerate() {
@@ -150,11 +195,14 @@ impl Model {
                 let b = to_device(&batch, &self.spec, &self.compiled.loss, &train_device)?;
                 let (classes, targets, size) = (b.classes.clone(), b.targets.clone(), b.size);
                 let net = std::mem::replace(&mut self.net, Network { layers: Vec::new() });
-                let (net, out) = train_step(net, &mut self.optim, &self.spec, &self.compiled, b, lr);
+                let (net, out) =
+                    train_step(net, &mut self.optim, &self.spec, &self.compiled, b, lr);
                 self.net = net;
                 acc.add(&self.compiled, &out, &classes, &targets, size, units);
                 let logs = acc.logs(&self.compiled);
-                callbacks.iter_mut().for_each(|c| c.on_train_batch_end(step as u64, &logs));
+                callbacks
+                    .iter_mut()
+                    .for_each(|c| c.on_train_batch_end(step as u64, &logs));
                 if callbacks.iter().any(|c| c.stop_training()) {
                     break 'epochs;
                 }
@@ -168,8 +216,12 @@ impl Model {
             let epoch_time = started.elapsed().as_secs_f64();
             history.push(epoch, &logs);
             history.epoch_time_s.push(epoch_time);
-            history.samples_per_second.push(acc.examples / train_time.max(1e-9));
-            callbacks.iter_mut().for_each(|c| c.on_epoch_end(epoch, &logs));
+            history
+                .samples_per_second
+                .push(acc.examples / train_time.max(1e-9));
+            callbacks
+                .iter_mut()
+                .for_each(|c| c.on_epoch_end(epoch, &logs));
             last = logs;
             if callbacks.iter().any(|c| c.stop_training()) {
                 break;

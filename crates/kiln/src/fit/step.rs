@@ -20,7 +20,10 @@ pub struct StepOutput {
 }
 
 fn read(t: Tensor<2>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_to_vec::<f32>().expect("float outputs")
+    t.into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .expect("float outputs")
 }
 
 /// Runs one optimizer step on `batch` and returns the updated network.
@@ -40,12 +43,23 @@ pub fn train_step(
     let net = optim.step(learning_rate, net, grads);
     let net = net.update_moving_stats(spec, fwd.batch_stats);
     let loss = loss.into_scalar::<f32>() as f64;
-    (net, StepOutput { loss, outputs: read(outputs) })
+    (
+        net,
+        StepOutput {
+            loss,
+            outputs: read(outputs),
+        },
+    )
 }
 
 /// Forward pass in inference mode (no dropout, moving statistics); the loss when the batch
 /// has labels.
-pub fn eval_step(net: &Network, spec: &ModelSpec, compiled: &Compiled, batch: DeviceBatch) -> StepOutput {
+pub fn eval_step(
+    net: &Network,
+    spec: &ModelSpec,
+    compiled: &Compiled,
+    batch: DeviceBatch,
+) -> StepOutput {
     let fwd = net.forward(spec, batch.x, false);
     let loss = match &batch.labels {
         Some(labels) => compiled
@@ -54,5 +68,8 @@ pub fn eval_step(net: &Network, spec: &ModelSpec, compiled: &Compiled, batch: De
             .into_scalar::<f32>() as f64,
         None => f64::NAN,
     };
-    StepOutput { loss, outputs: read(fwd.output) }
+    StepOutput {
+        loss,
+        outputs: read(fwd.output),
+    }
 }

@@ -8,15 +8,15 @@
 
 use burn::module::{Module, Param};
 use burn::prelude::*;
+use burn::tensor::Distribution;
 use burn::tensor::activation;
 use burn::tensor::module::{avg_pool2d, batch_norm, batch_norm_train, conv2d, max_pool2d};
 use burn::tensor::ops::{AvgPoolOptions, ConvOptions, MaxPoolOptions};
-use burn::tensor::Distribution;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use super::spec::{Activation, LayerKind, ModelSpec, Padding};
 use super::init::glorot_uniform;
+use super::spec::{Activation, LayerKind, ModelSpec, Padding};
 
 /// Parameters of one layer; which fields are set depends on the layer's kind.
 #[derive(Module, Debug)]
@@ -89,8 +89,15 @@ fn filled(n: usize, value: f32, device: &Device, trainable: bool) -> Param<Tenso
     Param::from_tensor(t).set_require_grad(trainable)
 }
 
-fn param_from<const D: usize>(values: Vec<f32>, shape: [usize; D], device: &Device) -> Param<Tensor<D>> {
-    Param::from_tensor(Tensor::<D>::from_data(TensorData::new(values, shape), device))
+fn param_from<const D: usize>(
+    values: Vec<f32>,
+    shape: [usize; D],
+    device: &Device,
+) -> Param<Tensor<D>> {
+    Param::from_tensor(Tensor::<D>::from_data(
+        TensorData::new(values, shape),
+        device,
+    ))
 }
 
 impl Network {
@@ -107,7 +114,9 @@ impl Network {
                 let cin = spec.shape_before(i).last().copied().unwrap_or(0);
                 let mut p = LayerParams::empty();
                 match &layer.kind {
-                    LayerKind::Dense { units, use_bias, .. } => {
+                    LayerKind::Dense {
+                        units, use_bias, ..
+                    } => {
                         let w = glorot_uniform(&mut rng, cin * units, cin, *units);
                         p.dense_kernel = Some(param_from(w, [cin, *units], device));
                         if *use_bias {
@@ -182,8 +191,12 @@ impl Network {
                 } => {
                     let x4 = image(x);
                     let [_, _, h, w] = x4.dims();
-                    let (_, ph) = padding.resolve(h, kernel_size.0[0], strides.0[0]).expect("shape checked");
-                    let (_, pw) = padding.resolve(w, kernel_size.0[1], strides.0[1]).expect("shape checked");
+                    let (_, ph) = padding
+                        .resolve(h, kernel_size.0[0], strides.0[0])
+                        .expect("shape checked");
+                    let (_, pw) = padding
+                        .resolve(w, kernel_size.0[1], strides.0[1])
+                        .expect("shape checked");
                     let options = ConvOptions::new_with_padding(strides.0, [ph, pw], [1, 1], 1);
                     let y = conv2d(
                         x4,
@@ -257,7 +270,11 @@ impl Network {
 
     /// Folds BatchNormalization batch statistics into the moving averages:
     /// `moving = moving * momentum + batch * (1 - momentum)` (Keras' rule, biased variance).
-    pub fn update_moving_stats(mut self, spec: &ModelSpec, stats: Vec<(usize, Tensor<1>, Tensor<1>)>) -> Network {
+    pub fn update_moving_stats(
+        mut self,
+        spec: &ModelSpec,
+        stats: Vec<(usize, Tensor<1>, Tensor<1>)>,
+    ) -> Network {
         for (i, mean, var) in stats {
             let LayerKind::BatchNormalization { momentum, .. } = spec.layers()[i].kind else {
                 continue;
@@ -266,7 +283,8 @@ impl Network {
             let blend = |old: Option<Param<Tensor<1>>>, batch: Tensor<1>| {
                 old.map(|param| {
                     param.map(|t| {
-                        (t.detach() * momentum + batch.detach() * (1.0 - momentum)).set_require_grad(false)
+                        (t.detach() * momentum + batch.detach() * (1.0 - momentum))
+                            .set_require_grad(false)
                     })
                 })
             };
@@ -292,7 +310,12 @@ fn image(x: Act) -> Tensor<4> {
     }
 }
 
-fn pool_padding(x: &Tensor<4>, padding: Padding, k: [usize; 2], s: [usize; 2]) -> [(usize, usize); 2] {
+fn pool_padding(
+    x: &Tensor<4>,
+    padding: Padding,
+    k: [usize; 2],
+    s: [usize; 2],
+) -> [(usize, usize); 2] {
     let [_, _, h, w] = x.dims();
     let (_, ph) = padding.resolve(h, k[0], s[0]).expect("shape checked");
     let (_, pw) = padding.resolve(w, k[1], s[1]).expect("shape checked");
@@ -327,7 +350,12 @@ fn dense(x: Act, p: &LayerParams) -> Act {
     }
 }
 
-fn map_act(x: Act, f2: impl Fn(Tensor<2>) -> Tensor<2>, f3: impl Fn(Tensor<3>) -> Tensor<3>, f4: impl Fn(Tensor<4>) -> Tensor<4>) -> Act {
+fn map_act(
+    x: Act,
+    f2: impl Fn(Tensor<2>) -> Tensor<2>,
+    f3: impl Fn(Tensor<3>) -> Tensor<3>,
+    f4: impl Fn(Tensor<4>) -> Tensor<4>,
+) -> Act {
     match x {
         Act::Flat(t) => Act::Flat(f2(t)),
         Act::Seq(t) => Act::Seq(f3(t)),
@@ -341,7 +369,12 @@ pub fn apply_activation(x: Act, a: Activation) -> Act {
         Activation::Linear => x,
         Activation::Relu => map_act(x, activation::relu, activation::relu, activation::relu),
         Activation::Gelu => map_act(x, activation::gelu, activation::gelu, activation::gelu),
-        Activation::Sigmoid => map_act(x, activation::sigmoid, activation::sigmoid, activation::sigmoid),
+        Activation::Sigmoid => map_act(
+            x,
+            activation::sigmoid,
+            activation::sigmoid,
+            activation::sigmoid,
+        ),
         Activation::Tanh => map_act(x, |t| t.tanh(), |t| t.tanh(), |t| t.tanh()),
         Activation::Softmax => map_act(
             x,

@@ -58,7 +58,12 @@ pub enum Padding {
 impl Padding {
     /// Output length and `(begin, end)` padding along one axis of length `input` for a window of
     /// `kernel` with stride `stride` (TensorFlow's `GetWindowedOutputSize`).
-    pub fn resolve(self, input: usize, kernel: usize, stride: usize) -> Option<(usize, (usize, usize))> {
+    pub fn resolve(
+        self,
+        input: usize,
+        kernel: usize,
+        stride: usize,
+    ) -> Option<(usize, (usize, usize))> {
         match self {
             Padding::Valid => (input >= kernel).then(|| ((input - kernel) / stride + 1, (0, 0))),
             Padding::Same => {
@@ -347,7 +352,10 @@ impl LayerKind {
                 ..
             } => {
                 positive("filters", *filters)?;
-                kernel_size.0.iter().try_for_each(|&v| positive("kernel_size", v))?;
+                kernel_size
+                    .0
+                    .iter()
+                    .try_for_each(|&v| positive("kernel_size", v))?;
                 strides.0.iter().try_for_each(|&v| positive("strides", v))
             }
             LayerKind::MaxPooling2D {
@@ -356,7 +364,10 @@ impl LayerKind {
             | LayerKind::AveragePooling2D {
                 pool_size, strides, ..
             } => {
-                pool_size.0.iter().try_for_each(|&v| positive("pool_size", v))?;
+                pool_size
+                    .0
+                    .iter()
+                    .try_for_each(|&v| positive("pool_size", v))?;
                 strides
                     .unwrap_or(*pool_size)
                     .0
@@ -394,11 +405,18 @@ fn image_hw(input: &[usize], class: &str) -> std::result::Result<[usize; 2], Str
     }
 }
 
-fn window(padding: Padding, input: usize, k: usize, s: usize) -> std::result::Result<usize, String> {
+fn window(
+    padding: Padding,
+    input: usize,
+    k: usize,
+    s: usize,
+) -> std::result::Result<usize, String> {
     padding
         .resolve(input, k, s)
         .map(|(out, _)| out)
-        .ok_or_else(|| format!("window {k} is larger than the input ({input}) with padding \"valid\""))
+        .ok_or_else(|| {
+            format!("window {k} is larger than the input ({input}) with padding \"valid\"")
+        })
 }
 
 /// Formats a shape as Keras prints it: `(None, 28, 28, 1)`.
@@ -446,7 +464,8 @@ pub struct SequentialBuilder {
 }
 
 impl SequentialBuilder {
-    /// Appends a layer with an automatic name.
+    /// Appends a layer with an automatic name (Keras' `model.add`).
+    #[allow(clippy::should_implement_trait)]
     pub fn add(mut self, kind: LayerKind) -> Self {
         self.layers.push((None, kind));
         self
@@ -561,10 +580,9 @@ impl ModelSpec {
         let mut parsed = Vec::new();
         for (i, value) in layers.iter().enumerate() {
             let key = format!("model.layers[{i}]");
-            let mut table = value
-                .as_table()
-                .cloned()
-                .ok_or_else(|| KilnError::config(&key, "each layer must be a table with a `type`"))?;
+            let mut table = value.as_table().cloned().ok_or_else(|| {
+                KilnError::config(&key, "each layer must be a table with a `type`")
+            })?;
             let type_name = table
                 .get("type")
                 .and_then(|t| t.as_str())
@@ -594,9 +612,15 @@ impl ModelSpec {
                 }
                 None => None,
             };
-            let kind: LayerKind = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| {
-                KilnError::config(format!("{key} ({type_name})"), e.message().trim().to_string())
-            })?;
+            let kind: LayerKind =
+                toml::Value::Table(table)
+                    .try_into()
+                    .map_err(|e: toml::de::Error| {
+                        KilnError::config(
+                            format!("{key} ({type_name})"),
+                            e.message().trim().to_string(),
+                        )
+                    })?;
             parsed.push((name, kind));
         }
         let mut iter = parsed.into_iter();
@@ -614,10 +638,12 @@ impl ModelSpec {
 
     /// The spec as the `[model]` TOML table (with resolved names), for the run directory.
     pub fn to_toml(&self) -> toml::Table {
-        let mut layers = vec![toml::Value::try_from(LayerKind::Input {
-            shape: self.input_shape.clone(),
-        })
-        .expect("layer specs serialize")];
+        let mut layers = vec![
+            toml::Value::try_from(LayerKind::Input {
+                shape: self.input_shape.clone(),
+            })
+            .expect("layer specs serialize"),
+        ];
         for layer in &self.layers {
             let mut v = toml::Value::try_from(&layer.kind).expect("layer specs serialize");
             if let toml::Value::Table(t) = &mut v {

@@ -15,6 +15,10 @@ use super::network::{LayerParams, Network};
 use super::spec::ModelSpec;
 use crate::error::{KilnError, Result};
 
+/// Where weights come from: `get(name, keras_shape)` returns the values of tensor `name`
+/// (Keras' name and layout, row-major float32) or an error when it is missing or mismatched.
+pub type WeightSource<'a> = dyn Fn(&str, &[usize]) -> Result<Vec<f32>> + 'a;
+
 /// Reorders a conv kernel from Keras' `[kh, kw, in, out]` to Burn's `[out, in, kh, kw]`.
 pub fn hwio_to_oihw(w: &[f32], [kh, kw, cin, cout]: [usize; 4]) -> Vec<f32> {
     let mut out = vec![0.0; w.len()];
@@ -67,7 +71,11 @@ pub fn keras_weights(spec: &ModelSpec, net: &Network) -> Vec<(String, Vec<usize>
         }
         if let Some(k) = &p.conv_kernel {
             let (v, [o, i, h, w]) = host(k);
-            out.push((format!("{name}/kernel"), vec![h, w, i, o], oihw_to_hwio(&v, [o, i, h, w])));
+            out.push((
+                format!("{name}/kernel"),
+                vec![h, w, i, o],
+                oihw_to_hwio(&v, [o, i, h, w]),
+            ));
         }
         let vectors = [
             ("bias", &p.bias),
@@ -104,8 +112,10 @@ pub fn save(spec: &ModelSpec, net: &Network, path: &Path) -> Result<()> {
         })
         .collect::<Vec<_>>();
     let meta = HashMap::from([("format".to_string(), "kiln-keras-layout".to_string())]);
-    let data = safetensors::serialize(views, Some(meta))
-        .map_err(|e| KilnError::Weights { path: path.into(), message: e.to_string() })?;
+    let data = safetensors::serialize(views, Some(meta)).map_err(|e| KilnError::Weights {
+        path: path.into(),
+        message: e.to_string(),
+    })?;
     crate::run_dir::write_atomic(path, &data)
 }
 
@@ -148,7 +158,7 @@ pub fn load(spec: &ModelSpec, path: &Path, device: &Device) -> Result<Network> {
 ///
 /// # Errors
 /// Whatever `get` returns for a missing or mismatched tensor.
-pub fn load_with(spec: &ModelSpec, device: &Device, get: &dyn Fn(&str, &[usize]) -> Result<Vec<f32>>) -> Result<Network> {
+pub fn load_with(spec: &ModelSpec, device: &Device, get: &WeightSource) -> Result<Network> {
     let mut net = Network::init(spec, 0, device);
     for (layer, p) in spec.layers().iter().zip(net.layers.iter_mut()) {
         load_layer(&layer.name, p, device, get)?;
@@ -156,16 +166,14 @@ pub fn load_with(spec: &ModelSpec, device: &Device, get: &dyn Fn(&str, &[usize])
     Ok(net)
 }
 
-fn load_layer(
-    name: &str,
-    p: &mut LayerParams,
-    device: &Device,
-    get: &dyn Fn(&str, &[usize]) -> Result<Vec<f32>>,
-) -> Result<()> {
+fn load_layer(name: &str, p: &mut LayerParams, device: &Device, get: &WeightSource) -> Result<()> {
     if let Some(k) = &p.dense_kernel {
         let d = k.val().dims();
         let v = get(&format!("{name}/kernel"), &d)?;
-        p.dense_kernel = Some(Param::from_tensor(Tensor::from_data(TensorData::new(v, d), device)));
+        p.dense_kernel = Some(Param::from_tensor(Tensor::from_data(
+            TensorData::new(v, d),
+            device,
+        )));
     }
     if let Some(k) = &p.conv_kernel {
         let [o, i, h, w] = k.val().dims();
@@ -207,7 +215,10 @@ mod tests {
         let oihw = hwio_to_oihw(&hwio, dims);
         // Element (y=1, x=2, i=3, o=4) lives at ((1*3+2)*4+3)*5+4 = 119 in HWIO and at
         // ((4*4+3)*2+1)*3+2 = 119 -> index in OIHW computed by hand: ((o*in+i)*kh+y)*kw+x.
-        assert_eq!(oihw[((4 * 4 + 3) * 2 + 1) * 3 + 2], hwio[((3 + 2) * 4 + 3) * 5 + 4]);
+        assert_eq!(
+            oihw[((4 * 4 + 3) * 2 + 1) * 3 + 2],
+            hwio[((3 + 2) * 4 + 3) * 5 + 4]
+        );
         assert_eq!(oihw_to_hwio(&oihw, [5, 4, 2, 3]), hwio);
     }
 }

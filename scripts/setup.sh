@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what kiln needs on a fresh Debian machine that has the Rust toolchain:
+#   - Fashion-MNIST, Debian's package dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
+# Safe to run again: it installs only what is missing.
+set -euo pipefail
+
+need_apt=()
+if ! ls /usr/share/datasets/fashion-mnist/*.gz >/dev/null 2>&1; then
+  need_apt+=(dataset-fashion-mnist)
+fi
+
+if ((${#need_apt[@]})); then
+  echo "setup: installing ${need_apt[*]} (Debian packages)"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need_apt[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "setup: cargo not found; install the Rust toolchain (https://rustup.rs), then run this again" >&2
+  exit 1
+fi
+echo "setup: ok (Fashion-MNIST in /usr/share/datasets/fashion-mnist, $(cargo --version))"
