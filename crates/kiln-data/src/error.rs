@@ -57,3 +57,48 @@ pub enum DataError {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 }
+
+/// A [`DataError::Format`] at byte `offset` of `path`.
+pub(crate) fn format_error(
+    path: &std::path::Path,
+    offset: usize,
+    message: impl Into<String>,
+) -> DataError {
+    DataError::Format {
+        path: path.to_path_buf(),
+        offset: offset as u64,
+        message: message.into(),
+    }
+}
+
+/// Checks that a file's payload, starting at byte `data_start` of `total` bytes, holds exactly
+/// the `expected` bytes that `shape` needs: fewer is "truncated", more is "trailing bytes".
+pub(crate) fn check_payload(
+    path: &std::path::Path,
+    total: usize,
+    data_start: usize,
+    expected: usize,
+    shape: &[usize],
+) -> Result<()> {
+    let found = total - data_start;
+    if found < expected {
+        return Err(format_error(
+            path,
+            total,
+            format!(
+                "truncated: expected {expected} bytes of data for shape {shape:?}, found {found}"
+            ),
+        ));
+    }
+    if found > expected {
+        return Err(format_error(
+            path,
+            data_start + expected,
+            format!(
+                "{} unexpected trailing bytes after the {expected} bytes of data for shape {shape:?}",
+                found - expected
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -23,7 +23,7 @@ use std::path::Path;
 use flate2::read::MultiGzDecoder;
 
 use crate::element::{Array, Buffer, DType};
-use crate::error::{DataError, Result};
+use crate::error::{DataError, Result, check_payload, format_error};
 
 /// Reads an IDX file, gzip-compressed or raw.
 ///
@@ -71,14 +71,6 @@ pub(crate) fn gunzip(raw: &[u8], path: &Path) -> Result<Vec<u8>> {
                 ),
             })
         }
-    }
-}
-
-fn format_error(path: &Path, offset: usize, message: String) -> DataError {
-    DataError::Format {
-        path: path.to_path_buf(),
-        offset: offset as u64,
-        message,
     }
 }
 
@@ -136,7 +128,7 @@ pub fn parse_idx(bytes: &[u8], path: &Path) -> Result<Array> {
         return Err(format_error(
             path,
             3,
-            "IDX file declares 0 dimensions (expected at least 1)".into(),
+            "IDX file declares 0 dimensions (expected at least 1)",
         ));
     }
     let header_len = 4 + 4 * ndims;
@@ -166,27 +158,7 @@ pub fn parse_idx(bytes: &[u8], path: &Path) -> Result<Array> {
             )
         })?;
     let data = &bytes[header_len..];
-    if data.len() < expected {
-        return Err(format_error(
-            path,
-            bytes.len(),
-            format!(
-                "truncated: expected {expected} bytes of data for shape {shape:?}, found {}",
-                data.len()
-            ),
-        ));
-    }
-    if data.len() > expected {
-        return Err(format_error(
-            path,
-            header_len + expected,
-            format!(
-                "{} unexpected trailing bytes after the {expected} bytes of data for shape \
-                 {shape:?}",
-                data.len() - expected
-            ),
-        ));
-    }
+    check_payload(path, bytes.len(), header_len, expected, &shape)?;
     let buffer = match code {
         0x08 => Buffer::U8(data.to_vec()),
         0x09 => Buffer::I32(data.iter().map(|&b| i32::from(b as i8)).collect()),

@@ -20,17 +20,9 @@ use std::fs;
 use std::path::Path;
 
 use crate::element::{Array, Buffer, DType};
-use crate::error::{DataError, Result};
+use crate::error::{DataError, Result, check_payload, format_error};
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
-
-fn format_error(path: &Path, offset: usize, message: impl Into<String>) -> DataError {
-    DataError::Format {
-        path: path.to_path_buf(),
-        offset: offset as u64,
-        message: message.into(),
-    }
-}
 
 /// Reads a `.npy` file.
 ///
@@ -144,27 +136,7 @@ pub fn parse_npy(bytes: &[u8], path: &Path) -> Result<Array> {
             )
         })?;
     let data = &bytes[data_start..];
-    if data.len() < expected {
-        return Err(format_error(
-            path,
-            bytes.len(),
-            format!(
-                "truncated: expected {expected} bytes of data for shape {shape:?}, found {}",
-                data.len()
-            ),
-        ));
-    }
-    if data.len() > expected {
-        return Err(format_error(
-            path,
-            data_start + expected,
-            format!(
-                "{} unexpected trailing bytes after the {expected} bytes of data for shape \
-                 {shape:?}",
-                data.len() - expected
-            ),
-        ));
-    }
+    check_payload(path, bytes.len(), data_start, expected, &shape)?;
     let buffer = decode(data, dtype, width, big_endian, &header.descr);
     Array::new(shape, buffer)
 }

@@ -47,25 +47,7 @@ impl LossSpec {
     /// [`KilnError::Config`] naming `compile.loss` and the allowed names.
     pub fn from_toml(value: &toml::Value) -> Result<LossSpec> {
         let key = "compile.loss";
-        let mut table = match value {
-            toml::Value::String(s) => {
-                let mut t = toml::Table::new();
-                t.insert("type".into(), toml::Value::String(s.clone()));
-                t
-            }
-            toml::Value::Table(t) => t.clone(),
-            other => {
-                return Err(KilnError::config(
-                    key,
-                    format!("expected a name or a table, got {other}; allowed: {NAMES}"),
-                ));
-            }
-        };
-        let ty = table
-            .get("type")
-            .and_then(|v| v.as_str())
-            .unwrap_or("")
-            .to_string();
+        let (mut table, ty) = super::named_table(value, key, NAMES)?;
         let canonical = match ty.as_str() {
             "mse" => "mean_squared_error",
             other => other,

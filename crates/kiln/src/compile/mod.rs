@@ -9,6 +9,32 @@ pub use metrics::{MetricKind, MetricSpec, argmax, correct};
 pub use optimizer::OptimizerSpec;
 
 use crate::error::{KilnError, Result};
+
+/// Reads a `compile` value given as a name (`"adamw"`) or as a table with a `type`
+/// (`{ type = "AdamW", learning_rate = 0.01 }`). Returns the table (with `type`) and the type name.
+///
+/// # Errors
+/// [`KilnError::Config`] naming `key` when the value is neither, listing `allowed`.
+fn named_table(value: &toml::Value, key: &str, allowed: &str) -> Result<(toml::Table, String)> {
+    let table = match value {
+        toml::Value::String(s) => {
+            toml::Table::from_iter([("type".to_string(), toml::Value::String(s.clone()))])
+        }
+        toml::Value::Table(t) => t.clone(),
+        other => {
+            return Err(KilnError::config(
+                key,
+                format!("expected a name or a table, got {other}; allowed: {allowed}"),
+            ));
+        }
+    };
+    let ty = table
+        .get("type")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    Ok((table, ty))
+}
 use crate::model::ModelSpec;
 
 /// What `model.compile(optimizer, loss, metrics)` fixes.

@@ -97,9 +97,19 @@ impl Model {
     ) -> Model {
         device.seed(seed);
         let net = Network::init(&spec, seed, &device.clone().autodiff());
+        Model::assemble(name.into(), spec, compiled, net, device)
+    }
+
+    fn assemble(
+        name: String,
+        spec: ModelSpec,
+        compiled: Compiled,
+        net: Network,
+        device: Device,
+    ) -> Model {
         let optim = compiled.optimizer.build();
         Model {
-            name: name.into(),
+            name,
             spec,
             compiled,
             net,
@@ -121,15 +131,7 @@ impl Model {
         device: Device,
     ) -> Result<Model> {
         let net = weights::load(&spec, path, &device.clone().autodiff())?;
-        let optim = compiled.optimizer.build();
-        Ok(Model {
-            name: name.into(),
-            spec,
-            compiled,
-            net,
-            optim,
-            device,
-        })
+        Ok(Model::assemble(name.into(), spec, compiled, net, device))
     }
 
     /// The model's layer spec.
