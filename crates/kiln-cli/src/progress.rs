@@ -113,6 +113,8 @@ impl Callback for Progress {
             Some(bar) => {
                 bar.set_position(self.done);
                 bar.finish_with_message(line);
+                // indicatif leaves the cursor at the end of the finished bar.
+                println!();
             }
             None => println!("{}/{} - {line}", self.done, self.steps.unwrap_or(self.done)),
         }
