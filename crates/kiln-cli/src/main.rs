@@ -120,13 +120,24 @@ fn main() -> ExitCode {
             .unwrap_or_default();
         eprintln!("kiln: internal error{at}: {msg} (please report this bug)");
     }));
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            // One line, like every other kiln error: clap's first line, and where to look.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("kiln: error: {first} (see kiln --help)");
+            return ExitCode::from(2);
+        }
+    };
     match run_command(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let config = e
                 .downcast_ref::<KilnError>()
-                .is_some_and(KilnError::is_config);
+                .is_some_and(KilnError::is_usage);
             // kiln's errors already carry their cause in their message; context added here
             // (anyhow) is joined with the cause.
             let message = match e.downcast_ref::<KilnError>() {
@@ -160,8 +171,7 @@ fn run_command(command: Command) -> anyhow::Result<()> {
                 batch_size,
                 seed,
                 data_dir,
-            })
-            .map_err(|e| e.in_file(&config))?;
+            })?;
             let dev = device::resolve(device.into())?;
             let run_dir = run_dir.unwrap_or_else(|| cfg.default_run_dir());
             let mut progress = progress::Progress::new();
@@ -172,9 +182,20 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             let total: f64 = report.history.epoch_time_s.iter().sum();
             let sps =
                 report.history.samples_per_second.iter().sum::<f64>() / epochs_run.max(1) as f64;
-            println!("Trained {epochs_run} epochs in {total:.1}s ({sps:.0} samples/s on average).");
+            let plural = if epochs_run == 1 { "" } else { "s" };
+            println!(
+                "Trained {epochs_run} epoch{plural} in {total:.1}s ({sps:.0} samples/s on average)."
+            );
             println!("Test: {}", progress::format_logs(&report.test));
-            if let Some(acc) = report.test.get("accuracy") {
+            let acc = [
+                "accuracy",
+                "acc",
+                "sparse_categorical_accuracy",
+                "categorical_accuracy",
+            ]
+            .iter()
+            .find_map(|k| report.test.get(k));
+            if let Some(acc) = acc {
                 println!("Test accuracy: {acc:.4}");
             }
             println!("Run saved to {}", report.run_dir.display());

@@ -236,13 +236,121 @@ fn bad_inputs_fail_with_one_line_and_the_right_exit_code() {
     );
 
     let o = kiln(&["train", mlp.to_str().unwrap(), "--batch-size", "0"]);
-    assert_clean_failure(&o, 2, "fit.batch_size: must be at least 1");
+    assert_clean_failure(&o, 2, "--batch-size: must be at least 1");
 
     let o = kiln(&["evaluate", dir.to_str().unwrap()]);
     assert_clean_failure(&o, 1, "is not a run directory");
 
     let o = kiln(&["train", "/nonexistent.toml"]);
     assert_clean_failure(&o, 2, "/nonexistent.toml");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A small copy of Fashion-MNIST (512 training and 128 test examples) and a small CNN config
+/// that trains on it in a second; `edit` changes the config text.
+fn small_run(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    for (file, n) in [
+        ("train-images-idx3-ubyte.gz", 512),
+        ("train-labels-idx1-ubyte.gz", 512),
+        ("t10k-images-idx3-ubyte.gz", 128),
+        ("t10k-labels-idx1-ubyte.gz", 128),
+    ] {
+        let a = kiln_data::idx::read_idx(&Path::new(DATA).join(file)).unwrap();
+        kiln_data::idx::write_idx(&data.join(file), &a.rows(0, n)).unwrap();
+    }
+    let text = std::fs::read_to_string(examples().join("cnn.toml"))
+        .unwrap()
+        .replace("/usr/share/datasets/fashion-mnist", data.to_str().unwrap())
+        .replace("epochs = 10", "epochs = 1")
+        .replace("filters = 64", "filters = 8")
+        .replace("filters = 32", "filters = 4");
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(&config, edit(text)).unwrap();
+    config
+}
+
+#[test]
+fn a_failed_train_keeps_the_previous_run_and_data_is_checked_up_front() {
+    require_data();
+    let dir = scratch("keep");
+    let run = dir.join("run");
+    let good = small_run(&dir, "good", |t| t);
+    let o = kiln(&[
+        "train",
+        good.to_str().unwrap(),
+        "--run-dir",
+        run.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let before = std::fs::read(run.join("config.toml")).unwrap();
+
+    // Five output units for ten classes: refused before training, naming the file and record.
+    let five = small_run(&dir, "five", |t| t.replace("units = 10", "units = 5"));
+    let o = kiln(&[
+        "train",
+        five.to_str().unwrap(),
+        "--run-dir",
+        run.to_str().unwrap(),
+    ]);
+    assert_clean_failure(
+        &o,
+        1,
+        "train-labels-idx1-ubyte.gz: label 9 of record 0 (byte 8 of the IDX data) is outside [0, 5)",
+    );
+    assert!(!stdout(&o).contains("Epoch 1/1"), "no training started");
+    assert_eq!(std::fs::read(run.join("config.toml")).unwrap(), before);
+    let o = kiln(&["evaluate", run.to_str().unwrap(), "--json"]);
+    assert!(
+        o.status.success(),
+        "the earlier run still evaluates: {}",
+        stderr(&o)
+    );
+
+    let split = small_run(&dir, "split", |t| {
+        t.replace("validation_split = 0.1", "validation_split = 0.99999")
+    });
+    let o = kiln(&[
+        "train",
+        split.to_str().unwrap(),
+        "--run-dir",
+        dir.join("r2").to_str().unwrap(),
+    ]);
+    assert_clean_failure(
+        &o,
+        2,
+        "fit.validation_split: 0.99999 leaves 0 of 512 examples for training",
+    );
+
+    // A batch larger than the data is one batch.
+    let o = kiln(&[
+        "train",
+        good.to_str().unwrap(),
+        "--batch-size",
+        "1000000000",
+        "--run-dir",
+        dir.join("r3").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("1/1 "), "{}", stdout(&o));
+
+    // Flags are named as flags; clap's usage errors are one line too.
+    let o = kiln(&["train", good.to_str().unwrap(), "--epochs", "0"]);
+    assert_clean_failure(&o, 2, "--epochs: must be at least 1");
+    let o = kiln(&["train", good.to_str().unwrap(), "--bogus"]);
+    assert_clean_failure(
+        &o,
+        2,
+        "unexpected argument '--bogus' found (see kiln --help)",
+    );
+
+    // predict on a file with no examples.
+    let empty = dir.join("empty.npy");
+    let none = kiln_data::Array::new(vec![0, 28, 28], kiln_data::Buffer::U8(vec![])).unwrap();
+    kiln_data::npy::write_npy(&empty, &none).unwrap();
+    let o = kiln(&["predict", run.to_str().unwrap(), empty.to_str().unwrap()]);
+    assert_clean_failure(&o, 1, "empty.npy: the file holds 0 examples");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -80,8 +80,26 @@ impl KilnError {
         }
     }
 
-    /// True for configuration and usage errors (CLI exit code 2).
-    pub fn is_config(&self) -> bool {
-        matches!(self, KilnError::Config { .. })
+    /// True for configuration and usage errors (CLI exit code 2): a bad config value or flag,
+    /// or a device this build cannot use.
+    pub fn is_usage(&self) -> bool {
+        matches!(self, KilnError::Config { .. } | KilnError::Device(_))
     }
+}
+
+/// Rewrites serde's Rust type names in a parse message into words a config author knows
+/// (`expected usize` -> `expected a non-negative integer`).
+pub(crate) fn humanize(message: &str) -> String {
+    let mut m = message.trim().replace('\n', " ");
+    for (rust, words) in [
+        ("expected usize", "expected a non-negative integer"),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected i64", "expected an integer"),
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+        ("expected a boolean", "expected true or false"),
+    ] {
+        m = m.replace(rust, words);
+    }
+    m
 }

@@ -72,6 +72,61 @@ pub fn load_idx(cfg: &DataConfig) -> Result<Splits> {
     Ok(s)
 }
 
+/// Checks the arrays against the model before any training: each example must have the
+/// Input's element count, and class labels must lie in `[0, units)`.
+///
+/// # Errors
+/// [`KilnError::Shape`] naming the file, and for a bad label its record and byte offset (in the
+/// decompressed IDX data).
+pub fn check_against_model(splits: &Splits, cfg: &RunConfig) -> Result<()> {
+    let d = &cfg.data;
+    let per: usize = cfg.model.input_shape().iter().product();
+    for (x, file) in [
+        (&splits.train_x, &d.train_images),
+        (&splits.test_x, &d.test_images),
+    ] {
+        let have: usize = x.shape().iter().skip(1).product();
+        if x.shape().len() < 2 || have != per {
+            return Err(KilnError::Shape(format!(
+                "{}: examples have shape {} but the model's Input expects {}; is this an image file, and is Input's `shape` right?",
+                d.path(file).display(),
+                crate::model::keras_shape(x.shape().get(1..).unwrap_or(&[])),
+                crate::model::keras_shape(cfg.model.input_shape())
+            )));
+        }
+    }
+    let units = cfg.model.output_shape()[0];
+    let integer = |a: &Array| {
+        matches!(
+            a.dtype(),
+            kiln_data::DType::U8 | kiln_data::DType::I32 | kiln_data::DType::I64
+        )
+    };
+    for (y, file) in [
+        (&splits.train_y, &d.train_labels),
+        (&splits.test_y, &d.test_labels),
+    ] {
+        if !(integer(y) && y.shape().len() == 1) || units == 1 {
+            continue;
+        }
+        if let Some((i, v)) = y
+            .data()
+            .to_i64()
+            .into_iter()
+            .enumerate()
+            .find(|&(_, v)| v < 0 || v as usize >= units)
+        {
+            let header = 4 + 4 * y.shape().len();
+            return Err(KilnError::Shape(format!(
+                "{}: label {v} of record {i} (byte {} of the IDX data) is outside [0, {units}): the model's last layer has {units} units; set its `units` to the number of classes",
+                d.path(file).display(),
+                header + i * y.dtype().size()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Reads model inputs for `predict`: NPY (by its `\x93NUMPY` magic) or IDX (gzip or raw).
 ///
 /// # Errors
@@ -106,6 +161,8 @@ fn preprocess(
 /// `evaluate` and `predict` consume.
 pub fn pipeline(x: Array, y: Option<Array>, cfg: &RunConfig, shuffle: bool) -> Result<Dataset> {
     let n = x.shape()[0];
+    // A batch larger than the data is the whole data (and allocates no more).
+    let batch_size = cfg.fit.batch_size.min(n).max(1);
     let mut el = Element::new().with(FEATURES, x);
     if let Some(y) = y {
         el.insert(LABELS, y);
@@ -116,7 +173,7 @@ pub fn pipeline(x: Array, y: Option<Array>, cfg: &RunConfig, shuffle: bool) -> R
         ds = ds.shuffle(buffer, Some(cfg.seed), true);
     }
     Ok(ds
-        .batch(cfg.fit.batch_size, false)
+        .batch(batch_size, false)
         .map(preprocess(cfg.data.rescale as f32), cfg.data.parallelism())
         .prefetch(cfg.data.prefetch_buffer()))
 }

@@ -10,7 +10,7 @@ use crate::compile::{LossKind, argmax};
 use crate::config::RunConfig;
 use crate::error::{KilnError, Result};
 use crate::fit::{Callback, History, Logs, Model};
-use crate::input::{load_idx, pipeline, read_inputs, split_last};
+use crate::input::{check_against_model, load_idx, pipeline, read_inputs, split_last};
 use crate::run_dir::RunDir;
 
 /// Command-line overrides of config values.
@@ -30,8 +30,14 @@ impl RunConfig {
     /// Applies overrides and re-checks the values.
     ///
     /// # Errors
-    /// [`KilnError::Config`] naming the flag's key when a value is out of range.
+    /// [`KilnError::Config`] naming the flag when a value is out of range.
     pub fn apply(&mut self, o: &Overrides) -> Result<()> {
+        // Checked here so that the message names the flag, not the config file's key.
+        for (flag, value) in [("--epochs", o.epochs), ("--batch-size", o.batch_size)] {
+            if value == Some(0) {
+                return Err(KilnError::config(flag, "must be at least 1"));
+            }
+        }
         if let Some(v) = o.epochs {
             self.fit.epochs = v;
         }
@@ -75,8 +81,19 @@ pub fn train(
     on_model: impl FnOnce(&Model),
 ) -> Result<TrainReport> {
     let data = load_idx(&cfg.data)?;
+    check_against_model(&data, cfg)?;
     let ((train_x, train_y), held_out) =
         split_last(&data.train_x, &data.train_y, cfg.fit.validation_split);
+    if train_x.shape()[0] == 0 {
+        return Err(KilnError::config(
+            "fit.validation_split",
+            format!(
+                "{} leaves 0 of {} examples for training; use a smaller fraction",
+                cfg.fit.validation_split,
+                data.train_x.shape()[0]
+            ),
+        ));
+    }
     let validation = match (held_out, cfg.fit.validation_data.as_deref()) {
         (Some((x, y)), _) => Some(pipeline(x, Some(y), cfg, false)?),
         (None, Some("test")) => Some(pipeline(
@@ -90,8 +107,10 @@ pub fn train(
     let train = pipeline(train_x, Some(train_y), cfg, cfg.fit.shuffle)?;
     let test = pipeline(data.test_x, Some(data.test_y), cfg, false)?;
 
+    // Created now so that an unwritable place fails before training; the files are written
+    // together after training, so a failed run never leaves a config that does not match the
+    // weights beside it.
     let dir = RunDir::create(run_dir)?;
-    dir.save_config(&cfg.to_toml())?;
     let mut model = Model::new(
         &cfg.name,
         cfg.model.clone(),
@@ -102,6 +121,7 @@ pub fn train(
     on_model(&model);
     let history = model.fit(&train, validation.as_ref(), cfg.fit.epochs, callbacks)?;
     model.save_weights(&dir.weights())?;
+    dir.save_config(&cfg.to_toml())?;
     dir.save_history(&history)?;
     let test_logs = model.evaluate(&test)?;
     dir.save_metrics(&test_logs)?;
@@ -177,6 +197,12 @@ pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<(Vec<f32>
         x
     };
     let x: Array = x;
+    if x.shape().first() == Some(&0) {
+        return Err(KilnError::Shape(format!(
+            "{}: the file holds 0 examples",
+            input.display()
+        )));
+    }
     if x.shape().is_empty() || !x.len().is_multiple_of(per) || x.len() / x.shape()[0] != per {
         return Err(KilnError::Shape(format!(
             "{}: examples of shape {:?} do not fit the model's Input {}",

@@ -68,7 +68,9 @@ impl LossSpec {
         table.insert("type".into(), toml::Value::String(canonical.into()));
         toml::Value::Table(table)
             .try_into()
-            .map_err(|e: toml::de::Error| KilnError::config(key, e.message().trim().to_string()))
+            .map_err(|e: toml::de::Error| {
+                KilnError::config(key, crate::error::humanize(e.message()))
+            })
     }
 
     /// The Keras name.

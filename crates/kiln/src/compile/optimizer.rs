@@ -104,9 +104,12 @@ impl OptimizerSpec {
             }
         };
         table.insert("type".into(), toml::Value::String(canonical.into()));
-        let spec: OptimizerSpec = toml::Value::Table(table)
-            .try_into()
-            .map_err(|e: toml::de::Error| KilnError::config(key, e.message().trim().to_string()))?;
+        let spec: OptimizerSpec =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    KilnError::config(key, crate::error::humanize(e.message()))
+                })?;
         if spec.learning_rate() <= 0.0 || !spec.learning_rate().is_finite() {
             return Err(KilnError::config(
                 format!("{key}.learning_rate"),

@@ -92,7 +92,7 @@ impl RunConfig {
                 .span()
                 .map(|s| format!("line {}", line_of(text, s.start)))
                 .unwrap_or_else(|| "config".into());
-            KilnError::config(line, e.message().trim().replace('\n', " "))
+            KilnError::config(line, crate::error::humanize(e.message()))
         })?;
         if raw.name.trim().is_empty() || raw.name.contains(['/', '\\']) {
             return Err(KilnError::config(

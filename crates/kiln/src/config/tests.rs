@@ -99,3 +99,34 @@ fn errors_name_the_key_and_the_allowed_values() {
         "{e}"
     );
 }
+
+#[test]
+fn sizes_names_and_enum_values_are_checked_before_allocating() {
+    let huge = minimal("").replace("units = 3", "units = 100000000000");
+    let e = RunConfig::from_toml_str(&huge).unwrap_err().to_string();
+    assert!(
+        e.starts_with(
+            "model.layers[1] (Dense): 500000000000 parameters (2000.0 GB as float32) is too large"
+        ),
+        "{e}"
+    );
+    let slash = minimal("").replace("units = 3", "units = 3, name = \"a/b\"");
+    let e = RunConfig::from_toml_str(&slash).unwrap_err().to_string();
+    assert!(
+        e.starts_with("model.layers[1].name: \"a/b\" is not a valid layer name"),
+        "{e}"
+    );
+    let act = minimal("").replace("units = 3", "units = 3, activation = \"relux\"");
+    let e = RunConfig::from_toml_str(&act).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "model.layers[1].activation: \"relux\" is not allowed; allowed: linear, relu, gelu, sigmoid, tanh, softmax"
+    );
+    let e = RunConfig::from_toml_str(&minimal("epochs = \"ten\""))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "line 10: invalid type: string \"ten\", expected a non-negative integer"
+    );
+}

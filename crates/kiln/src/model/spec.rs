@@ -429,6 +429,32 @@ pub fn keras_shape(shape: &[usize]) -> String {
     s
 }
 
+/// Most parameters in one layer, and most values per example in one activation: 2^31
+/// (8 GiB of float32). Larger sizes are almost always a typo.
+pub const MAX_ELEMENTS: u128 = 1 << 31;
+
+/// Rejects layers whose parameter count would exceed [`MAX_ELEMENTS`] (computed without
+/// overflow, before anything is allocated).
+fn check_size(kind: &LayerKind, input: &[usize]) -> std::result::Result<(), String> {
+    let last = input.last().copied().unwrap_or(0) as u128;
+    let params = match kind {
+        LayerKind::Dense { units, .. } => (last + 1) * *units as u128,
+        LayerKind::Conv2D {
+            filters,
+            kernel_size,
+            ..
+        } => (kernel_size.0[0] as u128 * kernel_size.0[1] as u128 * last + 1) * *filters as u128,
+        _ => 0,
+    };
+    if params > MAX_ELEMENTS {
+        return Err(format!(
+            "{params} parameters ({:.1} GB as float32) is too large; kiln's limit is {MAX_ELEMENTS} per layer",
+            params as f64 * 4.0 / 1e9
+        ));
+    }
+    Ok(())
+}
+
 /// A named layer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LayerSpec {
@@ -517,9 +543,21 @@ impl ModelSpec {
                     "`Input` may only be the first layer",
                 ));
             }
+            check_size(&kind, &shape)
+                .map_err(|m| KilnError::config(format!("{} ({})", key(i), kind.class_name()), m))?;
             shape = kind
                 .output_shape(&shape)
                 .map_err(|m| KilnError::config(format!("{} ({})", key(i), kind.class_name()), m))?;
+            let elements: u128 = shape.iter().map(|&d| d as u128).product();
+            if elements > MAX_ELEMENTS {
+                return Err(KilnError::config(
+                    format!("{} ({})", key(i), kind.class_name()),
+                    format!(
+                        "its output {} has {elements} values per example; kiln's limit is {MAX_ELEMENTS}",
+                        keras_shape(&shape)
+                    ),
+                ));
+            }
             let name = match name {
                 Some(n) => n,
                 None => {
@@ -534,6 +572,14 @@ impl ModelSpec {
                     name
                 }
             };
+            if name.is_empty() || name.contains(['/', ' ']) {
+                return Err(KilnError::config(
+                    format!("{}.name", key(i)),
+                    format!(
+                        "\"{name}\" is not a valid layer name: use letters, digits, '_' or '-' (no '/', which separates layer and weight names)"
+                    ),
+                ));
+            }
             if named.iter().any(|l: &LayerSpec| l.name == name) {
                 return Err(KilnError::config(
                     format!("{}.name", key(i)),
@@ -602,6 +648,23 @@ impl ModelSpec {
                     ),
                 ));
             }
+            // Name the key for enum-valued arguments (serde's message does not).
+            for (arg, allowed) in [
+                (
+                    "activation",
+                    &["linear", "relu", "gelu", "sigmoid", "tanh", "softmax"][..],
+                ),
+                ("padding", &["valid", "same"][..]),
+            ] {
+                if let Some(v) = table.get(arg)
+                    && !v.as_str().is_some_and(|s| allowed.contains(&s))
+                {
+                    return Err(KilnError::config(
+                        format!("{key}.{arg}"),
+                        format!("{v} is not allowed; allowed: {}", allowed.join(", ")),
+                    ));
+                }
+            }
             let name = match table.remove("name") {
                 Some(toml::Value::String(s)) => Some(s),
                 Some(other) => {
@@ -618,7 +681,7 @@ impl ModelSpec {
                     .map_err(|e: toml::de::Error| {
                         KilnError::config(
                             format!("{key} ({type_name})"),
-                            e.message().trim().to_string(),
+                            crate::error::humanize(e.message()),
                         )
                     })?;
             parsed.push((name, kind));

@@ -125,7 +125,10 @@ pub fn save(spec: &ModelSpec, net: &Network, path: &Path) -> Result<()> {
 /// [`KilnError::Weights`] naming the tensor when one is missing, has another shape or dtype, or
 /// the file is not safetensors; [`KilnError::Io`] when it cannot be read.
 pub fn load(spec: &ModelSpec, path: &Path, device: &Device) -> Result<Network> {
-    let bytes = std::fs::read(path).map_err(|e| KilnError::io(path, e))?;
+    let bytes = std::fs::read(path).map_err(|e| KilnError::Weights {
+        path: path.into(),
+        message: format!("cannot read the weights ({e}); train the run again with `kiln train`"),
+    })?;
     let file = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| KilnError::Weights {
         path: path.into(),
         message: format!("not a readable safetensors file: {e}"),
