@@ -69,6 +69,9 @@ enum Command {
         /// Override data.data_dir.
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Time each stage of the training step and each layer; print the last epoch's table.
+        #[arg(long)]
+        profile: bool,
     },
     /// Evaluate a trained run on its test split.
     Evaluate {
@@ -164,6 +167,7 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             run_dir,
             seed,
             data_dir,
+            profile,
         } => {
             let mut cfg = RunConfig::load(&config)?;
             cfg.apply(&Overrides {
@@ -176,8 +180,12 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             let run_dir = run_dir.unwrap_or_else(|| cfg.default_run_dir());
             let mut progress = progress::Progress::new();
             let report = run::train(&cfg, &run_dir, dev, &mut [&mut progress], |m| {
-                print!("{}", m.summary())
+                print!("{}", m.summary());
+                m.set_profiling(profile);
             })?;
+            if let Some(p) = &report.history.profile {
+                print!("{}", p.table());
+            }
             let epochs_run = report.history.epoch.len();
             let total: f64 = report.history.epoch_time_s.iter().sum();
             let sps =

@@ -68,7 +68,7 @@ pub struct TrainReport {
 }
 
 /// Trains `cfg` on `device`, writing the run directory `run_dir`. `on_model` sees the compiled
-/// model before training (to print its summary).
+/// model before training (to print its summary, or turn on profiling).
 ///
 /// # Errors
 /// [`KilnError::MissingData`], data, shape and I/O errors; the run directory keeps what was
@@ -78,7 +78,7 @@ pub fn train(
     run_dir: &Path,
     device: Device,
     callbacks: &mut [&mut dyn Callback],
-    on_model: impl FnOnce(&Model),
+    on_model: impl FnOnce(&mut Model),
 ) -> Result<TrainReport> {
     let data = load_idx(&cfg.data)?;
     check_against_model(&data, cfg)?;
@@ -118,7 +118,7 @@ pub fn train(
         cfg.seed,
         device,
     );
-    on_model(&model);
+    on_model(&mut model);
     let history = model.fit(&train, validation.as_ref(), cfg.fit.epochs, callbacks)?;
     model.save_weights(&dir.weights())?;
     dir.save_config(&cfg.to_toml())?;

@@ -53,6 +53,9 @@ pub struct History {
     pub epoch_time_s: Vec<f64>,
     /// Training examples per second of each epoch's training loop (validation excluded).
     pub samples_per_second: Vec<f64>,
+    /// Per-stage step times of the last epoch, when profiling was on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<super::StepProfile>,
 }
 
 impl History {

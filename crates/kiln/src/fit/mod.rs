@@ -2,10 +2,12 @@
 
 mod callback;
 mod logs;
+mod profile;
 mod step;
 
 pub use callback::Callback;
 pub use logs::{History, Logs};
+pub use profile::StepProfile;
 pub use step::{StepOutput, eval_step, train_step};
 
 use std::path::Path;
@@ -73,6 +75,7 @@ pub struct Model {
     net: Network,
     optim: ModuleOptimizer,
     device: Device,
+    profiling: bool,
 }
 
 impl std::fmt::Debug for Model {
@@ -115,6 +118,7 @@ impl Model {
             net,
             optim,
             device,
+            profiling: false,
         }
     }
 
@@ -132,6 +136,12 @@ impl Model {
     ) -> Result<Model> {
         let net = weights::load(&spec, path, &device.clone().autodiff())?;
         Ok(Model::assemble(name.into(), spec, compiled, net, device))
+    }
+
+    /// Times each stage of the training step (and each layer's forward pass); `fit` returns
+    /// the profile of its last epoch in [`History::profile`].
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profiling = on;
     }
 
     /// The model's layer spec.
@@ -192,19 +202,41 @@ impl Model {
                 .for_each(|c| c.on_epoch_begin(epoch, epochs, steps));
             let started = Instant::now();
             let mut acc = Accumulator::default();
-            for (step, batch) in train.iter().enumerate() {
+            // The profile describes the last epoch (the first one includes warm-up).
+            let mut profile = self.profiling.then(StepProfile::default);
+            let mut batches = train.iter();
+            for step in 0u64.. {
+                let mut clock = Instant::now();
+                let Some(batch) = batches.next() else { break };
                 let batch = batch?;
+                let waited = clock.elapsed().as_secs_f64();
+                clock = Instant::now();
                 let b = to_device(&batch, &self.spec, &self.compiled.loss, &train_device)?;
+                if let Some(p) = profile.as_mut() {
+                    p.input_wait_s += waited;
+                    p.to_device_s += clock.elapsed().as_secs_f64();
+                }
                 let (classes, targets, size) = (b.classes.clone(), b.targets.clone(), b.size);
                 let net = std::mem::replace(&mut self.net, Network { layers: Vec::new() });
-                let (net, out) =
-                    train_step(net, &mut self.optim, &self.spec, &self.compiled, b, lr);
+                let (net, out) = train_step(
+                    net,
+                    &mut self.optim,
+                    &self.spec,
+                    &self.compiled,
+                    b,
+                    lr,
+                    profile.as_mut(),
+                );
                 self.net = net;
+                clock = Instant::now();
                 acc.add(&self.compiled, &out, &classes, &targets, size, units);
+                if let Some(p) = profile.as_mut() {
+                    p.metrics_s += clock.elapsed().as_secs_f64();
+                }
                 let logs = acc.logs(&self.compiled);
                 callbacks
                     .iter_mut()
-                    .for_each(|c| c.on_train_batch_end(step as u64, &logs));
+                    .for_each(|c| c.on_train_batch_end(step, &logs));
                 if callbacks.iter().any(|c| c.stop_training()) {
                     break 'epochs;
                 }
@@ -217,6 +249,9 @@ impl Model {
             }
             let epoch_time = started.elapsed().as_secs_f64();
             history.push(epoch, &logs);
+            if profile.is_some() {
+                history.profile = profile;
+            }
             history.epoch_time_s.push(epoch_time);
             history
                 .samples_per_second

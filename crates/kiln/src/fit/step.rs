@@ -8,6 +8,9 @@ use burn::prelude::*;
 
 use crate::batch::DeviceBatch;
 use crate::compile::Compiled;
+use std::time::Instant;
+
+use super::profile::StepProfile;
 use crate::model::{ModelSpec, Network};
 
 /// What a step reports to the metrics.
@@ -26,7 +29,8 @@ fn read(t: Tensor<2>) -> Vec<f32> {
         .expect("float outputs")
 }
 
-/// Runs one optimizer step on `batch` and returns the updated network.
+/// Runs one optimizer step on `batch` and returns the updated network. With `profile`, adds the
+/// time of each stage to it.
 pub fn train_step(
     net: Network,
     optim: &mut ModuleOptimizer,
@@ -34,22 +38,42 @@ pub fn train_step(
     compiled: &Compiled,
     batch: DeviceBatch,
     learning_rate: f64,
+    mut profile: Option<&mut StepProfile>,
 ) -> (Network, StepOutput) {
+    let mut clock = Instant::now();
+    let mut lap = |slot: fn(&mut StepProfile) -> &mut f64,
+                   profile: &mut Option<&mut StepProfile>| {
+        if let Some(p) = profile.as_deref_mut() {
+            *slot(p) += clock.elapsed().as_secs_f64();
+        }
+        clock = Instant::now();
+    };
     let labels = batch.labels.expect("training batches carry labels");
-    let fwd = net.forward(spec, batch.x, true);
+    let fwd = match profile.as_deref_mut() {
+        Some(p) => net.forward_timed(spec, batch.x, true, &mut |i, d| {
+            p.add_layer(i, &spec.layers()[i].name, d)
+        }),
+        None => net.forward(spec, batch.x, true),
+    };
+    lap(|p| &mut p.forward_s, &mut profile);
     let outputs = fwd.output.clone().detach();
     let loss = compiled.loss.compute(fwd.output, fwd.logits, &labels);
+    lap(|p| &mut p.loss_s, &mut profile);
     let grads = GradientsParams::from_grads(loss.backward(), &net);
+    lap(|p| &mut p.backward_s, &mut profile);
     let net = optim.step(learning_rate, net, grads);
     let net = net.update_moving_stats(spec, fwd.batch_stats);
+    lap(|p| &mut p.optimizer_s, &mut profile);
     let loss = loss.into_scalar::<f32>() as f64;
-    (
-        net,
-        StepOutput {
-            loss,
-            outputs: read(outputs),
-        },
-    )
+    let out = StepOutput {
+        loss,
+        outputs: read(outputs),
+    };
+    lap(|p| &mut p.metrics_s, &mut profile);
+    if let Some(p) = profile {
+        p.steps += 1;
+    }
+    (net, out)
 }
 
 /// Forward pass in inference mode (no dropout, moving statistics); the loss when the batch

@@ -168,11 +168,24 @@ impl Network {
     ///
     /// `training` turns on Dropout and BatchNormalization's batch statistics.
     pub fn forward(&self, spec: &ModelSpec, input: Act, training: bool) -> Forward {
+        self.forward_timed(spec, input, training, &mut |_, _| {})
+    }
+
+    /// [`Network::forward`], calling `timed(layer index, wall time)` after each layer (eager
+    /// backends only: on a GPU the time is that of queueing the work).
+    pub fn forward_timed(
+        &self,
+        spec: &ModelSpec,
+        input: Act,
+        training: bool,
+        timed: &mut dyn FnMut(usize, std::time::Duration),
+    ) -> Forward {
         let mut x = input;
         let mut logits = None;
         let mut batch_stats = Vec::new();
         let last = spec.layers().len() - 1;
         for (i, (layer, p)) in spec.layers().iter().zip(&self.layers).enumerate() {
+            let started = std::time::Instant::now();
             x = match &layer.kind {
                 LayerKind::Input { .. } => x,
                 LayerKind::Dense { activation, .. } => {
@@ -260,6 +273,7 @@ impl Network {
                     apply_activation(x, *activation)
                 }
             };
+            timed(i, started.elapsed());
         }
         Forward {
             output: flat(x),

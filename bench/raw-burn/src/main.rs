@@ -1,0 +1,154 @@
+//! A raw Burn training loop (no kiln): the benchmark's reference for "what Burn alone does".
+//! Same models, data, batch size and optimizer as `bench/configs/*.toml`.
+//!
+//! `kiln-bench-raw-burn mlp|cnn [epochs]` prints one JSON line with training samples/s over
+//! epochs 2.. (the first is excluded).
+
+use std::path::Path;
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
+use burn::optim::{AdamWConfig, GradientsParams};
+use burn::prelude::*;
+use burn::tensor::activation::{log_softmax, relu};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+
+#[derive(Module, Debug)]
+struct Mlp {
+    fc1: Linear,
+    fc2: Linear,
+    fc3: Linear,
+}
+
+#[derive(Module, Debug)]
+struct Cnn {
+    conv1: Conv2d,
+    conv2: Conv2d,
+    pool: MaxPool2d,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+trait Net: Module {
+    fn logits(&self, x: Tensor<4>) -> Tensor<2>;
+}
+
+impl Net for Mlp {
+    fn logits(&self, x: Tensor<4>) -> Tensor<2> {
+        let x = x.flatten(1, 3);
+        let x = relu(self.fc1.forward(x));
+        let x = relu(self.fc2.forward(x));
+        self.fc3.forward(x)
+    }
+}
+
+impl Net for Cnn {
+    fn logits(&self, x: Tensor<4>) -> Tensor<2> {
+        let x = self.pool.forward(relu(self.conv1.forward(x)));
+        let x = self.pool.forward(relu(self.conv2.forward(x)));
+        let x = relu(self.fc1.forward(x.flatten(1, 3)));
+        self.fc2.forward(x)
+    }
+}
+
+fn train<M: Net>(
+    mut net: M,
+    images: &[f32],
+    labels: &[i64],
+    epochs: usize,
+    device: &Device,
+) -> Vec<f64> {
+    let n = labels.len();
+    let batch = 128;
+    let mut optim = AdamWConfig::new()
+        .with_weight_decay(0.004)
+        .with_epsilon(1e-7)
+        .init();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut times = Vec::new();
+    for _ in 0..epochs {
+        order.shuffle(&mut rng);
+        let started = Instant::now();
+        let mut last = None;
+        for chunk in order.chunks(batch) {
+            let b = chunk.len();
+            let mut x = Vec::with_capacity(b * 784);
+            let y: Vec<i64> = chunk.iter().map(|&i| labels[i]).collect();
+            for &i in chunk {
+                x.extend_from_slice(&images[i * 784..(i + 1) * 784]);
+            }
+            let x = Tensor::<4>::from_data(TensorData::new(x, [b, 1, 28, 28]), device);
+            let y = Tensor::<1, Int>::from_data(TensorData::new(y, [b]), device);
+            let logits = net.logits(x);
+            let loss = log_softmax(logits, 1)
+                .gather(1, y.reshape([b, 1]))
+                .mean()
+                .neg();
+            let grads = GradientsParams::from_grads(loss.backward(), &net);
+            net = optim.step(1e-3, net, grads);
+            last = Some(loss);
+        }
+        // Read the last loss, as a Keras progress bar would, to force completion.
+        let _ = last.map(|l| l.into_scalar::<f32>());
+        times.push(n as f64 / started.elapsed().as_secs_f64());
+    }
+    times
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let model = args.next().unwrap_or_else(|| "cnn".into());
+    let epochs: usize = args.next().map(|e| e.parse().expect("epochs")).unwrap_or(3);
+    let dir = std::env::var("KILN_DATA_DIR")
+        .unwrap_or_else(|_| "/usr/share/datasets/fashion-mnist".into());
+    let images = kiln_data::idx::read_idx(&Path::new(&dir).join("train-images-idx3-ubyte.gz"))
+        .expect("images");
+    let labels = kiln_data::idx::read_idx(&Path::new(&dir).join("train-labels-idx1-ubyte.gz"))
+        .expect("labels");
+    let images: Vec<f32> = images.to_f32_scaled(1.0 / 255.0).data().to_f32();
+    let labels = labels.data().to_i64();
+    let device = Device::flex().autodiff();
+    device.seed(1);
+    let sps = match model.as_str() {
+        "mlp" => train(
+            Mlp {
+                fc1: LinearConfig::new(784, 512).init(&device),
+                fc2: LinearConfig::new(512, 512).init(&device),
+                fc3: LinearConfig::new(512, 10).init(&device),
+            },
+            &images,
+            &labels,
+            epochs,
+            &device,
+        ),
+        "cnn" => train(
+            Cnn {
+                conv1: Conv2dConfig::new([1, 32], [3, 3])
+                    .with_padding(PaddingConfig2d::Same)
+                    .init(&device),
+                conv2: Conv2dConfig::new([32, 64], [3, 3])
+                    .with_padding(PaddingConfig2d::Same)
+                    .init(&device),
+                pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
+                fc1: LinearConfig::new(64 * 7 * 7, 128).init(&device),
+                fc2: LinearConfig::new(128, 10).init(&device),
+            },
+            &images,
+            &labels,
+            epochs,
+            &device,
+        ),
+        other => panic!("unknown model {other}: use mlp or cnn"),
+    };
+    let timed = &sps[1.min(sps.len() - 1)..];
+    println!(
+        "{{\"framework\": \"burn-raw\", \"version\": \"0.23.0-pre.1\", \"model\": \"{model}\", \"samples_per_second\": {}, \"epochs_timed\": {}}}",
+        timed.iter().sum::<f64>() / timed.len() as f64,
+        timed.len()
+    );
+}

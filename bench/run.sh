@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Side-by-side training benchmark on Fashion-MNIST: kiln (`kiln train`, as a user runs it),
+# TensorFlow/Keras (model.fit + tf.data AUTOTUNE), PyTorch (plain loop) and a raw Burn loop,
+# on the same two models (bench/configs/*.toml), batch 128, AdamW.
+#
+#   bench/run.sh [rounds]        # default 2 rounds: A B C D A B C D ... so drift hits all alike
+#
+# Installs the peers (tensorflow-cpu 2.21, torch, numpy) in bench/.venv on first use. Each run
+# trains 3 epochs and reports samples/s over epochs 2-3 (the first, with warm-up, is excluded).
+# Results: bench/results.jsonl (one line per run) and a markdown table on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS="${1:-2}"
+EPOCHS=3
+scripts/setup.sh >/dev/null
+
+VENV=bench/.venv
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import tensorflow, torch" 2>/dev/null; then
+  echo "bench: installing tensorflow-cpu 2.21, torch, numpy into $VENV (once)"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q "tensorflow-cpu==2.21.*" torch numpy
+fi
+PY="$VENV/bin/python"
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${KILN_CACHE_DIR:-$HOME/.cache/kiln}/target}"
+cargo build --release -q -p kiln-cli -p kiln-bench-raw-burn
+KILN="$CARGO_TARGET_DIR/release/kiln"
+RAW="$CARGO_TARGET_DIR/release/kiln-bench-raw-burn"
+
+OUT=bench/results.jsonl
+: > "$OUT"
+export TF_CPP_MIN_LOG_LEVEL=3
+"$PY" bench/peers/gemm.py | tee -a "$OUT"
+
+kiln_run() {
+  local model=$1 dir
+  dir=$(mktemp -d)
+  "$KILN" train "bench/configs/$model.toml" --epochs "$EPOCHS" --run-dir "$dir" >/dev/null
+  "$PY" - "$dir/history.json" "$model" <<'PYEOF'
+import json, sys
+h = json.load(open(sys.argv[1]))
+sps = h["samples_per_second"][1:]
+print(json.dumps({"framework": "kiln", "model": sys.argv[2], "samples_per_second": sum(sps) / len(sps), "epochs_timed": len(sps)}))
+PYEOF
+  rm -rf "$dir"
+}
+
+for round in $(seq "$ROUNDS"); do
+  for model in mlp cnn; do
+    echo "bench: round $round, $model" >&2
+    kiln_run "$model" | tee -a "$OUT"
+    (cd bench/peers && "../../$PY" tf_bench.py --model "$model" --epochs "$EPOCHS" 2>/dev/null) | tail -1 | tee -a "$OUT"
+    (cd bench/peers && "../../$PY" torch_bench.py --model "$model" --epochs "$EPOCHS") | tail -1 | tee -a "$OUT"
+    "$RAW" "$model" "$EPOCHS" | tee -a "$OUT"
+  done
+done
+"$PY" bench/summarize.py "$OUT"
