@@ -1,5 +1,7 @@
-//! A raw Burn training loop (no kiln): the benchmark's reference for "what Burn alone does".
-//! Same models, data, batch size and optimizer as `bench/configs/*.toml`.
+//! A raw Burn training loop: the benchmark's reference for what the same kernels give without
+//! kiln's pipeline, `fit`, metrics and callbacks. Same models, data, batch size, optimizer,
+//! allocator and CPU kernels (kiln's convolution and pooling ops) as `kiln train
+//! bench/configs/*.toml`; everything else is plain Burn.
 //!
 //! `kiln-bench-raw-burn mlp|cnn [epochs]` prints one JSON line with training samples/s over
 //! epochs 2.. (the first is excluded).
@@ -9,13 +11,15 @@ use std::time::Instant;
 
 use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
 use burn::tensor::activation::{log_softmax, relu};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Module, Debug)]
 struct Mlp {
@@ -28,9 +32,15 @@ struct Mlp {
 struct Cnn {
     conv1: Conv2d,
     conv2: Conv2d,
-    pool: MaxPool2d,
     fc1: Linear,
     fc2: Linear,
+}
+
+/// `Conv2D(padding="same", activation="relu")` then `MaxPooling2D(2)` with kiln's kernels.
+fn conv_relu_pool(conv: &Conv2d, x: Tensor<4>) -> Tensor<4> {
+    let bias = conv.bias.as_ref().map(|b| b.val());
+    let y = kiln::ops::conv2d(x, conv.weight.val(), bias, [1, 1], [(1, 1), (1, 1)]);
+    kiln::ops::max_pool2d(relu(y), [2, 2], [2, 2], [(0, 0), (0, 0)])
 }
 
 trait Net: Module {
@@ -48,8 +58,8 @@ impl Net for Mlp {
 
 impl Net for Cnn {
     fn logits(&self, x: Tensor<4>) -> Tensor<2> {
-        let x = self.pool.forward(relu(self.conv1.forward(x)));
-        let x = self.pool.forward(relu(self.conv2.forward(x)));
+        let x = conv_relu_pool(&self.conv1, x);
+        let x = conv_relu_pool(&self.conv2, x);
         let x = relu(self.fc1.forward(x.flatten(1, 3)));
         self.fc2.forward(x)
     }
@@ -134,7 +144,6 @@ fn main() {
                 conv2: Conv2dConfig::new([32, 64], [3, 3])
                     .with_padding(PaddingConfig2d::Same)
                     .init(&device),
-                pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
                 fc1: LinearConfig::new(64 * 7 * 7, 128).init(&device),
                 fc2: LinearConfig::new(128, 10).init(&device),
             },

@@ -4,6 +4,11 @@
 
 mod progress;
 
+// Training allocates and frees tensors of many megabytes every step; glibc's allocator hands
+// them back to the OS and faults them in again, mimalloc keeps them (measured in bench/README.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -21,7 +21,9 @@ pub mod device;
 pub mod error;
 pub mod fit;
 pub mod input;
+pub mod kernels;
 pub mod model;
+pub mod ops;
 pub mod run;
 pub mod run_dir;
 

@@ -10,8 +10,8 @@ use burn::module::{Module, Param};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::activation;
-use burn::tensor::module::{avg_pool2d, batch_norm, batch_norm_train, conv2d, max_pool2d};
-use burn::tensor::ops::{AvgPoolOptions, ConvOptions, MaxPoolOptions};
+use burn::tensor::module::{avg_pool2d, batch_norm, batch_norm_train};
+use burn::tensor::ops::AvgPoolOptions;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -210,12 +210,12 @@ impl Network {
                     let (_, pw) = padding
                         .resolve(w, kernel_size.0[1], strides.0[1])
                         .expect("shape checked");
-                    let options = ConvOptions::new_with_padding(strides.0, [ph, pw], [1, 1], 1);
-                    let y = conv2d(
+                    let y = crate::ops::conv2d(
                         x4,
                         p.conv_kernel.as_ref().expect("conv kernel").val(),
                         p.bias.as_ref().map(|b| b.val()),
-                        options,
+                        strides.0,
+                        [ph, pw],
                     );
                     apply_activation(Act::Image(y), *activation)
                 }
@@ -227,10 +227,7 @@ impl Network {
                     let x4 = image(x);
                     let s = strides.unwrap_or(*pool_size).0;
                     let pads = pool_padding(&x4, *padding, pool_size.0, s);
-                    let options = MaxPoolOptions::new(pool_size.0)
-                        .with_stride(s)
-                        .with_padding_pairs(pads);
-                    Act::Image(max_pool2d(x4, options))
+                    Act::Image(crate::ops::max_pool2d(x4, pool_size.0, s, pads))
                 }
                 LayerKind::AveragePooling2D {
                     pool_size,

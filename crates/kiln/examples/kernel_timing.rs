@@ -1,0 +1,139 @@
+//! Times kiln's CPU kernels against Burn's flex operations on the benchmark CNN's shapes
+//! (batch 128): `cargo run --release -p kiln --example kernel_timing`.
+
+use std::time::Instant;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use burn::prelude::*;
+use burn::tensor::Distribution;
+use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
+
+fn time<T>(label: &str, reps: usize, mut f: impl FnMut() -> T) {
+    f();
+    let t = Instant::now();
+    for _ in 0..reps {
+        std::hint::black_box(f());
+    }
+    println!(
+        "{label:<44} {:>8.2} ms",
+        t.elapsed().as_secs_f64() * 1000.0 / reps as f64
+    );
+}
+
+fn main() {
+    let d = Device::flex();
+    let ad = Device::flex().autodiff();
+    for (name, c, hw, o) in [
+        ("conv1 1->32 28x28", 1, 28, 32),
+        ("conv2 32->64 14x14", 32, 14, 64),
+    ] {
+        let x = Tensor::<4>::random([128, c, hw, hw], Distribution::Normal(0.0, 1.0), &d);
+        let w = Tensor::<4>::random([o, c, 3, 3], Distribution::Normal(0.0, 0.1), &d);
+        let b = Tensor::<1>::zeros([o], &d);
+        let pad = [(1, 1), (1, 1)];
+        time(&format!("{name} forward, burn"), 10, || {
+            burn::tensor::module::conv2d(
+                x.clone(),
+                w.clone(),
+                Some(b.clone()),
+                ConvOptions::new_with_padding([1, 1], pad, [1, 1], 1),
+            )
+            .into_data()
+        });
+        time(&format!("{name} forward, kiln"), 10, || {
+            kiln::ops::conv2d(x.clone(), w.clone(), Some(b.clone()), [1, 1], pad).into_data()
+        });
+        for fast in [false, true] {
+            let label = format!("{name} fwd+bwd, {}", if fast { "kiln" } else { "burn" });
+            time(&label, 5, || {
+                let x = x.clone().to_device(&ad).autodiff().require_grad();
+                let w = w.clone().to_device(&ad).autodiff().require_grad();
+                let b = b.clone().to_device(&ad).autodiff().require_grad();
+                let y = if fast {
+                    kiln::ops::conv2d(x.clone(), w.clone(), Some(b.clone()), [1, 1], pad)
+                } else {
+                    burn::tensor::module::conv2d(
+                        x.clone(),
+                        w.clone(),
+                        Some(b.clone()),
+                        ConvOptions::new_with_padding([1, 1], pad, [1, 1], 1),
+                    )
+                };
+                let g = y.sum().backward();
+                w.grad(&g).unwrap().into_data()
+            });
+        }
+    }
+    // As in training: a fresh input batch from host data each step, weights tracked, relu.
+    let host: Vec<f32> = (0..128 * 784).map(|i| (i % 255) as f32 / 255.0).collect();
+    let w1 = Tensor::<4>::random([32, 1, 3, 3], Distribution::Normal(0.0, 0.1), &ad).require_grad();
+    let b1 = Tensor::<1>::zeros([32], &ad).require_grad();
+    for fast in [false, true] {
+        time(
+            &format!(
+                "conv1+relu training forward, {}",
+                if fast { "kiln" } else { "burn" }
+            ),
+            10,
+            || {
+                let x =
+                    Tensor::<4>::from_data(TensorData::new(host.clone(), [128, 1, 28, 28]), &ad);
+                let y = if fast {
+                    kiln::ops::conv2d(x, w1.clone(), Some(b1.clone()), [1, 1], [(1, 1), (1, 1)])
+                } else {
+                    burn::tensor::module::conv2d(
+                        x,
+                        w1.clone(),
+                        Some(b1.clone()),
+                        ConvOptions::new_with_padding([1, 1], [(1, 1), (1, 1)], [1, 1], 1),
+                    )
+                };
+                burn::tensor::activation::relu(y)
+            },
+        );
+    }
+    let xa = Tensor::<4>::from_data(TensorData::new(host.clone(), [128, 1, 28, 28]), &ad);
+    time("conv1 tracked w, no relu, kiln", 10, || {
+        kiln::ops::conv2d(
+            xa.clone(),
+            w1.clone(),
+            Some(b1.clone()),
+            [1, 1],
+            [(1, 1), (1, 1)],
+        )
+    });
+    let y = kiln::ops::conv2d(
+        xa.clone(),
+        w1.clone(),
+        Some(b1.clone()),
+        [1, 1],
+        [(1, 1), (1, 1)],
+    );
+    time("relu on a tracked 128x32x28x28", 10, || {
+        burn::tensor::activation::relu(y.clone())
+    });
+    let yd = y.clone().detach();
+    time("relu on an untracked autodiff 128x32x28x28", 10, || {
+        burn::tensor::activation::relu(yd.clone())
+    });
+    let yp = Tensor::<4>::from_data(yd.clone().into_data(), &d);
+    time("relu on a plain 128x32x28x28", 10, || {
+        burn::tensor::activation::relu(yp.clone())
+    });
+    time("relu on a plain 128x32x28x28 + read", 10, || {
+        burn::tensor::activation::relu(yp.clone()).into_data()
+    });
+    let x = Tensor::<4>::random([128, 32, 28, 28], Distribution::Normal(0.0, 1.0), &d);
+    time("maxpool 2x2 128x32x28x28 forward, burn", 10, || {
+        burn::tensor::module::max_pool2d(x.clone(), MaxPoolOptions::new([2, 2]).with_stride([2, 2]))
+            .into_data()
+    });
+    time("maxpool 2x2 128x32x28x28 forward, kiln", 10, || {
+        kiln::ops::max_pool2d(x.clone(), [2, 2], [2, 2], [(0, 0), (0, 0)]).into_data()
+    });
+    time("relu 128x32x28x28, burn", 10, || {
+        burn::tensor::activation::relu(x.clone()).into_data()
+    });
+}

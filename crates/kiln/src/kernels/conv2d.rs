@@ -1,0 +1,374 @@
+//! 2-D convolution, forward and backward, as im2col + GEMM per image.
+//!
+//! Shapes (row-major, NCHW): input `x [n, c, h, w]`, kernel `w [o, c, kh, kw]`, bias `[o]`,
+//! output `y [n, o, oh, ow]` with `oh = (h + pad_top + pad_bottom - kh) / stride_h + 1`
+//! (TensorFlow's and Burn's definition; cross-correlation, as every deep-learning library).
+//! The gradients follow from `y_n = W · cols(x_n) + b`: `dW = Σ_n dy_n · cols(x_n)ᵀ`,
+//! `db = Σ_n Σ_p dy_n`, `dx_n = col2im(Wᵀ · dy_n)`.
+
+use rayon::prelude::*;
+
+use super::gemm::{View, matmul};
+
+/// Tasks a backward pass is split into: enough to balance two to eight cores, few enough that
+/// summing the partial weight gradients stays cheap.
+const TASKS: usize = 16;
+
+/// Sizes of one convolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv2dGeometry {
+    /// Batch size `n`.
+    pub batch: usize,
+    /// Input channels `c`.
+    pub in_channels: usize,
+    /// Input height `h`.
+    pub height: usize,
+    /// Input width `w`.
+    pub width: usize,
+    /// Output channels `o` (filters).
+    pub out_channels: usize,
+    /// `[kh, kw]`.
+    pub kernel: [usize; 2],
+    /// `[stride_h, stride_w]`.
+    pub stride: [usize; 2],
+    /// `[(top, bottom), (left, right)]` zero padding.
+    pub padding: [(usize, usize); 2],
+}
+
+impl Conv2dGeometry {
+    /// `[oh, ow]`.
+    pub fn out_hw(&self) -> [usize; 2] {
+        let [(pt, pb), (pl, pr)] = self.padding;
+        [
+            (self.height + pt + pb - self.kernel[0]) / self.stride[0] + 1,
+            (self.width + pl + pr - self.kernel[1]) / self.stride[1] + 1,
+        ]
+    }
+
+    /// Rows of the im2col matrix: `c * kh * kw`.
+    fn patch(&self) -> usize {
+        self.in_channels * self.kernel[0] * self.kernel[1]
+    }
+
+    /// Output positions per image: `oh * ow`.
+    fn positions(&self) -> usize {
+        let [oh, ow] = self.out_hw();
+        oh * ow
+    }
+
+    fn image(&self) -> usize {
+        self.in_channels * self.height * self.width
+    }
+}
+
+/// For kernel column `kx`, the output columns whose input column `ox * s + kx - pl` is inside
+/// `[0, width)`, as `[start, end)`.
+fn valid_range(out: usize, input: usize, k: usize, s: usize, pad: usize) -> (usize, usize) {
+    // ox * s + k >= pad  and  ox * s + k - pad < input
+    let start = pad.saturating_sub(k).div_ceil(s);
+    let end = if input + pad > k {
+        ((input + pad - k - 1) / s + 1).min(out)
+    } else {
+        0
+    };
+    (start.min(end), end)
+}
+
+/// Fills `cols [c*kh*kw, oh*ow]` from one image `x [c, h, w]`.
+fn im2col(x: &[f32], g: &Conv2dGeometry, cols: &mut [f32]) {
+    let [kh, kw] = g.kernel;
+    let [sh, sw] = g.stride;
+    let [(pt, _), (pl, _)] = g.padding;
+    let [oh, ow] = g.out_hw();
+    let (h, w) = (g.height, g.width);
+    for c in 0..g.in_channels {
+        let plane = &x[c * h * w..(c + 1) * h * w];
+        for ky in 0..kh {
+            let (oy0, oy1) = valid_range(oh, h, ky, sh, pt);
+            for kx in 0..kw {
+                let row = &mut cols[((c * kh + ky) * kw + kx) * oh * ow..][..oh * ow];
+                let (ox0, ox1) = valid_range(ow, w, kx, sw, pl);
+                row[..oy0 * ow].fill(0.0);
+                row[oy1 * ow..].fill(0.0);
+                for oy in oy0..oy1 {
+                    let iy = oy * sh + ky - pt;
+                    let out = &mut row[oy * ow..(oy + 1) * ow];
+                    out[..ox0].fill(0.0);
+                    out[ox1..].fill(0.0);
+                    let src = &plane[iy * w..(iy + 1) * w];
+                    if sw == 1 {
+                        let ix0 = ox0 + kx - pl;
+                        out[ox0..ox1].copy_from_slice(&src[ix0..ix0 + (ox1 - ox0)]);
+                    } else {
+                        for ox in ox0..ox1 {
+                            out[ox] = src[ox * sw + kx - pl];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds `cols [c*kh*kw, oh*ow]` back into one image gradient `dx [c, h, w]` (the adjoint of
+/// [`im2col`]).
+fn col2im(cols: &[f32], g: &Conv2dGeometry, dx: &mut [f32]) {
+    let [kh, kw] = g.kernel;
+    let [sh, sw] = g.stride;
+    let [(pt, _), (pl, _)] = g.padding;
+    let [oh, ow] = g.out_hw();
+    let (h, w) = (g.height, g.width);
+    dx.fill(0.0);
+    for c in 0..g.in_channels {
+        let plane = &mut dx[c * h * w..(c + 1) * h * w];
+        for ky in 0..kh {
+            let (oy0, oy1) = valid_range(oh, h, ky, sh, pt);
+            for kx in 0..kw {
+                let row = &cols[((c * kh + ky) * kw + kx) * oh * ow..][..oh * ow];
+                let (ox0, ox1) = valid_range(ow, w, kx, sw, pl);
+                for oy in oy0..oy1 {
+                    let iy = oy * sh + ky - pt;
+                    let dst = &mut plane[iy * w..(iy + 1) * w];
+                    let src = &row[oy * ow..(oy + 1) * ow];
+                    for ox in ox0..ox1 {
+                        dst[ox * sw + kx - pl] += src[ox];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `y [n, o, oh, ow]` for `x [n, c, h, w]`, `w [o, c, kh, kw]` and an optional bias `[o]`.
+///
+/// # Panics
+/// When a slice's length differs from what `g` implies.
+pub fn forward(x: &[f32], w: &[f32], bias: Option<&[f32]>, g: &Conv2dGeometry) -> Vec<f32> {
+    let (k, p, o) = (g.patch(), g.positions(), g.out_channels);
+    assert_eq!(x.len(), g.batch * g.image());
+    assert_eq!(w.len(), o * k);
+    let mut y = vec![0.0f32; g.batch * o * p];
+    let weights = View::new(w, o, k);
+    y.par_chunks_mut(o * p)
+        .zip(x.par_chunks(g.image()))
+        .for_each_init(
+            || vec![0.0f32; k * p],
+            |cols, (y_n, x_n)| {
+                im2col(x_n, g, cols);
+                matmul(weights, View::new(cols, k, p), y_n, false);
+                if let Some(b) = bias {
+                    for (row, &bo) in y_n.chunks_exact_mut(p).zip(b) {
+                        row.iter_mut().for_each(|v| *v += bo);
+                    }
+                }
+            },
+        );
+    y
+}
+
+/// Gradients of a convolution: `(dx, dw, db)` for the output gradient `dy [n, o, oh, ow]`.
+/// `dx` is computed only when `need_dx` (the first layer's input needs none).
+///
+/// # Panics
+/// When a slice's length differs from what `g` implies.
+pub fn backward(
+    x: &[f32],
+    w: &[f32],
+    dy: &[f32],
+    g: &Conv2dGeometry,
+    need_dx: bool,
+) -> (Option<Vec<f32>>, Vec<f32>, Vec<f32>) {
+    let (k, p, o) = (g.patch(), g.positions(), g.out_channels);
+    assert_eq!(x.len(), g.batch * g.image());
+    assert_eq!(w.len(), o * k);
+    assert_eq!(dy.len(), g.batch * o * p);
+    let weights_t = View::new(w, o, k).t();
+    let mut dx = need_dx.then(|| vec![0.0f32; x.len()]);
+    // A fixed split of the batch into tasks, each summing its own dW and db, then a sum of the
+    // partials in task order: the result does not depend on thread scheduling.
+    let per_task = g.batch.div_ceil(TASKS).max(1);
+    let task = |first: usize, dx_part: Option<&mut [f32]>| {
+        let count = per_task.min(g.batch - first);
+        let mut dw = vec![0.0f32; o * k];
+        let mut db = vec![0.0f64; o];
+        let mut cols = vec![0.0f32; k * p];
+        let mut dcols = if dx_part.is_some() {
+            vec![0.0f32; k * p]
+        } else {
+            Vec::new()
+        };
+        let mut dx_part = dx_part;
+        for i in 0..count {
+            let n = first + i;
+            let x_n = &x[n * g.image()..(n + 1) * g.image()];
+            let dy_n = &dy[n * o * p..(n + 1) * o * p];
+            im2col(x_n, g, &mut cols);
+            matmul(
+                View::new(dy_n, o, p),
+                View::new(&cols, k, p).t(),
+                &mut dw,
+                true,
+            );
+            // Bias gradients sum many terms of both signs: accumulate in f64.
+            for (d, row) in db.iter_mut().zip(dy_n.chunks_exact(p)) {
+                *d += row.iter().map(|&v| v as f64).sum::<f64>();
+            }
+            if let Some(part) = dx_part.as_deref_mut() {
+                matmul(weights_t, View::new(dy_n, o, p), &mut dcols, false);
+                col2im(&dcols, g, &mut part[i * g.image()..(i + 1) * g.image()]);
+            }
+        }
+        (dw, db)
+    };
+    let partials: Vec<(Vec<f32>, Vec<f64>)> = match dx.as_mut() {
+        Some(dx) => dx
+            .par_chunks_mut(per_task * g.image())
+            .enumerate()
+            .map(|(t, part)| task(t * per_task, Some(part)))
+            .collect(),
+        None => (0..g.batch.div_ceil(per_task))
+            .into_par_iter()
+            .map(|t| task(t * per_task, None))
+            .collect(),
+    };
+    let mut dw = vec![0.0f32; o * k];
+    let mut db = vec![0.0f64; o];
+    for (pw, pb) in partials {
+        dw.iter_mut().zip(&pw).for_each(|(u, v)| *u += v);
+        db.iter_mut().zip(&pb).for_each(|(u, v)| *u += v);
+    }
+    let db = db.into_iter().map(|v| v as f32).collect();
+    (dx, dw, db)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Direct definition of the convolution, for checking.
+    fn naive(x: &[f32], w: &[f32], b: &[f32], g: &Conv2dGeometry) -> Vec<f32> {
+        let [oh, ow] = g.out_hw();
+        let [(pt, _), (pl, _)] = g.padding;
+        let mut y = vec![0.0; g.batch * g.out_channels * oh * ow];
+        for n in 0..g.batch {
+            for o in 0..g.out_channels {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut s = b[o];
+                        for c in 0..g.in_channels {
+                            for ky in 0..g.kernel[0] {
+                                for kx in 0..g.kernel[1] {
+                                    let iy = (oy * g.stride[0] + ky) as isize - pt as isize;
+                                    let ix = (ox * g.stride[1] + kx) as isize - pl as isize;
+                                    if iy < 0
+                                        || ix < 0
+                                        || iy >= g.height as isize
+                                        || ix >= g.width as isize
+                                    {
+                                        continue;
+                                    }
+                                    let xv = x[((n * g.in_channels + c) * g.height + iy as usize)
+                                        * g.width
+                                        + ix as usize];
+                                    let wv = w[((o * g.in_channels + c) * g.kernel[0] + ky)
+                                        * g.kernel[1]
+                                        + kx];
+                                    s += xv * wv;
+                                }
+                            }
+                        }
+                        y[((n * g.out_channels + o) * oh + oy) * ow + ox] = s;
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    fn values(n: usize, seed: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| (i as f32 * 0.618 + seed).sin() * 1.3)
+            .collect()
+    }
+
+    fn geometries() -> Vec<Conv2dGeometry> {
+        let mut out = Vec::new();
+        for (kernel, stride, padding) in [
+            ([3, 3], [1, 1], [(1, 1), (1, 1)]),
+            ([3, 3], [2, 2], [(0, 1), (0, 1)]),
+            ([2, 3], [1, 2], [(0, 0), (1, 1)]),
+            ([1, 1], [1, 1], [(0, 0), (0, 0)]),
+            ([5, 5], [3, 2], [(2, 2), (1, 2)]),
+        ] {
+            for (batch, c, h, w, o) in [(1, 1, 5, 6, 2), (3, 2, 7, 5, 4)] {
+                out.push(Conv2dGeometry {
+                    batch,
+                    in_channels: c,
+                    height: h,
+                    width: w,
+                    out_channels: o,
+                    kernel,
+                    stride,
+                    padding,
+                });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn forward_matches_the_definition() {
+        for g in geometries() {
+            let x = values(g.batch * g.image(), 0.1);
+            let w = values(g.out_channels * g.patch(), 0.7);
+            let b = values(g.out_channels, 1.9);
+            let ours = forward(&x, &w, Some(&b), &g);
+            let want = naive(&x, &w, &b, &g);
+            for (a, e) in ours.iter().zip(&want) {
+                assert!((a - e).abs() <= 1e-5 * (1.0 + e.abs()), "{g:?}: {a} vs {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn backward_is_the_adjoint_of_forward() {
+        // <dy, conv(x, w)> is bilinear: its derivatives in x and w are what backward returns, so
+        // <dy, conv(dx_probe, w)> = <backward_x(dy), dx_probe> and likewise for w.
+        for g in geometries() {
+            let x = values(g.batch * g.image(), 0.3);
+            let w = values(g.out_channels * g.patch(), 0.9);
+            let dy = values(g.batch * g.out_channels * g.positions(), 2.2);
+            let zero_b = vec![0.0; g.out_channels];
+            let (dx, dw, db) = backward(&x, &w, &dy, &g, true);
+            let dot =
+                |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(u, v)| (u * v) as f64).sum::<f64>();
+            let px = values(x.len(), 5.0);
+            let pw = values(w.len(), 6.0);
+            let lhs_x = dot(&dy, &naive(&px, &w, &zero_b, &g));
+            let lhs_w = dot(&dy, &naive(&x, &pw, &zero_b, &g));
+            let rhs_x = dot(dx.as_ref().unwrap(), &px);
+            let rhs_w = dot(&dw, &pw);
+            assert!(
+                (lhs_x - rhs_x).abs() <= 1e-4 * (1.0 + lhs_x.abs()),
+                "{g:?}: {lhs_x} vs {rhs_x}"
+            );
+            assert!(
+                (lhs_w - rhs_w).abs() <= 1e-4 * (1.0 + lhs_w.abs()),
+                "{g:?}: {lhs_w} vs {rhs_w}"
+            );
+            let p = g.positions();
+            for o in 0..g.out_channels {
+                let want: f32 = (0..g.batch)
+                    .map(|n| dy[(n * g.out_channels + o) * p..][..p].iter().sum::<f32>())
+                    .sum();
+                assert!((db[o] - want).abs() <= 1e-4 * (1.0 + want.abs()));
+            }
+            let (none, dw2, _) = backward(&x, &w, &dy, &g, false);
+            assert!(none.is_none());
+            assert_eq!(
+                dw2, dw,
+                "the batch split is fixed, so the sums repeat exactly"
+            );
+        }
+    }
+}

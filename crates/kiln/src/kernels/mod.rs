@@ -1,0 +1,17 @@
+//! kiln's own CPU kernels for the training hot path, on contiguous row-major `f32` slices in
+//! Burn's NCHW layout (`[batch, channels, height, width]`).
+//!
+//! Convolutions are im2col + GEMM per image (the `gemm` crate that Burn's flex backend also
+//! uses), with images spread over rayon's global pool, one single-threaded GEMM per image:
+//! batch-level parallelism keeps both cores busy on the small per-image matrices of a CNN, where
+//! a multi-threaded GEMM per image would spend its time synchronizing. Pooling keeps no index
+//! tensor: the backward pass finds each window's maximum again.
+//!
+//! [`crate::ops`] wires these into Burn's autodiff as custom operations.
+
+pub mod conv2d;
+mod gemm;
+pub mod pool;
+
+pub use conv2d::Conv2dGeometry;
+pub use pool::PoolGeometry;

@@ -1,0 +1,183 @@
+//! 2-D max pooling, forward and backward, on NCHW planes.
+//!
+//! Padded positions never win (they count as −∞, as in TensorFlow and Burn). On ties the first
+//! maximum in row-major window order takes the gradient, as in Burn and PyTorch.
+
+use rayon::prelude::*;
+
+/// Sizes of one pooling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolGeometry {
+    /// `batch * channels`: the number of independent planes.
+    pub planes: usize,
+    /// Input height.
+    pub height: usize,
+    /// Input width.
+    pub width: usize,
+    /// `[kh, kw]`.
+    pub kernel: [usize; 2],
+    /// `[stride_h, stride_w]`.
+    pub stride: [usize; 2],
+    /// `[(top, bottom), (left, right)]`.
+    pub padding: [(usize, usize); 2],
+}
+
+impl PoolGeometry {
+    /// `[oh, ow]`.
+    pub fn out_hw(&self) -> [usize; 2] {
+        let [(pt, pb), (pl, pr)] = self.padding;
+        [
+            (self.height + pt + pb - self.kernel[0]) / self.stride[0] + 1,
+            (self.width + pl + pr - self.kernel[1]) / self.stride[1] + 1,
+        ]
+    }
+
+    /// Index in the plane of the maximum of output position `(oy, ox)`.
+    #[inline]
+    fn argmax(&self, plane: &[f32], oy: usize, ox: usize) -> usize {
+        let [(pt, _), (pl, _)] = self.padding;
+        let y0 = (oy * self.stride[0]).saturating_sub(pt);
+        let y1 = (oy * self.stride[0] + self.kernel[0])
+            .saturating_sub(pt)
+            .min(self.height);
+        let x0 = (ox * self.stride[1]).saturating_sub(pl);
+        let x1 = (ox * self.stride[1] + self.kernel[1])
+            .saturating_sub(pl)
+            .min(self.width);
+        let mut best = y0 * self.width + x0;
+        for y in y0..y1 {
+            for x in x0..x1 {
+                let i = y * self.width + x;
+                // `>`, not `>=`: the first maximum wins; NaN propagates (as max does).
+                if plane[i] > plane[best] || plane[i].is_nan() && !plane[best].is_nan() {
+                    best = i;
+                }
+            }
+        }
+        best
+    }
+}
+
+/// Max pooling of `x [planes, h, w]` into `[planes, oh, ow]`.
+///
+/// # Panics
+/// When `x.len()` differs from what `g` implies.
+pub fn max_forward(x: &[f32], g: &PoolGeometry) -> Vec<f32> {
+    let [oh, ow] = g.out_hw();
+    let hw = g.height * g.width;
+    assert_eq!(x.len(), g.planes * hw);
+    let mut y = vec![0.0f32; g.planes * oh * ow];
+    if g.kernel == [2, 2] && g.stride == [2, 2] && g.padding == [(0, 0), (0, 0)] {
+        y.par_chunks_mut(oh * ow)
+            .zip(x.par_chunks(hw))
+            .for_each(|(out, plane)| {
+                for oy in 0..oh {
+                    let (r0, r1) = (&plane[2 * oy * g.width..], &plane[(2 * oy + 1) * g.width..]);
+                    for ox in 0..ow {
+                        let a = r0[2 * ox].max(r0[2 * ox + 1]);
+                        let b = r1[2 * ox].max(r1[2 * ox + 1]);
+                        out[oy * ow + ox] = a.max(b);
+                    }
+                }
+            });
+        return y;
+    }
+    y.par_chunks_mut(oh * ow)
+        .zip(x.par_chunks(hw))
+        .for_each(|(out, plane)| {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    out[oy * ow + ox] = plane[g.argmax(plane, oy, ox)];
+                }
+            }
+        });
+    y
+}
+
+/// Gradient of [`max_forward`]: each output gradient goes to its window's maximum.
+///
+/// # Panics
+/// When a slice's length differs from what `g` implies.
+pub fn max_backward(x: &[f32], dy: &[f32], g: &PoolGeometry) -> Vec<f32> {
+    let [oh, ow] = g.out_hw();
+    let hw = g.height * g.width;
+    assert_eq!(x.len(), g.planes * hw);
+    assert_eq!(dy.len(), g.planes * oh * ow);
+    let mut dx = vec![0.0f32; x.len()];
+    dx.par_chunks_mut(hw)
+        .zip(x.par_chunks(hw))
+        .zip(dy.par_chunks(oh * ow))
+        .for_each(|((d, plane), grad)| {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    d[g.argmax(plane, oy, ox)] += grad[oy * ow + ox];
+                }
+            }
+        });
+    dx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i as f32 * 0.731).sin() * 10.0).round() / 4.0)
+            .collect()
+    }
+
+    #[test]
+    fn two_by_two_fast_path_equals_the_general_path() {
+        let g = PoolGeometry {
+            planes: 3,
+            height: 6,
+            width: 8,
+            kernel: [2, 2],
+            stride: [2, 2],
+            padding: [(0, 0), (0, 0)],
+        };
+        let x = values(3 * 48);
+        let fast = max_forward(&x, &g);
+        let general = {
+            let [oh, ow] = g.out_hw();
+            let mut y = vec![0.0; 3 * oh * ow];
+            for p in 0..3 {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        y[(p * oh + oy) * ow + ox] =
+                            x[p * 48 + g.argmax(&x[p * 48..][..48], oy, ox)];
+                    }
+                }
+            }
+            y
+        };
+        assert_eq!(fast, general);
+        // By hand: plane 0, window rows 0-1 x cols 0-1.
+        let want = [x[0], x[1], x[8], x[9]]
+            .into_iter()
+            .fold(f32::MIN, f32::max);
+        assert_eq!(fast[0], want);
+    }
+
+    #[test]
+    fn gradient_goes_to_the_first_maximum_and_padding_never_wins() {
+        // One 3x3 plane, 2x2 windows, stride 1, "same"-style padding at the end.
+        let g = PoolGeometry {
+            planes: 1,
+            height: 3,
+            width: 3,
+            kernel: [2, 2],
+            stride: [1, 1],
+            padding: [(0, 1), (0, 1)],
+        };
+        let x = [1.0, 5.0, 2.0, 5.0, 0.0, -3.0, -1.0, -2.0, -4.0];
+        assert_eq!(
+            max_forward(&x, &g),
+            vec![5.0, 5.0, 2.0, 5.0, 0.0, -3.0, -1.0, -2.0, -4.0]
+        );
+        let dx = max_backward(&x, &[1.0; 9], &g);
+        // Window (0,0) holds 5 at index 1 and 3: the first (1) takes it; (0,1) -> 1; (1,0) -> 3.
+        assert_eq!(dx, vec![0.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
+    }
+}

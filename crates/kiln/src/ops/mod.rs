@@ -1,0 +1,186 @@
+//! kiln's fast CPU operations as Burn operations with autodiff (Burn's backend-extension API).
+//!
+//! [`conv2d`] and [`max_pool2d`] run kiln's kernels ([`crate::kernels`]) on the flex CPU backend
+//! with float32 tensors, and Burn's own operations everywhere else (GPU backends, other dtypes),
+//! so a model gives the same results on every device. Gradients are registered by hand: the
+//! extension's backward for `Autodiff<B>` calls the kernels' backward passes.
+
+mod backward;
+mod flex;
+#[cfg(test)]
+mod tests;
+
+use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
+use burn::prelude::*;
+use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
+
+use crate::kernels::{Conv2dGeometry, PoolGeometry};
+
+/// Geometry of a convolution as plain numbers (extension arguments must be plain data):
+/// `[n, c, h, w, o, kh, kw, sh, sw, pad_top, pad_bottom, pad_left, pad_right]`.
+pub type ConvArgs = [usize; 13];
+
+/// Geometry of a pooling: `[planes, h, w, kh, kw, sh, sw, pad_top, pad_bottom, pad_left,
+/// pad_right]`.
+pub type PoolArgs = [usize; 11];
+
+/// The operations kiln implements itself.
+#[backend_extension(Flex, Autodiff)]
+pub trait KilnOps: Backend {
+    /// Convolution `y [n, o, oh, ow]` of `x [n, c, h, w]` with `w [o, c, kh, kw]` plus `b [o]`.
+    fn kiln_conv2d(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        args: ConvArgs,
+    ) -> FloatTensor<Self>;
+
+    /// `(dx, dw, db)` of [`KilnOps::kiln_conv2d`] for the output gradient `dy`; `dx` is an empty
+    /// tensor unless `need_dx`.
+    fn kiln_conv2d_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        args: ConvArgs,
+        need_dx: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+
+    /// Max pooling of `x [n, c, h, w]`.
+    fn kiln_max_pool2d(x: FloatTensor<Self>, args: PoolArgs) -> FloatTensor<Self>;
+
+    /// Gradient of [`KilnOps::kiln_max_pool2d`] for the output gradient `dy`.
+    fn kiln_max_pool2d_backward(
+        x: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        args: PoolArgs,
+    ) -> FloatTensor<Self>;
+}
+
+/// The plain-number form of a convolution's geometry.
+pub fn conv_args(g: &Conv2dGeometry) -> ConvArgs {
+    let [(pt, pb), (pl, pr)] = g.padding;
+    [
+        g.batch,
+        g.in_channels,
+        g.height,
+        g.width,
+        g.out_channels,
+        g.kernel[0],
+        g.kernel[1],
+        g.stride[0],
+        g.stride[1],
+        pt,
+        pb,
+        pl,
+        pr,
+    ]
+}
+
+/// The geometry back from [`conv_args`].
+pub fn conv_geometry(a: &ConvArgs) -> Conv2dGeometry {
+    Conv2dGeometry {
+        batch: a[0],
+        in_channels: a[1],
+        height: a[2],
+        width: a[3],
+        out_channels: a[4],
+        kernel: [a[5], a[6]],
+        stride: [a[7], a[8]],
+        padding: [(a[9], a[10]), (a[11], a[12])],
+    }
+}
+
+/// The geometry back from a [`PoolArgs`].
+pub fn pool_geometry(a: &PoolArgs) -> PoolGeometry {
+    PoolGeometry {
+        planes: a[0],
+        height: a[1],
+        width: a[2],
+        kernel: [a[3], a[4]],
+        stride: [a[5], a[6]],
+        padding: [(a[7], a[8]), (a[9], a[10])],
+    }
+}
+
+/// True when kiln's kernels serve tensors on `device` with float32 values: the flex CPU backend.
+pub fn fast_path(device: &Device, dtype: burn::tensor::DType) -> bool {
+    dtype == burn::tensor::DType::F32 && device.clone().inner() == Device::flex()
+}
+
+/// 2-D convolution with explicit `(begin, end)` padding per spatial axis, as
+/// [`burn::tensor::module::conv2d`] (stride, no dilation, one group).
+///
+/// # Shapes
+/// - `x`: `[batch, channels_in, height, width]`
+/// - `weight`: `[channels_out, channels_in, kernel_h, kernel_w]`
+/// - `bias`: `[channels_out]`
+/// - output: `[batch, channels_out, out_h, out_w]`
+pub fn conv2d(
+    x: Tensor<4>,
+    weight: Tensor<4>,
+    bias: Option<Tensor<1>>,
+    stride: [usize; 2],
+    padding: [(usize, usize); 2],
+) -> Tensor<4> {
+    if !fast_path(&x.device(), x.dtype()) {
+        let options = ConvOptions::new_with_padding(stride, padding, [1, 1], 1);
+        return burn::tensor::module::conv2d(x, weight, bias, options);
+    }
+    let [n, c, h, w] = x.dims();
+    let [o, _, kh, kw] = weight.dims();
+    let g = Conv2dGeometry {
+        batch: n,
+        in_channels: c,
+        height: h,
+        width: w,
+        out_channels: o,
+        kernel: [kh, kw],
+        stride,
+        padding,
+    };
+    let bias = bias.unwrap_or_else(|| Tensor::zeros([o], &weight.device()));
+    Tensor::from_dispatch(burn::backend::Dispatch::kiln_conv2d(
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        bias.into_dispatch(),
+        conv_args(&g),
+    ))
+}
+
+/// 2-D max pooling with explicit `(begin, end)` padding per spatial axis (padding never wins),
+/// as [`burn::tensor::module::max_pool2d`].
+///
+/// # Shapes
+/// - `x`: `[batch, channels, height, width]`
+/// - output: `[batch, channels, out_h, out_w]`
+pub fn max_pool2d(
+    x: Tensor<4>,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [(usize, usize); 2],
+) -> Tensor<4> {
+    if !fast_path(&x.device(), x.dtype()) {
+        let options = MaxPoolOptions::new(kernel)
+            .with_stride(stride)
+            .with_padding_pairs(padding);
+        return burn::tensor::module::max_pool2d(x, options);
+    }
+    let [n, c, h, w] = x.dims();
+    let args = [
+        n * c,
+        h,
+        w,
+        kernel[0],
+        kernel[1],
+        stride[0],
+        stride[1],
+        padding[0].0,
+        padding[0].1,
+        padding[1].0,
+        padding[1].1,
+    ];
+    Tensor::from_dispatch(burn::backend::Dispatch::kiln_max_pool2d(
+        x.into_dispatch(),
+        args,
+    ))
+}

@@ -1,0 +1,161 @@
+//! Every fast path against Burn's reference operation, forward and gradients, on a grid of
+//! shapes, strides, paddings and batch sizes: norm-wise relative error below 1e-5 in f32.
+
+use burn::prelude::*;
+use burn::tensor::Distribution;
+use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
+
+fn rel_err(ours: Tensor<4>, reference: Tensor<4>) -> f64 {
+    rel(
+        ours.into_data().try_to_vec::<f32>().unwrap(),
+        reference.into_data().try_to_vec::<f32>().unwrap(),
+    )
+}
+
+fn rel(a: Vec<f32>, b: Vec<f32>) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let diff: f64 = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| ((x - y) as f64).powi(2))
+        .sum();
+    let norm: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (diff / norm.max(1e-30)).sqrt()
+}
+
+fn grad<const D: usize>(t: &Tensor<D>, g: &burn::tensor::Gradients) -> Vec<f32> {
+    t.grad(g)
+        .expect("tracked")
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap()
+}
+
+// The losses weight the outputs with positive values, so that bias gradients (sums over the
+// batch and positions) do not cancel and float32 rounding in the *reference* stays far below the
+// tolerance.
+
+#[test]
+fn conv2d_matches_burn_forward_and_gradients() {
+    let device = Device::flex().autodiff();
+    device.seed(11);
+    let mut checked = 0;
+    for &(n, c, h, w, o) in &[(1, 1, 7, 7, 3), (4, 3, 9, 8, 5), (16, 8, 14, 14, 16)] {
+        for &(k, s) in &[
+            ([3, 3], [1, 1]),
+            ([3, 3], [2, 2]),
+            ([1, 1], [1, 1]),
+            ([2, 5], [2, 1]),
+        ] {
+            for &pad in &[[(0, 0), (0, 0)], [(1, 1), (1, 1)], [(0, 1), (2, 1)]] {
+                if h + pad[0].0 + pad[0].1 < k[0] || w + pad[1].0 + pad[1].1 < k[1] {
+                    continue;
+                }
+                // The same inputs for both paths: drawn once.
+                let x = Tensor::<4>::random([n, c, h, w], Distribution::Normal(0.0, 1.0), &device);
+                let wt = Tensor::<4>::random(
+                    [o, c, k[0], k[1]],
+                    Distribution::Normal(0.0, 0.3),
+                    &device,
+                );
+                let b = Tensor::<1>::random([o], Distribution::Normal(0.0, 0.3), &device);
+                let out = |fast: bool| {
+                    let (x, wt, b) = (
+                        x.clone().detach().require_grad(),
+                        wt.clone().detach().require_grad(),
+                        b.clone().detach().require_grad(),
+                    );
+                    let y = if fast {
+                        super::conv2d(x.clone(), wt.clone(), Some(b.clone()), s, pad)
+                    } else {
+                        burn::tensor::module::conv2d(
+                            x.clone(),
+                            wt.clone(),
+                            Some(b.clone()),
+                            ConvOptions::new_with_padding(s, pad, [1, 1], 1),
+                        )
+                    };
+                    let weights = Tensor::<4>::from_data(
+                        TensorData::new(
+                            (0..y.dims().iter().product::<usize>())
+                                .map(|i| 1.0 + 0.5 * ((i as f32) * 0.37).sin())
+                                .collect::<Vec<_>>(),
+                            y.dims(),
+                        ),
+                        &device,
+                    );
+                    let g = (y.clone() * weights).sum().backward();
+                    (y.detach(), grad(&x, &g), grad(&wt, &g), grad(&b, &g))
+                };
+                let (y1, dx1, dw1, db1) = out(true);
+                let (y0, dx0, dw0, db0) = out(false);
+                let what = format!("n={n} c={c} h={h} w={w} o={o} k={k:?} s={s:?} pad={pad:?}");
+                assert!(rel_err(y1, y0) < 1e-5, "forward {what}");
+                assert!(rel(dx1, dx0) < 1e-5, "dx {what}");
+                assert!(rel(dw1, dw0) < 1e-5, "dw {what}");
+                assert!(rel(db1, db0) < 1e-5, "db {what}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 30, "{checked}");
+}
+
+#[test]
+fn max_pool2d_matches_burn_forward_and_gradients() {
+    let device = Device::flex().autodiff();
+    device.seed(12);
+    let mut checked = 0;
+    for &(n, c, h, w) in &[(1, 1, 6, 6), (3, 4, 7, 9), (32, 16, 28, 28)] {
+        for &(k, s, pad) in &[
+            ([2, 2], [2, 2], [(0, 0), (0, 0)]),
+            ([3, 3], [2, 2], [(1, 1), (1, 1)]),
+            ([2, 2], [1, 1], [(0, 1), (0, 1)]),
+            ([3, 2], [1, 2], [(1, 0), (0, 1)]),
+        ] {
+            let x = Tensor::<4>::random([n, c, h, w], Distribution::Normal(0.0, 1.0), &device);
+            let out = |fast: bool| {
+                let x = x.clone().detach().require_grad();
+                let y = if fast {
+                    super::max_pool2d(x.clone(), k, s, pad)
+                } else {
+                    burn::tensor::module::max_pool2d(
+                        x.clone(),
+                        MaxPoolOptions::new(k)
+                            .with_stride(s)
+                            .with_padding_pairs(pad),
+                    )
+                };
+                let weights = Tensor::<4>::from_data(
+                    TensorData::new(
+                        (0..y.dims().iter().product::<usize>())
+                            .map(|i| ((i as f32) * 0.61).cos())
+                            .collect::<Vec<_>>(),
+                        y.dims(),
+                    ),
+                    &device,
+                );
+                let g = (y.clone() * weights).sum().backward();
+                (y.detach(), grad(&x, &g))
+            };
+            let (y1, dx1) = out(true);
+            let (y0, dx0) = out(false);
+            let what = format!("n={n} c={c} h={h} w={w} k={k:?} s={s:?} pad={pad:?}");
+            assert_eq!(y1.dims(), y0.dims(), "{what}");
+            assert!(rel_err(y1, y0) < 1e-5, "forward {what}");
+            assert!(rel(dx1, dx0) < 1e-5, "dx {what}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 12);
+}
+
+#[test]
+fn the_fast_path_serves_flex_float32_only() {
+    assert!(super::fast_path(&Device::flex(), burn::tensor::DType::F32));
+    assert!(super::fast_path(
+        &Device::flex().autodiff(),
+        burn::tensor::DType::F32
+    ));
+    assert!(!super::fast_path(&Device::flex(), burn::tensor::DType::F16));
+}
