@@ -22,7 +22,52 @@ fn time<T>(label: &str, reps: usize, mut f: impl FnMut() -> T) {
     );
 }
 
+fn raw_kernels() {
+    use kiln::kernels::{Conv2dGeometry, conv2d};
+    for (name, c, hw, o) in [("conv1", 1, 28, 32), ("conv2", 32, 14, 64)] {
+        let g = Conv2dGeometry {
+            batch: 128,
+            in_channels: c,
+            height: hw,
+            width: hw,
+            out_channels: o,
+            kernel: [3, 3],
+            stride: [1, 1],
+            padding: [(1, 1), (1, 1)],
+        };
+        let x: Vec<f32> = (0..128 * c * hw * hw)
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
+        let w: Vec<f32> = (0..o * c * 9)
+            .map(|i| (i as f32 * 0.91).cos() * 0.1)
+            .collect();
+        let dy: Vec<f32> = (0..128 * o * hw * hw)
+            .map(|i| (i as f32 * 0.13).sin())
+            .collect();
+        time(&format!("{name} kernel forward"), 10, || {
+            conv2d::forward(&x, &w, None, &g)
+        });
+        time(&format!("{name} kernel backward (dw, db)"), 10, || {
+            conv2d::backward(&x, &w, &dy, &g, false)
+        });
+        time(&format!("{name} kernel backward (dx, dw, db)"), 10, || {
+            conv2d::backward(&x, &w, &dy, &g, true)
+        });
+    }
+}
+
+fn raw_pool() {
+    use kiln::kernels::{PoolGeometry, pool};
+    let g = PoolGeometry { planes: 128 * 32, height: 28, width: 28, kernel: [2, 2], stride: [2, 2], padding: [(0, 0), (0, 0)] };
+    let x: Vec<f32> = (0..128 * 32 * 784).map(|i| (i as f32 * 0.37).sin()).collect();
+    let dy: Vec<f32> = (0..128 * 32 * 196).map(|i| (i as f32 * 0.13).sin()).collect();
+    time("pool 2x2 kernel forward 128x32x28x28", 10, || pool::max_forward(&x, &g));
+    time("pool 2x2 kernel backward 128x32x28x28", 10, || pool::max_backward(&x, &dy, &g));
+}
+
 fn main() {
+    raw_kernels();
+    raw_pool();
     let d = Device::flex();
     let ad = Device::flex().autodiff();
     for (name, c, hw, o) in [
@@ -124,6 +169,24 @@ fn main() {
     });
     time("relu on a plain 128x32x28x28 + read", 10, || {
         burn::tensor::activation::relu(yp.clone()).into_data()
+    });
+    let base = Tensor::<4>::random([128, 32, 28, 28], Distribution::Normal(0.0, 1.0), &d);
+    time("identity fwd+bwd (autodiff overhead)", 10, || {
+        let x = base.clone().to_device(&ad).autodiff().require_grad();
+        let g = (x.clone() * 1.0).sum().backward();
+        x.grad(&g).unwrap().into_data()
+    });
+    time("relu fwd+bwd 128x32x28x28", 10, || {
+        let x = base.clone().to_device(&ad).autodiff().require_grad();
+        let g = burn::tensor::activation::relu(x.clone()).sum().backward();
+        x.grad(&g).unwrap().into_data()
+    });
+    time("kiln maxpool fwd+bwd 128x32x28x28", 10, || {
+        let x = base.clone().to_device(&ad).autodiff().require_grad();
+        let g = kiln::ops::max_pool2d(x.clone(), [2, 2], [2, 2], [(0, 0), (0, 0)])
+            .sum()
+            .backward();
+        x.grad(&g).unwrap().into_data()
     });
     let x = Tensor::<4>::random([128, 32, 28, 28], Distribution::Normal(0.0, 1.0), &d);
     time("maxpool 2x2 128x32x28x28 forward, burn", 10, || {

@@ -74,8 +74,9 @@ fn valid_range(out: usize, input: usize, k: usize, s: usize, pad: usize) -> (usi
     (start.min(end), end)
 }
 
-/// Fills `cols [c*kh*kw, oh*ow]` from one image `x [c, h, w]`.
-fn im2col(x: &[f32], g: &Conv2dGeometry, cols: &mut [f32]) {
+/// Fills `cols [c*kh*kw, oh*ow]` from one image `x [c, h, w]`. Row `r` starts at
+/// `r * row_stride`, so several images can fill column blocks of one wider matrix.
+fn im2col(x: &[f32], g: &Conv2dGeometry, cols: &mut [f32], row_stride: usize) {
     let [kh, kw] = g.kernel;
     let [sh, sw] = g.stride;
     let [(pt, _), (pl, _)] = g.padding;
@@ -86,7 +87,7 @@ fn im2col(x: &[f32], g: &Conv2dGeometry, cols: &mut [f32]) {
         for ky in 0..kh {
             let (oy0, oy1) = valid_range(oh, h, ky, sh, pt);
             for kx in 0..kw {
-                let row = &mut cols[((c * kh + ky) * kw + kx) * oh * ow..][..oh * ow];
+                let row = &mut cols[((c * kh + ky) * kw + kx) * row_stride..][..oh * ow];
                 let (ox0, ox1) = valid_range(ow, w, kx, sw, pl);
                 row[..oy0 * ow].fill(0.0);
                 row[oy1 * ow..].fill(0.0);
@@ -110,9 +111,9 @@ fn im2col(x: &[f32], g: &Conv2dGeometry, cols: &mut [f32]) {
     }
 }
 
-/// Adds `cols [c*kh*kw, oh*ow]` back into one image gradient `dx [c, h, w]` (the adjoint of
-/// [`im2col`]).
-fn col2im(cols: &[f32], g: &Conv2dGeometry, dx: &mut [f32]) {
+/// Adds `cols [c*kh*kw, oh*ow]` (rows `row_stride` apart) back into one image gradient
+/// `dx [c, h, w]`: the adjoint of [`im2col`].
+fn col2im(cols: &[f32], g: &Conv2dGeometry, dx: &mut [f32], row_stride: usize) {
     let [kh, kw] = g.kernel;
     let [sh, sw] = g.stride;
     let [(pt, _), (pl, _)] = g.padding;
@@ -124,7 +125,7 @@ fn col2im(cols: &[f32], g: &Conv2dGeometry, dx: &mut [f32]) {
         for ky in 0..kh {
             let (oy0, oy1) = valid_range(oh, h, ky, sh, pt);
             for kx in 0..kw {
-                let row = &cols[((c * kh + ky) * kw + kx) * oh * ow..][..oh * ow];
+                let row = &cols[((c * kh + ky) * kw + kx) * row_stride..][..oh * ow];
                 let (ox0, ox1) = valid_range(ow, w, kx, sw, pl);
                 for oy in oy0..oy1 {
                     let iy = oy * sh + ky - pt;
@@ -154,7 +155,7 @@ pub fn forward(x: &[f32], w: &[f32], bias: Option<&[f32]>, g: &Conv2dGeometry) -
         .for_each_init(
             || vec![0.0f32; k * p],
             |cols, (y_n, x_n)| {
-                im2col(x_n, g, cols);
+                im2col(x_n, g, cols, p);
                 matmul(weights, View::new(cols, k, p), y_n, false);
                 if let Some(b) = bias {
                     for (row, &bo) in y_n.chunks_exact_mut(p).zip(b) {
@@ -187,35 +188,48 @@ pub fn backward(
     // A fixed split of the batch into tasks, each summing its own dW and db, then a sum of the
     // partials in task order: the result does not depend on thread scheduling.
     let per_task = g.batch.div_ceil(TASKS).max(1);
+    // Each task multiplies once for all its images: the im2col matrices of its images side by
+    // side, `cols [k, count*p]`, and their output gradients `dys [o, count*p]`, so the GEMMs'
+    // inner dimension is `count*p` (dW) rather than one image's `p`.
     let task = |first: usize, dx_part: Option<&mut [f32]>| {
         let count = per_task.min(g.batch - first);
-        let mut dw = vec![0.0f32; o * k];
-        let mut db = vec![0.0f64; o];
-        let mut cols = vec![0.0f32; k * p];
-        let mut dcols = if dx_part.is_some() {
-            vec![0.0f32; k * p]
-        } else {
-            Vec::new()
-        };
-        let mut dx_part = dx_part;
+        let width = count * p;
+        let mut cols = vec![0.0f32; k * width];
+        let mut dys = vec![0.0f32; o * width];
         for i in 0..count {
             let n = first + i;
-            let x_n = &x[n * g.image()..(n + 1) * g.image()];
-            let dy_n = &dy[n * o * p..(n + 1) * o * p];
-            im2col(x_n, g, &mut cols);
-            matmul(
-                View::new(dy_n, o, p),
-                View::new(&cols, k, p).t(),
-                &mut dw,
-                true,
+            im2col(
+                &x[n * g.image()..(n + 1) * g.image()],
+                g,
+                &mut cols[i * p..],
+                width,
             );
-            // Bias gradients sum many terms of both signs: accumulate in f64.
-            for (d, row) in db.iter_mut().zip(dy_n.chunks_exact(p)) {
-                *d += row.iter().map(|&v| v as f64).sum::<f64>();
+            for (ch, src) in dy[n * o * p..(n + 1) * o * p].chunks_exact(p).enumerate() {
+                dys[ch * width + i * p..][..p].copy_from_slice(src);
             }
-            if let Some(part) = dx_part.as_deref_mut() {
-                matmul(weights_t, View::new(dy_n, o, p), &mut dcols, false);
-                col2im(&dcols, g, &mut part[i * g.image()..(i + 1) * g.image()]);
+        }
+        let mut dw = vec![0.0f32; o * k];
+        matmul(
+            View::new(&dys, o, width),
+            View::new(&cols, k, width).t(),
+            &mut dw,
+            false,
+        );
+        // Bias gradients sum many terms of both signs: accumulate in f64.
+        let db: Vec<f64> = dys
+            .chunks_exact(width)
+            .map(|row| row.iter().map(|&v| v as f64).sum())
+            .collect();
+        if let Some(part) = dx_part {
+            // cols is free now: reuse it for dcols = Wᵀ · dys.
+            matmul(weights_t, View::new(&dys, o, width), &mut cols, false);
+            for i in 0..count {
+                col2im(
+                    &cols[i * p..],
+                    g,
+                    &mut part[i * g.image()..(i + 1) * g.image()],
+                    width,
+                );
             }
         }
         (dw, db)

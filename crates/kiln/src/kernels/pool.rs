@@ -104,6 +104,29 @@ pub fn max_backward(x: &[f32], dy: &[f32], g: &PoolGeometry) -> Vec<f32> {
     assert_eq!(x.len(), g.planes * hw);
     assert_eq!(dy.len(), g.planes * oh * ow);
     let mut dx = vec![0.0f32; x.len()];
+    if g.kernel == [2, 2] && g.stride == [2, 2] && g.padding == [(0, 0), (0, 0)] {
+        // Windows do not overlap: each output gradient lands on one of its four inputs.
+        let w = g.width;
+        dx.par_chunks_mut(hw)
+            .zip(x.par_chunks(hw))
+            .zip(dy.par_chunks(oh * ow))
+            .for_each(|((d, plane), grad)| {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let i = 2 * oy * w + 2 * ox;
+                        let mut best = i;
+                        for j in [i + 1, i + w, i + w + 1] {
+                            if plane[j] > plane[best] || plane[j].is_nan() && !plane[best].is_nan()
+                            {
+                                best = j;
+                            }
+                        }
+                        d[best] = grad[oy * ow + ox];
+                    }
+                }
+            });
+        return dx;
+    }
     dx.par_chunks_mut(hw)
         .zip(x.par_chunks(hw))
         .zip(dy.par_chunks(oh * ow))
@@ -158,6 +181,31 @@ mod tests {
             .into_iter()
             .fold(f32::MIN, f32::max);
         assert_eq!(fast[0], want);
+    }
+
+    #[test]
+    fn two_by_two_backward_fast_path_equals_the_general_path() {
+        let x = values(2 * 6 * 8);
+        let dy: Vec<f32> = (0..2 * 3 * 4).map(|v| v as f32 + 1.0).collect();
+        let fast = PoolGeometry {
+            planes: 2,
+            height: 6,
+            width: 8,
+            kernel: [2, 2],
+            stride: [2, 2],
+            padding: [(0, 0), (0, 0)],
+        };
+        // The same pooling through the general path: a 1-row padding at the end that no window
+        // reaches changes nothing but the path taken.
+        let general = PoolGeometry {
+            padding: [(0, 1), (0, 0)],
+            ..fast
+        };
+        assert_eq!(general.out_hw(), fast.out_hw());
+        assert_eq!(
+            max_backward(&x, &dy, &fast),
+            max_backward(&x, &dy, &general)
+        );
     }
 
     #[test]
