@@ -354,10 +354,10 @@ fn a_failed_train_keeps_the_previous_run_and_data_is_checked_up_front() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The README's main job: the CNN reaches Fashion-MNIST's published 0.91 (about 11 minutes on
+/// The README's main job: the CNN reaches Fashion-MNIST's published 0.91 (about 6 minutes on
 /// 2 cores). Slow: `cargo test -- --include-ignored` (CI does).
 #[test]
-#[ignore = "slow: trains the full CNN example (about 11 minutes on 2 cores)"]
+#[ignore = "slow: trains the full CNN example (about 6 minutes on 2 cores)"]
 fn cnn_example_reaches_091_test_accuracy() {
     require_data();
     let dir = scratch("cnn");

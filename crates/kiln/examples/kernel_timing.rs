@@ -58,11 +58,26 @@ fn raw_kernels() {
 
 fn raw_pool() {
     use kiln::kernels::{PoolGeometry, pool};
-    let g = PoolGeometry { planes: 128 * 32, height: 28, width: 28, kernel: [2, 2], stride: [2, 2], padding: [(0, 0), (0, 0)] };
-    let x: Vec<f32> = (0..128 * 32 * 784).map(|i| (i as f32 * 0.37).sin()).collect();
-    let dy: Vec<f32> = (0..128 * 32 * 196).map(|i| (i as f32 * 0.13).sin()).collect();
-    time("pool 2x2 kernel forward 128x32x28x28", 10, || pool::max_forward(&x, &g));
-    time("pool 2x2 kernel backward 128x32x28x28", 10, || pool::max_backward(&x, &dy, &g));
+    let g = PoolGeometry {
+        planes: 128 * 32,
+        height: 28,
+        width: 28,
+        kernel: [2, 2],
+        stride: [2, 2],
+        padding: [(0, 0), (0, 0)],
+    };
+    let x: Vec<f32> = (0..128 * 32 * 784)
+        .map(|i| (i as f32 * 0.37).sin())
+        .collect();
+    let dy: Vec<f32> = (0..128 * 32 * 196)
+        .map(|i| (i as f32 * 0.13).sin())
+        .collect();
+    time("pool 2x2 kernel forward 128x32x28x28", 10, || {
+        pool::max_forward(&x, &g)
+    });
+    time("pool 2x2 kernel backward 128x32x28x28", 10, || {
+        pool::max_backward(&x, &dy, &g)
+    });
 }
 
 fn main() {
