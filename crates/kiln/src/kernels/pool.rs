@@ -22,6 +22,13 @@ pub struct PoolGeometry {
     pub padding: [(usize, usize); 2],
 }
 
+/// True when `candidate` replaces `best` as a window's maximum: strictly greater (`>`, not `>=`,
+/// so the first maximum wins), or a NaN over a number (NaN propagates, as `max` does).
+#[inline]
+fn beats(candidate: f32, best: f32) -> bool {
+    candidate > best || candidate.is_nan() && !best.is_nan()
+}
+
 impl PoolGeometry {
     /// `[oh, ow]`.
     pub fn out_hw(&self) -> [usize; 2] {
@@ -48,8 +55,7 @@ impl PoolGeometry {
         for y in y0..y1 {
             for x in x0..x1 {
                 let i = y * self.width + x;
-                // `>`, not `>=`: the first maximum wins; NaN propagates (as max does).
-                if plane[i] > plane[best] || plane[i].is_nan() && !plane[best].is_nan() {
+                if beats(plane[i], plane[best]) {
                     best = i;
                 }
             }
@@ -116,8 +122,7 @@ pub fn max_backward(x: &[f32], dy: &[f32], g: &PoolGeometry) -> Vec<f32> {
                         let i = 2 * oy * w + 2 * ox;
                         let mut best = i;
                         for j in [i + 1, i + w, i + w + 1] {
-                            if plane[j] > plane[best] || plane[j].is_nan() && !plane[best].is_nan()
-                            {
+                            if beats(plane[j], plane[best]) {
                                 best = j;
                             }
                         }
