@@ -34,6 +34,11 @@ impl DType {
         }
     }
 
+    /// True for the integer dtypes (class labels, raw pixels).
+    pub fn is_integer(self) -> bool {
+        matches!(self, DType::U8 | DType::I32 | DType::I64)
+    }
+
     /// The NumPy/TensorFlow name (`"uint8"`, `"int32"`, `"int64"`, `"float32"`, `"float64"`).
     pub fn name(self) -> &'static str {
         match self {
@@ -360,5 +365,19 @@ impl Element {
             out.insert(name, Array::stack(&parts)?);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_dtypes_are_the_label_and_pixel_types() {
+        let ints: Vec<bool> = [DType::U8, DType::I32, DType::I64, DType::F32, DType::F64]
+            .iter()
+            .map(|d| d.is_integer())
+            .collect();
+        assert_eq!(ints, [true, true, true, false, false]);
     }
 }

@@ -117,11 +117,7 @@ pub fn to_device(
         });
     };
     let per_example = y.len() / size.max(1);
-    let integer = matches!(
-        y.dtype(),
-        kiln_data::DType::U8 | kiln_data::DType::I32 | kiln_data::DType::I64
-    );
-    let class_labels = integer && per_example == 1;
+    let class_labels = y.dtype().is_integer() && per_example == 1;
     let check = |classes: &[i64]| -> Result<()> {
         match classes.iter().position(|&c| c < 0 || c as usize >= units) {
             Some(i) => Err(KilnError::Shape(format!(

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use kiln_data::{Array, Buffer, Dataset, Element};
+use kiln_data::{Array, Dataset, Element};
 
 use crate::batch::{FEATURES, LABELS};
 use crate::config::{DataConfig, RunConfig};
@@ -96,17 +96,11 @@ pub fn check_against_model(splits: &Splits, cfg: &RunConfig) -> Result<()> {
         }
     }
     let units = cfg.model.output_shape()[0];
-    let integer = |a: &Array| {
-        matches!(
-            a.dtype(),
-            kiln_data::DType::U8 | kiln_data::DType::I32 | kiln_data::DType::I64
-        )
-    };
     for (y, file) in [
         (&splits.train_y, &d.train_labels),
         (&splits.test_y, &d.test_labels),
     ] {
-        if !(integer(y) && y.shape().len() == 1) || units == 1 {
+        if !(y.dtype().is_integer() && y.shape().len() == 1) || units == 1 {
             continue;
         }
         if let Some((i, v)) = y
@@ -190,15 +184,4 @@ pub fn split_last(x: &Array, y: &Array, fraction: f64) -> ((Array, Array), Optio
         (x.rows(0, at), y.rows(0, at)),
         Some((x.rows(at, n), y.rows(at, n))),
     )
-}
-
-/// The first `count` rows of `a`.
-pub fn head(a: &Array, count: usize) -> Array {
-    a.rows(0, count.min(a.shape()[0]))
-}
-
-/// An array of `float32` class labels from integers (for tests and tools).
-pub fn labels_i64(values: Vec<i64>) -> Array {
-    let n = values.len();
-    Array::new(vec![n], Buffer::I64(values)).expect("shape matches")
 }

@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use burn::prelude::Device;
-use kiln_data::Array;
 
 use crate::compile::{LossKind, argmax};
 use crate::config::RunConfig;
@@ -196,14 +195,13 @@ pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<(Vec<f32>
     } else {
         x
     };
-    let x: Array = x;
     if x.shape().first() == Some(&0) {
         return Err(KilnError::Shape(format!(
             "{}: the file holds 0 examples",
             input.display()
         )));
     }
-    if x.shape().is_empty() || !x.len().is_multiple_of(per) || x.len() / x.shape()[0] != per {
+    if x.shape().is_empty() || x.shape()[1..].iter().product::<usize>() != per {
         return Err(KilnError::Shape(format!(
             "{}: examples of shape {:?} do not fit the model's Input {}",
             input.display(),

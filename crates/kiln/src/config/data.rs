@@ -35,25 +35,6 @@ fn one() -> f64 {
     1.0
 }
 
-/// `prefetch` buffer: `"AUTOTUNE"` (kiln picks 2 batches) or a count of batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Prefetch {
-    /// tf.data.AUTOTUNE.
-    Autotune,
-    /// A fixed number of batches (0 disables prefetching).
-    Buffer(usize),
-}
-
-impl Prefetch {
-    /// The buffer size in batches.
-    pub fn buffer(self) -> usize {
-        match self {
-            Prefetch::Autotune => 2,
-            Prefetch::Buffer(n) => n,
-        }
-    }
-}
-
 /// Either `"AUTOTUNE"` or a non-negative integer, as tf.data accepts for tunable knobs.
 fn parse_tunable<'de, D: serde::Deserializer<'de>>(
     d: D,
@@ -168,10 +149,8 @@ impl DataConfig {
 
     /// Prefetch buffer in batches.
     pub fn prefetch_buffer(&self) -> usize {
-        match self.prefetch {
-            None => Prefetch::Autotune.buffer(),
-            Some(n) => Prefetch::Buffer(n).buffer(),
-        }
+        self.prefetch
+            .unwrap_or(kiln_data::AUTOTUNE.prefetch_buffer())
     }
 
     /// `data_dir / file`.

@@ -21,7 +21,7 @@
 mod data;
 mod fit;
 
-pub use data::{DataConfig, Prefetch};
+pub use data::DataConfig;
 pub use fit::FitConfig;
 
 use std::path::{Path, PathBuf};

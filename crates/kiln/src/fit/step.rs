@@ -6,11 +6,11 @@
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 
-use crate::batch::DeviceBatch;
-use crate::compile::Compiled;
 use std::time::Instant;
 
 use super::profile::StepProfile;
+use crate::batch::DeviceBatch;
+use crate::compile::Compiled;
 use crate::model::{ModelSpec, Network};
 
 /// What a step reports to the metrics.

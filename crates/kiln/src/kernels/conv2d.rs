@@ -112,14 +112,13 @@ fn im2col(x: &[f32], g: &Conv2dGeometry, cols: &mut [f32], row_stride: usize) {
 }
 
 /// Adds `cols [c*kh*kw, oh*ow]` (rows `row_stride` apart) back into one image gradient
-/// `dx [c, h, w]`: the adjoint of [`im2col`].
+/// `dx [c, h, w]`: the adjoint of [`im2col`]. It adds to `dx`, which the caller zeroes.
 fn col2im(cols: &[f32], g: &Conv2dGeometry, dx: &mut [f32], row_stride: usize) {
     let [kh, kw] = g.kernel;
     let [sh, sw] = g.stride;
     let [(pt, _), (pl, _)] = g.padding;
     let [oh, ow] = g.out_hw();
     let (h, w) = (g.height, g.width);
-    dx.fill(0.0);
     for c in 0..g.in_channels {
         let plane = &mut dx[c * h * w..(c + 1) * h * w];
         for ky in 0..kh {
