@@ -36,11 +36,12 @@ struct Cnn {
     fc2: Linear,
 }
 
-/// `Conv2D(padding="same", activation="relu")` then `MaxPooling2D(2)` with kiln's kernels.
+/// `Conv2D(padding="same", activation="relu")` then `MaxPooling2D(2)` with kiln's kernels
+/// (the ReLU fused into the convolution, as kiln does).
 fn conv_relu_pool(conv: &Conv2d, x: Tensor<4>) -> Tensor<4> {
     let bias = conv.bias.as_ref().map(|b| b.val());
-    let y = kiln::ops::conv2d(x, conv.weight.val(), bias, [1, 1], [(1, 1), (1, 1)]);
-    kiln::ops::max_pool2d(relu(y), [2, 2], [2, 2], [(0, 0), (0, 0)])
+    let y = kiln::ops::conv2d(x, conv.weight.val(), bias, [1, 1], [(1, 1), (1, 1)], true);
+    kiln::ops::max_pool2d(y, [2, 2], [2, 2], [(0, 0), (0, 0)])
 }
 
 trait Net: Module {

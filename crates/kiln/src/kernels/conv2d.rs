@@ -5,10 +5,16 @@
 //! (TensorFlow's and Burn's definition; cross-correlation, as every deep-learning library).
 //! The gradients follow from `y_n = W · cols(x_n) + b`: `dW = Σ_n dy_n · cols(x_n)ᵀ`,
 //! `db = Σ_n Σ_p dy_n`, `dx_n = col2im(Wᵀ · dy_n)`.
+//!
+//! A ReLU can be fused into the convolution (`relu = true`): the forward pass applies
+//! `max(y, 0)` while adding the bias, and the backward pass takes the output `y` and uses
+//! `dy · [y > 0]` (the ReLU's derivative, 0 at 0 as TensorFlow and Burn) as it gathers the output
+//! gradient, so neither pass reads the largest tensor of the layer a second time.
 
 use rayon::prelude::*;
 
 use super::gemm::{View, matmul};
+use super::scratch::with_scratch;
 
 /// Tasks a backward pass is split into: enough to balance two to eight cores, few enough that
 /// summing the partial weight gradients stays cheap.
@@ -130,8 +136,17 @@ fn col2im(cols: &[f32], g: &Conv2dGeometry, dx: &mut [f32], row_stride: usize) {
                     let iy = oy * sh + ky - pt;
                     let dst = &mut plane[iy * w..(iy + 1) * w];
                     let src = &row[oy * ow..(oy + 1) * ow];
-                    for ox in ox0..ox1 {
-                        dst[ox * sw + kx - pl] += src[ox];
+                    if sw == 1 {
+                        // Contiguous on both sides: a plain (vectorized) slice add.
+                        let ix0 = ox0 + kx - pl;
+                        let dst = &mut dst[ix0..ix0 + (ox1 - ox0)];
+                        dst.iter_mut()
+                            .zip(&src[ox0..ox1])
+                            .for_each(|(d, s)| *d += s);
+                    } else {
+                        for ox in ox0..ox1 {
+                            dst[ox * sw + kx - pl] += src[ox];
+                        }
                     }
                 }
             }
@@ -139,11 +154,31 @@ fn col2im(cols: &[f32], g: &Conv2dGeometry, dx: &mut [f32], row_stride: usize) {
     }
 }
 
-/// `y [n, o, oh, ow]` for `x [n, c, h, w]`, `w [o, c, kh, kw]` and an optional bias `[o]`.
+/// The fused ReLU: `x` if `x > 0` or NaN (NaN propagates, as Burn and PyTorch), else 0.
+#[inline]
+fn relu(v: f32) -> f32 {
+    if v.is_nan() || v > 0.0 { v } else { 0.0 }
+}
+
+/// The ReLU's derivative applied to `dy`, from the ReLU's output `y`: `dy` where `y > 0` (or
+/// NaN, so that a NaN is not hidden), else 0 — Burn's `relu_backward`.
+#[inline]
+fn relu_grad(y: f32, dy: f32) -> f32 {
+    if y.is_nan() || y > 0.0 { dy } else { 0.0 }
+}
+
+/// `y [n, o, oh, ow]` for `x [n, c, h, w]`, `w [o, c, kh, kw]` and an optional bias `[o]`,
+/// followed by a ReLU when `relu_on`.
 ///
 /// # Panics
 /// When a slice's length differs from what `g` implies.
-pub fn forward(x: &[f32], w: &[f32], bias: Option<&[f32]>, g: &Conv2dGeometry) -> Vec<f32> {
+pub fn forward(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Conv2dGeometry,
+    relu_on: bool,
+) -> Vec<f32> {
     let (k, p, o) = (g.patch(), g.positions(), g.out_channels);
     assert_eq!(x.len(), g.batch * g.image());
     assert_eq!(w.len(), o * k);
@@ -151,23 +186,42 @@ pub fn forward(x: &[f32], w: &[f32], bias: Option<&[f32]>, g: &Conv2dGeometry) -
     let weights = View::new(w, o, k);
     y.par_chunks_mut(o * p)
         .zip(x.par_chunks(g.image()))
-        .for_each_init(
-            || vec![0.0f32; k * p],
-            |cols, (y_n, x_n)| {
+        .for_each(|(y_n, x_n)| {
+            with_scratch(k * p, |cols| {
                 im2col(x_n, g, cols, p);
                 matmul(weights, View::new(cols, k, p), y_n, false);
-                if let Some(b) = bias {
-                    for (row, &bo) in y_n.chunks_exact_mut(p).zip(b) {
-                        row.iter_mut().for_each(|v| *v += bo);
-                    }
+            });
+            // Bias and ReLU in one pass over the image's output, still in cache.
+            for (ch, row) in y_n.chunks_exact_mut(p).enumerate() {
+                let b = bias.map_or(0.0, |b| b[ch]);
+                if relu_on {
+                    row.iter_mut().for_each(|v| *v = relu(*v + b));
+                } else if b != 0.0 {
+                    row.iter_mut().for_each(|v| *v += b);
                 }
-            },
-        );
+            }
+        });
     y
 }
 
+/// The sum of `row` in f64 (bias gradients add many terms of both signs), over eight
+/// independent lanes so that it vectorizes.
+fn sum_f64(row: &[f32]) -> f64 {
+    let mut lanes = [0.0f64; 8];
+    let chunks = row.chunks_exact(8);
+    let tail: f64 = chunks.remainder().iter().map(|&v| v as f64).sum();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += v as f64;
+        }
+    }
+    lanes.iter().sum::<f64>() + tail
+}
+
 /// Gradients of a convolution: `(dx, dw, db)` for the output gradient `dy [n, o, oh, ow]`.
-/// `dx` is computed only when `need_dx` (the first layer's input needs none).
+/// `dx` is computed only when `need_dx` (the first layer's input needs none). When the forward
+/// pass fused a ReLU, `relu_output` is its output `y [n, o, oh, ow]`, and `dy` is the gradient
+/// with respect to `y`.
 ///
 /// # Panics
 /// When a slice's length differs from what `g` implies.
@@ -175,6 +229,7 @@ pub fn backward(
     x: &[f32],
     w: &[f32],
     dy: &[f32],
+    relu_output: Option<&[f32]>,
     g: &Conv2dGeometry,
     need_dx: bool,
 ) -> (Option<Vec<f32>>, Vec<f32>, Vec<f32>) {
@@ -182,6 +237,9 @@ pub fn backward(
     assert_eq!(x.len(), g.batch * g.image());
     assert_eq!(w.len(), o * k);
     assert_eq!(dy.len(), g.batch * o * p);
+    if let Some(y) = relu_output {
+        assert_eq!(y.len(), dy.len());
+    }
     let weights_t = View::new(w, o, k).t();
     let mut dx = need_dx.then(|| vec![0.0f32; x.len()]);
     // A fixed split of the batch into tasks, each summing its own dW and db, then a sum of the
@@ -193,45 +251,52 @@ pub fn backward(
     let task = |first: usize, dx_part: Option<&mut [f32]>| {
         let count = per_task.min(g.batch - first);
         let width = count * p;
-        let mut cols = vec![0.0f32; k * width];
-        let mut dys = vec![0.0f32; o * width];
-        for i in 0..count {
-            let n = first + i;
-            im2col(
-                &x[n * g.image()..(n + 1) * g.image()],
-                g,
-                &mut cols[i * p..],
-                width,
-            );
-            for (ch, src) in dy[n * o * p..(n + 1) * o * p].chunks_exact(p).enumerate() {
-                dys[ch * width + i * p..][..p].copy_from_slice(src);
-            }
-        }
-        let mut dw = vec![0.0f32; o * k];
-        matmul(
-            View::new(&dys, o, width),
-            View::new(&cols, k, width).t(),
-            &mut dw,
-            false,
-        );
-        // Bias gradients sum many terms of both signs: accumulate in f64.
-        let db: Vec<f64> = dys
-            .chunks_exact(width)
-            .map(|row| row.iter().map(|&v| v as f64).sum())
-            .collect();
-        if let Some(part) = dx_part {
-            // cols is free now: reuse it for dcols = Wᵀ · dys.
-            matmul(weights_t, View::new(&dys, o, width), &mut cols, false);
+        with_scratch((k + o) * width, |buf| {
+            let (cols, dys) = buf.split_at_mut(k * width);
             for i in 0..count {
-                col2im(
-                    &cols[i * p..],
+                let n = first + i;
+                im2col(
+                    &x[n * g.image()..(n + 1) * g.image()],
                     g,
-                    &mut part[i * g.image()..(i + 1) * g.image()],
+                    &mut cols[i * p..],
                     width,
                 );
+                let image = n * o * p..(n + 1) * o * p;
+                for (ch, src) in dy[image.clone()].chunks_exact(p).enumerate() {
+                    let dst = &mut dys[ch * width + i * p..][..p];
+                    match relu_output {
+                        Some(y) => {
+                            let y = &y[image.start + ch * p..][..p];
+                            for ((d, &s), &yv) in dst.iter_mut().zip(src).zip(y) {
+                                *d = relu_grad(yv, s);
+                            }
+                        }
+                        None => dst.copy_from_slice(src),
+                    }
+                }
             }
-        }
-        (dw, db)
+            let mut dw = vec![0.0f32; o * k];
+            matmul(
+                View::new(dys, o, width),
+                View::new(cols, k, width).t(),
+                &mut dw,
+                false,
+            );
+            let db: Vec<f64> = dys.chunks_exact(width).map(sum_f64).collect();
+            if let Some(part) = dx_part {
+                // cols is free now: reuse it for dcols = Wᵀ · dys.
+                matmul(weights_t, View::new(dys, o, width), cols, false);
+                for i in 0..count {
+                    col2im(
+                        &cols[i * p..],
+                        g,
+                        &mut part[i * g.image()..(i + 1) * g.image()],
+                        width,
+                    );
+                }
+            }
+            (dw, db)
+        })
     };
     let partials: Vec<(Vec<f32>, Vec<f64>)> = match dx.as_mut() {
         Some(dx) => dx
@@ -335,7 +400,7 @@ mod tests {
             let x = values(g.batch * g.image(), 0.1);
             let w = values(g.out_channels * g.patch(), 0.7);
             let b = values(g.out_channels, 1.9);
-            let ours = forward(&x, &w, Some(&b), &g);
+            let ours = forward(&x, &w, Some(&b), &g, false);
             let want = naive(&x, &w, &b, &g);
             for (a, e) in ours.iter().zip(&want) {
                 assert!((a - e).abs() <= 1e-5 * (1.0 + e.abs()), "{g:?}: {a} vs {e}");
@@ -352,7 +417,7 @@ mod tests {
             let w = values(g.out_channels * g.patch(), 0.9);
             let dy = values(g.batch * g.out_channels * g.positions(), 2.2);
             let zero_b = vec![0.0; g.out_channels];
-            let (dx, dw, db) = backward(&x, &w, &dy, &g, true);
+            let (dx, dw, db) = backward(&x, &w, &dy, None, &g, true);
             let dot =
                 |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(u, v)| (u * v) as f64).sum::<f64>();
             let px = values(x.len(), 5.0);
@@ -376,12 +441,40 @@ mod tests {
                     .sum();
                 assert!((db[o] - want).abs() <= 1e-4 * (1.0 + want.abs()));
             }
-            let (none, dw2, _) = backward(&x, &w, &dy, &g, false);
+            let (none, dw2, _) = backward(&x, &w, &dy, None, &g, false);
             assert!(none.is_none());
             assert_eq!(
                 dw2, dw,
                 "the batch split is fixed, so the sums repeat exactly"
             );
         }
+    }
+
+    #[test]
+    fn fused_relu_equals_relu_after_the_convolution() {
+        for g in geometries() {
+            let x = values(g.batch * g.image(), 0.4);
+            let w = values(g.out_channels * g.patch(), 0.8);
+            let b = values(g.out_channels, 1.1);
+            let plain = forward(&x, &w, Some(&b), &g, false);
+            let fused = forward(&x, &w, Some(&b), &g, true);
+            let want: Vec<f32> = plain.iter().map(|&v| v.max(0.0)).collect();
+            assert_eq!(fused, want, "{g:?}");
+            assert!(fused.iter().any(|&v| v == 0.0) && fused.iter().any(|&v| v > 0.0));
+            // Backward through the ReLU: the same as the plain backward of the masked gradient.
+            let dy = values(fused.len(), 3.3);
+            let masked: Vec<f32> = dy
+                .iter()
+                .zip(&fused)
+                .map(|(&d, &y)| if y > 0.0 { d } else { 0.0 })
+                .collect();
+            let (dx1, dw1, db1) = backward(&x, &w, &dy, Some(&fused), &g, true);
+            let (dx2, dw2, db2) = backward(&x, &w, &masked, None, &g, true);
+            assert_eq!((dx1, dw1, db1), (dx2, dw2, db2), "{g:?}");
+        }
+        // NaN propagates forward and its gradient is kept, as Burn's relu.
+        assert!(relu(f32::NAN).is_nan());
+        assert_eq!(relu_grad(f32::NAN, 2.0), 2.0);
+        assert_eq!(relu_grad(0.0, 2.0), 0.0);
     }
 }

@@ -12,6 +12,7 @@
 pub mod conv2d;
 mod gemm;
 pub mod pool;
+mod scratch;
 
 pub use conv2d::Conv2dGeometry;
 pub use pool::PoolGeometry;

@@ -29,6 +29,19 @@ fn beats(candidate: f32, best: f32) -> bool {
     candidate > best || candidate.is_nan() && !best.is_nan()
 }
 
+/// The maximum of a 2×2 window `[a b; c d]` and its position (0..4, row-major) under
+/// [`beats`]: the first maximum wins, a NaN propagates. Written with selects, not branches.
+#[inline]
+fn window_max(a: f32, b: f32, c: f32, d: f32) -> (f32, u8) {
+    let (mut best, mut at) = (a, 0u8);
+    for (v, k) in [(b, 1u8), (c, 2), (d, 3)] {
+        let take = beats(v, best);
+        best = if take { v } else { best };
+        at = if take { k } else { at };
+    }
+    (best, at)
+}
+
 impl PoolGeometry {
     /// `[oh, ow]`.
     pub fn out_hw(&self) -> [usize; 2] {
@@ -74,15 +87,19 @@ pub fn max_forward(x: &[f32], g: &PoolGeometry) -> Vec<f32> {
     assert_eq!(x.len(), g.planes * hw);
     let mut y = vec![0.0f32; g.planes * oh * ow];
     if g.kernel == [2, 2] && g.stride == [2, 2] && g.padding == [(0, 0), (0, 0)] {
+        let w = g.width;
         y.par_chunks_mut(oh * ow)
             .zip(x.par_chunks(hw))
             .for_each(|(out, plane)| {
-                for oy in 0..oh {
-                    let (r0, r1) = (&plane[2 * oy * g.width..], &plane[(2 * oy + 1) * g.width..]);
-                    for ox in 0..ow {
-                        let a = r0[2 * ox].max(r0[2 * ox + 1]);
-                        let b = r1[2 * ox].max(r1[2 * ox + 1]);
-                        out[oy * ow + ox] = a.max(b);
+                for (oy, out) in out.chunks_exact_mut(ow).enumerate() {
+                    let r0 = &plane[2 * oy * w..][..2 * ow];
+                    let r1 = &plane[(2 * oy + 1) * w..][..2 * ow];
+                    for ((o, a), b) in out
+                        .iter_mut()
+                        .zip(r0.chunks_exact(2))
+                        .zip(r1.chunks_exact(2))
+                    {
+                        *o = window_max(a[0], a[1], b[0], b[1]).0;
                     }
                 }
             });
@@ -111,22 +128,26 @@ pub fn max_backward(x: &[f32], dy: &[f32], g: &PoolGeometry) -> Vec<f32> {
     assert_eq!(dy.len(), g.planes * oh * ow);
     let mut dx = vec![0.0f32; x.len()];
     if g.kernel == [2, 2] && g.stride == [2, 2] && g.padding == [(0, 0), (0, 0)] {
-        // Windows do not overlap: each output gradient lands on one of its four inputs.
+        // Windows do not overlap: each output gradient lands on one of its four inputs, and
+        // all four are written (branch-free), so the two input rows are filled in one pass.
         let w = g.width;
         dx.par_chunks_mut(hw)
             .zip(x.par_chunks(hw))
             .zip(dy.par_chunks(oh * ow))
             .for_each(|((d, plane), grad)| {
-                for oy in 0..oh {
-                    for ox in 0..ow {
-                        let i = 2 * oy * w + 2 * ox;
-                        let mut best = i;
-                        for j in [i + 1, i + w, i + w + 1] {
-                            if beats(plane[j], plane[best]) {
-                                best = j;
-                            }
-                        }
-                        d[best] = grad[oy * ow + ox];
+                for (oy, grad) in grad.chunks_exact(ow).enumerate() {
+                    let r0 = &plane[2 * oy * w..][..2 * ow];
+                    let r1 = &plane[(2 * oy + 1) * w..][..2 * ow];
+                    let (d0, d1) = d[2 * oy * w..].split_at_mut(w);
+                    let (d0, d1) = (&mut d0[..2 * ow], &mut d1[..2 * ow]);
+                    for (ox, &gv) in grad.iter().enumerate() {
+                        let j = 2 * ox;
+                        let (_, at) = window_max(r0[j], r0[j + 1], r1[j], r1[j + 1]);
+                        let pick = |k: u8| if at == k { gv } else { 0.0 };
+                        d0[j] = pick(0);
+                        d0[j + 1] = pick(1);
+                        d1[j] = pick(2);
+                        d1[j + 1] = pick(3);
                     }
                 }
             });

@@ -210,14 +210,21 @@ impl Network {
                     let (_, pw) = padding
                         .resolve(w, kernel_size.0[1], strides.0[1])
                         .expect("shape checked");
+                    // A ReLU is fused into the convolution; other activations follow it.
+                    let relu = *activation == Activation::Relu;
                     let y = crate::ops::conv2d(
                         x4,
                         p.conv_kernel.as_ref().expect("conv kernel").val(),
                         p.bias.as_ref().map(|b| b.val()),
                         strides.0,
                         [ph, pw],
+                        relu,
                     );
-                    apply_activation(Act::Image(y), *activation)
+                    if relu {
+                        Act::Image(y)
+                    } else {
+                        apply_activation(Act::Image(y), *activation)
+                    }
                 }
                 LayerKind::MaxPooling2D {
                     pool_size,

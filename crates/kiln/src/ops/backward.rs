@@ -7,20 +7,27 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
 
-use super::{ConvArgs, KilnOps, PoolArgs};
+use super::{ConvArgs, KilnOps, PoolArgs, fused_relu};
 
 #[derive(Debug)]
 struct ConvBackward;
 
 impl<B: KilnOps> Backward<B, 3> for ConvBackward {
-    /// The input, the kernel and the geometry.
-    type State = (FloatTensor<B>, FloatTensor<B>, ConvArgs);
+    /// The input, the kernel, the output when a ReLU was fused, and the geometry.
+    type State = (
+        FloatTensor<B>,
+        FloatTensor<B>,
+        Option<FloatTensor<B>>,
+        ConvArgs,
+    );
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [node_x, node_w, node_b] = ops.parents;
         let dy = grads.consume::<B>(&ops.node);
-        let (x, w, args) = ops.state;
-        let (dx, dw, db) = B::kiln_conv2d_backward(x, w, dy, args, node_x.is_some());
+        let (x, w, y, args) = ops.state;
+        // Without a fused ReLU the kernel does not read `y`: any tensor will do.
+        let y = y.unwrap_or_else(|| dy.clone());
+        let (dx, dw, db) = B::kiln_conv2d_backward(x, w, dy, y, args, node_x.is_some());
         if let Some(node) = node_x {
             grads.register::<B>(node.id, dx);
         }
@@ -62,8 +69,10 @@ impl<B: KilnOps, C: CheckpointStrategy> KilnOps for Autodiff<B, C> {
         let (x, w, b) = (x.into_primitive(), w.into_primitive(), b.into_primitive());
         match ConvBackward.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let state = (x.clone(), w.clone(), args);
-                prep.finish(state, B::kiln_conv2d(x, w, b, args))
+                let (x_kept, w_kept) = (x.clone(), w.clone());
+                let y = B::kiln_conv2d(x, w, b, args);
+                let y_kept = fused_relu(&args).then(|| y.clone());
+                prep.finish((x_kept, w_kept, y_kept, args), y)
             }
             OpsKind::UnTracked(prep) => prep.finish(B::kiln_conv2d(x, w, b, args)),
         }
@@ -73,6 +82,7 @@ impl<B: KilnOps, C: CheckpointStrategy> KilnOps for Autodiff<B, C> {
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
         dy: FloatTensor<Self>,
+        y: FloatTensor<Self>,
         args: ConvArgs,
         need_dx: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
@@ -81,6 +91,7 @@ impl<B: KilnOps, C: CheckpointStrategy> KilnOps for Autodiff<B, C> {
             x.into_primitive(),
             w.into_primitive(),
             dy.into_primitive(),
+            y.into_primitive(),
             args,
             need_dx,
         );

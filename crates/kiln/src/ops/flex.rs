@@ -5,7 +5,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::tensor::TensorData;
 use burn_flex::FlexTensor;
 
-use super::{ConvArgs, KilnOps, PoolArgs, conv_geometry, pool_geometry};
+use super::{ConvArgs, KilnOps, PoolArgs, conv_geometry, fused_relu, pool_geometry};
 use crate::kernels::{conv2d, pool};
 
 /// The tensor's values as a contiguous `f32` slice (copying only when it is a strided view).
@@ -33,7 +33,13 @@ impl KilnOps for Flex {
         args: ConvArgs,
     ) -> FloatTensor<Self> {
         let g = conv_geometry(&args);
-        let y = conv2d::forward(&values(&x), &values(&w), Some(&values(&b)), &g);
+        let y = conv2d::forward(
+            &values(&x),
+            &values(&w),
+            Some(&values(&b)),
+            &g,
+            fused_relu(&args),
+        );
         let [oh, ow] = g.out_hw();
         tensor(y, &[g.batch, g.out_channels, oh, ow])
     }
@@ -42,11 +48,20 @@ impl KilnOps for Flex {
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
         dy: FloatTensor<Self>,
+        y: FloatTensor<Self>,
         args: ConvArgs,
         need_dx: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         let g = conv_geometry(&args);
-        let (dx, dw, db) = conv2d::backward(&values(&x), &values(&w), &values(&dy), &g, need_dx);
+        let y = fused_relu(&args).then(|| values(&y));
+        let (dx, dw, db) = conv2d::backward(
+            &values(&x),
+            &values(&w),
+            &values(&dy),
+            y.as_deref(),
+            &g,
+            need_dx,
+        );
         let dx = match dx {
             Some(dx) => tensor(dx, &[g.batch, g.in_channels, g.height, g.width]),
             None => tensor(Vec::new(), &[0]),

@@ -17,8 +17,9 @@ use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
 use crate::kernels::{Conv2dGeometry, PoolGeometry};
 
 /// Geometry of a convolution as plain numbers (extension arguments must be plain data):
-/// `[n, c, h, w, o, kh, kw, sh, sw, pad_top, pad_bottom, pad_left, pad_right]`.
-pub type ConvArgs = [usize; 13];
+/// `[n, c, h, w, o, kh, kw, sh, sw, pad_top, pad_bottom, pad_left, pad_right, relu]`, where
+/// `relu` is 1 when a ReLU is fused into the convolution.
+pub type ConvArgs = [usize; 14];
 
 /// Geometry of a pooling: `[planes, h, w, kh, kw, sh, sw, pad_top, pad_bottom, pad_left,
 /// pad_right]`.
@@ -27,7 +28,8 @@ pub type PoolArgs = [usize; 11];
 /// The operations kiln implements itself.
 #[backend_extension(Flex, Autodiff)]
 pub trait KilnOps: Backend {
-    /// Convolution `y [n, o, oh, ow]` of `x [n, c, h, w]` with `w [o, c, kh, kw]` plus `b [o]`.
+    /// Convolution `y [n, o, oh, ow]` of `x [n, c, h, w]` with `w [o, c, kh, kw]` plus `b [o]`,
+    /// then a ReLU when `args[13] == 1`.
     fn kiln_conv2d(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
@@ -36,11 +38,12 @@ pub trait KilnOps: Backend {
     ) -> FloatTensor<Self>;
 
     /// `(dx, dw, db)` of [`KilnOps::kiln_conv2d`] for the output gradient `dy`; `dx` is an empty
-    /// tensor unless `need_dx`.
+    /// tensor unless `need_dx`. `y` is the forward output (read only when a ReLU was fused).
     fn kiln_conv2d_backward(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
         dy: FloatTensor<Self>,
+        y: FloatTensor<Self>,
         args: ConvArgs,
         need_dx: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
@@ -56,8 +59,8 @@ pub trait KilnOps: Backend {
     ) -> FloatTensor<Self>;
 }
 
-/// The plain-number form of a convolution's geometry.
-pub fn conv_args(g: &Conv2dGeometry) -> ConvArgs {
+/// The plain-number form of a convolution's geometry, with or without a fused ReLU.
+pub fn conv_args(g: &Conv2dGeometry, relu: bool) -> ConvArgs {
     let [(pt, pb), (pl, pr)] = g.padding;
     [
         g.batch,
@@ -73,7 +76,13 @@ pub fn conv_args(g: &Conv2dGeometry) -> ConvArgs {
         pb,
         pl,
         pr,
+        usize::from(relu),
     ]
+}
+
+/// True when `args` fuse a ReLU into the convolution.
+pub fn fused_relu(args: &ConvArgs) -> bool {
+    args[13] == 1
 }
 
 /// The geometry back from [`conv_args`].
@@ -108,7 +117,8 @@ pub fn fast_path(device: &Device, dtype: burn::tensor::DType) -> bool {
 }
 
 /// 2-D convolution with explicit `(begin, end)` padding per spatial axis, as
-/// [`burn::tensor::module::conv2d`] (stride, no dilation, one group).
+/// [`burn::tensor::module::conv2d`] (stride, no dilation, one group), followed by a ReLU when
+/// `relu` (fused into the kernel on the fast path: one pass over the output instead of three).
 ///
 /// # Shapes
 /// - `x`: `[batch, channels_in, height, width]`
@@ -121,10 +131,16 @@ pub fn conv2d(
     bias: Option<Tensor<1>>,
     stride: [usize; 2],
     padding: [(usize, usize); 2],
+    relu: bool,
 ) -> Tensor<4> {
     if !fast_path(&x.device(), x.dtype()) {
         let options = ConvOptions::new_with_padding(stride, padding, [1, 1], 1);
-        return burn::tensor::module::conv2d(x, weight, bias, options);
+        let y = burn::tensor::module::conv2d(x, weight, bias, options);
+        return if relu {
+            burn::tensor::activation::relu(y)
+        } else {
+            y
+        };
     }
     let [n, c, h, w] = x.dims();
     let [o, _, kh, kw] = weight.dims();
@@ -143,7 +159,7 @@ pub fn conv2d(
         x.into_dispatch(),
         weight.into_dispatch(),
         bias.into_dispatch(),
-        conv_args(&g),
+        conv_args(&g, relu),
     ))
 }
 

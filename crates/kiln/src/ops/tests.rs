@@ -47,7 +47,10 @@ fn conv2d_matches_burn_forward_and_gradients() {
             ([1, 1], [1, 1]),
             ([2, 5], [2, 1]),
         ] {
-            for &pad in &[[(0, 0), (0, 0)], [(1, 1), (1, 1)], [(0, 1), (2, 1)]] {
+            for (&pad, relu) in [[(0, 0), (0, 0)], [(1, 1), (1, 1)], [(0, 1), (2, 1)]]
+                .iter()
+                .flat_map(|p| [(p, false), (p, true)])
+            {
                 if h + pad[0].0 + pad[0].1 < k[0] || w + pad[1].0 + pad[1].1 < k[1] {
                     continue;
                 }
@@ -66,14 +69,19 @@ fn conv2d_matches_burn_forward_and_gradients() {
                         b.clone().detach().require_grad(),
                     );
                     let y = if fast {
-                        super::conv2d(x.clone(), wt.clone(), Some(b.clone()), s, pad)
+                        super::conv2d(x.clone(), wt.clone(), Some(b.clone()), s, pad, relu)
                     } else {
-                        burn::tensor::module::conv2d(
+                        let y = burn::tensor::module::conv2d(
                             x.clone(),
                             wt.clone(),
                             Some(b.clone()),
                             ConvOptions::new_with_padding(s, pad, [1, 1], 1),
-                        )
+                        );
+                        if relu {
+                            burn::tensor::activation::relu(y)
+                        } else {
+                            y
+                        }
                     };
                     let weights = Tensor::<4>::from_data(
                         TensorData::new(
@@ -89,7 +97,9 @@ fn conv2d_matches_burn_forward_and_gradients() {
                 };
                 let (y1, dx1, dw1, db1) = out(true);
                 let (y0, dx0, dw0, db0) = out(false);
-                let what = format!("n={n} c={c} h={h} w={w} o={o} k={k:?} s={s:?} pad={pad:?}");
+                let what = format!(
+                    "n={n} c={c} h={h} w={w} o={o} k={k:?} s={s:?} pad={pad:?} relu={relu}"
+                );
                 assert!(rel_err(y1, y0) < 1e-5, "forward {what}");
                 assert!(rel(dx1, dx0) < 1e-5, "dx {what}");
                 assert!(rel(dw1, dw0) < 1e-5, "dw {what}");
@@ -98,7 +108,7 @@ fn conv2d_matches_burn_forward_and_gradients() {
             }
         }
     }
-    assert!(checked >= 30, "{checked}");
+    assert!(checked >= 60, "{checked}");
 }
 
 #[test]
