@@ -486,7 +486,10 @@ mod tests {
         ]);
         assert!(matches!(mixed, Err(DataError::Shape(_))));
         let err = stacked.data().try_to_f32().unwrap_err();
-        assert!(err.to_string().contains("cannot convert string values to float32"));
+        assert!(
+            err.to_string()
+                .contains("cannot convert string values to float32")
+        );
         assert!(stacked.data().try_to_i64().is_err());
         assert_eq!(Buffer::I32(vec![-3, 7]).try_to_i64().unwrap(), vec![-3, 7]);
         assert_eq!(Buffer::F64(vec![-2.5]).try_to_f32().unwrap(), vec![-2.5]);

@@ -518,7 +518,10 @@ mod tests {
         assert_eq!(bytes[bytes.len() - 1], 0);
         assert_eq!(parse_npy(&bytes, Path::new("e.npy")).unwrap(), empty);
         // |S0 is not a readable width.
-        let bad = v1("{'descr': '|S0', 'fortran_order': False, 'shape': (1,), }", b"");
+        let bad = v1(
+            "{'descr': '|S0', 'fortran_order': False, 'shape': (1,), }",
+            b"",
+        );
         assert!(parse_npy(&bad, Path::new("z.npy")).is_err());
     }
 
