@@ -564,6 +564,25 @@ mod tests {
     }
 
     #[test]
+    fn a_bom_is_stripped_from_the_first_field_of_a_headerless_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "bom.csv",
+            "\u{feff}5,\u{feff}x\n6,y\n".as_bytes(),
+        );
+        let defaults = vec![
+            RecordDefault::Required(DType::I32),
+            RecordDefault::String(String::new()),
+        ];
+        let rows = rows(&Dataset::csv_dataset([path], defaults, CsvOptions::default()).unwrap());
+        assert_eq!(rows[0].get("0").unwrap().data(), &Buffer::I32(vec![5]));
+        // Only the file's leading mark is removed, not one inside a field.
+        assert_eq!(text(&rows[0], "1"), "\u{feff}x");
+        assert_eq!(rows[1].get("0").unwrap().data(), &Buffer::I32(vec![6]));
+    }
+
+    #[test]
     fn na_value_select_cols_names_and_delimiter() {
         let dir = tempfile::tempdir().unwrap();
         let path = write(

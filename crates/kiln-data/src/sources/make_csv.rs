@@ -379,7 +379,7 @@ mod tests {
         write(
             dir.path(),
             "a.csv",
-            b"id,city,temp,label\n1,Oslo,-3.5,0\n2,\"Rome, IT\",,1\n",
+            "\u{feff}id,city,temp,label\n1,Oslo,-3.5,0\n2,\"Rome, IT\",,1\n".as_bytes(),
         );
         write(dir.path(), "b.csv", b"id,city,temp,label\n3,Lima,18,1\n");
         let pattern = format!("{}/*.csv", dir.path().display());
