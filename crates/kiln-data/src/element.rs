@@ -22,15 +22,22 @@ pub enum DType {
     F32,
     /// 64-bit IEEE floats (IDX code `0x0E`).
     F64,
+    /// Byte strings — TensorFlow's `tf.string`: each value is an arbitrary byte sequence,
+    /// usually UTF-8 text (text lines, CSV fields, file names), possibly binary (encoded
+    /// images). Stored as [`Buffer::String`]; not convertible to numbers
+    /// ([`Buffer::try_to_f32`]).
+    String,
 }
 
 impl DType {
-    /// Size of one value in bytes.
+    /// Size of one value in bytes. For [`DType::String`], whose values vary in length, the
+    /// size of one value's handle (`size_of::<Vec<u8>>()`); the bytes themselves are extra.
     pub fn size(self) -> usize {
         match self {
             DType::U8 => 1,
             DType::I32 | DType::F32 => 4,
             DType::I64 | DType::F64 => 8,
+            DType::String => std::mem::size_of::<Vec<u8>>(),
         }
     }
 
@@ -39,7 +46,8 @@ impl DType {
         matches!(self, DType::U8 | DType::I32 | DType::I64)
     }
 
-    /// The NumPy/TensorFlow name (`"uint8"`, `"int32"`, `"int64"`, `"float32"`, `"float64"`).
+    /// The NumPy/TensorFlow name (`"uint8"`, `"int32"`, `"int64"`, `"float32"`, `"float64"`,
+    /// `"string"`).
     pub fn name(self) -> &'static str {
         match self {
             DType::U8 => "uint8",
@@ -47,6 +55,7 @@ impl DType {
             DType::I64 => "int64",
             DType::F32 => "float32",
             DType::F64 => "float64",
+            DType::String => "string",
         }
     }
 }
@@ -70,18 +79,8 @@ pub enum Buffer {
     F32(Vec<f32>),
     /// `float64` values.
     F64(Vec<f64>),
-}
-
-macro_rules! each_buffer {
-    ($buf:expr, $v:ident => $body:expr) => {
-        match $buf {
-            Buffer::U8($v) => $body,
-            Buffer::I32($v) => $body,
-            Buffer::I64($v) => $body,
-            Buffer::F32($v) => $body,
-            Buffer::F64($v) => $body,
-        }
-    };
+    /// `string` values: one byte vector per value ([`DType::String`]).
+    String(Vec<Vec<u8>>),
 }
 
 impl Buffer {
@@ -93,12 +92,20 @@ impl Buffer {
             Buffer::I64(_) => DType::I64,
             Buffer::F32(_) => DType::F32,
             Buffer::F64(_) => DType::F64,
+            Buffer::String(_) => DType::String,
         }
     }
 
     /// Number of values.
     pub fn len(&self) -> usize {
-        each_buffer!(self, v => v.len())
+        match self {
+            Buffer::U8(v) => v.len(),
+            Buffer::I32(v) => v.len(),
+            Buffer::I64(v) => v.len(),
+            Buffer::F32(v) => v.len(),
+            Buffer::F64(v) => v.len(),
+            Buffer::String(v) => v.len(),
+        }
     }
 
     /// True when the buffer holds no values.
@@ -114,6 +121,7 @@ impl Buffer {
             DType::I64 => Buffer::I64(Vec::with_capacity(capacity)),
             DType::F32 => Buffer::F32(Vec::with_capacity(capacity)),
             DType::F64 => Buffer::F64(Vec::with_capacity(capacity)),
+            DType::String => Buffer::String(Vec::with_capacity(capacity)),
         }
     }
 
@@ -125,6 +133,7 @@ impl Buffer {
             Buffer::I64(v) => Buffer::I64(v[start..end].to_vec()),
             Buffer::F32(v) => Buffer::F32(v[start..end].to_vec()),
             Buffer::F64(v) => Buffer::F64(v[start..end].to_vec()),
+            Buffer::String(v) => Buffer::String(v[start..end].to_vec()),
         }
     }
 
@@ -136,22 +145,76 @@ impl Buffer {
             (Buffer::I64(a), Buffer::I64(b)) => a.extend_from_slice(b),
             (Buffer::F32(a), Buffer::F32(b)) => a.extend_from_slice(b),
             (Buffer::F64(a), Buffer::F64(b)) => a.extend_from_slice(b),
+            (Buffer::String(a), Buffer::String(b)) => a.extend_from_slice(b),
             _ => return false,
         }
         true
     }
 
     /// Every value converted to `f32` (integers exactly up to 2^24).
-    #[allow(clippy::unnecessary_cast)] // the f32 arm casts f32 to itself
+    ///
+    /// # Panics
+    /// For a [`Buffer::String`] (strings have no numeric value); use [`Buffer::try_to_f32`]
+    /// where the dtype comes from user data.
     pub fn to_f32(&self) -> Vec<f32> {
-        each_buffer!(self, v => v.iter().map(|&x| x as f32).collect())
+        self.try_to_f32().unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Every value converted to `i64` (floats truncated toward zero).
-    #[allow(clippy::unnecessary_cast)] // the i64 arm casts i64 to itself
+    ///
+    /// # Panics
+    /// For a [`Buffer::String`]; use [`Buffer::try_to_i64`] where the dtype comes from user
+    /// data.
     pub fn to_i64(&self) -> Vec<i64> {
-        each_buffer!(self, v => v.iter().map(|&x| x as i64).collect())
+        self.try_to_i64().unwrap_or_else(|e| panic!("{e}"))
     }
+
+    /// Every value converted to `f32`, as [`Buffer::to_f32`].
+    ///
+    /// # Errors
+    /// [`DataError::InvalidArgument`] for a [`Buffer::String`].
+    #[allow(clippy::unnecessary_cast)] // the f32 arm casts f32 to itself
+    pub fn try_to_f32(&self) -> Result<Vec<f32>> {
+        Ok(match self {
+            Buffer::U8(v) => v.iter().map(|&x| x as f32).collect(),
+            Buffer::I32(v) => v.iter().map(|&x| x as f32).collect(),
+            Buffer::I64(v) => v.iter().map(|&x| x as f32).collect(),
+            Buffer::F32(v) => v.clone(),
+            Buffer::F64(v) => v.iter().map(|&x| x as f32).collect(),
+            Buffer::String(_) => return Err(not_numeric(DType::F32)),
+        })
+    }
+
+    /// Every value converted to `i64`, as [`Buffer::to_i64`].
+    ///
+    /// # Errors
+    /// [`DataError::InvalidArgument`] for a [`Buffer::String`].
+    pub fn try_to_i64(&self) -> Result<Vec<i64>> {
+        Ok(match self {
+            Buffer::U8(v) => v.iter().map(|&x| i64::from(x)).collect(),
+            Buffer::I32(v) => v.iter().map(|&x| i64::from(x)).collect(),
+            Buffer::I64(v) => v.clone(),
+            Buffer::F32(v) => v.iter().map(|&x| x as i64).collect(),
+            Buffer::F64(v) => v.iter().map(|&x| x as i64).collect(),
+            Buffer::String(_) => return Err(not_numeric(DType::I64)),
+        })
+    }
+
+    /// The values of a [`Buffer::String`], `None` for numeric buffers.
+    pub fn as_strings(&self) -> Option<&[Vec<u8>]> {
+        match self {
+            Buffer::String(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// The error for converting string values to a number type.
+fn not_numeric(to: DType) -> DataError {
+    DataError::InvalidArgument(format!(
+        "cannot convert string values to {to}: parse them first (a map that parses the text, \
+         or a numeric record default for a CSV column)"
+    ))
 }
 
 /// A host array: dtype, shape and a row-major buffer with `shape.iter().product()` values.
@@ -180,6 +243,14 @@ impl Array {
     /// A scalar (shape `[]`).
     pub fn scalar(data: Buffer) -> Result<Array> {
         Array::new(vec![], data)
+    }
+
+    /// A `string` scalar (shape `[]`, [`DType::String`]) holding `bytes`.
+    pub fn string_scalar(bytes: impl Into<Vec<u8>>) -> Array {
+        Array {
+            shape: vec![],
+            data: Buffer::String(vec![bytes.into()]),
+        }
     }
 
     /// The array's shape.
@@ -221,6 +292,9 @@ impl Array {
     }
 
     /// The array converted to `float32`, each value multiplied by `scale` (e.g. `1/255`).
+    ///
+    /// # Panics
+    /// For a [`DType::String`] array (see [`Buffer::to_f32`]).
     pub fn to_f32_scaled(&self, scale: f32) -> Array {
         let values = self.data.to_f32().into_iter().map(|x| x * scale).collect();
         Array {
@@ -374,10 +448,50 @@ mod tests {
 
     #[test]
     fn integer_dtypes_are_the_label_and_pixel_types() {
-        let ints: Vec<bool> = [DType::U8, DType::I32, DType::I64, DType::F32, DType::F64]
-            .iter()
-            .map(|d| d.is_integer())
-            .collect();
-        assert_eq!(ints, [true, true, true, false, false]);
+        let ints: Vec<bool> = [
+            DType::U8,
+            DType::I32,
+            DType::I64,
+            DType::F32,
+            DType::F64,
+            DType::String,
+        ]
+        .iter()
+        .map(|d| d.is_integer())
+        .collect();
+        assert_eq!(ints, [true, true, true, false, false, false]);
+    }
+
+    #[test]
+    fn strings_slice_stack_and_refuse_numeric_conversion() {
+        let a = Array::string_scalar("héllo");
+        let b = Array::string_scalar(vec![0xff, 0x00]); // not UTF-8: still a valid tf.string
+        assert_eq!(a.dtype(), DType::String);
+        assert_eq!(a.dtype().name(), "string");
+        let stacked = Array::stack(&[a, b]).unwrap();
+        assert_eq!(stacked.shape(), &[2]);
+        assert_eq!(
+            stacked.data().as_strings().unwrap(),
+            &[b"h\xc3\xa9llo".to_vec(), vec![0xff, 0x00]]
+        );
+        assert_eq!(
+            stacked.row(1).data(),
+            &Buffer::String(vec![vec![0xff, 0x00]])
+        );
+        assert!(Buffer::I32(vec![1]).as_strings().is_none());
+        // Mixing strings and numbers cannot be batched.
+        let mixed = Array::stack(&[
+            Array::string_scalar("1"),
+            Array::scalar(Buffer::I64(vec![1])).unwrap(),
+        ]);
+        assert!(matches!(mixed, Err(DataError::Shape(_))));
+        let err = stacked.data().try_to_f32().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("cannot convert string values to float32")
+        );
+        assert!(stacked.data().try_to_i64().is_err());
+        assert_eq!(Buffer::I32(vec![-3, 7]).try_to_i64().unwrap(), vec![-3, 7]);
+        assert_eq!(Buffer::F64(vec![-2.5]).try_to_f32().unwrap(), vec![-2.5]);
     }
 }

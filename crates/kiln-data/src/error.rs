@@ -56,6 +56,27 @@ pub enum DataError {
     /// different first dimensions in `from_tensor_slices`, …
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    /// A record of a text file (a CSV row) that cannot be parsed, at physical line `line`
+    /// (1-based) of `path`. Displayed as `path:line: message`, the form editors jump to.
+    #[error("{}:{line}: {message}", path.display())]
+    Record {
+        /// The file involved.
+        path: PathBuf,
+        /// 1-based line number of the record's first line (a quoted field may span lines).
+        line: u64,
+        /// What is wrong (column, value, expected type) and how to fix it.
+        message: String,
+    },
+
+    /// A file (an image) whose contents cannot be decoded.
+    #[error("cannot decode {}: {message}", path.display())]
+    Decode {
+        /// The file involved.
+        path: PathBuf,
+        /// The decoder's message.
+        message: String,
+    },
 }
 
 /// A [`DataError::Format`] at byte `offset` of `path`.

@@ -190,7 +190,7 @@ pub fn parse_idx(bytes: &[u8], path: &Path) -> Result<Array> {
 /// The IDX encoding of `array` (header and big-endian data).
 ///
 /// # Errors
-/// [`DataError::InvalidArgument`] for `int64` arrays (IDX has no 64-bit integer type), scalars
+/// [`DataError::InvalidArgument`] for `int64` and `string` arrays (IDX has neither type), scalars
 /// (IDX needs at least one dimension), more than 255 dimensions or a dimension above
 /// `u32::MAX`.
 pub fn encode_idx(array: &Array) -> Result<Vec<u8>> {
@@ -202,6 +202,11 @@ pub fn encode_idx(array: &Array) -> Result<Vec<u8>> {
         DType::I64 => {
             return Err(DataError::InvalidArgument(
                 "IDX has no int64 type; cast to int32 or float64 first".into(),
+            ));
+        }
+        DType::String => {
+            return Err(DataError::InvalidArgument(
+                "IDX has no string type; write strings with npy (|S) or as text".into(),
             ));
         }
     };
@@ -230,7 +235,7 @@ pub fn encode_idx(array: &Array) -> Result<Vec<u8>> {
         Buffer::F64(v) => v
             .iter()
             .for_each(|x| out.extend_from_slice(&x.to_be_bytes())),
-        Buffer::I64(_) => unreachable!("rejected above"),
+        Buffer::I64(_) | Buffer::String(_) => unreachable!("rejected above"),
     }
     Ok(out)
 }

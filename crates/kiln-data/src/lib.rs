@@ -9,6 +9,9 @@
 //!   buffered algorithm, seeded), [`batch`](Dataset::batch), [`repeat`](Dataset::repeat),
 //!   [`take`](Dataset::take), [`skip`](Dataset::skip) and [`prefetch`](Dataset::prefetch)
 //!   (background thread). Every [`Dataset::iter`] call starts a new epoch.
+//! * [`sources`] adds tf.data's file and generator sources: [`Dataset::range`],
+//!   [`Dataset::text_line_dataset`], [`Dataset::csv_dataset`], [`Dataset::make_csv_dataset`],
+//!   [`Dataset::list_files`] and Keras' [`Dataset::image_dataset_from_directory`].
 //! * [`idx`] reads and writes the IDX files of MNIST / Fashion-MNIST (gzip or raw).
 //! * [`npy`] reads and writes NumPy `.npy` files.
 //!
@@ -36,7 +39,11 @@ pub mod element;
 pub mod error;
 pub mod idx;
 pub mod npy;
+pub mod sources;
 
 pub use dataset::{AUTOTUNE, Cardinality, Dataset, DatasetIter, Parallelism};
 pub use element::{Array, Buffer, DType, Element};
 pub use error::{DataError, Result};
+pub use sources::{
+    ColorMode, CsvOptions, ImageFolderOptions, MakeCsvOptions, RecordDefault, SkipCounter,
+};

@@ -13,8 +13,10 @@
 //! Supported `descr` values: `|u1` → [`DType::U8`], `<i4` → [`DType::I32`], `<i8` →
 //! [`DType::I64`], `<f4` → [`DType::F32`], `<f8` → [`DType::F64`], the same with big-endian
 //! `>` (or native `=`), and, widened: `|b1` (bool) → `U8`, `|i1`, `<i2`, `<u2` → `I32`, `<u4` →
-//! `I64`. Anything else (`<u8`, `<f2`, complex, strings, structured dtypes) and
-//! `fortran_order: True` are rejected with [`DataError::Format`].
+//! `I64`, and byte strings `|S<n>` → [`DType::String`] (NumPy's fixed-width `bytes_`: each
+//! value is padded to `n` bytes with NULs, which reading strips, as NumPy does). Anything else
+//! (`<u8`, `<f2`, complex, unicode `<U`, structured dtypes) and `fortran_order: True` are
+//! rejected with [`DataError::Format`].
 
 use std::fs;
 use std::path::Path;
@@ -160,7 +162,10 @@ fn parse_descr(descr: &str) -> Option<(DType, usize, bool)> {
         "u4" | "i8" => (DType::I64, if kind == "u4" { 4 } else { 8 }),
         "f4" => (DType::F32, 4),
         "f8" => (DType::F64, 8),
-        _ => return None,
+        _ => match kind.strip_prefix('S')?.parse::<usize>() {
+            Ok(n) if n > 0 => (DType::String, n),
+            _ => return None,
+        },
     };
     Some((dtype, width, big))
 }
@@ -189,6 +194,14 @@ fn decode(data: &[u8], dtype: DType, width: usize, big: bool, descr: &str) -> Bu
         (DType::I64, _) => Buffer::I64(read!(i64, 8).collect()),
         (DType::F32, _) => Buffer::F32(read!(f32, 4).collect()),
         (DType::F64, _) => Buffer::F64(read!(f64, 8).collect()),
+        (DType::String, _) => Buffer::String(
+            data.chunks_exact(width)
+                .map(|c| {
+                    let end = c.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+                    c[..end].to_vec()
+                })
+                .collect(),
+        ),
     }
 }
 
@@ -374,13 +387,20 @@ fn parse_header(text: &str, path: &Path, base: usize) -> Result<Header> {
 
 /// The `.npy` encoding of `array`: version 1.0 (2.0 if the header exceeds 65535 bytes),
 /// little-endian, C order, header padded so the data starts at a multiple of 64 bytes.
+/// `string` arrays are written as `|S<n>`, `n` the longest value (at least 1), shorter values
+/// padded with NULs — so values ending in NUL bytes lose them, as in NumPy.
 pub fn encode_npy(array: &Array) -> Vec<u8> {
+    let width = array
+        .data()
+        .as_strings()
+        .map_or(0, |v| v.iter().map(Vec::len).max().unwrap_or(0).max(1));
     let descr = match array.dtype() {
-        DType::U8 => "|u1",
-        DType::I32 => "<i4",
-        DType::I64 => "<i8",
-        DType::F32 => "<f4",
-        DType::F64 => "<f8",
+        DType::U8 => "|u1".to_string(),
+        DType::I32 => "<i4".to_string(),
+        DType::I64 => "<i8".to_string(),
+        DType::F32 => "<f4".to_string(),
+        DType::F64 => "<f8".to_string(),
+        DType::String => format!("|S{width}"),
     };
     let shape = match array.shape() {
         [] => "()".to_string(),
@@ -401,7 +421,12 @@ pub fn encode_npy(array: &Array) -> Vec<u8> {
     };
     let unpadded = MAGIC.len() + 2 + len_size + dict.len() + 1; // + '\n'
     let header_len = dict.len() + 1 + (64 - unpadded % 64) % 64;
-    let mut out = Vec::with_capacity(unpadded + 64 + array.len() * array.dtype().size());
+    let value_bytes = if width > 0 {
+        width
+    } else {
+        array.dtype().size()
+    };
+    let mut out = Vec::with_capacity(unpadded + 64 + array.len() * value_bytes);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&[version, 0]);
     if len_size == 2 {
@@ -426,6 +451,10 @@ pub fn encode_npy(array: &Array) -> Vec<u8> {
         Buffer::F64(v) => v
             .iter()
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Buffer::String(v) => v.iter().for_each(|x| {
+            out.extend_from_slice(x);
+            out.resize(out.len() + width - x.len(), 0);
+        }),
     }
     out
 }
@@ -470,6 +499,30 @@ mod tests {
             } => (offset, message),
             other => panic!("expected a Format error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn strings_are_fixed_width_nul_padded_bytes() {
+        // np.save(f, np.array([b"ab", b"c"])) writes descr '|S2' and the data b"abc\0".
+        let a = Array::new(vec![2], Buffer::String(vec![b"ab".to_vec(), b"c".to_vec()])).unwrap();
+        let bytes = encode_npy(&a);
+        let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+        let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
+        assert!(header.starts_with("{'descr': '|S2', 'fortran_order': False, 'shape': (2,), }"));
+        assert_eq!(&bytes[10 + header_len..], b"abc\0");
+        let back = parse_npy(&bytes, Path::new("s.npy")).unwrap();
+        assert_eq!(back, a);
+        // Empty strings still get width 1, as NumPy's dtype('S1').
+        let empty = Array::new(vec![1], Buffer::String(vec![vec![]])).unwrap();
+        let bytes = encode_npy(&empty);
+        assert_eq!(bytes[bytes.len() - 1], 0);
+        assert_eq!(parse_npy(&bytes, Path::new("e.npy")).unwrap(), empty);
+        // |S0 is not a readable width.
+        let bad = v1(
+            "{'descr': '|S0', 'fortran_order': False, 'shape': (1,), }",
+            b"",
+        );
+        assert!(parse_npy(&bad, Path::new("z.npy")).is_err());
     }
 
     #[test]

@@ -1,0 +1,615 @@
+//! [`Dataset::image_dataset_from_directory`]: Keras' `image_dataset_from_directory` with
+//! `labels="inferred"`, `label_mode="int"`, unbatched.
+//!
+//! Directory layout and ordering follow `keras/src/utils/dataset_utils.py`
+//! (`index_directory`): one class per subdirectory of `directory`, classes numbered in sorted
+//! name order, the images of a class found recursively and listed by sorted directory, then
+//! sorted file name. Decoding uses the [`image`] crate (PNG, JPEG, GIF's first frame, BMP —
+//! Keras' allowed formats).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use image::DynamicImage;
+
+use super::{SkipCounter, path_bytes, path_from_bytes};
+use crate::dataset::{AUTOTUNE, BoxIter, Cardinality, Dataset, Node, Parallelism};
+use crate::element::{Array, Buffer, Element};
+use crate::error::{DataError, Result};
+
+/// File extensions (lower-cased) that count as images: Keras' `ALLOWLIST_FORMATS`.
+const IMAGE_EXTENSIONS: [&str; 5] = ["bmp", "gif", "jpeg", "jpg", "png"];
+
+/// Channels of the decoded images — Keras' `color_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColorMode {
+    /// 1 channel: ITU-R BT.601 luma `0.299 R + 0.587 G + 0.114 B` (the weights of
+    /// TensorFlow's PNG and JPEG decoders), rounded to the nearest integer.
+    Grayscale,
+    /// 3 channels; alpha is dropped, gray is repeated (the default).
+    Rgb,
+    /// 4 channels; images without alpha get 255.
+    Rgba,
+}
+
+impl ColorMode {
+    /// Number of channels: 1, 3 or 4.
+    pub fn channels(self) -> usize {
+        match self {
+            ColorMode::Grayscale => 1,
+            ColorMode::Rgb => 3,
+            ColorMode::Rgba => 4,
+        }
+    }
+}
+
+/// Options of [`Dataset::image_dataset_from_directory`].
+#[derive(Debug, Clone)]
+pub struct ImageFolderOptions {
+    /// Classes to use, in label order; each must be a subdirectory. Default: every
+    /// subdirectory, sorted by name.
+    pub class_names: Option<Vec<String>>,
+    /// Channels of the output images (default [`ColorMode::Rgb`]).
+    pub color_mode: ColorMode,
+    /// Resize every image to `(height, width)` with bilinear interpolation (TensorFlow's
+    /// `tf.image.resize` with half-pixel centers and no antialiasing), rounded to `uint8`.
+    /// Default `None`: keep each image's size (Keras always resizes, to `(256, 256)` by
+    /// default; images of different sizes cannot be batched without it).
+    pub image_size: Option<(usize, usize)>,
+    /// Shuffle the files each epoch (default `true`; the whole list, seeded).
+    pub shuffle: bool,
+    /// Shuffle seed; `None` draws one at random.
+    pub seed: Option<u64>,
+    /// Descend into symbolic links to directories inside class folders (default `false`).
+    pub follow_links: bool,
+    /// Decoding threads (default [`AUTOTUNE`]: one per core; order is kept).
+    pub num_parallel_calls: Parallelism,
+    /// Skip files that cannot be read or decoded, counting them in `skipped` (default
+    /// `false`: they are yielded as errors).
+    pub ignore_errors: bool,
+    /// Where skipped files are counted; keep a clone to read the count.
+    pub skipped: SkipCounter,
+}
+
+impl Default for ImageFolderOptions {
+    fn default() -> ImageFolderOptions {
+        ImageFolderOptions {
+            class_names: None,
+            color_mode: ColorMode::Rgb,
+            image_size: None,
+            shuffle: true,
+            seed: None,
+            follow_links: false,
+            num_parallel_calls: AUTOTUNE,
+            ignore_errors: false,
+            skipped: SkipCounter::new(),
+        }
+    }
+}
+
+/// Component names of [`Dataset::image_dataset_from_directory`]'s elements.
+pub const IMAGE_COMPONENT: &str = "image";
+/// See [`IMAGE_COMPONENT`].
+pub const LABEL_COMPONENT: &str = "label";
+
+fn io_error(path: &Path, source: std::io::Error) -> DataError {
+    DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The class names of `directory`: its subdirectories (following links), sorted by name —
+/// Keras' `class_names` attribute. Label `i` of [`Dataset::image_dataset_from_directory`]
+/// (without explicit `class_names`) is entry `i`.
+///
+/// # Errors
+/// [`DataError::Io`] when the directory cannot be read; [`DataError::InvalidArgument`] for
+/// a subdirectory name that is not UTF-8.
+pub fn image_class_names(directory: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(directory).map_err(|e| io_error(directory, e))? {
+        let entry = entry.map_err(|e| io_error(directory, e))?;
+        if entry.path().is_dir() {
+            let name = entry.file_name().into_string().map_err(|name| {
+                DataError::InvalidArgument(format!(
+                    "class folder name {name:?} in {} is not UTF-8; rename it",
+                    directory.display()
+                ))
+            })?;
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Image files under `dir`, recursively, ordered by (directory, file name) like Keras'
+/// `iter_valid_files` over `os.walk`.
+fn image_files(dir: &Path, follow_links: bool) -> Result<Vec<PathBuf>> {
+    let mut found: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        for entry in fs::read_dir(&current).map_err(|e| io_error(&current, e))? {
+            let entry = entry.map_err(|e| io_error(&current, e))?;
+            let path = entry.path();
+            let file_type = entry.file_type().map_err(|e| io_error(&path, e))?;
+            // Links are followed to see what they point at (os.walk lists a linked file as a
+            // file); a linked directory is entered only with follow_links.
+            let is_dir = if file_type.is_symlink() {
+                let is_dir = path.is_dir();
+                if is_dir && !follow_links {
+                    continue;
+                }
+                is_dir
+            } else {
+                file_type.is_dir()
+            };
+            if is_dir {
+                pending.push(path);
+            } else {
+                let name = entry.file_name();
+                let lower = name.to_string_lossy().to_lowercase();
+                let is_image = lower
+                    .rsplit_once('.')
+                    .is_some_and(|(_, ext)| IMAGE_EXTENSIONS.contains(&ext));
+                if is_image {
+                    found.push((path_bytes(&current), name.as_encoded_bytes().to_vec()));
+                }
+            }
+        }
+    }
+    found.sort();
+    Ok(found
+        .into_iter()
+        .map(|(d, n)| path_from_bytes(&d).join(path_from_bytes(&n)))
+        .collect())
+}
+
+impl Dataset {
+    /// `keras.utils.image_dataset_from_directory(directory, labels="inferred",
+    /// label_mode="int", ...)`, unbatched: one element per image file under the class
+    /// subdirectories of `directory`, `{"image": uint8 [height, width, channels], "label":
+    /// int64 []}` ([`IMAGE_COMPONENT`], [`LABEL_COMPONENT`]), the label being the index of
+    /// the image's class in the sorted subdirectory names ([`image_class_names`]) or in
+    /// `options.class_names`.
+    ///
+    /// Files count as images by extension (`.bmp`, `.gif`, `.jpeg`, `.jpg`, `.png`, any
+    /// case); other files are ignored. The directory is listed once, here; images are read
+    /// and decoded during iteration, on `num_parallel_calls` threads, in the file order
+    /// (sorted per class, classes in label order), shuffled each epoch when
+    /// `options.shuffle`. Unlike Keras, images are not converted to `float32` nor resized
+    /// unless `image_size` is set, and `validation_split` is not supported (split with
+    /// `take` / `skip` on an unshuffled, then shuffled, dataset). Cardinality: the number of
+    /// files (unknown with `ignore_errors`).
+    ///
+    /// # Errors
+    /// Returned now: [`DataError::Io`] when a directory cannot be listed;
+    /// [`DataError::InvalidArgument`] when a `class_names` entry is not a subdirectory,
+    /// `image_size` has a zero side, or no image is found. Yielded during iteration:
+    /// [`DataError::Io`] for an unreadable file and [`DataError::Decode`] naming a file the
+    /// decoder rejects — or, with `ignore_errors`, both skipped and counted in
+    /// `options.skipped`.
+    pub fn image_dataset_from_directory(
+        directory: impl AsRef<Path>,
+        options: ImageFolderOptions,
+    ) -> Result<Dataset> {
+        let directory = directory.as_ref();
+        let subdirs = image_class_names(directory)?;
+        let classes = match &options.class_names {
+            Some(names) => {
+                if let Some(bad) = names.iter().find(|n| !subdirs.contains(n)) {
+                    return Err(DataError::InvalidArgument(format!(
+                        "image_dataset_from_directory: class_names names {bad:?}, which is not \
+                         a subdirectory of {}; subdirectories: {subdirs:?}",
+                        directory.display()
+                    )));
+                }
+                names.clone()
+            }
+            None => subdirs,
+        };
+        if let Some((h, w)) = options.image_size
+            && (h == 0 || w == 0)
+        {
+            return Err(DataError::InvalidArgument(format!(
+                "image_dataset_from_directory: image_size ({h}, {w}) must be positive"
+            )));
+        }
+        let mut paths = Vec::new();
+        let mut labels = Vec::new();
+        for (label, class) in classes.iter().enumerate() {
+            for file in image_files(&directory.join(class), options.follow_links)? {
+                paths.push(path_bytes(&file));
+                labels.push(label as i64);
+            }
+        }
+        let n = paths.len();
+        if n == 0 {
+            return Err(DataError::InvalidArgument(format!(
+                "image_dataset_from_directory: no images found in {} (classes {classes:?}); \
+                 expected class subdirectories holding .bmp, .gif, .jpeg, .jpg or .png files",
+                directory.display()
+            )));
+        }
+        let mut ds = Dataset::from_tensor_slices(
+            Element::new()
+                .with("path", Array::new(vec![n], Buffer::String(paths))?)
+                .with(LABEL_COMPONENT, Array::new(vec![n], Buffer::I64(labels))?),
+        )?;
+        if options.shuffle {
+            ds = ds.shuffle(n, options.seed, true);
+        }
+        let (mode, size) = (options.color_mode, options.image_size);
+        let ds = ds.map(
+            move |e| {
+                let path = e
+                    .require("path")?
+                    .data()
+                    .as_strings()
+                    .and_then(|s| s.first());
+                let path = path_from_bytes(path.ok_or_else(|| {
+                    DataError::Shape("image_dataset_from_directory: path is not a string".into())
+                })?);
+                let image = load_image(&path, mode, size)?;
+                let label = e.require(LABEL_COMPONENT)?.clone();
+                Ok(Element::new()
+                    .with(IMAGE_COMPONENT, image)
+                    .with(LABEL_COMPONENT, label))
+            },
+            options.num_parallel_calls,
+        );
+        Ok(if options.ignore_errors {
+            Dataset::from_node(SkipErrorsNode {
+                input: ds,
+                skipped: options.skipped,
+            })
+        } else {
+            ds
+        })
+    }
+}
+
+/// Reads and decodes the image at `path` into `uint8 [height, width, channels]`.
+fn load_image(path: &Path, mode: ColorMode, size: Option<(usize, usize)>) -> Result<Array> {
+    let bytes = fs::read(path).map_err(|e| io_error(path, e))?;
+    let image = image::load_from_memory(&bytes).map_err(|e| DataError::Decode {
+        path: path.to_path_buf(),
+        message: format!("{e}; remove or replace the file, or set ignore_errors"),
+    })?;
+    let (w, h) = (image.width() as usize, image.height() as usize);
+    let pixels = convert(image, mode);
+    let c = mode.channels();
+    let (h, w, pixels) = match size {
+        Some((oh, ow)) if (oh, ow) != (h, w) => {
+            (oh, ow, resize_bilinear(&pixels, [h, w, c], [oh, ow]))
+        }
+        _ => (h, w, pixels),
+    };
+    Array::new(vec![h, w, c], Buffer::U8(pixels))
+}
+
+/// The pixels of `image` as interleaved `uint8` with `mode`'s channels.
+fn convert(image: DynamicImage, mode: ColorMode) -> Vec<u8> {
+    match mode {
+        ColorMode::Rgb => image.into_rgb8().into_raw(),
+        ColorMode::Rgba => image.into_rgba8().into_raw(),
+        ColorMode::Grayscale => {
+            if !image.color().has_color() {
+                // Already gray: keep the values (no RGB round trip).
+                return image.into_luma8().into_raw();
+            }
+            image
+                .into_rgb8()
+                .into_raw()
+                .chunks_exact(3)
+                .map(|p| {
+                    let y =
+                        0.299 * f32::from(p[0]) + 0.587 * f32::from(p[1]) + 0.114 * f32::from(p[2]);
+                    y.round().clamp(0.0, 255.0) as u8
+                })
+                .collect()
+        }
+    }
+}
+
+/// Bilinear resize of `uint8 [h, w, c]` to `[oh, ow, c]`, as `tf.image.resize(...,
+/// "bilinear")`: half-pixel centers (`in = (out + 0.5) * in_size / out_size - 0.5`, clamped
+/// to the image), no antialiasing, rounded to the nearest integer.
+fn resize_bilinear(src: &[u8], [h, w, c]: [usize; 3], [oh, ow]: [usize; 2]) -> Vec<u8> {
+    /// `(lower, upper, weight of upper)` along one axis.
+    fn taps(out: usize, input: usize) -> Vec<(usize, usize, f32)> {
+        let scale = input as f32 / out as f32;
+        (0..out)
+            .map(|o| {
+                let x = ((o as f32 + 0.5) * scale - 0.5).max(0.0);
+                let lo = (x.floor() as usize).min(input - 1);
+                let hi = (lo + 1).min(input - 1);
+                (lo, hi, x - x.floor())
+            })
+            .collect()
+    }
+    let (ys, xs) = (taps(oh, h), taps(ow, w));
+    let mut out = Vec::with_capacity(oh * ow * c);
+    for &(y0, y1, dy) in &ys {
+        for &(x0, x1, dx) in &xs {
+            for ch in 0..c {
+                let at = |y: usize, x: usize| f32::from(src[(y * w + x) * c + ch]);
+                let top = at(y0, x0) + (at(y0, x1) - at(y0, x0)) * dx;
+                let bottom = at(y1, x0) + (at(y1, x1) - at(y1, x0)) * dx;
+                let v = top + (bottom - top) * dy;
+                out.push(v.round().clamp(0.0, 255.0) as u8);
+            }
+        }
+    }
+    out
+}
+
+/// Drops input errors, counting them — `ignore_errors` for the image source.
+struct SkipErrorsNode {
+    input: Dataset,
+    skipped: SkipCounter,
+}
+
+impl Node for SkipErrorsNode {
+    fn iter(&self) -> BoxIter {
+        let skipped = self.skipped.clone();
+        Box::new(self.input.iter().filter_map(move |r| match r {
+            Ok(e) => Some(Ok(e)),
+            Err(err) => {
+                skipped.skip(&err);
+                None
+            }
+        }))
+    }
+
+    fn cardinality(&self) -> Cardinality {
+        Cardinality::Unknown
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use image::{ImageFormat, Rgb, RgbImage, Rgba, RgbaImage};
+
+    /// A `w x h` RGB image whose pixel (x, y) is (10x + 1, 10y + 2, seed).
+    fn rgb(w: u32, h: u32, seed: u8) -> RgbImage {
+        RgbImage::from_fn(w, h, |x, y| Rgb([10 * x as u8 + 1, 10 * y as u8 + 2, seed]))
+    }
+
+    fn save(img: &DynamicImage, path: &Path, format: ImageFormat) {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        img.save_with_format(path, format).unwrap();
+    }
+
+    fn unshuffled() -> ImageFolderOptions {
+        ImageFolderOptions {
+            shuffle: false,
+            num_parallel_calls: Parallelism::Fixed(2),
+            ..ImageFolderOptions::default()
+        }
+    }
+
+    fn elements(ds: &Dataset) -> Vec<(Vec<usize>, Vec<u8>, i64)> {
+        ds.iter()
+            .map(|e| {
+                let e = e.unwrap();
+                let image = e.get(IMAGE_COMPONENT).unwrap();
+                let Buffer::U8(px) = image.data() else {
+                    panic!("not uint8")
+                };
+                let label = e.get(LABEL_COMPONENT).unwrap().data().to_i64()[0];
+                assert_eq!(e.get(LABEL_COMPONENT).unwrap().shape(), &[] as &[usize]);
+                (image.shape().to_vec(), px.clone(), label)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn classes_by_sorted_folder_and_exact_png_pixels() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        save(
+            &DynamicImage::ImageRgb8(rgb(2, 3, 7)),
+            &root.join("dog/b.png"),
+            ImageFormat::Png,
+        );
+        save(
+            &DynamicImage::ImageRgb8(rgb(1, 1, 8)),
+            &root.join("dog/A.PNG"),
+            ImageFormat::Png,
+        );
+        save(
+            &DynamicImage::ImageRgb8(rgb(1, 1, 9)),
+            &root.join("cat/x/deep.png"),
+            ImageFormat::Png,
+        );
+        save(
+            &DynamicImage::ImageRgb8(rgb(1, 1, 6)),
+            &root.join("cat/z.png"),
+            ImageFormat::Png,
+        );
+        fs::write(root.join("cat/notes.txt"), b"not an image").unwrap();
+        fs::write(root.join("stray.png"), b"top-level files are not classes").unwrap();
+        assert_eq!(image_class_names(root).unwrap(), ["cat", "dog"]);
+        let ds = Dataset::image_dataset_from_directory(root, unshuffled()).unwrap();
+        assert_eq!(ds.cardinality(), Cardinality::Finite(4));
+        let got = elements(&ds);
+        // cat (0): z.png in cat/ before cat/x/deep.png (directory order); dog (1): A.PNG, b.png.
+        let seeds: Vec<(u8, i64)> = got.iter().map(|(_, px, l)| (px[2], *l)).collect();
+        assert_eq!(seeds, vec![(6, 0), (9, 0), (8, 1), (7, 1)]);
+        let (shape, px, _) = &got[3];
+        assert_eq!(shape, &[3, 2, 3]);
+        // Row-major [height, width, channels]: pixel (x=1, y=2) is (11, 22, 7).
+        assert_eq!(&px[(2 * 2 + 1) * 3..(2 * 2 + 2) * 3], &[11, 22, 7]);
+        assert_eq!(px.len(), 18);
+        // Explicit class_names reorder labels.
+        let options = ImageFolderOptions {
+            class_names: Some(vec!["dog".into(), "cat".into()]),
+            ..unshuffled()
+        };
+        let ds = Dataset::image_dataset_from_directory(root, options).unwrap();
+        let labels: Vec<i64> = elements(&ds).iter().map(|e| e.2).collect();
+        assert_eq!(labels, vec![0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn jpeg_color_modes_and_resize() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let flat = RgbImage::from_pixel(4, 4, Rgb([200, 100, 50]));
+        save(
+            &DynamicImage::ImageRgb8(flat),
+            &root.join("a/flat.jpg"),
+            ImageFormat::Jpeg,
+        );
+        let rgba = RgbaImage::from_pixel(2, 2, Rgba([10, 20, 30, 40]));
+        save(
+            &DynamicImage::ImageRgba8(rgba),
+            &root.join("b/alpha.png"),
+            ImageFormat::Png,
+        );
+        let gray = |mode| {
+            let options = ImageFolderOptions {
+                color_mode: mode,
+                ..unshuffled()
+            };
+            elements(&Dataset::image_dataset_from_directory(root, options).unwrap())
+        };
+        let rgb = gray(ColorMode::Rgb);
+        assert_eq!(rgb[0].0, vec![4, 4, 3]);
+        // JPEG is lossy: a flat color comes back within a few levels.
+        for p in rgb[0].1.chunks(3) {
+            assert!(
+                (i32::from(p[0]) - 200).abs() <= 3 && (i32::from(p[1]) - 100).abs() <= 3,
+                "{p:?}"
+            );
+        }
+        assert_eq!(rgb[1].1, [10, 20, 30].repeat(4), "alpha dropped");
+        let g = gray(ColorMode::Grayscale);
+        assert_eq!(g[1].0, vec![2, 2, 1]);
+        // 0.299*10 + 0.587*20 + 0.114*30 = 18.15 -> 18.
+        assert_eq!(g[1].1, vec![18; 4]);
+        let rgba = gray(ColorMode::Rgba);
+        assert_eq!(rgba[1].1, [10, 20, 30, 40].repeat(4));
+        assert_eq!(&rgba[0].1[3..4], &[255], "opaque alpha added");
+
+        let options = ImageFolderOptions {
+            image_size: Some((2, 3)),
+            ..unshuffled()
+        };
+        let resized = elements(&Dataset::image_dataset_from_directory(root, options).unwrap());
+        assert_eq!(resized[0].0, vec![2, 3, 3]);
+        assert_eq!(resized[1].1, [10, 20, 30].repeat(6));
+    }
+
+    #[test]
+    fn bilinear_resize_matches_tf_half_pixel_centers() {
+        // tf.image.resize([[[0],[10],[20],[30]]] (1x4), (1, 2), "bilinear") = [[5], [25]]:
+        // output x=0 samples input 0.5, x=1 samples 2.5.
+        assert_eq!(
+            resize_bilinear(&[0, 10, 20, 30], [1, 4, 1], [1, 2]),
+            vec![5, 25]
+        );
+        // Upsampling 1x2 [0, 100] to 1x4: samples -0.25 (clamped to 0), 0.25, 0.75, 1.25 -> 1.
+        assert_eq!(
+            resize_bilinear(&[0, 100], [1, 2, 1], [1, 4]),
+            vec![0, 25, 75, 100]
+        );
+    }
+
+    #[test]
+    fn undecodable_files_are_errors_naming_them_or_skipped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        save(
+            &DynamicImage::ImageRgb8(rgb(1, 1, 1)),
+            &root.join("c/good.png"),
+            ImageFormat::Png,
+        );
+        fs::write(root.join("c/broken.jpg"), b"\xff\xd8\xff not really a jpeg").unwrap();
+        let results: Vec<_> = Dataset::image_dataset_from_directory(root, unshuffled())
+            .unwrap()
+            .iter()
+            .collect();
+        assert_eq!(results.len(), 2);
+        match &results[0] {
+            Err(DataError::Decode { path, .. }) => assert_eq!(path, &root.join("c/broken.jpg")),
+            other => panic!("expected a Decode error, got {other:?}"),
+        }
+        assert!(
+            results[0]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("broken.jpg")
+        );
+        assert!(results[1].is_ok());
+
+        let counter = SkipCounter::new();
+        let options = ImageFolderOptions {
+            ignore_errors: true,
+            skipped: counter.clone(),
+            ..unshuffled()
+        };
+        let ds = Dataset::image_dataset_from_directory(root, options).unwrap();
+        assert_eq!(ds.cardinality(), Cardinality::Unknown);
+        assert_eq!(elements(&ds).len(), 1);
+        assert_eq!(counter.count(), 1);
+        assert!(counter.last_error().unwrap().contains("broken.jpg"));
+    }
+
+    #[test]
+    fn shuffle_is_seeded_and_bad_arguments_fail_early() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for i in 0..12u8 {
+            let class = if i % 2 == 0 { "even" } else { "odd" };
+            let img = DynamicImage::ImageRgb8(rgb(1, 1, i));
+            save(
+                &img,
+                &root.join(format!("{class}/{i:02}.png")),
+                ImageFormat::Png,
+            );
+        }
+        let order = |seed| {
+            let options = ImageFolderOptions {
+                seed: Some(seed),
+                ..ImageFolderOptions::default()
+            };
+            let ds = Dataset::image_dataset_from_directory(root, options).unwrap();
+            elements(&ds)
+                .into_iter()
+                .map(|(_, px, label)| {
+                    assert_eq!(i64::from(px[2] % 2), label, "label follows its image");
+                    px[2]
+                })
+                .collect::<Vec<u8>>()
+        };
+        let a = order(3);
+        assert_eq!(a, order(3));
+        assert_ne!(a, order(4));
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..12).collect::<Vec<u8>>());
+
+        let err = |options| {
+            Dataset::image_dataset_from_directory(root, options)
+                .unwrap_err()
+                .to_string()
+        };
+        let bad_class = ImageFolderOptions {
+            class_names: Some(vec!["even".into(), "none".into()]),
+            ..ImageFolderOptions::default()
+        };
+        assert!(err(bad_class).contains("\"none\""));
+        let empty = tempfile::tempdir().unwrap();
+        fs::create_dir(empty.path().join("k")).unwrap();
+        let e = Dataset::image_dataset_from_directory(empty.path(), ImageFolderOptions::default());
+        assert!(e.unwrap_err().to_string().contains("no images found"));
+        let missing =
+            Dataset::image_dataset_from_directory(root.join("nope"), ImageFolderOptions::default());
+        assert!(matches!(missing, Err(DataError::Io { .. })));
+    }
+}

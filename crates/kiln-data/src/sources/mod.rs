@@ -1,0 +1,142 @@
+//! File and generator sources for [`Dataset`](crate::Dataset), with tf.data's names.
+//!
+//! | kiln | tf.data / Keras | elements |
+//! |---|---|---|
+//! | [`Dataset::range`](crate::Dataset::range) (`range.rs`) | `tf.data.Dataset.range` | `{"value": int64 []}` |
+//! | [`Dataset::text_line_dataset`](crate::Dataset::text_line_dataset) (`text_line.rs`) | `tf.data.TextLineDataset` | `{"line": string []}` |
+//! | [`Dataset::csv_dataset`](crate::Dataset::csv_dataset) (`csv_dataset.rs`) | `tf.data.experimental.CsvDataset` | one scalar per selected column |
+//! | [`Dataset::make_csv_dataset`](crate::Dataset::make_csv_dataset) (`make_csv.rs`) | `tf.data.experimental.make_csv_dataset` | batches: features by column name, then the label |
+//! | [`Dataset::list_files`](crate::Dataset::list_files), [`matching_files`] (`list_files.rs`) | `tf.data.Dataset.list_files`, `tf.io.matching_files` | `{"filename": string []}` |
+//! | [`Dataset::image_dataset_from_directory`](crate::Dataset::image_dataset_from_directory) (`image_folder.rs`) | `keras.utils.image_dataset_from_directory` | `{"image": uint8 [h, w, c], "label": int64 []}` |
+//!
+//! File sources are lazy: nothing is opened until iteration, files are read in the order
+//! given, one at a time, and every [`Dataset::iter`](crate::Dataset::iter) reads them again.
+//! A file that cannot be opened or read yields one [`DataError::Io`] and iteration goes on
+//! with the next file (the consumer decides whether to stop, as everywhere in kiln-data).
+//!
+//! Sources that can skip bad records (`ignore_errors`) count what they skip in a
+//! [`SkipCounter`] the caller keeps a clone of.
+
+mod csv_dataset;
+mod image_folder;
+mod list_files;
+mod make_csv;
+mod range;
+mod text_line;
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{DataError, Result};
+
+pub use csv_dataset::{CsvOptions, RecordDefault};
+pub use image_folder::{
+    ColorMode, IMAGE_COMPONENT, ImageFolderOptions, LABEL_COMPONENT, image_class_names,
+};
+pub use list_files::{LIST_FILES_COMPONENT, matching_files};
+pub use make_csv::MakeCsvOptions;
+pub use range::RANGE_COMPONENT;
+pub use text_line::TEXT_LINE_COMPONENT;
+
+/// Counts the records (CSV rows, image files) that a source skipped because of
+/// `ignore_errors`, and keeps the last skipped error's message.
+///
+/// Clones share one count: put a clone in the source's options, keep another, and read
+/// [`SkipCounter::count`] during or after iteration. The count accumulates over every
+/// iteration (epoch) of every dataset the counter was given to; it is never reset.
+#[derive(Debug, Clone, Default)]
+pub struct SkipCounter {
+    inner: Arc<SkipInner>,
+}
+
+#[derive(Debug, Default)]
+struct SkipInner {
+    count: AtomicU64,
+    last: Mutex<Option<String>>,
+}
+
+impl SkipCounter {
+    /// A counter at zero.
+    pub fn new() -> SkipCounter {
+        SkipCounter::default()
+    }
+
+    /// Records skipped so far.
+    pub fn count(&self) -> u64 {
+        self.inner.count.load(Ordering::Relaxed)
+    }
+
+    /// The message of the most recently skipped error, if any.
+    pub fn last_error(&self) -> Option<String> {
+        self.inner
+            .last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Counts one skipped record that failed with `error`.
+    pub(crate) fn skip(&self, error: &DataError) {
+        self.inner.count.fetch_add(1, Ordering::Relaxed);
+        *self.inner.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
+    }
+}
+
+/// Opens `path` for reading, mapping failure to [`DataError::Io`].
+pub(crate) fn open(path: &Path) -> Result<File> {
+    File::open(path).map_err(|source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The bytes of a path, for `string` components (lossless on Unix; other platforms'
+/// non-UTF-8 paths are converted lossily).
+pub(crate) fn path_bytes(path: &Path) -> Vec<u8> {
+    path.as_os_str().as_encoded_bytes().to_vec()
+}
+
+/// A path from the bytes of a `string` component (the inverse of [`path_bytes`] for paths
+/// this process produced).
+pub(crate) fn path_from_bytes(bytes: &[u8]) -> std::path::PathBuf {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+    }
+    #[cfg(not(unix))]
+    {
+        std::path::PathBuf::from(String::from_utf8_lossy(bytes).into_owned())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use std::path::{Path, PathBuf};
+
+    /// Writes `contents` to `dir/name` and returns the path.
+    pub fn write(dir: &Path, name: &str, contents: &[u8]) -> PathBuf {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+
+    /// The text of every `string` scalar component `name` of one iteration (panics on errors).
+    pub fn strings(ds: &crate::Dataset, name: &str) -> Vec<String> {
+        ds.iter()
+            .map(|e| {
+                let e = e.unwrap();
+                let v = e.get(name).unwrap().data().as_strings().unwrap().to_vec();
+                v.into_iter()
+                    .map(|b| String::from_utf8(b).unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+            .concat()
+    }
+}
