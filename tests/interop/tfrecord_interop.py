@@ -12,7 +12,9 @@ Checks, for compression_type "", "GZIP" and "ZLIB":
       identical record bytes (kiln's encoding equals protobuf's deterministic serialization),
       identical tf.train.Example values, and identical tf.io.parse_single_example results;
       uncompressed, kiln's file equals TensorFlow's file byte for byte;
-  (c) truncated and corrupted files make TensorFlow fail with DataLossError (except a file cut
+  (c) tf.io.parse_single_example's rules agree: defaults for missing and unset features,
+      errors for a missing required feature, a wrong type or a wrong number of values;
+  (d) truncated and corrupted files make TensorFlow fail with DataLossError (except a file cut
       inside a record header, which TensorFlow reads as a clean end) and kiln fail naming the
       damaged record's start offset and index.
 
@@ -154,10 +156,10 @@ def from_tf_example(example):
     return out
 
 
-def tf_spec():
+def tf_spec(json_spec=None):
     dtypes = {"string": tf.string, "float32": tf.float32, "int64": tf.int64}
     spec = {}
-    for name, s in SPEC.items():
+    for name, s in (json_spec or SPEC).items():
         dtype = dtypes[s["dtype"]]
         if s["kind"] == "fixed":
             default = None
@@ -170,13 +172,20 @@ def tf_spec():
     return spec
 
 
-def tf_parse(path, compression):
-    """tf.data.TFRecordDataset + tf.io.parse_single_example, in the tool's output form."""
+def tf_parse(path, compression, json_spec=None, record_errors=False):
+    """tf.data.TFRecordDataset + tf.io.parse_single_example, in the tool's output form; with
+    record_errors, a record that fails to parse gives {"error": message}."""
     ds = tf.data.TFRecordDataset([path], compression_type=compression)
-    spec = tf_spec()
+    spec = tf_spec(json_spec)
     out = []
     for serialized in ds:
-        parsed = tf.io.parse_single_example(serialized, spec)
+        try:
+            parsed = tf.io.parse_single_example(serialized, spec)
+        except tf.errors.InvalidArgumentError as e:
+            if not record_errors:
+                raise
+            out.append({"error": e.message.splitlines()[0]})
+            continue
         element = {}
         for name, value in parsed.items():
             if isinstance(value, tf.sparse.SparseTensor):
@@ -237,9 +246,10 @@ class Kiln:
         rc, _, err = self._run(["read", path, "--compression", compression])
         return None if rc == 0 else err.strip()
 
-    def parse(self, path, compression, parallel=0):
+    def parse(self, path, compression, parallel=0, spec_path=None, on_error="stop"):
         rc, out, err = self._run(["parse", path, "--compression", compression,
-                                  "--spec", self.spec_path, "--parallel", str(parallel)])
+                                  "--spec", spec_path or self.spec_path,
+                                  "--parallel", str(parallel), "--on-error", on_error])
         if rc != 0:
             raise RuntimeError(f"kiln parse failed: {err}")
         return json.loads(out)
@@ -306,6 +316,60 @@ def kiln_reads_tf(kiln, tmp, compression):
                  kiln.parse(path, compression, parallel=3), expected)
 
 
+EDGE_SPEC = {
+    "label": {"kind": "fixed", "shape": [], "dtype": "int64", "default": [-7]},
+    "req": {"kind": "fixed", "shape": [2], "dtype": "float32"},
+    "v": {"kind": "var", "dtype": "float32"},
+}
+
+GOOD = {"label": {"int64_list": [3]}, "req": {"float_list": [0x3F800000, 0x40000000]},
+        "v": {"float_list": [0x40400000]}}
+
+
+def edge(**changes):
+    ex = dict(GOOD)
+    for name, feature in changes.items():
+        if feature is None:
+            del ex[name]
+        else:
+            ex[name] = feature
+    return ex
+
+
+EDGE_CASES = [
+    ("all present", edge()),
+    ("default for a missing feature", edge(label=None)),
+    ("default for an unset feature", edge(label={})),
+    ("error for an empty list of a scalar", edge(label={"int64_list": []})),
+    ("error for a missing required feature", edge(req=None)),
+    ("error for an unset required feature", edge(req={})),
+    ("error for too many values", edge(req={"float_list": [0, 0, 0]})),
+    ("error for the wrong type", edge(req={"int64_list": [1, 2]})),
+    ("error for a var-len feature of the wrong type", edge(v={"int64_list": [1]})),
+    ("empty var-len for a missing feature", edge(v=None)),
+    ("empty var-len for an empty list", edge(v={"float_list": []})),
+    ("unknown features ignored", edge(extra={"bytes_list": ["00"]})),
+]
+
+
+def parse_rules(kiln, tmp):
+    spec_path = os.path.join(tmp, "edge-spec.json")
+    with open(spec_path, "w") as f:
+        json.dump(EDGE_SPEC, f)
+    path = os.path.join(tmp, "edge.tfrecord")
+    tf_write(path, "", [ex for _, ex in EDGE_CASES])
+    tf_out = tf_parse(path, "", EDGE_SPEC, record_errors=True)
+    kiln_out = kiln.parse(path, "", spec_path=spec_path, on_error="record")
+    check(len(tf_out) == len(kiln_out) == len(EDGE_CASES), "(c) one result per edge case")
+    for (label, _), t, k in zip(EDGE_CASES, tf_out, kiln_out):
+        if "error" in t or "error" in k:
+            check("error" in t and "error" in k,
+                  f"(c) {label}: both fail (TF: {t.get('error', 'ok')[-100:]}; "
+                  f"kiln: {k.get('error', 'ok')})")
+        else:
+            check(t == k, f"(c) {label}: same values ({json.dumps(k)})")
+
+
 def damaged_files(kiln, tmp):
     examples = regular_examples(4)
     path = os.path.join(tmp, "tf-damaged-source.tfrecord")
@@ -340,11 +404,11 @@ def damaged_files(kiln, tmp):
         except tf.errors.DataLossError as e:
             tf_error = "DataLossError: " + e.message.splitlines()[0]
         check(tf_error.startswith(tf_expected),
-              f"(c) {label}: TensorFlow gives {tf_expected!r} ({tf_error})")
+              f"(d) {label}: TensorFlow gives {tf_expected!r} ({tf_error})")
         kiln_error = kiln.read_error(bad, "")
         expected = f"{kind} record at byte {starts[record]} (record index {record})"
         check(kiln_error is not None and expected in kiln_error and "damaged.tfrecord" in kiln_error,
-              f"(c) {label}: kiln says {expected!r} ({kiln_error})")
+              f"(d) {label}: kiln says {expected!r} ({kiln_error})")
 
 
 def main():
@@ -365,6 +429,7 @@ def main():
         for compression in COMPRESSIONS:
             kiln_reads_tf(kiln, tmp, compression)
             tf_reads_kiln(kiln, tmp, compression)
+        parse_rules(kiln, tmp)
         damaged_files(kiln, tmp)
     if FAILURES:
         print(f"{len(FAILURES)} check(s) failed")

@@ -4,7 +4,8 @@
 //! ```text
 //! tfrecord_tool write <file> [--compression ""|GZIP|ZLIB]   < examples.json
 //! tfrecord_tool read  <file> [--compression …]              > records.json
-//! tfrecord_tool parse <file> [--compression …] --spec <spec.json> [--parallel N] > elements.json
+//! tfrecord_tool parse <file> [--compression …] --spec <spec.json> [--parallel N]
+//!                    [--on-error stop|record]                > elements.json
 //! ```
 //!
 //! JSON encoding of values (exact, so that the comparison can be bit for bit): byte strings
@@ -17,7 +18,8 @@
 //! * A spec is `{name: {"kind": "fixed", "shape": [..], "dtype": "string"|"float32"|"int64",
 //!   "default": [values]?} | {"kind": "var", "dtype": …}}`; `parse` prints one object per
 //!   record, `{name: {"dtype": "uint8"|"float32"|"int64", "shape": [..], "values": …}}` with
-//!   uint8 values as one hex string.
+//!   uint8 values as one hex string. With `--on-error record`, a record that fails to parse
+//!   prints `{"error": message}` in its place and parsing goes on.
 //!
 //! Errors are printed to stderr and exit with status 1.
 
@@ -50,11 +52,12 @@ struct Args {
     compression: Compression,
     spec: Option<PathBuf>,
     parallel: usize,
+    record_errors: bool,
 }
 
 fn parse_args(args: Vec<String>) -> Fallible<Args> {
     let usage = "usage: tfrecord_tool write|read|parse <file> [--compression \"\"|GZIP|ZLIB] \
-                 [--spec spec.json] [--parallel N]";
+                 [--spec spec.json] [--parallel N] [--on-error stop|record]";
     let mut it = args.into_iter();
     let command = it.next().ok_or(usage)?;
     let file = PathBuf::from(it.next().ok_or(usage)?);
@@ -64,6 +67,7 @@ fn parse_args(args: Vec<String>) -> Fallible<Args> {
         compression: Compression::None,
         spec: None,
         parallel: 0,
+        record_errors: false,
     };
     while let Some(flag) = it.next() {
         let value = it
@@ -74,6 +78,13 @@ fn parse_args(args: Vec<String>) -> Fallible<Args> {
             "--spec" => parsed.spec = Some(PathBuf::from(value)),
             "--parallel" => {
                 parsed.parallel = value.parse().map_err(|e| format!("--parallel: {e}"))?
+            }
+            "--on-error" => {
+                parsed.record_errors = match value.as_str() {
+                    "stop" => false,
+                    "record" => true,
+                    other => return Err(format!("--on-error {other:?}: stop or record")),
+                }
             }
             other => return Err(format!("unknown flag {other}; {usage}")),
         }
@@ -140,7 +151,14 @@ fn parse(args: &Args) -> Fallible<()> {
         .parse_example(spec, parallelism);
     let mut out = Vec::new();
     for element in ds.iter() {
-        let element = element.map_err(|e| e.to_string())?;
+        let element = match element {
+            Ok(element) => element,
+            Err(err) if args.record_errors => {
+                out.push(json!({"error": err.to_string()}));
+                continue;
+            }
+            Err(err) => return Err(err.to_string()),
+        };
         let mut object = Map::new();
         for (name, array) in element.iter() {
             let values = match array.data() {

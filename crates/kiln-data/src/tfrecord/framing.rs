@@ -79,7 +79,14 @@ pub fn encode_record(data: &[u8]) -> Vec<u8> {
 /// * [`DataError::Format`] when the GZIP / ZLIB stream itself is damaged;
 /// * [`DataError::Io`] when reading fails.
 ///
-/// Offsets are in the decompressed stream for compressed files.
+/// Offsets are in the decompressed stream for compressed files, and always name the start of
+/// the damaged record (TensorFlow names the start of the data for a data checksum mismatch;
+/// kiln's message gives both).
+///
+/// kiln differs from TensorFlow on purpose in one case: a file that ends inside a record's
+/// 12-byte header. TensorFlow's reader takes the short header read for the end of the file
+/// and stops without an error (checked with TensorFlow 2.21); kiln reports a truncated
+/// record, since a complete file never ends there.
 pub struct TfRecordReader {
     path: PathBuf,
     compression: Compression,

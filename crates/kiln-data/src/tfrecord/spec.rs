@@ -334,11 +334,12 @@ fn check_type(feature: &Feature, dtype: FeatureDType) -> std::result::Result<(),
         Ok(())
     } else {
         Err(format!(
-            "expected {} ({}), found {} with {} values: fix the spec's dtype or the data",
+            "expected {} ({}), found {} with {} value{}: fix the spec's dtype or the data",
             dtype.name(),
             dtype.list_name(),
             feature.kind_name(),
-            feature.len()
+            feature.len(),
+            if feature.len() == 1 { "" } else { "s" }
         ))
     }
 }
@@ -502,7 +503,7 @@ mod tests {
             example_error(spec.parse(&example().to_bytes(), 3).unwrap_err());
         assert_eq!((record, feature.as_deref()), (3, Some("label")));
         assert!(
-            message.starts_with("expected float32 (float_list), found int64_list with 1 values"),
+            message.starts_with("expected float32 (float_list), found int64_list with 1 value:"),
             "{message}"
         );
         let spec = ExampleSpec::new().with("image", FeatureSpec::var_len(FeatureDType::Int64));
