@@ -407,7 +407,8 @@ def damaged_files(kiln, tmp):
               f"(d) {label}: TensorFlow gives {tf_expected!r} ({tf_error})")
         kiln_error = kiln.read_error(bad, "")
         expected = f"{kind} record at byte {starts[record]} (record index {record})"
-        check(kiln_error is not None and expected in kiln_error and "damaged.tfrecord" in kiln_error,
+        named = kiln_error is not None and "damaged.tfrecord" in kiln_error
+        check(named and expected in kiln_error,
               f"(d) {label}: kiln says {expected!r} ({kiln_error})")
 
 

@@ -4,8 +4,9 @@
 //! [`crate::npy`]) report [`DataError::Io`] when the file cannot be read and
 //! [`DataError::Format`] — naming the file and the byte offset — when its contents are corrupt,
 //! truncated or of an unsupported kind; TFRecord files report damaged records as
-//! [`DataError::Record`] and unparsable `tf.train.Example`s as [`DataError::Example`]. Pipeline transformations report invalid arguments
-//! ([`DataError::InvalidArgument`]) and pass user map-function errors through unchanged.
+//! [`DataError::Record`] and unparsable `tf.train.Example`s as [`DataError::Example`].
+//! Pipeline transformations report invalid arguments ([`DataError::InvalidArgument`]) and pass
+//! user map-function errors through unchanged.
 
 use std::path::PathBuf;
 

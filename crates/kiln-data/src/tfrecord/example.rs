@@ -261,7 +261,8 @@ mod tests {
             .with("a", Feature::int64(vec![1, -1]));
         // Hand-encoded, features sorted by name: "a" then "b".
         //   int64 -1 as a varint: ten bytes ff ff ff ff ff ff ff ff ff 01.
-        let int64_list = [[0x0a, 11, 0x01].as_slice(), &[0xff; 9], &[0x01]].concat(); // Int64List { value (packed, 11 bytes) }
+        // Int64List { value: packed, 11 bytes }
+        let int64_list = [[0x0a, 11, 0x01].as_slice(), &[0xff; 9], &[0x01]].concat();
         let feature_a = [&[0x1a, int64_list.len() as u8][..], &int64_list].concat();
         let entry_a = [
             &[0x0a, 1, b'a', 0x12, feature_a.len() as u8][..],

@@ -7,15 +7,17 @@
 //!
 //! | spec | TensorFlow gives | kiln gives |
 //! |---|---|---|
-//! | `FixedLen { shape, Float32 }` | `float32` tensor of `shape` | [`DType::F32`] array of `shape` |
-//! | `FixedLen { shape, Int64 }` | `int64` tensor of `shape` | [`DType::I64`] array of `shape` |
-//! | `FixedLen { [], Bytes }` | scalar `tf.string` | [`DType::U8`] array of shape `[n]`: the string's `n` bytes |
-//! | `VarLen { Float32 / Int64 }` | `SparseTensor` of dense shape `[k]` | 1-D array `[k]` of the `k` values (dense; `k` may be 0) |
+//! | `FixedLen(shape, Float32)` | `float32`, `shape` | [`DType::F32`], `shape` |
+//! | `FixedLen(shape, Int64)` | `int64`, `shape` | [`DType::I64`], `shape` |
+//! | `FixedLen([], Bytes)` | scalar `tf.string` | [`DType::U8`], `[n]`: the string's bytes |
+//! | `VarLen(Float32 / Int64)` | `SparseTensor`, dense shape `[k]` | dense 1-D, `[k]` (`k` ≥ 0) |
 //!
 //! kiln has no string dtype, so a byte string becomes a 1-D `uint8` array of its bytes (an
 //! encoded image, raw pixels, UTF-8 text). Only scalar fixed-length byte features are
 //! supported; fixed-length byte features of other shapes and variable-length byte features
-//! are rejected when the spec is checked.
+//! are rejected when the spec is checked. Byte strings and variable-length features whose
+//! lengths differ between records cannot be stacked by [`crate::Dataset::batch`]; batch them
+//! after a map that decodes or pads them.
 //!
 //! As in TensorFlow (`tensorflow/core/util/example_proto_fast_parsing.cc`), a value list of
 //! the wrong type or (fixed-length) the wrong number of values is an error, and so is a missing
