@@ -3,8 +3,10 @@
 //! Every fallible operation in `kiln-data` returns [`Result`]. File readers ([`crate::idx`],
 //! [`crate::npy`]) report [`DataError::Io`] when the file cannot be read and
 //! [`DataError::Format`] — naming the file and the byte offset — when its contents are corrupt,
-//! truncated or of an unsupported kind. Pipeline transformations report invalid arguments
-//! ([`DataError::InvalidArgument`]) and pass user map-function errors through unchanged.
+//! truncated or of an unsupported kind; TFRecord files report damaged records as
+//! [`DataError::Record`] and unparsable `tf.train.Example`s as [`DataError::Example`].
+//! Pipeline transformations report invalid arguments ([`DataError::InvalidArgument`]) and pass
+//! user map-function errors through unchanged.
 
 use std::path::PathBuf;
 
@@ -77,6 +79,44 @@ pub enum DataError {
         /// The decoder's message.
         message: String,
     },
+
+    /// A TFRecord file's framing is damaged: a record cut short (`"truncated record"`) or a
+    /// checksum that does not match (`"corrupted record"`), as TensorFlow's `record_reader.cc`
+    /// reports them. `offset` is where the damaged record starts (in the decompressed stream
+    /// for GZIP / ZLIB files).
+    #[error("{}: {message} at byte {offset} (record index {index}): {detail}", path.display())]
+    TfRecord {
+        /// The file involved.
+        path: PathBuf,
+        /// 0-based index of the damaged record in its file.
+        index: u64,
+        /// Byte offset of the start of the damaged record.
+        offset: u64,
+        /// `"truncated record"` or `"corrupted record"`.
+        message: String,
+        /// Which part is damaged, and how to fix it.
+        detail: String,
+    },
+
+    /// A serialized `tf.train.Example` cannot be decoded, or does not match the parsing spec
+    /// (missing feature without default, wrong type, wrong number of values).
+    #[error("{}", example_error_text(*.record, .feature.as_deref(), .message))]
+    Example {
+        /// 0-based index of the record in the dataset being parsed.
+        record: u64,
+        /// The feature involved, when the problem is one feature's.
+        feature: Option<String>,
+        /// What is wrong: expected vs found, and the fix.
+        message: String,
+    },
+}
+
+/// The text of [`DataError::Example`].
+fn example_error_text(record: u64, feature: Option<&str>, message: &str) -> String {
+    match feature {
+        Some(name) => format!("tf.train.Example record {record}, feature {name:?}: {message}"),
+        None => format!("tf.train.Example record {record}: {message}"),
+    }
 }
 
 /// A [`DataError::Format`] at byte `offset` of `path`.

@@ -14,6 +14,9 @@
 //!   [`Dataset::list_files`] and Keras' [`Dataset::image_dataset_from_directory`].
 //! * [`idx`] reads and writes the IDX files of MNIST / Fashion-MNIST (gzip or raw).
 //! * [`npy`] reads and writes NumPy `.npy` files.
+//! * [`tfrecord`] reads and writes TFRecord files ([`Dataset::tfrecord`]) and parses
+//!   `tf.train.Example` records ([`Dataset::parse_example`]); [`Compression`] is tf.data's
+//!   `compression_type`.
 //!
 //! ```
 //! use kiln_data::{Array, Buffer, Dataset, Element, AUTOTUNE};
@@ -34,13 +37,16 @@
 
 #![warn(missing_docs)]
 
+pub mod compression;
 pub mod dataset;
 pub mod element;
 pub mod error;
 pub mod idx;
 pub mod npy;
 pub mod sources;
+pub mod tfrecord;
 
+pub use compression::Compression;
 pub use dataset::{AUTOTUNE, Cardinality, Dataset, DatasetIter, Parallelism};
 pub use element::{Array, Buffer, DType, Element};
 pub use error::{DataError, Result};
