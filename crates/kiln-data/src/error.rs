@@ -4,7 +4,8 @@
 //! [`crate::npy`]) report [`DataError::Io`] when the file cannot be read and
 //! [`DataError::Format`] — naming the file and the byte offset — when its contents are corrupt,
 //! truncated or of an unsupported kind. Pipeline transformations report invalid arguments
-//! ([`DataError::InvalidArgument`]) and pass user map-function errors through unchanged.
+//! ([`DataError::InvalidArgument`]) and pass user map-function errors through unchanged; the
+//! file cache reports [`DataError::Cache`] for a stale or locked cache file.
 
 use std::path::PathBuf;
 
@@ -56,6 +57,17 @@ pub enum DataError {
     /// different first dimensions in `from_tensor_slices`, …
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    /// A dataset cache file cannot be used: it was built by a different input pipeline, or
+    /// another iterator holds its lock. The message says how to fix it (delete the file, or
+    /// use another cache prefix).
+    #[error("cache {}: {message}", path.display())]
+    Cache {
+        /// The cache or lock file involved.
+        path: PathBuf,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
 }
 
 /// A [`DataError::Format`] at byte `offset` of `path`.

@@ -9,6 +9,12 @@
 //!   buffered algorithm, seeded), [`batch`](Dataset::batch), [`repeat`](Dataset::repeat),
 //!   [`take`](Dataset::take), [`skip`](Dataset::skip) and [`prefetch`](Dataset::prefetch)
 //!   (background thread). Every [`Dataset::iter`] call starts a new epoch.
+//! * More tf.data transformations: [`filter`](Dataset::filter), [`shard`](Dataset::shard),
+//!   [`unbatch`](Dataset::unbatch), [`padded_batch`](Dataset::padded_batch),
+//!   [`zip`](Dataset::zip), [`concatenate`](Dataset::concatenate),
+//!   [`enumerate`](Dataset::enumerate), [`interleave`](Dataset::interleave) (parallel,
+//!   deterministic or not) and [`cache`](Dataset::cache) (memory or file, with tf.data's
+//!   partial-cache rule and a pipeline [`fingerprint`](Dataset::fingerprint) check).
 //! * [`idx`] reads and writes the IDX files of MNIST / Fashion-MNIST (gzip or raw).
 //! * [`npy`] reads and writes NumPy `.npy` files.
 //!
@@ -37,6 +43,9 @@ pub mod error;
 pub mod idx;
 pub mod npy;
 
-pub use dataset::{AUTOTUNE, Cardinality, Dataset, DatasetIter, Parallelism};
+pub use dataset::{
+    AUTOTUNE, CacheTarget, Cardinality, Dataset, DatasetIter, PaddedShapes, Parallelism,
+    WarningHook, set_warning_hook,
+};
 pub use element::{Array, Buffer, DType, Element};
 pub use error::{DataError, Result};
