@@ -85,8 +85,10 @@ impl FileCacheNode {
         }
         let file = File::create(&self.paths.tmp).map_err(|e| io_error(&self.paths.tmp, e))?;
         let mut out = BufWriter::new(file);
-        out.write_all(&format::header(fingerprint))
-            .map_err(|e| io_error(&self.paths.tmp, e))?;
+        if let Err(e) = out.write_all(&format::header(fingerprint)) {
+            let _ = fs::remove_file(&self.paths.tmp);
+            return Err(io_error(&self.paths.tmp, e));
+        }
         Ok(Box::new(Writer {
             input: self.input.iter(),
             out: Some(out),
@@ -164,17 +166,37 @@ struct Lock {
     path: PathBuf,
 }
 
-/// The pid recorded in a lock file's text (`pid <n>` line).
-fn lock_pid(text: &str) -> Option<u32> {
+/// The value of a lock file's `<key> <value>` line.
+fn lock_field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     text.lines()
-        .find_map(|l| l.strip_prefix("pid "))
-        .and_then(|p| p.trim().parse().ok())
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .map(str::trim)
 }
 
-/// True when process `pid` certainly no longer exists: Linux's `/proc` is mounted but has no
-/// `/proc/<pid>`. Without `/proc` we cannot tell, and assume it is alive.
-fn process_is_gone(pid: u32) -> bool {
-    Path::new("/proc/self").exists()
+/// The pid recorded in a lock file's text (`pid <n>` line).
+fn lock_pid(text: &str) -> Option<u32> {
+    lock_field(text, "pid").and_then(|p| p.parse().ok())
+}
+
+/// This machine's (or container's) name, from Linux's `/proc/sys/kernel/hostname`. Recorded
+/// in lock files: a pid only means something on the host that wrote it, so a lock from another
+/// host or container sharing the directory is never judged stale.
+fn hostname() -> Option<String> {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+}
+
+/// True when the lock's writer certainly no longer exists: the lock was written on this host
+/// and Linux's `/proc` is mounted but has no `/proc/<pid>`. Otherwise we cannot tell, and
+/// assume it is alive.
+fn writer_is_gone(text: &str) -> bool {
+    let (Some(pid), Some(host)) = (lock_pid(text), lock_field(text, "host")) else {
+        return false;
+    };
+    hostname().as_deref() == Some(host)
+        && Path::new("/proc/self").exists()
         && pid != std::process::id()
         && !Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -191,8 +213,9 @@ impl Lock {
                         .duration_since(UNIX_EPOCH)
                         .map_or(0, |d| d.as_secs());
                     let text = format!(
-                        "kiln-data cache lock\npid {}\ncreated at {since} (unix seconds)\n",
-                        std::process::id()
+                        "kiln-data cache lock\npid {}\nhost {}\ncreated at {since} (unix seconds)\n",
+                        std::process::id(),
+                        hostname().unwrap_or_else(|| "unknown".into())
                     );
                     file.write_all(text.as_bytes())
                         .map_err(|e| io_error(path, e))?;
@@ -201,7 +224,7 @@ impl Lock {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                     let text = fs::read_to_string(path).unwrap_or_default();
                     let pid = lock_pid(&text);
-                    if attempt == 0 && pid.is_some_and(process_is_gone) {
+                    if attempt == 0 && writer_is_gone(&text) {
                         warn(&format!(
                             "removing the stale cache lock {} of process {}, which no longer \
                              exists",
@@ -470,18 +493,25 @@ mod tests {
         let prefix = temp_prefix("stale");
         let paths = Paths::new(&prefix);
         // Above Linux's largest pid (2^22), so certainly not running.
-        fs::write(&paths.lock, "kiln-data cache lock\npid 999999999\n").unwrap();
-        if Path::new("/proc/self").exists() {
+        let host = hostname().unwrap_or_default();
+        let dead = format!("kiln-data cache lock\npid 999999999\nhost {host}\n");
+        fs::write(&paths.lock, &dead).unwrap();
+        if Path::new("/proc/self").exists() && !host.is_empty() {
             assert_eq!(collect(&file_cache(range(3), &prefix)), vec![0, 1, 2]);
             assert!(paths.done.exists() && !paths.lock.exists());
         }
-        // A lock without a readable pid cannot be judged stale.
+        // A lock without a readable pid, or from another host, cannot be judged stale.
         let other = temp_prefix("foreign");
         let other_paths = Paths::new(&other);
         fs::write(&other_paths.lock, "something else").unwrap();
         let results = collect_results(&file_cache(range(3), &other));
         assert!(cache_error(&results[0]).1.contains("an unknown process"));
         assert!(other_paths.lock.exists(), "a foreign lock is left alone");
+        let elsewhere = "kiln-data cache lock\npid 999999999\nhost some-other-machine\n";
+        fs::write(&other_paths.lock, elsewhere).unwrap();
+        let results = collect_results(&file_cache(range(3), &other));
+        assert!(cache_error(&results[0]).1.contains("process 999999999"));
+        assert!(other_paths.lock.exists());
         fs::remove_dir_all(prefix.parent().unwrap()).unwrap();
         fs::remove_dir_all(other.parent().unwrap()).unwrap();
     }
@@ -563,12 +593,17 @@ mod tests {
     }
 
     #[test]
-    fn lock_pid_parsing() {
-        assert_eq!(
-            lock_pid("kiln-data cache lock\npid 42\ncreated at 1\n"),
-            Some(42)
-        );
+    fn lock_file_parsing() {
+        let text = "kiln-data cache lock\npid 42\nhost box-1\ncreated at 1\n";
+        assert_eq!(lock_pid(text), Some(42));
+        assert_eq!(lock_field(text, "host"), Some("box-1"));
         assert_eq!(lock_pid("pid x"), None);
-        assert!(!process_is_gone(std::process::id()));
+        assert_eq!(lock_pid("pidfile 3"), None);
+        let mine = format!(
+            "pid {}\nhost {}\n",
+            std::process::id(),
+            hostname().unwrap_or_default()
+        );
+        assert!(!writer_is_gone(&mine), "this process is alive");
     }
 }

@@ -14,10 +14,12 @@
 //!   exists, even the first iteration reads it. The file is written as `<prefix>.kcache.tmp`
 //!   and renamed only when complete, so a crash never leaves a file that looks complete; a
 //!   leftover temp file is discarded with a warning. A lock file `<prefix>.lock` (created
-//!   exclusively, holding the writer's pid) keeps a second writer out with
-//!   [`crate::DataError::Cache`]; a lock whose process no longer exists (no `/proc/<pid>` on
-//!   Linux) is stale and removed with a warning. Elsewhere, or when the pid is alive (even
-//!   the pid of a finished process reused by another), the lock must be deleted by hand.
+//!   exclusively, holding the writer's pid and host name) keeps a second writer — in this
+//!   process or another — out with [`crate::DataError::Cache`]. A lock written on this host
+//!   by a process that no longer exists (no `/proc/<pid>`, Linux) is stale: it is removed
+//!   with a warning. A lock from another host or container, without `/proc`, or whose pid is
+//!   alive (even a finished writer's pid reused by another process) must be deleted by hand,
+//!   as the error says.
 //! * The file stores the [`Dataset::fingerprint`] of the pipeline before `cache`; a file built
 //!   by a different pipeline is refused with [`crate::DataError::Cache`]. Map, filter and
 //!   interleave functions are not part of the fingerprint: after changing one, delete the
