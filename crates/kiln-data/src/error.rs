@@ -3,10 +3,11 @@
 //! Every fallible operation in `kiln-data` returns [`Result`]. File readers ([`crate::idx`],
 //! [`crate::npy`]) report [`DataError::Io`] when the file cannot be read and
 //! [`DataError::Format`] — naming the file and the byte offset — when its contents are corrupt,
-//! truncated or of an unsupported kind; TFRecord files report damaged records as
-//! [`DataError::Record`] and unparsable `tf.train.Example`s as [`DataError::Example`].
-//! Pipeline transformations report invalid arguments ([`DataError::InvalidArgument`]) and pass
-//! user map-function errors through unchanged.
+//! truncated or of an unsupported kind; CSV rows that cannot be parsed as [`DataError::Record`]
+//! (`file:line`); TFRecord files report damaged records as [`DataError::TfRecord`] and
+//! unparsable `tf.train.Example`s as [`DataError::Example`]. Pipeline transformations report
+//! invalid arguments ([`DataError::InvalidArgument`]) and pass user map-function errors through
+//! unchanged; the file cache reports [`DataError::Cache`] for a stale or locked cache file.
 
 use std::path::PathBuf;
 
@@ -107,6 +108,17 @@ pub enum DataError {
         /// The feature involved, when the problem is one feature's.
         feature: Option<String>,
         /// What is wrong: expected vs found, and the fix.
+        message: String,
+    },
+
+    /// A dataset cache file cannot be used: it was built by a different input pipeline, or
+    /// another iterator holds its lock. The message says how to fix it (delete the file, or
+    /// use another cache prefix).
+    #[error("cache {}: {message}", path.display())]
+    Cache {
+        /// The cache or lock file involved.
+        path: PathBuf,
+        /// What is wrong and how to fix it.
         message: String,
     },
 }

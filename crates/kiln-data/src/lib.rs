@@ -12,6 +12,12 @@
 //! * [`sources`] adds tf.data's file and generator sources: [`Dataset::range`],
 //!   [`Dataset::text_line_dataset`], [`Dataset::csv_dataset`], [`Dataset::make_csv_dataset`],
 //!   [`Dataset::list_files`] and Keras' [`Dataset::image_dataset_from_directory`].
+//! * More tf.data transformations: [`filter`](Dataset::filter), [`shard`](Dataset::shard),
+//!   [`unbatch`](Dataset::unbatch), [`padded_batch`](Dataset::padded_batch),
+//!   [`zip`](Dataset::zip), [`concatenate`](Dataset::concatenate),
+//!   [`enumerate`](Dataset::enumerate), [`interleave`](Dataset::interleave) (parallel,
+//!   deterministic or not) and [`cache`](Dataset::cache) (memory or file, with tf.data's
+//!   partial-cache rule and a pipeline [`fingerprint`](Dataset::fingerprint) check).
 //! * [`idx`] reads and writes the IDX files of MNIST / Fashion-MNIST (gzip or raw).
 //! * [`npy`] reads and writes NumPy `.npy` files.
 //! * [`tfrecord`] reads and writes TFRecord files ([`Dataset::tfrecord`]) and parses
@@ -47,7 +53,10 @@ pub mod sources;
 pub mod tfrecord;
 
 pub use compression::Compression;
-pub use dataset::{AUTOTUNE, Cardinality, Dataset, DatasetIter, Parallelism};
+pub use dataset::{
+    AUTOTUNE, CacheTarget, Cardinality, Dataset, DatasetIter, PaddedShapes, Parallelism,
+    WarningHook, set_warning_hook,
+};
 pub use element::{Array, Buffer, DType, Element};
 pub use error::{DataError, Result};
 pub use sources::{

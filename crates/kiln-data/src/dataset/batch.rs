@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{BoxIter, Cardinality, Dataset, Node};
+use super::{BoxIter, Cardinality, Dataset, Fingerprint, Node};
 use crate::element::Element;
 use crate::error::Result;
 
@@ -57,6 +57,14 @@ impl Node for BatchNode {
             }
             other => other,
         }
+    }
+
+    fn fingerprint(&self) -> u64 {
+        Fingerprint::new("batch")
+            .u64(self.batch_size as u64)
+            .bool(self.drop_remainder)
+            .input(self.input.fingerprint())
+            .finish()
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use super::{BoxIter, Cardinality, Dataset, Node, Parallelism, panic_message};
+use super::{BoxIter, Cardinality, Dataset, Fingerprint, Node, Parallelism, panic_message};
 use crate::element::Element;
 use crate::error::{DataError, Result};
 
@@ -69,6 +69,14 @@ impl Node for MapNode {
 
     fn cardinality(&self) -> Cardinality {
         self.input.cardinality()
+    }
+
+    /// The function's code cannot be hashed: a map is identified by its position (see
+    /// `fingerprint.rs`). Parallelism does not change the output, so it is left out.
+    fn fingerprint(&self) -> u64 {
+        Fingerprint::new("map")
+            .input(self.input.fingerprint())
+            .finish()
     }
 }
 

@@ -7,7 +7,12 @@
 //! Transformations (one file each): [`Dataset::map`] (`map.rs`), [`Dataset::shuffle`]
 //! (`shuffle.rs`), [`Dataset::batch`] (`batch.rs`), [`Dataset::repeat`] (`repeat.rs`),
 //! [`Dataset::take`] / [`Dataset::skip`] (`take_skip.rs`), [`Dataset::prefetch`]
-//! (`prefetch.rs`); sources are in `slices.rs`.
+//! (`prefetch.rs`), [`Dataset::filter`] (`filter.rs`), [`Dataset::shard`] (`shard.rs`),
+//! [`Dataset::unbatch`] (`unbatch.rs`), [`Dataset::padded_batch`] (`padded_batch.rs`),
+//! [`Dataset::zip`] (`zip.rs`), [`Dataset::concatenate`] (`concatenate.rs`),
+//! [`Dataset::enumerate`] (`enumerate.rs`), [`Dataset::interleave`] (`interleave.rs`),
+//! [`Dataset::cache`] (`cache/`); sources are in `slices.rs`. [`Dataset::fingerprint`]
+//! (`fingerprint.rs`) hashes a pipeline's structure for the file cache.
 //!
 //! Errors travel through the pipeline as `Err` items in stream order; iteration may continue
 //! after an error (the consumer decides whether to stop). Arguments that tf.data rejects when the
@@ -16,12 +21,29 @@
 //! builder methods return `Dataset` rather than `Result`.
 
 mod batch;
+mod cache;
+mod concatenate;
+mod enumerate;
+mod filter;
+mod fingerprint;
+mod interleave;
 mod map;
+mod padded_batch;
 mod prefetch;
 mod repeat;
+mod shard;
 mod shuffle;
 mod slices;
 mod take_skip;
+mod unbatch;
+mod warning;
+mod zip;
+
+pub use cache::CacheTarget;
+pub(crate) use fingerprint::Fingerprint;
+pub use padded_batch::PaddedShapes;
+pub(crate) use warning::warn;
+pub use warning::{WarningHook, set_warning_hook};
 
 use std::fmt;
 use std::sync::Arc;
@@ -38,6 +60,17 @@ pub(crate) trait Node: Send + Sync {
     fn iter(&self) -> BoxIter;
     /// The number of elements one iteration yields, when known statically.
     fn cardinality(&self) -> Cardinality;
+    /// A stable hash of what this node yields: its kind, output-relevant arguments and inputs'
+    /// fingerprints (see [`Dataset::fingerprint`] and `fingerprint.rs`). Build it with
+    /// [`Fingerprint`]; sources hash their data or, for files, [`Fingerprint::file`].
+    ///
+    /// The default covers the node's type only (not its arguments or inputs), so two such
+    /// nodes with different data look alike to the file cache: every node should override it.
+    fn fingerprint(&self) -> u64 {
+        Fingerprint::new(std::any::type_name::<Self>())
+            .str("undescribed")
+            .finish()
+    }
 }
 
 /// How many elements a dataset yields — `tf.data.Dataset.cardinality()`.
@@ -201,6 +234,10 @@ impl Node for InvalidNode {
 
     fn cardinality(&self) -> Cardinality {
         Cardinality::Unknown
+    }
+
+    fn fingerprint(&self) -> u64 {
+        Fingerprint::new("invalid").str(&self.message).finish()
     }
 }
 

@@ -72,6 +72,11 @@ impl Node for PrefetchNode {
     fn cardinality(&self) -> Cardinality {
         self.input.cardinality()
     }
+
+    /// Prefetching does not change the elements: the input's fingerprint.
+    fn fingerprint(&self) -> u64 {
+        self.input.fingerprint()
+    }
 }
 
 struct PrefetchIter {

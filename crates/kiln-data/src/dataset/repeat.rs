@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{BoxIter, Cardinality, Dataset, Node};
+use super::{BoxIter, Cardinality, Dataset, Fingerprint, Node};
 use crate::element::Element;
 use crate::error::Result;
 
@@ -50,6 +50,14 @@ impl Node for RepeatNode {
                 other => other,
             },
         }
+    }
+
+    fn fingerprint(&self) -> u64 {
+        Fingerprint::new("repeat")
+            .bool(self.count.is_some())
+            .u64(self.count.unwrap_or(0))
+            .input(self.input.fingerprint())
+            .finish()
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{BoxIter, Cardinality, Dataset, Node};
+use super::{BoxIter, Cardinality, Dataset, Fingerprint, Node};
 use crate::element::Element;
 use crate::error::Result;
 
@@ -44,6 +44,7 @@ impl Dataset {
             input: self.node,
             buffer_size,
             seed: seed.unwrap_or_else(|| rand::rng().random()),
+            seeded: seed.is_some(),
             reshuffle_each_iteration,
             iterations: AtomicU64::new(0),
         })
@@ -54,6 +55,9 @@ struct ShuffleNode {
     input: Arc<dyn Node>,
     buffer_size: usize,
     seed: u64,
+    /// Whether `seed` was given (an unseeded shuffle's random seed is left out of the
+    /// fingerprint, so rebuilding the pipeline keeps it).
+    seeded: bool,
     reshuffle_each_iteration: bool,
     /// Iterations started so far (the seed generator's state).
     iterations: AtomicU64,
@@ -86,6 +90,16 @@ impl Node for ShuffleNode {
 
     fn cardinality(&self) -> Cardinality {
         self.input.cardinality()
+    }
+
+    fn fingerprint(&self) -> u64 {
+        Fingerprint::new("shuffle")
+            .u64(self.buffer_size as u64)
+            .bool(self.seeded)
+            .u64(if self.seeded { self.seed } else { 0 })
+            .bool(self.reshuffle_each_iteration)
+            .input(self.input.fingerprint())
+            .finish()
     }
 }
 

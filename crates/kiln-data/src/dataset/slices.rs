@@ -1,8 +1,8 @@
 //! Source datasets: [`Dataset::from_tensor_slices`] and [`Dataset::from_elements`].
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use super::{BoxIter, Cardinality, Dataset, Node};
+use super::{BoxIter, Cardinality, Dataset, Fingerprint, Node};
 use crate::element::Element;
 use crate::error::{DataError, Result};
 
@@ -47,6 +47,7 @@ impl Dataset {
         Ok(Dataset::from_node(SlicesNode {
             components: Arc::new(components),
             len,
+            fingerprint: OnceLock::new(),
         }))
     }
 
@@ -54,6 +55,7 @@ impl Dataset {
     pub fn from_elements(elements: Vec<Element>) -> Dataset {
         Dataset::from_node(ElementsNode {
             elements: Arc::new(elements),
+            fingerprint: OnceLock::new(),
         })
     }
 }
@@ -61,6 +63,8 @@ impl Dataset {
 struct SlicesNode {
     components: Arc<Element>,
     len: usize,
+    /// Content hash, computed on first use.
+    fingerprint: OnceLock<u64>,
 }
 
 impl Node for SlicesNode {
@@ -78,10 +82,20 @@ impl Node for SlicesNode {
     fn cardinality(&self) -> Cardinality {
         Cardinality::Finite(self.len as u64)
     }
+
+    fn fingerprint(&self) -> u64 {
+        *self.fingerprint.get_or_init(|| {
+            Fingerprint::new("from_tensor_slices")
+                .element(&self.components)
+                .finish()
+        })
+    }
 }
 
 struct ElementsNode {
     elements: Arc<Vec<Element>>,
+    /// Content hash, computed on first use.
+    fingerprint: OnceLock<u64>,
 }
 
 impl Node for ElementsNode {
@@ -92,6 +106,18 @@ impl Node for ElementsNode {
 
     fn cardinality(&self) -> Cardinality {
         Cardinality::Finite(self.elements.len() as u64)
+    }
+
+    fn fingerprint(&self) -> u64 {
+        *self.fingerprint.get_or_init(|| {
+            self.elements
+                .iter()
+                .fold(
+                    Fingerprint::new("from_elements").u64(self.elements.len() as u64),
+                    Fingerprint::element,
+                )
+                .finish()
+        })
     }
 }
 

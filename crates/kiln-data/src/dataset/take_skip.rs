@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{BoxIter, Cardinality, Dataset, Node};
+use super::{BoxIter, Cardinality, Dataset, Fingerprint, Node};
 
 impl Dataset {
     /// `tf.data.Dataset.take(count)`: at most the first `count` elements. The input is never
@@ -50,6 +50,13 @@ impl Node for TakeNode {
             Cardinality::Unknown => Cardinality::Unknown,
         }
     }
+
+    fn fingerprint(&self) -> u64 {
+        Fingerprint::new("take")
+            .u64(self.count)
+            .input(self.input.fingerprint())
+            .finish()
+    }
 }
 
 struct SkipNode {
@@ -78,6 +85,13 @@ impl Node for SkipNode {
             Cardinality::Finite(n) => Cardinality::Finite(n.saturating_sub(self.count)),
             other => other,
         }
+    }
+
+    fn fingerprint(&self) -> u64 {
+        Fingerprint::new("skip")
+            .u64(self.count)
+            .input(self.input.fingerprint())
+            .finish()
     }
 }
 
