@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Interop tests against the real Python packages kiln's formats come from: TensorFlow reads
+# and writes TFRecord / tf.train.Example files with kiln (tests/interop/*.py). Creates, once, a
+# virtual environment with tensorflow-cpu and tensorboard under the build cache
+# (${KILN_CACHE_DIR:-~/.cache/kiln}/tfvenv), builds the small kiln tools the scripts drive, and
+# runs every script. Called by scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cache="${KILN_CACHE_DIR:-$HOME/.cache/kiln}"
+venv="$cache/tfvenv"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
+if ! "$venv/bin/python" -c "import tensorflow, tensorboard" >/dev/null 2>&1; then
+  echo "interop: creating $venv (tensorflow-cpu 2.21, tensorboard)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q "tensorflow-cpu==2.21.0" tensorboard numpy
+fi
+py="$venv/bin/python"
+
+cargo build --release -q -p kiln-data --example tfrecord_tool
+echo "== interop: TFRecord + tf.train.Example with TensorFlow"
+"$py" tests/interop/tfrecord_interop.py --kiln-tool "$CARGO_TARGET_DIR/release/examples/tfrecord_tool"
