@@ -1,9 +1,11 @@
 //! `compile`: optimizer, loss and metrics, with Keras' names and defaults.
 
+mod adam;
 mod loss;
 mod metrics;
 mod optimizer;
 
+pub use adam::KerasAdam;
 pub use loss::{EPSILON, Labels, LossKind, LossSpec};
 pub use metrics::{MetricKind, MetricSpec, argmax, correct};
 pub use optimizer::OptimizerSpec;

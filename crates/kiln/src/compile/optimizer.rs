@@ -1,10 +1,11 @@
-//! Optimizers with Keras' names and defaults (`keras/src/optimizers/{sgd,adam,adamw}.py`),
-//! running on Burn's optimizers.
+//! Optimizers with Keras' names and defaults (`keras/src/optimizers/{sgd,adam,adamw}.py`):
+//! SGD runs on Burn's optimizer; Adam and AdamW on [`KerasAdam`], Keras' exact update.
 
 use burn::optim::momentum::MomentumConfig;
-use burn::optim::{AdamConfig, AdamWConfig, ModuleOptimizer, SgdConfig};
+use burn::optim::{ModuleOptimizer, SgdConfig};
 use serde::{Deserialize, Serialize};
 
+use super::KerasAdam;
 use crate::error::{KilnError, Result};
 
 fn sgd_lr() -> f64 {
@@ -129,8 +130,7 @@ impl OptimizerSpec {
     }
 
     /// The Burn optimizer. Keras' SGD momentum has no dampening, so Burn's `dampening` is 0.
-    /// Keras adds `epsilon` to `sqrt(v)` after bias correction of the step size, Burn to
-    /// `sqrt(v_hat)`: the two differ by a factor `sqrt(1 - beta_2^t)` on `epsilon` only.
+    /// Adam and AdamW use [`KerasAdam`] (Keras' formulas, `epsilon` added to `sqrt(v)`).
     pub fn build(&self) -> ModuleOptimizer {
         match *self {
             OptimizerSpec::Sgd {
@@ -149,23 +149,24 @@ impl OptimizerSpec {
                 beta_2,
                 epsilon,
                 ..
-            } => AdamConfig::new()
-                .with_beta_1(beta_1 as f32)
-                .with_beta_2(beta_2 as f32)
-                .with_epsilon(epsilon as f32)
-                .init(),
+            } => ModuleOptimizer::from(KerasAdam {
+                beta_1,
+                beta_2,
+                epsilon,
+                weight_decay: 0.0,
+            }),
             OptimizerSpec::AdamW {
                 weight_decay,
                 beta_1,
                 beta_2,
                 epsilon,
                 ..
-            } => AdamWConfig::new()
-                .with_weight_decay(weight_decay as f32)
-                .with_beta_1(beta_1 as f32)
-                .with_beta_2(beta_2 as f32)
-                .with_epsilon(epsilon as f32)
-                .init(),
+            } => ModuleOptimizer::from(KerasAdam {
+                beta_1,
+                beta_2,
+                epsilon,
+                weight_decay,
+            }),
         }
     }
 }

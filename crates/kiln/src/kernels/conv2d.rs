@@ -156,14 +156,14 @@ fn col2im(cols: &[f32], g: &Conv2dGeometry, dx: &mut [f32], row_stride: usize) {
 
 /// The fused ReLU: `x` if `x > 0` or NaN (NaN propagates, as Burn and PyTorch), else 0.
 #[inline]
-fn relu(v: f32) -> f32 {
+pub(super) fn relu(v: f32) -> f32 {
     if v.is_nan() || v > 0.0 { v } else { 0.0 }
 }
 
 /// The ReLU's derivative applied to `dy`, from the ReLU's output `y`: `dy` where `y > 0` (or
 /// NaN, so that a NaN is not hidden), else 0 — Burn's `relu_backward`.
 #[inline]
-fn relu_grad(y: f32, dy: f32) -> f32 {
+pub(super) fn relu_grad(y: f32, dy: f32) -> f32 {
     if y.is_nan() || y > 0.0 { dy } else { 0.0 }
 }
 

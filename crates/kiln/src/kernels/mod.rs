@@ -9,7 +9,9 @@
 //!
 //! [`crate::ops`] wires these into Burn's autodiff as custom operations.
 
+pub mod adam;
 pub mod conv2d;
+pub mod dense;
 mod gemm;
 pub mod pool;
 mod scratch;

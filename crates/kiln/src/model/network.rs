@@ -189,11 +189,16 @@ impl Network {
             x = match &layer.kind {
                 LayerKind::Input { .. } => x,
                 LayerKind::Dense { activation, .. } => {
-                    let y = dense(x, p);
-                    if i == last && *activation == Activation::Softmax {
-                        logits = Some(flat(y.clone()));
+                    // A ReLU is fused into the layer; other activations follow it.
+                    if *activation == Activation::Relu {
+                        dense(x, p, true)
+                    } else {
+                        let y = dense(x, p, false);
+                        if i == last && *activation == Activation::Softmax {
+                            logits = Some(flat(y.clone()));
+                        }
+                        apply_activation(y, *activation)
                     }
-                    apply_activation(y, *activation)
                 }
                 LayerKind::Conv2D {
                     strides,
@@ -340,17 +345,12 @@ fn pool_padding(
     [ph, pw]
 }
 
-/// Dense on the last axis of any rank.
-fn dense(x: Act, p: &LayerParams) -> Act {
+/// Dense on the last axis of any rank ([`crate::ops::dense`] on the rows), with a fused ReLU
+/// when `relu`.
+fn dense(x: Act, p: &LayerParams, relu: bool) -> Act {
     let w = p.dense_kernel.as_ref().expect("dense kernel").val();
     let b = p.bias.as_ref().map(|b| b.val());
-    let affine = |x2: Tensor<2>| {
-        let y = x2.matmul(w.clone());
-        match &b {
-            Some(b) => y + b.clone().unsqueeze::<2>(),
-            None => y,
-        }
-    };
+    let affine = |x2: Tensor<2>| crate::ops::dense(x2, w.clone(), b.clone(), relu);
     match x {
         Act::Flat(t) => Act::Flat(affine(t)),
         Act::Seq(t) => {

@@ -7,27 +7,47 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
 
-use super::{ConvArgs, KilnOps, PoolArgs, fused_relu};
+use super::{AdamArgs, ConvArgs, DenseArgs, KilnOps, PoolArgs, fused_relu};
+
+/// The layers whose backward pass [`AffineBackward`] computes: `y = act(x ⊛ w + b)`.
+#[derive(Debug, Clone, Copy)]
+enum Affine {
+    Conv(ConvArgs),
+    Dense(DenseArgs),
+}
+
+impl Affine {
+    fn relu(self) -> bool {
+        match self {
+            Affine::Conv(a) => fused_relu(&a),
+            Affine::Dense(a) => a[3] == 1,
+        }
+    }
+}
 
 #[derive(Debug)]
-struct ConvBackward;
+struct AffineBackward;
 
-impl<B: KilnOps> Backward<B, 3> for ConvBackward {
-    /// The input, the kernel, the output when a ReLU was fused, and the geometry.
+impl<B: KilnOps> Backward<B, 3> for AffineBackward {
+    /// The input, the kernel, the output when a ReLU was fused, and the layer.
     type State = (
         FloatTensor<B>,
         FloatTensor<B>,
         Option<FloatTensor<B>>,
-        ConvArgs,
+        Affine,
     );
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [node_x, node_w, node_b] = ops.parents;
         let dy = grads.consume::<B>(&ops.node);
-        let (x, w, y, args) = ops.state;
-        // Without a fused ReLU the kernel does not read `y`: any tensor will do.
+        let (x, w, y, layer) = ops.state;
+        // Without a fused ReLU the kernels do not read `y`: any tensor will do.
         let y = y.unwrap_or_else(|| dy.clone());
-        let (dx, dw, db) = B::kiln_conv2d_backward(x, w, dy, y, args, node_x.is_some());
+        let need_dx = node_x.is_some();
+        let (dx, dw, db) = match layer {
+            Affine::Conv(args) => B::kiln_conv2d_backward(x, w, dy, y, args, need_dx),
+            Affine::Dense(args) => B::kiln_dense_backward(x, w, dy, y, args, need_dx),
+        };
         if let Some(node) = node_x {
             grads.register::<B>(node.id, dx);
         }
@@ -38,6 +58,51 @@ impl<B: KilnOps> Backward<B, 3> for ConvBackward {
             grads.register::<B>(node.id, db);
         }
     }
+}
+
+/// Runs an affine layer's forward on the inner backend, recording [`AffineBackward`] when any
+/// input is tracked.
+fn affine_forward<B: KilnOps, C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<B, C>>,
+    w: FloatTensor<Autodiff<B, C>>,
+    b: FloatTensor<Autodiff<B, C>>,
+    layer: Affine,
+) -> FloatTensor<Autodiff<B, C>> {
+    // Node guards are taken before the primitives are consumed.
+    let nodes = [x.node(), w.node(), b.node()];
+    let (x, w, b) = (x.into_primitive(), w.into_primitive(), b.into_primitive());
+    let run = |x, w, b| match layer {
+        Affine::Conv(args) => B::kiln_conv2d(x, w, b, args),
+        Affine::Dense(args) => B::kiln_dense(x, w, b, args),
+    };
+    match AffineBackward
+        .prepare::<C>(nodes)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let (x_kept, w_kept) = (x.clone(), w.clone());
+            let y = run(x, w, b);
+            let y_kept = layer.relu().then(|| y.clone());
+            prep.finish((x_kept, w_kept, y_kept, layer), y)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(run(x, w, b)),
+    }
+}
+
+/// A gradient kernel's outputs as untracked autodiff tensors (first-order autodiff, as Burn).
+fn untracked3<B: KilnOps, C: CheckpointStrategy>(
+    (a, b, c): (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>),
+) -> (
+    FloatTensor<Autodiff<B, C>>,
+    FloatTensor<Autodiff<B, C>>,
+    FloatTensor<Autodiff<B, C>>,
+) {
+    (
+        FloatTensor::<Autodiff<B, C>>::new(a),
+        FloatTensor::<Autodiff<B, C>>::new(b),
+        FloatTensor::<Autodiff<B, C>>::new(c),
+    )
 }
 
 #[derive(Debug)]
@@ -64,18 +129,7 @@ impl<B: KilnOps, C: CheckpointStrategy> KilnOps for Autodiff<B, C> {
         b: FloatTensor<Self>,
         args: ConvArgs,
     ) -> FloatTensor<Self> {
-        // Node guards are taken before the primitives are consumed.
-        let nodes = [x.node(), w.node(), b.node()];
-        let (x, w, b) = (x.into_primitive(), w.into_primitive(), b.into_primitive());
-        match ConvBackward.prepare::<C>(nodes).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let (x_kept, w_kept) = (x.clone(), w.clone());
-                let y = B::kiln_conv2d(x, w, b, args);
-                let y_kept = fused_relu(&args).then(|| y.clone());
-                prep.finish((x_kept, w_kept, y_kept, args), y)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(B::kiln_conv2d(x, w, b, args)),
-        }
+        affine_forward::<B, C>(x, w, b, Affine::Conv(args))
     }
 
     fn kiln_conv2d_backward(
@@ -86,20 +140,58 @@ impl<B: KilnOps, C: CheckpointStrategy> KilnOps for Autodiff<B, C> {
         args: ConvArgs,
         need_dx: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        // Gradients of gradients are not tracked (first-order autodiff, as Burn).
-        let (dx, dw, db) = B::kiln_conv2d_backward(
+        untracked3::<B, C>(B::kiln_conv2d_backward(
             x.into_primitive(),
             w.into_primitive(),
             dy.into_primitive(),
             y.into_primitive(),
             args,
             need_dx,
-        );
-        (
-            FloatTensor::<Self>::new(dx),
-            FloatTensor::<Self>::new(dw),
-            FloatTensor::<Self>::new(db),
-        )
+        ))
+    }
+
+    fn kiln_dense(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        args: DenseArgs,
+    ) -> FloatTensor<Self> {
+        affine_forward::<B, C>(x, w, b, Affine::Dense(args))
+    }
+
+    fn kiln_dense_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        y: FloatTensor<Self>,
+        args: DenseArgs,
+        need_dx: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        untracked3::<B, C>(B::kiln_dense_backward(
+            x.into_primitive(),
+            w.into_primitive(),
+            dy.into_primitive(),
+            y.into_primitive(),
+            args,
+            need_dx,
+        ))
+    }
+
+    fn kiln_adam(
+        w: FloatTensor<Self>,
+        m: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        args: AdamArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        // Optimizer updates are not differentiated.
+        untracked3::<B, C>(B::kiln_adam(
+            w.into_primitive(),
+            m.into_primitive(),
+            v.into_primitive(),
+            g.into_primitive(),
+            args,
+        ))
     }
 
     fn kiln_max_pool2d(x: FloatTensor<Self>, args: PoolArgs) -> FloatTensor<Self> {

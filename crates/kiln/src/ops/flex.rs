@@ -5,8 +5,11 @@ use burn::backend::tensor::FloatTensor;
 use burn::tensor::TensorData;
 use burn_flex::FlexTensor;
 
-use super::{ConvArgs, KilnOps, PoolArgs, conv_geometry, fused_relu, pool_geometry};
-use crate::kernels::{conv2d, pool};
+use super::{
+    AdamArgs, ConvArgs, DenseArgs, KilnOps, PoolArgs, conv_geometry, fused_relu, pool_geometry,
+};
+use crate::kernels::adam::{self, AdamStep};
+use crate::kernels::{conv2d, dense, pool};
 
 /// The tensor's values as a contiguous `f32` slice (copying only when it is a strided view).
 fn values(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
@@ -19,6 +22,14 @@ fn values(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
                 .to_vec(),
         ),
     }
+}
+
+/// The tensor itself when its values are one contiguous run from the start of its storage (so
+/// that `storage_mut` is exactly its values), else a contiguous copy.
+fn dense(t: FlexTensor) -> FlexTensor {
+    let n: usize = t.layout().shape().iter().product();
+    let whole = t.is_contiguous() && t.storage::<f32>().len() == n && t.as_slice::<f32>().is_some();
+    if whole { t } else { t.to_contiguous() }
 }
 
 fn tensor(values: Vec<f32>, shape: &[usize]) -> FlexTensor {
@@ -74,6 +85,77 @@ impl KilnOps for Flex {
             ),
             tensor(db, &[g.out_channels]),
         )
+    }
+
+    fn kiln_dense(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        args: DenseArgs,
+    ) -> FloatTensor<Self> {
+        let [n, i, u, relu] = args;
+        let y = dense::forward(
+            &values(&x),
+            &values(&w),
+            Some(&values(&b)),
+            [n, i, u],
+            relu == 1,
+        );
+        tensor(y, &[n, u])
+    }
+
+    fn kiln_dense_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        y: FloatTensor<Self>,
+        args: DenseArgs,
+        need_dx: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let [n, i, u, relu] = args;
+        let y = (relu == 1).then(|| values(&y));
+        let (dx, dw, db) = dense::backward(
+            &values(&x),
+            &values(&w),
+            &values(&dy),
+            y.as_deref(),
+            [n, i, u],
+            need_dx,
+        );
+        let dx = match dx {
+            Some(dx) => tensor(dx, &[n, i]),
+            None => tensor(Vec::new(), &[0]),
+        };
+        (dx, tensor(dw, &[i, u]), tensor(db, &[u]))
+    }
+
+    fn kiln_adam(
+        w: FloatTensor<Self>,
+        m: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        args: AdamArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let [learning_rate, beta_1, beta_2, epsilon, weight_decay, step] = args;
+        let step = AdamStep {
+            learning_rate,
+            beta_1,
+            beta_2,
+            epsilon,
+            weight_decay,
+            step: step as u64,
+        };
+        // In place when nothing else holds the buffers (the usual case: the optimizer owns the
+        // moments, and the parameter was moved into it); copy-on-write otherwise.
+        let (mut w, mut m, mut v) = (dense(w), dense(m), dense(v));
+        adam::update(
+            w.storage_mut::<f32>(),
+            m.storage_mut::<f32>(),
+            v.storage_mut::<f32>(),
+            &values(&g),
+            &step,
+        );
+        (w, m, v)
     }
 
     fn kiln_max_pool2d(x: FloatTensor<Self>, args: PoolArgs) -> FloatTensor<Self> {

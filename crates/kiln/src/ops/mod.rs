@@ -25,6 +25,14 @@ pub type ConvArgs = [usize; 14];
 /// pad_right]`.
 pub type PoolArgs = [usize; 11];
 
+/// Sizes of a dense layer as plain numbers: `[n, in_features, units, relu]`, where `relu` is 1
+/// when a ReLU is fused.
+pub type DenseArgs = [usize; 4];
+
+/// The hyperparameters of one Adam/AdamW update as plain numbers:
+/// `[learning_rate, beta_1, beta_2, epsilon, weight_decay, step]`.
+pub type AdamArgs = [f64; 6];
+
 /// The operations kiln implements itself.
 #[backend_extension(Flex, Autodiff)]
 pub trait KilnOps: Backend {
@@ -46,6 +54,36 @@ pub trait KilnOps: Backend {
         y: FloatTensor<Self>,
         args: ConvArgs,
         need_dx: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+
+    /// Dense layer `y [n, u] = x [n, i] · w [i, u] + b [u]`, then a ReLU when `args[3] == 1`.
+    fn kiln_dense(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        args: DenseArgs,
+    ) -> FloatTensor<Self>;
+
+    /// `(dx, dw, db)` of [`KilnOps::kiln_dense`] for the output gradient `dy`; `dx` is an empty
+    /// tensor unless `need_dx`. `y` is the forward output (read only when a ReLU was fused).
+    fn kiln_dense_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        y: FloatTensor<Self>,
+        args: DenseArgs,
+        need_dx: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+
+    /// One Adam/AdamW update of a parameter `w` with moments `m`, `v` and gradient `g` (all the
+    /// same shape): returns the new `(w, m, v)`, reusing the inputs' memory when it is not shared
+    /// ([`crate::kernels::adam`]).
+    fn kiln_adam(
+        w: FloatTensor<Self>,
+        m: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        args: AdamArgs,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 
     /// Max pooling of `x [n, c, h, w]`.
@@ -160,6 +198,38 @@ pub fn conv2d(
         weight.into_dispatch(),
         bias.into_dispatch(),
         conv_args(&g, relu),
+    ))
+}
+
+/// Dense layer `x · weight + bias` (Keras' `Dense`), followed by a ReLU when `relu` (fused on
+/// the fast path).
+///
+/// # Shapes
+/// - `x`: `[batch, in_features]`
+/// - `weight`: `[in_features, units]` (Keras' layout)
+/// - `bias`: `[units]`
+/// - output: `[batch, units]`
+pub fn dense(x: Tensor<2>, weight: Tensor<2>, bias: Option<Tensor<1>>, relu: bool) -> Tensor<2> {
+    if !fast_path(&x.device(), x.dtype()) {
+        let y = x.matmul(weight);
+        let y = match bias {
+            Some(b) => y + b.unsqueeze::<2>(),
+            None => y,
+        };
+        return if relu {
+            burn::tensor::activation::relu(y)
+        } else {
+            y
+        };
+    }
+    let [n, i] = x.dims();
+    let [_, u] = weight.dims();
+    let bias = bias.unwrap_or_else(|| Tensor::zeros([u], &weight.device()));
+    Tensor::from_dispatch(burn::backend::Dispatch::kiln_dense(
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        bias.into_dispatch(),
+        [n, i, u, usize::from(relu)],
     ))
 }
 

@@ -169,3 +169,56 @@ fn the_fast_path_serves_flex_float32_only() {
     ));
     assert!(!super::fast_path(&Device::flex(), burn::tensor::DType::F16));
 }
+
+#[test]
+fn dense_matches_burn_forward_and_gradients() {
+    let device = Device::flex().autodiff();
+    device.seed(13);
+    for &(n, i, u) in &[(1, 1, 1), (5, 7, 3), (128, 784, 64), (33, 20, 10)] {
+        let x = Tensor::<2>::random([n, i], Distribution::Normal(0.0, 1.0), &device);
+        let w = Tensor::<2>::random([i, u], Distribution::Normal(0.0, 0.3), &device);
+        let b = Tensor::<1>::random([u], Distribution::Normal(0.0, 0.3), &device);
+        for relu in [false, true] {
+            let out = |fast: bool| {
+                let (x, w, b) = (
+                    x.clone().detach().require_grad(),
+                    w.clone().detach().require_grad(),
+                    b.clone().detach().require_grad(),
+                );
+                let y = if fast {
+                    super::dense(x.clone(), w.clone(), Some(b.clone()), relu)
+                } else {
+                    let y = x.clone().matmul(w.clone()) + b.clone().unsqueeze::<2>();
+                    if relu {
+                        burn::tensor::activation::relu(y)
+                    } else {
+                        y
+                    }
+                };
+                let weights = Tensor::<2>::from_data(
+                    TensorData::new(
+                        (0..n * u)
+                            .map(|k| 1.0 + 0.5 * ((k as f32) * 0.37).sin())
+                            .collect::<Vec<_>>(),
+                        [n, u],
+                    ),
+                    &device,
+                );
+                let g = (y.clone() * weights).sum().backward();
+                (
+                    y.detach().into_data().try_to_vec::<f32>().unwrap(),
+                    grad(&x, &g),
+                    grad(&w, &g),
+                    grad(&b, &g),
+                )
+            };
+            let (y1, dx1, dw1, db1) = out(true);
+            let (y0, dx0, dw0, db0) = out(false);
+            let what = format!("n={n} i={i} u={u} relu={relu}");
+            assert!(rel(y1, y0) < 1e-5, "forward {what}");
+            assert!(rel(dx1, dx0) < 1e-5, "dx {what}");
+            assert!(rel(dw1, dw0) < 1e-5, "dw {what}");
+            assert!(rel(db1, db0) < 1e-5, "db {what}");
+        }
+    }
+}
