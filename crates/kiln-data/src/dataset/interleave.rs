@@ -59,7 +59,7 @@ impl Dataset {
     /// * [`Parallelism::Fixed`]`(n)` / [`Parallelism::Autotune`]: every open inner dataset is
     ///   iterated ahead on its own producer thread (at most `n` of them running at a time; up
     ///   to `cycle_length × (block_length + 1)` elements buffered). Autotuned, `n` starts at 1
-    ///   and adapts between 1 and `cycle_length` within the CPU budget (module `autotune`). With
+    ///   and adapts between 1 and `cycle_length` within the CPU budget ([`crate::dataset::autotune`]). With
     ///   `deterministic` the output is exactly the sequential order; without, elements come in
     ///   whatever order the producers deliver them (a slow inner dataset does not hold the
     ///   others back). `deterministic` has no effect when sequential.

@@ -36,7 +36,7 @@ impl Dataset {
     /// * [`Parallelism::Autotune`] starts with one worker (or the count the previous iteration
     ///   of this dataset ended with) and adds or removes workers as the consumer's waiting and
     ///   the workers' busy time dictate, within the iteration's CPU and RAM budgets
-    ///   ([`Dataset::with_autotune`]; module `autotune`).
+    ///   ([`Dataset::with_autotune`]; [`crate::dataset::autotune`]).
     ///
     /// The output order is always the input order; at most `2 * n` elements are in flight for
     /// `n` workers.

@@ -21,7 +21,7 @@
 //! transformed dataset yield a single [`DataError::InvalidArgument`] when iterated, since the
 //! builder methods return `Dataset` rather than `Result`.
 
-mod autotune;
+pub mod autotune;
 mod batch;
 mod cache;
 mod concatenate;
@@ -108,7 +108,7 @@ pub enum Parallelism {
     Fixed(usize),
     /// Let kiln choose, at run time: [`Dataset::map`] and [`Dataset::interleave`] adapt their
     /// worker count to measured rates within the iteration's CPU and RAM budgets
-    /// ([`AutotuneOptions`], module `autotune`); `prefetch(AUTOTUNE)` adapts its buffer depth
+    /// ([`AutotuneOptions`], [`crate::dataset::autotune`]); `prefetch(AUTOTUNE)` adapts its buffer depth
     /// ([`BufferSize::Autotune`]). [`Parallelism::workers`] and
     /// [`Parallelism::prefetch_buffer`] give the static values used when autotuning is
     /// disabled.

@@ -27,7 +27,7 @@ pub enum BufferSize {
     /// Exactly this many elements (0 disables prefetching).
     Fixed(usize),
     /// tf.data's `prefetch(AUTOTUNE)`: starts at 1 element and grows while the consumer waits
-    /// on a bursty producer, within the RAM budget (module `autotune`). With autotuning
+    /// on a bursty producer, within the RAM budget ([`crate::dataset::autotune`]). With autotuning
     /// disabled ([`crate::AutotuneOptions::enabled`]), [`Parallelism::DEFAULT_PREFETCH`].
     Autotune,
 }

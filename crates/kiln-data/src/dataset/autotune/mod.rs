@@ -19,7 +19,7 @@
 //! tf.data (`tensorflow/core/framework/model.cc`) models the whole pipeline as a tree of
 //! nodes with measured processing times and hill-climbs on the modelled output latency. kiln
 //! uses a simpler, local feedback rule per stage. Each autotuned stage measures, on its
-//! consumer's thread, windows of [`PERIOD`](policy::PERIOD) = 20 ms: the wall time, the time
+//! consumer's thread, windows of 20 ms: the wall time, the time
 //! its consumer was blocked waiting for it (*waited*), the time its threads spent producing
 //! (*busy*, summed over threads) and, for prefetch, the time its producer was blocked on a full
 //! buffer (*stalled*). At the end of each window:

@@ -257,6 +257,21 @@ fn fixed_stages_report_their_settings_and_repeats_add_up() {
 }
 
 #[test]
+fn options_and_autotuned_prefetch_do_not_change_the_dataset() {
+    let base = range(7).batch(2, false);
+    let tuned = base
+        .clone()
+        .prefetch(AUTOTUNE)
+        .with_autotune(budgets(1, Some(1)));
+    assert_eq!(tuned.fingerprint(), base.fingerprint());
+    assert_eq!(tuned.cardinality(), base.cardinality());
+    // A RAM budget below one element still leaves room for one.
+    let (out, stats) = run(&tuned.unbatch());
+    assert_eq!(out, (0..7).collect::<Vec<_>>());
+    assert_eq!(stats.stages[0].peak_buffer, 1);
+}
+
+#[test]
 fn disabled_autotune_uses_the_static_values() {
     let ds = range(20)
         .map(Ok, AUTOTUNE)
