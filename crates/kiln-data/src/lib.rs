@@ -18,6 +18,9 @@
 //!   [`enumerate`](Dataset::enumerate), [`interleave`](Dataset::interleave) (parallel,
 //!   deterministic or not) and [`cache`](Dataset::cache) (memory or file, with tf.data's
 //!   partial-cache rule and a pipeline [`fingerprint`](Dataset::fingerprint) check).
+//! * [`AUTOTUNE`] adapts `map` / `interleave` parallelism and `prefetch(AUTOTUNE)` depth at
+//!   run time within CPU and RAM budgets ([`AutotuneOptions`], [`Dataset::with_autotune`]);
+//!   [`DatasetIter::stats`] reports each stage's elements, busy and waited time.
 //! * [`idx`] reads and writes the IDX files of MNIST / Fashion-MNIST (gzip or raw).
 //! * [`npy`] reads and writes NumPy `.npy` files.
 //! * [`tfrecord`] reads and writes TFRecord files ([`Dataset::tfrecord`]) and parses
@@ -33,7 +36,7 @@
 //!     .unwrap()
 //!     .shuffle(6, Some(42), true)
 //!     .batch(4, false)
-//!     .prefetch(AUTOTUNE.prefetch_buffer());
+//!     .prefetch(AUTOTUNE);
 //! let shapes: Vec<Vec<usize>> = ds
 //!     .iter()
 //!     .map(|b| b.unwrap().get("x").unwrap().shape().to_vec())
@@ -54,8 +57,8 @@ pub mod tfrecord;
 
 pub use compression::Compression;
 pub use dataset::{
-    AUTOTUNE, CacheTarget, Cardinality, Dataset, DatasetIter, PaddedShapes, Parallelism,
-    WarningHook, set_warning_hook,
+    AUTOTUNE, AutotuneOptions, BufferSize, CacheTarget, Cardinality, Dataset, DatasetIter,
+    PaddedShapes, Parallelism, PipelineStats, StageStats, WarningHook, set_warning_hook,
 };
 pub use element::{Array, Buffer, DType, Element};
 pub use error::{DataError, Result};

@@ -26,12 +26,19 @@
 //! inner datasets send into one shared channel and elements are yielded as they arrive
 //! (`block_length` only sizes the channel); a slot whose dataset ends takes the next input
 //! element.
+//!
+//! With [`Parallelism::Autotune`] the number of producers allowed to run at once (the
+//! semaphore's limit) adapts between 1 and `cycle_length`, within the CPU budget (see
+//! `autotune/mod.rs`); the order rules above do not depend on it.
 
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
+use super::autotune::{self, Pipeline, Stage, StageHandle, Step, Window};
 use super::{BoxIter, Cardinality, Dataset, Fingerprint, Node, Parallelism, panic_message};
 use crate::element::Element;
 use crate::error::{DataError, Result};
@@ -49,9 +56,10 @@ impl Dataset {
     /// 2, block_length 4)` yields `1 1 1 1 2 2 2 2 1 1 2 2 3 3 3 3 4 4 4 4 3 3 4 4 5 5 5 5 5 5`.
     ///
     /// * [`Parallelism::Sequential`]: inner datasets are iterated on the consuming thread.
-    /// * [`Parallelism::Fixed`]`(n)` / [`Parallelism::Autotune`] (one per core): every open
-    ///   inner dataset is iterated ahead on its own producer thread (at most `n` of them
-    ///   running at a time; up to `cycle_length × (block_length + 1)` elements buffered). With
+    /// * [`Parallelism::Fixed`]`(n)` / [`Parallelism::Autotune`]: every open inner dataset is
+    ///   iterated ahead on its own producer thread (at most `n` of them running at a time; up
+    ///   to `cycle_length × (block_length + 1)` elements buffered). Autotuned, `n` starts at 1
+    ///   and adapts between 1 and `cycle_length` within the CPU budget ([`crate::dataset::autotune`]). With
     ///   `deterministic` the output is exactly the sequential order; without, elements come in
     ///   whatever order the producers deliver them (a slow inner dataset does not hold the
     ///   others back). `deterministic` has no effect when sequential.
@@ -91,8 +99,9 @@ impl Dataset {
             f: Arc::new(f),
             cycle_length,
             block_length,
-            workers: num_parallel_calls.workers(),
+            parallelism: num_parallel_calls,
             deterministic,
+            last_tuned: Arc::new(AtomicUsize::new(0)),
         })
     }
 }
@@ -102,38 +111,76 @@ struct InterleaveNode {
     f: InterleaveFn,
     cycle_length: usize,
     block_length: usize,
-    /// 0 = sequential.
-    workers: usize,
+    parallelism: Parallelism,
     deterministic: bool,
+    /// Producer limit the last autotuned iteration ended with (0: none yet).
+    last_tuned: Arc<AtomicUsize>,
 }
 
 impl Node for InterleaveNode {
     fn iter(&self) -> BoxIter {
         let input = self.input.iter();
         let f = Arc::clone(&self.f);
-        if self.workers > 0 && !self.deterministic {
-            return Box::new(SloppyIter::new(
+        let pipeline = autotune::current();
+        let autotuned = self.parallelism == Parallelism::Autotune && pipeline.autotune_enabled();
+        let handle = pipeline.register("interleave", autotune::node_key(self), autotuned);
+        let workers = if autotuned {
+            let start = self
+                .last_tuned
+                .load(Ordering::Relaxed)
+                .clamp(1, handle.pipeline().cpu_budget().min(self.cycle_length));
+            handle.force_reserve_worker();
+            let mut workers = 1;
+            while workers < start && handle.try_reserve_worker() {
+                workers += 1;
+            }
+            workers
+        } else {
+            self.parallelism.workers()
+        };
+        let ctx = (workers > 0).then(|| Ctx {
+            permits: Permits::new(workers),
+            stage: Arc::clone(&handle.stage),
+            pipeline: autotune::current(),
+        });
+        handle.stage.set_parallelism(workers);
+        handle.stage.set_buffer(if workers > 0 {
+            self.cycle_length.saturating_mul(self.block_length)
+        } else {
+            0
+        });
+        let permits = ctx.as_ref().map(|c| Arc::clone(&c.permits));
+        let tuning = autotuned.then(|| (Window::new(&handle.stage), Arc::clone(&self.last_tuned)));
+        let inner: BoxIter = match ctx {
+            Some(ctx) if !self.deterministic => Box::new(SloppyIter::new(
                 input,
                 f,
                 self.cycle_length,
                 self.block_length,
-                self.workers,
-            ));
-        }
-        let prefetch = (self.workers > 0).then(|| Prefetch {
-            permits: Permits::new(self.workers),
-            buffer: self.block_length,
-        });
-        Box::new(CycleIter {
-            input,
-            input_done: false,
-            f,
-            slots: (0..self.cycle_length).map(|_| Slot::Empty).collect(),
-            cycle_index: 0,
-            block_index: 0,
-            block_length: self.block_length,
-            num_open: 0,
-            prefetch,
+                ctx,
+            )),
+            ctx => Box::new(CycleIter {
+                input,
+                input_done: false,
+                f,
+                slots: (0..self.cycle_length).map(|_| Slot::Empty).collect(),
+                cycle_index: 0,
+                block_index: 0,
+                block_length: self.block_length,
+                num_open: 0,
+                prefetch: ctx.map(|ctx| Prefetch {
+                    ctx,
+                    buffer: self.block_length,
+                }),
+                stage: Arc::clone(&handle.stage),
+            }),
+        };
+        Box::new(Counted {
+            inner,
+            handle,
+            permits,
+            tuning,
+            max_workers: self.cycle_length,
         })
     }
 
@@ -146,7 +193,7 @@ impl Node for InterleaveNode {
         Fingerprint::new("interleave")
             .u64(self.cycle_length as u64)
             .u64(self.block_length as u64)
-            .bool(self.deterministic || self.workers == 0)
+            .bool(self.deterministic || self.parallelism == Parallelism::Sequential)
             .input(self.input.fingerprint())
             .finish()
     }
@@ -162,27 +209,51 @@ fn call(f: &InterleaveFn, element: Element) -> Result<Dataset> {
     })
 }
 
-/// A counting semaphore: at most `n` producers inside their inner dataset's `next` at once.
+/// Permits in use and the limit.
+struct PermitCount {
+    in_use: usize,
+    limit: usize,
+}
+
+/// A counting semaphore with an adjustable limit: at most `limit` producers inside their
+/// inner dataset's `next` at once.
 struct Permits {
-    free: Mutex<usize>,
+    count: Mutex<PermitCount>,
     freed: Condvar,
 }
 
 impl Permits {
     fn new(n: usize) -> Arc<Permits> {
         Arc::new(Permits {
-            free: Mutex::new(n),
+            count: Mutex::new(PermitCount {
+                in_use: 0,
+                limit: n,
+            }),
             freed: Condvar::new(),
         })
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, PermitCount> {
+        self.count.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn acquire(&self) -> Permit<'_> {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+        let mut count = self.lock();
+        while count.in_use >= count.limit {
+            count = self.freed.wait(count).unwrap_or_else(|p| p.into_inner());
         }
-        *free -= 1;
+        count.in_use += 1;
         Permit(self)
+    }
+
+    fn limit(&self) -> usize {
+        self.lock().limit
+    }
+
+    /// Changes the limit; producers above a lowered limit finish their current `next` first.
+    fn set_limit(&self, limit: usize) {
+        self.lock().limit = limit;
+        self.freed.notify_all();
     }
 }
 
@@ -190,28 +261,41 @@ struct Permit<'a>(&'a Permits);
 
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.0.lock().in_use -= 1;
         self.0.freed.notify_one();
     }
+}
+
+/// What producer threads share: the semaphore, the stage's counters and the pipeline (made
+/// current on each producer thread, so stages inside inner datasets join it).
+#[derive(Clone)]
+struct Ctx {
+    permits: Arc<Permits>,
+    stage: Arc<Stage>,
+    pipeline: Arc<Pipeline>,
 }
 
 /// Starts a thread that iterates `dataset`, handing each item to `send` (which returns false
 /// once nobody listens), then `send(None)` at the end. Panics become one [`DataError::Map`].
 fn spawn_producer(
     dataset: Dataset,
-    permits: Arc<Permits>,
+    ctx: Ctx,
     mut send: impl FnMut(Option<Result<Element>>) -> bool + Send + 'static,
 ) -> Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("kiln-data-interleave".into())
         .spawn(move || {
+            let _entered = autotune::enter(&ctx.pipeline);
             let mut inner: Option<BoxIter> = None;
             loop {
                 let step = {
-                    let _permit = permits.acquire();
-                    panic::catch_unwind(AssertUnwindSafe(|| {
+                    let _permit = ctx.permits.acquire();
+                    let start = Instant::now();
+                    let step = panic::catch_unwind(AssertUnwindSafe(|| {
                         inner.get_or_insert_with(|| dataset.node.iter()).next()
-                    }))
+                    }));
+                    ctx.stage.add_busy(start.elapsed());
+                    step
                 };
                 match step {
                     Ok(Some(item)) => {
@@ -239,7 +323,7 @@ fn spawn_producer(
 
 /// Prefetching settings of the deterministic parallel mode.
 struct Prefetch {
-    permits: Arc<Permits>,
+    ctx: Ctx,
     /// Channel capacity per slot.
     buffer: usize,
 }
@@ -254,7 +338,7 @@ struct Producer {
 impl Producer {
     fn start(dataset: Dataset, prefetch: &Prefetch) -> Result<Producer> {
         let (tx, rx) = mpsc::sync_channel(prefetch.buffer);
-        let handle = spawn_producer(dataset, Arc::clone(&prefetch.permits), move |item| {
+        let handle = spawn_producer(dataset, prefetch.ctx.clone(), move |item| {
             // End of input: returning drops `tx`, which the consumer sees as disconnection.
             item.is_none_or(|item| tx.send(item).is_ok())
         })?;
@@ -301,6 +385,7 @@ struct CycleIter {
     num_open: usize,
     /// `None`: iterate inner datasets inline.
     prefetch: Option<Prefetch>,
+    stage: Arc<Stage>,
 }
 
 impl CycleIter {
@@ -386,11 +471,17 @@ impl Iterator for CycleIter {
                     return Some(Err(err));
                 }
                 mut slot => {
+                    let start = Instant::now();
                     let item = match &mut slot {
-                        Slot::Inline(inner) => inner.next(),
+                        Slot::Inline(inner) => {
+                            let item = inner.next();
+                            self.stage.add_busy(start.elapsed());
+                            item
+                        }
                         Slot::Ahead(producer) => producer.next(),
                         Slot::Empty | Slot::Failed(_) => None,
                     };
+                    self.stage.add_waited(start.elapsed());
                     match item {
                         Some(Ok(element)) => {
                             self.slots[j] = slot;
@@ -430,7 +521,7 @@ struct SloppyIter {
     /// `None` once dropping has begun.
     rx: Option<Receiver<SlotMessage>>,
     tx: Option<SyncSender<SlotMessage>>,
-    permits: Arc<Permits>,
+    ctx: Ctx,
 }
 
 impl SloppyIter {
@@ -439,7 +530,7 @@ impl SloppyIter {
         f: InterleaveFn,
         cycle_length: usize,
         block_length: usize,
-        workers: usize,
+        ctx: Ctx,
     ) -> SloppyIter {
         let (tx, rx) = mpsc::sync_channel(cycle_length.saturating_mul(block_length));
         SloppyIter {
@@ -450,7 +541,7 @@ impl SloppyIter {
             num_open: 0,
             rx: Some(rx),
             tx: Some(tx),
-            permits: Permits::new(workers),
+            ctx,
         }
     }
 
@@ -472,7 +563,7 @@ impl SloppyIter {
             };
             let tx = self.tx.clone()?;
             let send = move |item| tx.send((j, item)).is_ok();
-            match spawn_producer(dataset, Arc::clone(&self.permits), send) {
+            match spawn_producer(dataset, self.ctx.clone(), send) {
                 Ok(handle) => {
                     self.slots[j] = Some(handle);
                     self.num_open += 1;
@@ -496,7 +587,10 @@ impl Iterator for SloppyIter {
                 return None;
             }
             // Cannot disconnect: `self.tx` is alive.
-            match self.rx.as_ref()?.recv().ok()? {
+            let start = Instant::now();
+            let message = self.rx.as_ref()?.recv().ok();
+            self.ctx.stage.add_waited(start.elapsed());
+            match message? {
                 (_, Some(item)) => return Some(item),
                 (j, None) => {
                     if let Some(handle) = self.slots[j].take() {
@@ -515,6 +609,64 @@ impl Drop for SloppyIter {
         self.tx = None;
         for handle in self.slots.iter_mut().filter_map(Option::take) {
             let _ = handle.join();
+        }
+    }
+}
+
+/// Counts, measures and (when autotuned) tunes around either iterator.
+struct Counted {
+    inner: BoxIter,
+    handle: StageHandle,
+    /// The producers' semaphore in parallel modes.
+    permits: Option<Arc<Permits>>,
+    /// The tuning window and where to leave the final limit, when autotuned.
+    tuning: Option<(Window, Arc<AtomicUsize>)>,
+    /// `cycle_length`: more producers than slots would have nothing to run.
+    max_workers: usize,
+}
+
+impl Counted {
+    /// End of a tuning window: raise or lower the producer limit (see `autotune/mod.rs`).
+    fn tune(&mut self) {
+        let (Some((window, _)), Some(permits)) = (&mut self.tuning, &self.permits) else {
+            return;
+        };
+        let Some(sample) = window.sample_if_due(&self.handle.stage) else {
+            return;
+        };
+        let n = permits.limit();
+        let new = match autotune::parallelism_step(&sample, n) {
+            Step::Grow if n < self.max_workers && self.handle.try_reserve_worker() => n + 1,
+            Step::Shrink => {
+                self.handle.release_worker();
+                n - 1
+            }
+            _ => return,
+        };
+        permits.set_limit(new);
+        self.handle.stage.set_parallelism(new);
+    }
+}
+
+impl Iterator for Counted {
+    type Item = Result<Element>;
+
+    fn next(&mut self) -> Option<Result<Element>> {
+        let item = self.inner.next()?;
+        let stage = &self.handle.stage;
+        if let Ok(element) = &item {
+            stage.measure(element);
+        }
+        stage.add_element();
+        self.tune();
+        Some(item)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let (Some((_, last_tuned)), Some(permits)) = (&self.tuning, &self.permits) {
+            last_tuned.store(permits.limit(), Ordering::Relaxed);
         }
     }
 }

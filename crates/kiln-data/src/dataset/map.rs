@@ -6,14 +6,21 @@
 //! queue; results come back in any order and wait in a reorder buffer until every earlier
 //! element has been emitted. At most `2 * N` elements are in flight (queued, running or
 //! waiting to be emitted), which bounds memory.
+//!
+//! With [`Parallelism::Autotune`] `N` changes while the iteration runs (see
+//! `autotune/mod.rs` for the rule): a new worker is spawned to grow; to shrink, the target
+//! count drops and the first worker to notice it (before taking its next job) exits. Order is
+//! unaffected: it is kept by sequence numbers, not by which worker runs what.
 
 use std::collections::HashMap;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
+use super::autotune::{self, StageHandle, Step, Window};
 use super::{BoxIter, Cardinality, Dataset, Fingerprint, Node, Parallelism, panic_message};
 use crate::element::Element;
 use crate::error::{DataError, Result};
@@ -25,9 +32,14 @@ impl Dataset {
     /// `e` by `f(e)`.
     ///
     /// * [`Parallelism::Sequential`] calls `f` inline on the consuming thread.
-    /// * [`Parallelism::Fixed`]`(n)` runs `f` on `n` worker threads;
-    ///   [`Parallelism::Autotune`] on one per available core. The output order is always the
-    ///   input order; at most `2 * n` elements are in flight.
+    /// * [`Parallelism::Fixed`]`(n)` runs `f` on `n` worker threads.
+    /// * [`Parallelism::Autotune`] starts with one worker (or the count the previous iteration
+    ///   of this dataset ended with) and adds or removes workers as the consumer's waiting and
+    ///   the workers' busy time dictate, within the iteration's CPU and RAM budgets
+    ///   ([`Dataset::with_autotune`]; [`crate::dataset::autotune`]).
+    ///
+    /// The output order is always the input order; at most `2 * n` elements are in flight for
+    /// `n` workers.
     ///
     /// An `Err` returned by `f` is yielded unchanged at that element's position; a panic inside
     /// `f` becomes [`DataError::Map`]. Input errors pass through in order without calling `f`.
@@ -44,7 +56,8 @@ impl Dataset {
         Dataset::from_node(MapNode {
             input: self.node,
             f: Arc::new(f),
-            workers: num_parallel_calls.workers(),
+            parallelism: num_parallel_calls,
+            last_tuned: Arc::new(AtomicUsize::new(0)),
         })
     }
 }
@@ -52,18 +65,44 @@ impl Dataset {
 struct MapNode {
     input: Arc<dyn Node>,
     f: MapFn,
-    /// 0 = inline.
-    workers: usize,
+    parallelism: Parallelism,
+    /// Worker count the last autotuned iteration ended with (0: none yet); the next one
+    /// starts there.
+    last_tuned: Arc<AtomicUsize>,
 }
 
 impl Node for MapNode {
     fn iter(&self) -> BoxIter {
         let input = self.input.iter();
         let f = Arc::clone(&self.f);
-        if self.workers == 0 {
-            Box::new(input.map(move |r| r.and_then(|e| call(&f, e))))
-        } else {
-            Box::new(ParallelMapIter::new(input, f, self.workers))
+        let pipeline = autotune::current();
+        let autotuned = self.parallelism == Parallelism::Autotune && pipeline.autotune_enabled();
+        let handle = pipeline.register("map", autotune::node_key(self), autotuned);
+        if autotuned {
+            let start = self
+                .last_tuned
+                .load(Ordering::Relaxed)
+                .clamp(1, handle.pipeline().cpu_budget());
+            handle.force_reserve_worker();
+            let mut workers = 1;
+            while workers < start && handle.try_reserve_worker() {
+                workers += 1;
+            }
+            let tuning = Tuning {
+                window: Window::new(&handle.stage),
+                last_tuned: Arc::clone(&self.last_tuned),
+            };
+            return Box::new(ParallelMapIter::new(
+                input,
+                f,
+                workers,
+                handle,
+                Some(tuning),
+            ));
+        }
+        match self.parallelism.workers() {
+            0 => Box::new(SequentialMapIter { input, f, handle }),
+            workers => Box::new(ParallelMapIter::new(input, f, workers, handle, None)),
         }
     }
 
@@ -90,58 +129,215 @@ fn call(f: &MapFn, element: Element) -> Result<Element> {
     })
 }
 
+/// `f` on the consuming thread.
+struct SequentialMapIter {
+    input: BoxIter,
+    f: MapFn,
+    handle: StageHandle,
+}
+
+impl Iterator for SequentialMapIter {
+    type Item = Result<Element>;
+
+    fn next(&mut self) -> Option<Result<Element>> {
+        let item = self.input.next()?;
+        let stage = &self.handle.stage;
+        let result = item.and_then(|element| {
+            let start = Instant::now();
+            let result = call(&self.f, element);
+            let spent = start.elapsed();
+            stage.add_busy(spent);
+            stage.add_waited(spent); // the consumer did the work itself
+            result
+        });
+        if let Ok(element) = &result {
+            stage.measure(element);
+        }
+        stage.add_element();
+        Some(result)
+    }
+}
+
+/// The worker pool's size: `live` threads running, `target` wanted.
+struct WorkerCount {
+    live: usize,
+    target: usize,
+}
+
+/// What the consumer and the workers share.
+struct Shared {
+    jobs: Mutex<Receiver<(u64, Element)>>,
+    stop: AtomicBool,
+    count: Mutex<WorkerCount>,
+    f: MapFn,
+    handle: StageHandle,
+}
+
+impl Shared {
+    /// A worker calls this before each job: true (and the worker leaves) when there are more
+    /// workers than wanted.
+    fn retire(&self) -> bool {
+        let mut count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        if count.live > count.target {
+            count.live -= 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Autotuning state of a parallel map.
+struct Tuning {
+    window: Window,
+    last_tuned: Arc<AtomicUsize>,
+}
+
 struct ParallelMapIter {
     input: BoxIter,
     input_done: bool,
     /// `None` once dropping has begun.
     jobs: Option<Sender<(u64, Element)>>,
     results: Receiver<(u64, Result<Element>)>,
+    /// Handed (cloned) to each new worker. The pool never shrinks below one worker and
+    /// workers catch panics, so outstanding jobs always finish.
+    result_tx: Sender<(u64, Result<Element>)>,
     /// Finished results (and input errors) waiting for their turn, keyed by sequence number.
     ready: HashMap<u64, Result<Element>>,
     /// Sequence number of the next input element.
     next_in: u64,
     /// Sequence number of the next element to emit.
     next_out: u64,
-    max_in_flight: u64,
-    stop: Arc<AtomicBool>,
+    shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
+    /// `Some` when autotuned.
+    tuning: Option<Tuning>,
 }
 
 impl ParallelMapIter {
-    fn new(input: BoxIter, f: MapFn, workers: usize) -> ParallelMapIter {
+    fn new(
+        input: BoxIter,
+        f: MapFn,
+        workers: usize,
+        handle: StageHandle,
+        tuning: Option<Tuning>,
+    ) -> ParallelMapIter {
         let (job_tx, job_rx) = mpsc::channel::<(u64, Element)>();
         let (result_tx, result_rx) = mpsc::channel();
-        let job_rx = Arc::new(Mutex::new(job_rx));
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = (0..workers)
-            .map(|i| {
-                let job_rx = Arc::clone(&job_rx);
-                let result_tx = result_tx.clone();
-                let stop = Arc::clone(&stop);
-                let f = Arc::clone(&f);
-                std::thread::Builder::new()
-                    .name(format!("kiln-data-map-{i}"))
-                    .spawn(move || worker(&job_rx, &result_tx, &stop, &f))
-                    .expect("failed to spawn a kiln-data map worker thread")
-            })
-            .collect();
-        ParallelMapIter {
+        let shared = Arc::new(Shared {
+            jobs: Mutex::new(job_rx),
+            stop: AtomicBool::new(false),
+            count: Mutex::new(WorkerCount {
+                live: 0,
+                target: workers,
+            }),
+            f,
+            handle,
+        });
+        let mut it = ParallelMapIter {
             input,
             input_done: false,
             jobs: Some(job_tx),
             results: result_rx,
+            result_tx,
             ready: HashMap::new(),
             next_in: 0,
             next_out: 0,
-            max_in_flight: 2 * workers as u64,
-            stop,
-            threads,
+            shared,
+            threads: Vec::new(),
+            tuning,
+        };
+        for _ in 0..workers {
+            it.spawn_worker();
         }
+        it.publish();
+        it
+    }
+
+    fn target(&self) -> usize {
+        self.shared
+            .count
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .target
+    }
+
+    /// Starts one more worker thread if fewer are live than wanted. A failure to spawn lowers
+    /// the target instead (with no worker at all, `next` reports it).
+    fn spawn_worker(&mut self) {
+        let mut count = self.shared.count.lock().unwrap_or_else(|p| p.into_inner());
+        if count.live >= count.target {
+            return;
+        }
+        self.threads.retain(|t| !t.is_finished()); // retired workers
+        let shared = Arc::clone(&self.shared);
+        let results = self.result_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("kiln-data-map-{}", count.live))
+            .spawn(move || worker(&shared, &results));
+        match spawned {
+            Ok(handle) => {
+                self.threads.push(handle);
+                count.live += 1;
+            }
+            Err(_) => count.target = count.live,
+        }
+    }
+
+    /// Publishes the pool size and in-flight window to the statistics.
+    fn publish(&self) {
+        let target = self.target();
+        let stage = &self.shared.handle.stage;
+        stage.set_parallelism(target);
+        stage.set_buffer(2 * target);
+    }
+
+    /// End of a tuning window: grow, shrink or keep the pool (see `autotune/mod.rs`).
+    fn tune(&mut self) {
+        let Some(tuning) = &mut self.tuning else {
+            return;
+        };
+        let handle = &self.shared.handle;
+        let Some(sample) = tuning.window.sample_if_due(&handle.stage) else {
+            return;
+        };
+        let n = self.target();
+        let ram_capacity = handle.ram_capacity();
+        let step = match autotune::parallelism_step(&sample, n) {
+            Step::Grow if ram_capacity >= 2 * (n + 1) && handle.try_reserve_worker() => Step::Grow,
+            Step::Grow | Step::Keep if n > 1 && 2 * n > ram_capacity => Step::Shrink,
+            Step::Shrink => Step::Shrink,
+            _ => Step::Keep,
+        };
+        match step {
+            Step::Grow => {
+                self.shared
+                    .count
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .target = n + 1;
+                self.spawn_worker();
+                if self.target() == n {
+                    self.shared.handle.release_worker(); // the spawn failed
+                }
+            }
+            Step::Shrink => {
+                self.shared
+                    .count
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .target = n - 1;
+                self.shared.handle.release_worker();
+            }
+            Step::Keep => return,
+        }
+        self.publish();
     }
 
     /// Pulls input elements and queues them until the in-flight window is full.
     fn fill(&mut self) {
-        while !self.input_done && self.next_in - self.next_out < self.max_in_flight {
+        let max_in_flight = 2 * self.target() as u64;
+        while !self.input_done && self.next_in - self.next_out < max_in_flight {
             match self.input.next() {
                 None => self.input_done = true,
                 Some(Ok(element)) => {
@@ -166,21 +362,30 @@ impl ParallelMapIter {
             }
         }
     }
+
+    fn emit(&mut self, result: Result<Element>) -> Option<Result<Element>> {
+        self.next_out += 1;
+        let stage = &self.shared.handle.stage;
+        if let Ok(element) = &result {
+            stage.measure(element);
+        }
+        stage.add_element();
+        self.tune();
+        Some(result)
+    }
 }
 
-fn worker(
-    jobs: &Mutex<Receiver<(u64, Element)>>,
-    results: &Sender<(u64, Result<Element>)>,
-    stop: &AtomicBool,
-    f: &MapFn,
-) {
-    loop {
-        let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
+fn worker(shared: &Shared, results: &Sender<(u64, Result<Element>)>) {
+    while !shared.retire() {
+        let job = shared.jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
         let Ok((seq, element)) = job else { break };
-        if stop.load(Ordering::Relaxed) {
+        if shared.stop.load(Ordering::Relaxed) {
             break;
         }
-        if results.send((seq, call(f, element))).is_err() {
+        let start = Instant::now();
+        let result = call(&shared.f, element);
+        shared.handle.stage.add_busy(start.elapsed());
+        if results.send((seq, result)).is_err() {
             break;
         }
     }
@@ -190,21 +395,30 @@ impl Iterator for ParallelMapIter {
     type Item = Result<Element>;
 
     fn next(&mut self) -> Option<Result<Element>> {
+        if self.target() == 0 && !self.input_done {
+            // Not even one worker thread could be started.
+            self.input_done = true;
+            return Some(Err(DataError::Map(
+                "map: cannot start a worker thread (the system refused to spawn one)".into(),
+            )));
+        }
         loop {
             self.fill();
             if let Some(result) = self.ready.remove(&self.next_out) {
-                self.next_out += 1;
-                return Some(result);
+                return self.emit(result);
             }
             if self.next_out == self.next_in {
                 return None; // input exhausted and everything emitted
             }
-            match self.results.recv() {
+            let start = Instant::now();
+            let received = self.results.recv();
+            self.shared.handle.stage.add_waited(start.elapsed());
+            match received {
                 Ok((seq, result)) => {
                     self.ready.insert(seq, result);
                 }
                 Err(_) => {
-                    // All workers gone with work outstanding: give up on this iteration.
+                    // Cannot happen (this iterator holds a sender); give up rather than spin.
                     self.next_out = self.next_in;
                     self.input_done = true;
                     return Some(Err(DataError::Map("map worker threads stopped".into())));
@@ -216,10 +430,13 @@ impl Iterator for ParallelMapIter {
 
 impl Drop for ParallelMapIter {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.shared.stop.store(true, Ordering::Relaxed);
         self.jobs = None; // disconnects the queue: idle workers wake up and exit
         for handle in self.threads.drain(..) {
             let _ = handle.join();
+        }
+        if let Some(tuning) = &self.tuning {
+            tuning.last_tuned.store(self.target(), Ordering::Relaxed);
         }
     }
 }

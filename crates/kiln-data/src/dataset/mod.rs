@@ -11,7 +11,8 @@
 //! [`Dataset::unbatch`] (`unbatch.rs`), [`Dataset::padded_batch`] (`padded_batch.rs`),
 //! [`Dataset::zip`] (`zip.rs`), [`Dataset::concatenate`] (`concatenate.rs`),
 //! [`Dataset::enumerate`] (`enumerate.rs`), [`Dataset::interleave`] (`interleave.rs`),
-//! [`Dataset::cache`] (`cache/`); sources are in `slices.rs`. [`Dataset::fingerprint`]
+//! [`Dataset::cache`] (`cache/`); sources are in `slices.rs`. `autotune/` adapts
+//! [`AUTOTUNE`] knobs at run time and keeps per-stage statistics ([`DatasetIter::stats`]). [`Dataset::fingerprint`]
 //! (`fingerprint.rs`) hashes a pipeline's structure for the file cache.
 //!
 //! Errors travel through the pipeline as `Err` items in stream order; iteration may continue
@@ -20,6 +21,7 @@
 //! transformed dataset yield a single [`DataError::InvalidArgument`] when iterated, since the
 //! builder methods return `Dataset` rather than `Result`.
 
+pub mod autotune;
 mod batch;
 mod cache;
 mod concatenate;
@@ -39,14 +41,17 @@ mod unbatch;
 mod warning;
 mod zip;
 
+pub use autotune::{AutotuneOptions, PipelineStats, StageStats};
 pub use cache::CacheTarget;
 pub(crate) use fingerprint::Fingerprint;
 pub use padded_batch::PaddedShapes;
+pub use prefetch::BufferSize;
 pub(crate) use warning::warn;
 pub use warning::{WarningHook, set_warning_hook};
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::element::Element;
 use crate::error::{DataError, Result};
@@ -101,9 +106,12 @@ pub enum Parallelism {
     Sequential,
     /// Use exactly this many worker threads (must be at least 1).
     Fixed(usize),
-    /// Let kiln choose: for [`Dataset::map`], one worker per available core
-    /// ([`std::thread::available_parallelism`]); as a prefetch buffer size,
-    /// [`Parallelism::DEFAULT_PREFETCH`] elements.
+    /// Let kiln choose, at run time: [`Dataset::map`] and [`Dataset::interleave`] adapt their
+    /// worker count to measured rates within the iteration's CPU and RAM budgets
+    /// ([`AutotuneOptions`], [`crate::dataset::autotune`]); `prefetch(AUTOTUNE)` adapts its buffer depth
+    /// ([`BufferSize::Autotune`]). [`Parallelism::workers`] and
+    /// [`Parallelism::prefetch_buffer`] give the static values used when autotuning is
+    /// disabled.
     Autotune,
 }
 
@@ -116,7 +124,8 @@ impl Parallelism {
     pub const DEFAULT_PREFETCH: usize = 2;
 
     /// Worker threads a parallel map uses: 0 for `Sequential` (inline), `n` for `Fixed(n)`,
-    /// the number of available cores for `Autotune`.
+    /// the number of available cores for `Autotune` — the static count, used when autotuning
+    /// is disabled ([`AutotuneOptions::enabled`]); an autotuned map adapts its count instead.
     pub fn workers(self) -> usize {
         match self {
             Parallelism::Sequential => 0,
@@ -127,9 +136,9 @@ impl Parallelism {
         }
     }
 
-    /// The buffer size to pass to [`Dataset::prefetch`]: 0 (no prefetching) for `Sequential`,
-    /// `n` for `Fixed(n)`, [`Parallelism::DEFAULT_PREFETCH`] for `Autotune`
-    /// (so `ds.prefetch(AUTOTUNE.prefetch_buffer())` reads like tf.data's `prefetch(AUTOTUNE)`).
+    /// A fixed buffer size for [`Dataset::prefetch`]: 0 (no prefetching) for `Sequential`,
+    /// `n` for `Fixed(n)`, [`Parallelism::DEFAULT_PREFETCH`] for `Autotune`. For tf.data's
+    /// adaptive `prefetch(AUTOTUNE)`, pass [`AUTOTUNE`] itself: `ds.prefetch(AUTOTUNE)`.
     pub fn prefetch_buffer(self) -> usize {
         match self {
             Parallelism::Sequential => 0,
@@ -178,10 +187,19 @@ impl Dataset {
 
     /// Starts a new iteration (a new epoch) over the dataset. Each call is independent: it
     /// spawns its own worker threads (for parallel `map` and `prefetch`), which stop when the
-    /// iterator is dropped or exhausted.
+    /// iterator is dropped or exhausted, and has its own autotuning budgets and statistics
+    /// ([`DatasetIter::stats`]).
     pub fn iter(&self) -> DatasetIter {
+        let pipeline = autotune::Pipeline::new();
+        let inner = {
+            let _entered = autotune::enter(&pipeline);
+            self.node.iter()
+        };
         DatasetIter {
-            inner: self.node.iter(),
+            inner,
+            pipeline,
+            elements: 0,
+            waited: Duration::ZERO,
         }
     }
 }
@@ -200,6 +218,26 @@ impl IntoIterator for &Dataset {
 /// Dropping it early stops (and joins) any background threads the pipeline started.
 pub struct DatasetIter {
     inner: BoxIter,
+    pipeline: Arc<autotune::Pipeline>,
+    /// Items yielded.
+    elements: u64,
+    /// Time spent in `next`.
+    waited: Duration,
+}
+
+impl DatasetIter {
+    /// Statistics of this iteration so far: elapsed time, items yielded, time the caller
+    /// spent waiting in `next`, and each `map` / `prefetch` / `interleave` stage's counters
+    /// (see [`PipelineStats`] and [`StageStats`] for what each number means). Cheap (a few
+    /// atomic loads per stage); callable at any time, also after the iteration has ended.
+    pub fn stats(&self) -> PipelineStats {
+        PipelineStats {
+            elapsed: self.pipeline.started.elapsed(),
+            elements: self.elements,
+            waited: self.waited,
+            stages: self.pipeline.stage_stats(),
+        }
+    }
 }
 
 impl fmt::Debug for DatasetIter {
@@ -212,7 +250,15 @@ impl Iterator for DatasetIter {
     type Item = Result<Element>;
 
     fn next(&mut self) -> Option<Result<Element>> {
-        self.inner.next()
+        // Stages started lazily (each repetition under `repeat`) join this iteration.
+        let _entered = autotune::enter(&self.pipeline);
+        let start = Instant::now();
+        let item = self.inner.next();
+        self.waited += start.elapsed();
+        if item.is_some() {
+            self.elements += 1;
+        }
+        item
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
