@@ -30,7 +30,8 @@ struct Request {
 /// Streams an S3 object front to back: [`std::io::Read`] over ranged GETs of
 /// [`S3Options::chunk_size`] bytes, with [`S3Options::read_ahead`] further chunks downloading
 /// in the background (on kiln's I/O thread, see `storage/runtime.rs`) while the current one is
-/// read — so parsing and network transfer overlap.
+/// read — so parsing and network transfer overlap. With `read_ahead` 0 a chunk is requested
+/// only when the previous one has been read to its end.
 ///
 /// Opening sends a HEAD request: a missing bucket or key, or bad credentials, fail at
 /// [`ObjectReader::open`], not at the first read. The object's ETag from that HEAD is checked
@@ -108,42 +109,55 @@ impl ObjectReader {
         &self.url
     }
 
-    /// Requests chunks until `read_ahead + 1` are in flight or the object is all requested.
+    /// Chunk requests in flight and the first byte not yet requested.
+    #[cfg(test)]
+    pub(crate) fn requested(&self) -> (usize, u64) {
+        (self.in_flight.len(), self.next_request)
+    }
+
+    /// Requests chunks until `read_ahead` are in flight or the whole object is requested.
     fn top_up(&mut self) -> io::Result<()> {
-        let chunk = self.options.chunk_size() as u64;
-        while self.in_flight.len() <= self.options.read_ahead()
-            && self.next_request < self.meta.size
-        {
-            let range = self.next_request..(self.next_request + chunk).min(self.meta.size);
-            self.next_request = range.end;
-            let store = Arc::clone(&self.store);
-            let path = self.path.clone();
-            let etag = self.meta.e_tag.clone();
-            let get = GetOptions {
-                range: Some(GetRange::Bounded(range.clone())),
-                ..Default::default()
-            };
-            let pending = runtime::spawn(async move {
-                let result = match store.get_opts(&path, get).await {
-                    Ok(result) => result,
-                    Err(e) => return Fetched::Failed(e),
-                };
-                if etag.is_some() && result.meta.e_tag.is_some() && result.meta.e_tag != etag {
-                    return Fetched::Changed(result.meta.e_tag);
-                }
-                match result.bytes().await {
-                    Ok(bytes) => Fetched::Bytes(bytes),
-                    Err(e) => Fetched::Failed(e),
-                }
-            })?;
-            self.in_flight.push_back(Request { range, pending });
-        }
+        while self.in_flight.len() < self.options.read_ahead() && self.request_next()? {}
         Ok(())
+    }
+
+    /// Requests the next chunk; `Ok(false)` when the whole object has been requested.
+    fn request_next(&mut self) -> io::Result<bool> {
+        if self.next_request >= self.meta.size {
+            return Ok(false);
+        }
+        let chunk = self.options.chunk_size() as u64;
+        let range = self.next_request..(self.next_request + chunk).min(self.meta.size);
+        self.next_request = range.end;
+        let store = Arc::clone(&self.store);
+        let path = self.path.clone();
+        let etag = self.meta.e_tag.clone();
+        let get = GetOptions {
+            range: Some(GetRange::Bounded(range.clone())),
+            ..Default::default()
+        };
+        let pending = runtime::spawn(async move {
+            let result = match store.get_opts(&path, get).await {
+                Ok(result) => result,
+                Err(e) => return Fetched::Failed(e),
+            };
+            if etag.is_some() && result.meta.e_tag.is_some() && result.meta.e_tag != etag {
+                return Fetched::Changed(result.meta.e_tag);
+            }
+            match result.bytes().await {
+                Ok(bytes) => Fetched::Bytes(bytes),
+                Err(e) => Fetched::Failed(e),
+            }
+        })?;
+        self.in_flight.push_back(Request { range, pending });
+        Ok(true)
     }
 
     /// Makes the next chunk current; `Ok(false)` at the end of the object.
     fn advance(&mut self) -> io::Result<bool> {
-        self.top_up()?;
+        if self.in_flight.is_empty() {
+            self.request_next()?;
+        }
         let Some(request) = self.in_flight.pop_front() else {
             return Ok(false);
         };

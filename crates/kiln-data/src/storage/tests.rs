@@ -473,6 +473,21 @@ fn read_ahead_crosses_chunk_boundaries() {
         );
         assert_eq!(reader.read(&mut buf).unwrap(), 0, "stays at the end");
     }
+    // The requests in flight: `read_ahead` chunks beyond the one being read.
+    for ahead in [0, 1, 3] {
+        let o = options.clone().with_chunk_size(1000).with_read_ahead(ahead);
+        let mut reader = ObjectReader::open(&bucket, "blob", &o).unwrap();
+        assert_eq!(
+            reader.requested(),
+            (ahead, 1000 * ahead as u64),
+            "open, {ahead}"
+        );
+        let mut byte = [0u8; 1];
+        reader.read_exact(&mut byte).unwrap();
+        assert_eq!(byte[0], data[0]);
+        let expected = (ahead, 1000 * (ahead as u64 + 1));
+        assert_eq!(reader.requested(), expected, "reading chunk 0, {ahead}");
+    }
     let mut empty = Vec::new();
     ObjectReader::open(&bucket, "empty", &options)
         .unwrap()
@@ -530,7 +545,7 @@ fn replaced_objects_change_the_fingerprint_and_fail_a_reader() {
     );
 
     // A reader opened before a replacement fails instead of mixing versions: with no
-    // read-ahead, the third chunk is requested only once the second is being read, which is
+    // read-ahead, the second chunk is requested only once the first has been read, which is
     // after the replacement.
     let old = pattern_bytes(3 * 1024, 5);
     put(&options, &bucket, "blob", old.clone());
