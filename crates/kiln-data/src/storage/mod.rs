@@ -132,15 +132,7 @@ pub(crate) fn matching_urls(
     pattern: &str,
     local: impl Fn(&str) -> Result<Vec<PathBuf>>,
 ) -> Result<Vec<PathBuf>> {
-    let io = |e: std::io::Error| -> DataError {
-        if e.kind() == std::io::ErrorKind::InvalidInput
-            && e.to_string().starts_with("invalid file pattern")
-        {
-            DataError::InvalidArgument(e.to_string())
-        } else {
-            io_error(Path::new(pattern), e)
-        }
-    };
+    let io = |e: std::io::Error| io_error(Path::new(pattern), e);
     match Location::parse(pattern).map_err(io)? {
         Location::Local(path) => {
             let Some(local_pattern) = path.to_str() else {
@@ -155,7 +147,13 @@ pub(crate) fn matching_urls(
                 .collect())
         }
         Location::S3 { bucket, key } => {
-            let urls = s3::matching(&bucket, &key, &s3_options()).map_err(io)?;
+            let glob = glob::Pattern::new(&key).map_err(|e| {
+                DataError::InvalidArgument(format!(
+                    "invalid file pattern {pattern:?}: {} at character {} of the key",
+                    e.msg, e.pos
+                ))
+            })?;
+            let urls = s3::matching(&bucket, &key, &glob, &s3_options()).map_err(io)?;
             if urls.is_empty() {
                 return Err(DataError::InvalidArgument(format!(
                     "No files matched pattern: {pattern} (check the bucket, the key prefix and \

@@ -40,7 +40,7 @@ const SECRETS: [&str; 3] = [
 /// | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` | static credentials (both needed) |
 /// | `AWS_SESSION_TOKEN` | with them, for temporary credentials |
 /// | `AWS_REGION`, else `AWS_DEFAULT_REGION` | the bucket's region (default `us-east-1`) |
-/// | `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT_URL_S3`, which wins) | an S3-compatible server (MinIO, Ceph, moto, …); requests then use path-style URLs |
+/// | `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT_URL_S3`, which wins) | an S3-compatible server (MinIO, Ceph, moto, …); requests use path-style URLs (`endpoint/bucket/key`) unless `AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true` |
 /// | `AWS_ALLOW_HTTP=true` | plain `http://` to a non-loopback endpoint (loopback endpoints — `127.0.0.1`, `localhost`, `[::1]` — are always allowed) |
 /// | `AWS_SKIP_SIGNATURE=true` | anonymous requests, for public buckets |
 /// | `AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN` | web-identity credentials (EKS) |
@@ -451,29 +451,21 @@ pub(crate) fn head(
     Ok((store, path, meta))
 }
 
-/// `tf.io.matching_files` for an S3 glob `s3://bucket/key_pattern`: the URLs of the objects
-/// whose keys match, sorted by bytes. Lists the keys under the pattern's literal prefix
+/// `tf.io.matching_files` for an S3 glob `s3://bucket/key_pattern` (`pattern` is `key_pattern`
+/// compiled): the URLs of the objects whose keys match, sorted by bytes. Lists the keys under the pattern's literal prefix
 /// ([`glob_prefix`]) and matches them with the [`glob`] crate (`*`, `?` and `[…]` within one
 /// `/`-separated component, `**` across components). A pattern without glob characters
 /// matches the object of that exact key.
 ///
 /// # Errors
-/// `InvalidInput` for a malformed pattern; as [`store`] and [`describe`] for the listing.
+/// As [`store`] and [`describe`] for the listing; `InvalidInput` for a prefix `object_store`
+/// cannot address (`a//b*`).
 pub(crate) fn matching(
     bucket: &str,
     key_pattern: &str,
+    pattern: &glob::Pattern,
     options: &S3Options,
 ) -> io::Result<Vec<String>> {
-    let url = s3_url(bucket, key_pattern);
-    let pattern = glob::Pattern::new(key_pattern).map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "invalid file pattern {url:?}: {} at character {}",
-                e.msg, e.pos
-            ),
-        )
-    })?;
     let (prefix, _) = glob_prefix(key_pattern);
     // object_store lists whole path segments under a prefix: list the prefix's folder.
     let folder = match prefix.rfind('/') {

@@ -141,6 +141,13 @@ fn unsupported_schemes_are_io_errors_naming_the_url() {
     assert!(err.to_string().contains("s3://"), "{err}");
     let err = crate::sources::matching_files("gs://bucket/*.csv").unwrap_err();
     assert!(err.to_string().contains("unsupported URL scheme"), "{err}");
+    // A malformed S3 glob is refused before any request.
+    let err = crate::sources::matching_files("s3://bucket/data/[.csv").unwrap_err();
+    assert!(matches!(err, DataError::InvalidArgument(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("\"s3://bucket/data/[.csv\""),
+        "{err}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
