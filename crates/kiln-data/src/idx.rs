@@ -25,16 +25,14 @@ use flate2::read::MultiGzDecoder;
 use crate::element::{Array, Buffer, DType};
 use crate::error::{DataError, Result, check_payload, format_error};
 
-/// Reads an IDX file, gzip-compressed or raw.
+/// Reads an IDX file, gzip-compressed or raw, from a local path, `file://` URL or `s3://` URL
+/// ([`crate::storage::read`]).
 ///
 /// # Errors
 /// [`DataError::Io`] when the file cannot be read; [`DataError::Format`] for a corrupt or
 /// truncated gzip stream, or any problem [`parse_idx`] reports.
 pub fn read_idx(path: &Path) -> Result<Array> {
-    let raw = fs::read(path).map_err(|source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let raw = crate::storage::read(path)?;
     if raw.starts_with(&[0x1f, 0x8b]) {
         let bytes = gunzip(&raw, path)?;
         parse_idx(&bytes, path).map_err(|err| match err {

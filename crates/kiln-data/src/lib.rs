@@ -26,6 +26,8 @@
 //! * [`tfrecord`] reads and writes TFRecord files ([`Dataset::tfrecord`]) and parses
 //!   `tf.train.Example` records ([`Dataset::parse_example`]); [`Compression`] is tf.data's
 //!   `compression_type`.
+//! * [`storage`]: file sources read local paths, `file://` URLs and `s3://bucket/key` objects
+//!   (through `object_store`, with read-ahead; configured by the `AWS_*` variables).
 //!
 //! ```
 //! use kiln_data::{Array, Buffer, Dataset, Element, AUTOTUNE};
@@ -53,6 +55,7 @@ pub mod error;
 pub mod idx;
 pub mod npy;
 pub mod sources;
+pub mod storage;
 pub mod tfrecord;
 
 pub use compression::Compression;

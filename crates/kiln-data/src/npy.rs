@@ -26,17 +26,15 @@ use crate::error::{DataError, Result, check_payload, format_error};
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
 
-/// Reads a `.npy` file.
+/// Reads a `.npy` file from a local path, `file://` URL or `s3://` URL
+/// ([`crate::storage::read`]).
 ///
 /// # Errors
 /// [`DataError::Io`] when the file cannot be read; [`DataError::Format`] (with the byte offset)
 /// for a bad magic string or version, a malformed header, an unsupported `descr`,
 /// `fortran_order: True`, or data shorter or longer than the shape requires.
 pub fn read_npy(path: &Path) -> Result<Array> {
-    let bytes = fs::read(path).map_err(|source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = crate::storage::read(path)?;
     parse_npy(&bytes, path)
 }
 

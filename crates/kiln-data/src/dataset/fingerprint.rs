@@ -3,7 +3,7 @@
 //! Every node describes itself to a [`Fingerprint`] builder: its kind (`"batch"`, `"shuffle"`),
 //! the arguments that change its output (batch size, seed, …) and its inputs' fingerprints.
 //! Sources hash their identity: in-memory data by content; file sources should use
-//! [`Fingerprint::file`] (path, size and modification time). The file cache
+//! [`Fingerprint::file`] (path or URL, size, and modification time or ETag). The file cache
 //! ([`crate::dataset::CacheTarget::File`]) stores the fingerprint of its upstream pipeline and
 //! refuses a cache file built by a different one.
 //!
@@ -19,7 +19,6 @@
 //! cryptographic.
 
 use std::path::Path;
-use std::time::UNIX_EPOCH;
 
 use super::Dataset;
 use crate::element::{Buffer, Element};
@@ -103,23 +102,24 @@ impl Fingerprint {
         self
     }
 
-    /// Adds a file's identity — path, size and modification time — for file sources, so a
-    /// rewritten or replaced file changes the fingerprint. A file whose metadata cannot be read
-    /// contributes its path and a marker (reading it will report the error).
-    #[allow(dead_code)] // for file sources (TFRecord, CSV, text), added alongside
+    /// Adds a file's identity — its location (path or URL), size and version (modification
+    /// time of a local file; ETag, else last-modified time, of an `s3://` object: one HEAD
+    /// request) — for file sources, so a rewritten or replaced file changes the fingerprint. A
+    /// file whose metadata cannot be read contributes its location and a marker (reading it
+    /// will report the error).
     pub(crate) fn file(self, path: &Path) -> Fingerprint {
         let this = self.str(&path.to_string_lossy());
-        match std::fs::metadata(path) {
-            Ok(meta) => {
-                let mtime = meta
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_nanos() as u64);
-                this.u64(meta.len()).u64(mtime)
-            }
-            Err(_) => this.str("<unreadable>"),
+        match crate::storage::identity(path) {
+            Some((size, version)) => this.u64(size).str(&version),
+            None => this.str("<unreadable>"),
         }
+    }
+
+    /// Adds the identities ([`Fingerprint::file`]) of a source's files, in order.
+    pub(crate) fn files(self, paths: &[std::path::PathBuf]) -> Fingerprint {
+        paths
+            .iter()
+            .fold(self.u64(paths.len() as u64), |f, p| f.file(p))
     }
 
     /// The fingerprint.

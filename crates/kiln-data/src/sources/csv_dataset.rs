@@ -6,15 +6,15 @@
 //! defaults, `na_value`, `select_cols` / `exclude_cols` and `header` follow TensorFlow's
 //! `CsvDatasetOp` (`tensorflow/core/kernels/data/experimental/csv_dataset_op.cc`).
 
-use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{SkipCounter, open};
-use crate::dataset::{BoxIter, Cardinality, Dataset, Node};
+use crate::dataset::{BoxIter, Cardinality, Dataset, Fingerprint, Node};
 use crate::element::{Array, Buffer, DType, Element};
 use crate::error::{DataError, Result};
+use crate::storage::SourceReader;
 
 /// Read buffer per open file: 4 MiB, CsvDataset's default `buffer_size`.
 const BUFFER_SIZE: usize = 4 * 1024 * 1024;
@@ -146,7 +146,8 @@ impl Dataset {
     /// numbers may have surrounding spaces (`" 3 "`), floats accept `nan` and `inf`. String
     /// fields keep their bytes as they are (after unquoting). A UTF-8 byte-order mark at the
     /// start of a file is removed. Blank lines are skipped (TensorFlow would report them as
-    /// records with one empty field). Cardinality is [`Cardinality::Unknown`].
+    /// records with one empty field). Cardinality is [`Cardinality::Unknown`]. Files may be
+    /// local paths, `file://` URLs or `s3://bucket/key` URLs ([`crate::storage`]).
     ///
     /// # Errors
     /// Returned now, as [`DataError::InvalidArgument`]: no record defaults, an unsupported
@@ -381,7 +382,10 @@ pub(super) fn parse_field(field: &[u8], dtype: DType) -> Option<Buffer> {
 /// A CSV reader over `file` with the options' dialect. Headers are not interpreted (records
 /// come back as read, so positions stay physical); blank lines are skipped; records may have
 /// any number of fields (checked by the caller).
-pub(super) fn reader(file: File, options: &CsvOptions) -> csv::Reader<BufReader<File>> {
+pub(super) fn reader(
+    file: SourceReader,
+    options: &CsvOptions,
+) -> csv::Reader<BufReader<SourceReader>> {
     csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
@@ -429,13 +433,31 @@ impl Node for CsvNode {
             Cardinality::Unknown
         }
     }
+
+    /// The files' identities and every option that changes the elements (`skipped`, a
+    /// counter, does not).
+    fn fingerprint(&self) -> u64 {
+        let spec = &self.spec;
+        let o = &spec.options;
+        Fingerprint::new("csv")
+            .files(&spec.files)
+            .str(&format!("{:?}", spec.defaults))
+            .str(&format!("{:?}", spec.names))
+            .str(&format!("{:?}", spec.columns))
+            .bool(o.header)
+            .u64(u64::from(o.field_delim))
+            .bool(o.use_quote_delim)
+            .str(&o.na_value)
+            .bool(o.ignore_errors)
+            .finish()
+    }
 }
 
 struct CsvIter {
     spec: Arc<Spec>,
     next_file: usize,
     /// The open file's reader and its index in `spec.files`.
-    reader: Option<(csv::Reader<BufReader<File>>, usize)>,
+    reader: Option<(csv::Reader<BufReader<SourceReader>>, usize)>,
     record: csv::ByteRecord,
 }
 

@@ -20,11 +20,25 @@ pub const LIST_FILES_COMPONENT: &str = "filename";
 /// number of directories. Relative patterns are resolved against the current directory.
 /// Directories that match are listed too, as in TensorFlow.
 ///
+/// The pattern may also be a URL ([`crate::storage`]): `file:///dir/*.csv` globs the local
+/// directory and returns `file://` URLs; `s3://bucket/dir/*.tfrecord` lists the keys under the
+/// literal prefix (`dir/`) and returns the `s3://` URLs of those matching the glob, `*`, `?`
+/// and `[…]` staying within one `/`-separated component and `**` crossing them, as locally.
+///
 /// # Errors
 /// [`DataError::InvalidArgument`] for a malformed pattern, or — with tf.data's wording —
 /// `No files matched pattern: <pattern>` when nothing matches; [`DataError::Io`] when a
-/// directory on the way cannot be read.
+/// directory on the way cannot be read, or (naming the pattern) when a bucket cannot be
+/// listed: credentials, bucket, endpoint, as [`crate::storage::open`] reports them.
 pub fn matching_files(pattern: &str) -> Result<Vec<PathBuf>> {
+    if crate::storage::scheme(pattern).is_some() {
+        return crate::storage::matching_urls(pattern, local_matching_files);
+    }
+    local_matching_files(pattern)
+}
+
+/// [`matching_files`] for a plain local pattern.
+fn local_matching_files(pattern: &str) -> Result<Vec<PathBuf>> {
     let entries = glob::glob(pattern).map_err(|e| {
         DataError::InvalidArgument(format!(
             "invalid file pattern {pattern:?}: {} at character {}",

@@ -9,6 +9,8 @@
 //! | [`Dataset::list_files`](crate::Dataset::list_files), [`matching_files`] (`list_files.rs`) | `tf.data.Dataset.list_files`, `tf.io.matching_files` | `{"filename": string []}` |
 //! | [`Dataset::image_dataset_from_directory`](crate::Dataset::image_dataset_from_directory) (`image_folder.rs`) | `keras.utils.image_dataset_from_directory` | `{"image": uint8 [h, w, c], "label": int64 []}` |
 //!
+//! File names may be local paths, `file://` URLs or `s3://bucket/key` URLs
+//! ([`crate::storage`]); [`Dataset::list_files`](crate::Dataset::list_files) globs all three.
 //! File sources are lazy: nothing is opened until iteration, files are read in the order
 //! given, one at a time, and every [`Dataset::iter`](crate::Dataset::iter) reads them again.
 //! A file that cannot be opened or read yields one [`DataError::Io`] and iteration goes on
@@ -24,7 +26,6 @@ mod make_csv;
 mod range;
 mod text_line;
 
-use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -84,12 +85,10 @@ impl SkipCounter {
     }
 }
 
-/// Opens `path` for reading, mapping failure to [`DataError::Io`].
-pub(crate) fn open(path: &Path) -> Result<File> {
-    File::open(path).map_err(|source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+/// Opens `path` — a local path, `file://` URL or `s3://` URL ([`crate::storage`]) — for
+/// reading, mapping failure to [`DataError::Io`].
+pub(crate) fn open(path: &Path) -> Result<crate::storage::SourceReader> {
+    crate::storage::open(path)
 }
 
 /// The bytes of a path, for `string` components (lossless on Unix; other platforms'

@@ -1,14 +1,14 @@
 //! [`Dataset::text_line_dataset`]: `tf.data.TextLineDataset`.
 
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::open;
-use crate::dataset::{BoxIter, Cardinality, Dataset, Node};
+use crate::dataset::{BoxIter, Cardinality, Dataset, Fingerprint, Node};
 use crate::element::{Array, Element};
 use crate::error::{DataError, Result};
+use crate::storage::SourceReader;
 
 /// Component name of [`Dataset::text_line_dataset`]'s elements.
 pub const TEXT_LINE_COMPONENT: &str = "line";
@@ -28,7 +28,8 @@ impl Dataset {
     /// files read like `"\n"` files); a final line without a newline is still an element
     /// (after removing a trailing `"\r"`) unless it is empty, so a file ending in `"\n"` has
     /// no extra empty element. Empty lines in the middle are empty elements. No byte-order
-    /// mark is removed. Cardinality is [`Cardinality::Unknown`].
+    /// mark is removed. Cardinality is [`Cardinality::Unknown`]. Files may be local paths,
+    /// `file://` URLs or `s3://bucket/key` URLs ([`crate::storage`]).
     ///
     /// # Errors (yielded during iteration)
     /// [`DataError::Io`] naming the file when it cannot be opened or a read fails; iteration
@@ -61,13 +62,17 @@ impl Node for TextLineNode {
             Cardinality::Unknown
         }
     }
+
+    fn fingerprint(&self) -> u64 {
+        Fingerprint::new("text_line").files(&self.files).finish()
+    }
 }
 
 struct TextLineIter {
     files: Arc<Vec<PathBuf>>,
     next_file: usize,
     /// The open file and its index in `files`.
-    reader: Option<(BufReader<File>, usize)>,
+    reader: Option<(BufReader<SourceReader>, usize)>,
     buf: Vec<u8>,
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::framing::TfRecordReader;
 use super::spec::ExampleSpec;
 use crate::compression::Compression;
-use crate::dataset::{BoxIter, Cardinality, Dataset, Node, Parallelism};
+use crate::dataset::{BoxIter, Cardinality, Dataset, Fingerprint, Node, Parallelism};
 use crate::element::{Array, Buffer, Element};
 use crate::error::{DataError, Result};
 
@@ -25,6 +25,9 @@ impl Dataset {
     /// Each element has one component, [`RECORD`] (`"record"`): the record's raw bytes as a
     /// 1-D [`crate::DType::U8`] array of shape `[n]` (kiln has no string dtype). Cardinality
     /// is [`Cardinality::Unknown`], as in tf.data.
+    ///
+    /// `files` may be local paths, `file://` URLs or `s3://bucket/key` URLs
+    /// ([`crate::storage`]); objects stream through ranged GETs with read-ahead.
     ///
     /// Errors come in stream order: a file that cannot be opened yields one
     /// [`DataError::Io`]; a damaged record yields [`DataError::TfRecord`] (`"truncated record at
@@ -92,6 +95,13 @@ impl Node for TfRecordNode {
 
     fn cardinality(&self) -> Cardinality {
         Cardinality::Unknown
+    }
+
+    fn fingerprint(&self) -> u64 {
+        Fingerprint::new("tfrecord")
+            .str(self.compression.tf_name())
+            .files(&self.files)
+            .finish()
     }
 }
 

@@ -13,7 +13,6 @@
 //! The CRC is CRC-32C (Castagnoli); the mask (`tensorflow/core/lib/hash/crc32c.h`, the same as
 //! LevelDB's) is `((crc >> 15) | (crc << 17)) + 0xa282ead8`, wrapping.
 
-use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -118,15 +117,13 @@ enum Short {
 }
 
 impl TfRecordReader {
-    /// Opens `path` for reading with a [`READ_BUFFER_SIZE`] buffer.
+    /// Opens `path` — a local path, `file://` URL or `s3://` URL ([`crate::storage::open`])
+    /// — for reading with a [`READ_BUFFER_SIZE`] buffer.
     ///
     /// # Errors
     /// [`DataError::Io`] when the file cannot be opened.
     pub fn open(path: &Path, compression: Compression) -> Result<TfRecordReader> {
-        let file = File::open(path).map_err(|source| DataError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let file = crate::storage::open(path)?;
         let buffered = BufReader::with_capacity(READ_BUFFER_SIZE, file);
         Ok(TfRecordReader::new(buffered, path, compression))
     }
