@@ -99,8 +99,23 @@ pub fn python_float_repr(x: f64) -> String {
     if x.is_infinite() {
         return if x > 0.0 { "inf".into() } else { "-inf".into() };
     }
-    // Rust's `{:e}` prints the shortest round-trip digits: "-1.2345e-5".
-    let sci = format!("{:e}", x.abs());
+    // Rust's `{:e}` prints the shortest round-trip digits ("1.2345e-5"), but breaks an exact
+    // tie between two shortest candidates upwards, where Python (David Gay's dtoa) takes the
+    // even one: 887.45538330078125 is `887.4553833007812` in Python. Formatting to the same
+    // number of digits with a precision rounds half to even; keep that when it round-trips.
+    let shortest = format!("{:e}", x.abs());
+    let digits = shortest
+        .split('e')
+        .next()
+        .unwrap_or("")
+        .replace('.', "")
+        .len();
+    let even = format!("{:.*e}", digits.saturating_sub(1), x.abs());
+    let sci = if even.parse::<f64>() == Ok(x.abs()) {
+        even
+    } else {
+        shortest
+    };
     let (mantissa, exp) = sci.split_once('e').expect("`{:e}` has an exponent");
     let exp: i32 = exp.parse().expect("integer exponent");
     let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
@@ -305,6 +320,9 @@ mod tests {
             (5e-324, "5e-324"),
             (0.0, "0.0"),
             (0.6206240057945251, "0.6206240057945251"),
+            // A float32 value: an exact tie between two 16-digit strings, broken to even.
+            (887.45538330078125, "887.4553833007812"),
+            (-723804013522413.25, "-723804013522413.2"),
             (f64::INFINITY, "inf"),
             (f64::NEG_INFINITY, "-inf"),
         ];

@@ -203,7 +203,7 @@ impl Callback for TensorBoard {
         let UpdateFreq::Batches(n) = self.update_freq else {
             return Ok(());
         };
-        if self.global_batch % n != 0 {
+        if !self.global_batch.is_multiple_of(n) {
             return Ok(());
         }
         let step = self.global_batch as i64;
@@ -268,7 +268,7 @@ impl Callback for TensorBoard {
                 )?;
             }
         }
-        if self.histogram_freq > 0 && epoch % self.histogram_freq == 0 {
+        if self.histogram_freq > 0 && epoch.is_multiple_of(self.histogram_freq) {
             let weights = ctx.weights();
             let w = self.train_writer()?;
             for (name, values) in &weights {
