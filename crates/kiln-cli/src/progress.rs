@@ -10,6 +10,7 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kiln::fit::FitContext;
 use kiln::{Callback, Logs};
 
 /// Formats logs as Keras does: `name: 0.1234` joined by ` - `, `val_*` last.
@@ -62,7 +63,13 @@ impl Progress {
 }
 
 impl Callback for Progress {
-    fn on_epoch_begin(&mut self, epoch: usize, epochs: usize, steps: Option<u64>) {
+    fn on_epoch_begin(
+        &mut self,
+        epoch: usize,
+        epochs: usize,
+        steps: Option<u64>,
+        _ctx: &mut dyn FitContext,
+    ) -> kiln::Result<()> {
         println!("Epoch {}/{}", epoch + 1, epochs);
         self.steps = steps;
         self.started = Instant::now();
@@ -82,9 +89,15 @@ impl Callback for Progress {
             );
             self.bar = Some(bar);
         }
+        Ok(())
     }
 
-    fn on_train_batch_end(&mut self, step: u64, logs: &Logs) {
+    fn on_train_batch_end(
+        &mut self,
+        step: u64,
+        logs: &Logs,
+        _ctx: &mut dyn FitContext,
+    ) -> kiln::Result<()> {
         self.done = step + 1;
         if let Some(bar) = &self.bar {
             let eta = self.steps.map(|n| {
@@ -100,9 +113,15 @@ impl Callback for Progress {
                 format_logs(logs)
             ));
         }
+        Ok(())
     }
 
-    fn on_epoch_end(&mut self, _epoch: usize, logs: &Logs) {
+    fn on_epoch_end(
+        &mut self,
+        _epoch: usize,
+        logs: &mut Logs,
+        _ctx: &mut dyn FitContext,
+    ) -> kiln::Result<()> {
         let line = format!(
             "{} {} - {}",
             duration(self.started.elapsed()),
@@ -118,6 +137,7 @@ impl Callback for Progress {
             }
             None => println!("{}/{} - {line}", self.done, self.steps.unwrap_or(self.done)),
         }
+        Ok(())
     }
 }
 

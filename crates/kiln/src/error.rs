@@ -48,6 +48,15 @@ pub enum KilnError {
     /// The requested device is not available in this build or on this machine.
     #[error("{0}")]
     Device(String),
+    /// A callback ended training (`TerminateOnNaN(raise_error=True)`) or cannot work with
+    /// the run (a monitored metric whose direction is unknown, a foreign weights snapshot).
+    #[error("{callback}: {message}")]
+    Callback {
+        /// The callback's Keras name (`EarlyStopping`).
+        callback: String,
+        /// What happened, where (epoch, batch, metric) and how to fix it.
+        message: String,
+    },
 }
 
 impl KilnError {

@@ -4,7 +4,8 @@
 //! ([`model`]), `compile` with Keras' optimizers, losses and metrics ([`compile`]), and
 //! `fit` / `evaluate` / `predict` ([`fit`]) fed by tf.data-style pipelines from `kiln-data`.
 //! A run is described by one TOML file ([`config`]) and saved to a run directory
-//! ([`run_dir`]); [`run`] strings these together as the `kiln` command does.
+//! ([`run_dir`]); [`run`] strings these together as the `kiln` command does. Keras' callbacks
+//! are in [`callbacks`], TensorBoard event files in [`summary`].
 //!
 //! ## Cargo features
 //! - `vulkan`: GPUs through Burn's wgpu backend with SPIR-V kernels (`--device gpu`).
@@ -15,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod callbacks;
 pub mod compile;
 pub mod config;
 pub mod device;
@@ -26,6 +28,7 @@ pub mod model;
 pub mod ops;
 pub mod run;
 pub mod run_dir;
+pub mod summary;
 
 pub use compile::Compiled;
 pub use config::RunConfig;

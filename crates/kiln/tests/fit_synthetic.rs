@@ -2,6 +2,7 @@
 
 use burn::prelude::Device;
 use kiln::compile::{Compiled, LossKind, LossSpec, OptimizerSpec};
+use kiln::fit::FitContext;
 use kiln::model::{Activation, LayerKind, ModelSpec};
 use kiln::{Callback, Logs, Model};
 use kiln_data::{Array, Buffer, Dataset, Element};
@@ -75,11 +76,23 @@ struct Counter {
 }
 
 impl Callback for Counter {
-    fn on_train_batch_end(&mut self, _step: u64, _logs: &Logs) {
+    fn on_train_batch_end(
+        &mut self,
+        _step: u64,
+        _logs: &Logs,
+        _ctx: &mut dyn FitContext,
+    ) -> kiln::Result<()> {
         self.batches += 1;
+        Ok(())
     }
-    fn on_epoch_end(&mut self, _epoch: usize, _logs: &Logs) {
+    fn on_epoch_end(
+        &mut self,
+        _epoch: usize,
+        _logs: &mut Logs,
+        _ctx: &mut dyn FitContext,
+    ) -> kiln::Result<()> {
         self.epochs += 1;
+        Ok(())
     }
 }
 

@@ -5,7 +5,7 @@ mod logs;
 mod profile;
 mod step;
 
-pub use callback::Callback;
+pub use callback::{Callback, FitContext, ManualContext, NamedWeight, WeightsSnapshot};
 pub use logs::{History, Logs};
 pub use profile::StepProfile;
 pub use step::{StepOutput, eval_step, train_step};
@@ -60,6 +60,59 @@ impl Accumulator {
             logs.set(m.name.clone(), sum / n);
         }
         logs
+    }
+}
+
+/// What callbacks can change during `fit`: the learning rate, the stop request, and the
+/// batch count.
+#[derive(Debug)]
+struct Control {
+    learning_rate: f64,
+    stop_training: bool,
+    iterations: u64,
+}
+
+/// [`FitContext`] for `Model::fit`: snapshots are clones of the Burn network (its tensors are
+/// immutable and shared, so a clone costs no copy and later steps do not change it).
+struct LoopContext<'a> {
+    control: &'a mut Control,
+    net: &'a mut Network,
+    name: &'a str,
+    spec: &'a ModelSpec,
+}
+
+impl FitContext for LoopContext<'_> {
+    fn learning_rate(&self) -> f64 {
+        self.control.learning_rate
+    }
+    fn set_learning_rate(&mut self, lr: f64) {
+        self.control.learning_rate = lr;
+    }
+    fn stop_training(&self) -> bool {
+        self.control.stop_training
+    }
+    fn set_stop_training(&mut self, value: bool) {
+        self.control.stop_training = value;
+    }
+    fn iterations(&self) -> u64 {
+        self.control.iterations
+    }
+    fn snapshot_weights(&self) -> WeightsSnapshot {
+        WeightsSnapshot::new(self.net.clone())
+    }
+    fn restore_weights(&mut self, snapshot: &WeightsSnapshot) -> Result<()> {
+        let net = snapshot
+            .downcast_ref::<Network>()
+            .ok_or_else(|| callback::foreign_snapshot("Model::fit"))?;
+        *self.net = net.clone();
+        Ok(())
+    }
+    fn weights(&self) -> Vec<NamedWeight> {
+        // Keras 3 paths: `<model name>/<layer>/<variable>`.
+        weights::keras_weights(self.spec, self.net)
+            .into_iter()
+            .map(|(name, _, values)| (format!("{}/{name}", self.name), values))
+            .collect()
     }
 }
 
@@ -193,13 +246,30 @@ impl Model {
             Cardinality::Finite(n) => Some(n),
             _ => None,
         };
-        let lr = self.compiled.optimizer.learning_rate();
-        callbacks.iter_mut().for_each(|c| c.on_train_begin());
+        let mut control = Control {
+            learning_rate: self.compiled.optimizer.learning_rate(),
+            stop_training: false,
+            iterations: 0,
+        };
+        // Hooks see the model through a `LoopContext` made for each call, so that the network
+        // is free for the training step between calls.
+        macro_rules! hooks {
+            (|$c:ident, $ctx:ident| $call:expr) => {
+                for $c in callbacks.iter_mut() {
+                    let $ctx = &mut LoopContext {
+                        control: &mut control,
+                        net: &mut self.net,
+                        name: &self.name,
+                        spec: &self.spec,
+                    };
+                    $call?;
+                }
+            };
+        }
+        hooks!(|c, ctx| c.on_train_begin(ctx));
         let mut last = Logs::default();
         'epochs: for epoch in 0..epochs {
-            callbacks
-                .iter_mut()
-                .for_each(|c| c.on_epoch_begin(epoch, epochs, steps));
+            hooks!(|c, ctx| c.on_epoch_begin(epoch, epochs, steps, ctx));
             let started = Instant::now();
             let mut acc = Accumulator::default();
             // The profile describes the last epoch (the first one includes warm-up).
@@ -216,6 +286,7 @@ impl Model {
                     p.input_wait_s += waited;
                     p.to_device_s += clock.elapsed().as_secs_f64();
                 }
+                hooks!(|c, ctx| c.on_train_batch_begin(step, ctx));
                 let (classes, targets, size) = (b.classes.clone(), b.targets.clone(), b.size);
                 let net = std::mem::replace(&mut self.net, Network { layers: Vec::new() });
                 let (net, out) = train_step(
@@ -224,20 +295,19 @@ impl Model {
                     &self.spec,
                     &self.compiled,
                     b,
-                    lr,
+                    control.learning_rate,
                     profile.as_mut(),
                 );
                 self.net = net;
+                control.iterations += 1;
                 clock = Instant::now();
                 acc.add(&self.compiled, &out, &classes, &targets, size, units);
                 if let Some(p) = profile.as_mut() {
                     p.metrics_s += clock.elapsed().as_secs_f64();
                 }
                 let logs = acc.logs(&self.compiled);
-                callbacks
-                    .iter_mut()
-                    .for_each(|c| c.on_train_batch_end(step, &logs));
-                if callbacks.iter().any(|c| c.stop_training()) {
+                hooks!(|c, ctx| c.on_train_batch_end(step, &logs, ctx));
+                if control.stop_training {
                     break 'epochs;
                 }
             }
@@ -248,6 +318,7 @@ impl Model {
                 logs.extend_prefixed("val_", &val_logs);
             }
             let epoch_time = started.elapsed().as_secs_f64();
+            hooks!(|c, ctx| c.on_epoch_end(epoch, &mut logs, ctx));
             history.push(epoch, &logs);
             if profile.is_some() {
                 history.profile = profile;
@@ -256,15 +327,12 @@ impl Model {
             history
                 .samples_per_second
                 .push(acc.examples / train_time.max(1e-9));
-            callbacks
-                .iter_mut()
-                .for_each(|c| c.on_epoch_end(epoch, &logs));
             last = logs;
-            if callbacks.iter().any(|c| c.stop_training()) {
+            if control.stop_training {
                 break;
             }
         }
-        callbacks.iter_mut().for_each(|c| c.on_train_end(&last));
+        hooks!(|c, ctx| c.on_train_end(&last, ctx));
         Ok(history)
     }
 

@@ -1,0 +1,204 @@
+//! Keras callbacks driven by `Model::fit` itself: the learning rate they set is the one the
+//! steps use, the weights they restore are the model's, and TensorBoard sees fit's values.
+
+use burn::prelude::Device;
+use kiln::callbacks::{EarlyStopping, LearningRateScheduler, TensorBoard};
+use kiln::compile::{Compiled, LossKind, LossSpec, OptimizerSpec};
+use kiln::fit::{FitContext, NamedWeight};
+use kiln::model::{Activation, LayerKind, ModelSpec, weights::keras_weights};
+use kiln::summary::{event_files, read_events, read_scalars};
+use kiln::{Callback, Logs, Model};
+use kiln_data::{Array, Buffer, Dataset, Element};
+
+/// 64 points of a 2-class problem in 2-D, in batches of 16.
+fn data() -> Dataset {
+    let x: Vec<f32> = (0..128)
+        .map(|i| ((i * 37) % 17) as f32 / 8.0 - 1.0)
+        .collect();
+    let y: Vec<i64> = (0..64)
+        .map(|i| i64::from(x[2 * i] + x[2 * i + 1] > 0.0))
+        .collect();
+    let el = Element::new()
+        .with("x", Array::new(vec![64, 2], Buffer::F32(x)).unwrap())
+        .with("y", Array::new(vec![64], Buffer::I64(y)).unwrap());
+    Dataset::from_tensor_slices(el).unwrap().batch(16, false)
+}
+
+fn model() -> Model {
+    let spec = ModelSpec::builder(&[2])
+        .add(LayerKind::Dense {
+            units: 4,
+            activation: Activation::Relu,
+            use_bias: true,
+        })
+        .add(LayerKind::Dense {
+            units: 2,
+            activation: Activation::Linear,
+            use_bias: true,
+        })
+        .build()
+        .unwrap();
+    let compiled = Compiled::new(
+        &spec,
+        OptimizerSpec::Adam {
+            learning_rate: 0.01,
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-7,
+        },
+        LossSpec {
+            kind: LossKind::SparseCategoricalCrossentropy,
+            from_logits: true,
+        },
+        &["accuracy".to_string()],
+    )
+    .unwrap();
+    Model::new("toy", spec, compiled, 5, Device::flex())
+}
+
+/// Overwrites `val_loss` with a script (so the test decides which epoch is best) and records
+/// the weights at each epoch end.
+struct Script {
+    val_loss: Vec<f64>,
+    weights: Vec<Vec<NamedWeight>>,
+}
+
+impl Callback for Script {
+    fn on_epoch_end(
+        &mut self,
+        epoch: usize,
+        logs: &mut Logs,
+        ctx: &mut dyn FitContext,
+    ) -> kiln::Result<()> {
+        logs.set("val_loss", self.val_loss[epoch]);
+        self.weights.push(ctx.weights());
+        Ok(())
+    }
+}
+
+fn model_weights(m: &Model) -> Vec<Vec<f32>> {
+    keras_weights(m.spec(), m.network())
+        .into_iter()
+        .map(|(_, _, v)| v)
+        .collect()
+}
+
+fn values(ws: &[NamedWeight]) -> Vec<Vec<f32>> {
+    ws.iter().map(|(_, v)| v.clone()).collect()
+}
+
+#[test]
+fn early_stopping_stops_where_keras_does_and_restores_the_best_epochs_weights() {
+    let mut m = model();
+    // Keras (see callbacks/early_stopping.rs): patience 2 on this sequence stops after epoch 3
+    // with epoch 1 best.
+    let mut script = Script {
+        val_loss: vec![1.0, 0.8, 0.9, 0.85, 0.7, 0.6],
+        weights: Vec::new(),
+    };
+    let mut es = EarlyStopping::new().patience(2).restore_best_weights(true);
+    let history = m
+        .fit(&data(), None, 6, &mut [&mut script, &mut es])
+        .unwrap();
+    assert_eq!(history.epoch, vec![0, 1, 2, 3]);
+    assert_eq!(es.stopped_epoch(), Some(3));
+    let recorded: Vec<Vec<Vec<f32>>> = script.weights.iter().map(|w| values(w)).collect();
+    assert_ne!(
+        recorded[3], recorded[1],
+        "training changed the weights after epoch 1"
+    );
+    assert_eq!(model_weights(&m), recorded[1]);
+    assert_eq!(
+        script.weights[0][0].0, "toy/dense/kernel",
+        "Keras 3 weight paths"
+    );
+}
+
+#[test]
+fn the_learning_rate_a_callback_sets_is_the_one_the_steps_use() {
+    let mut m = model();
+    let mut script = Script {
+        val_loss: vec![0.0; 3],
+        weights: Vec::new(),
+    };
+    // Epoch 0 trains at 0.01; from epoch 1 on the rate is 0, so the weights stop moving.
+    let mut lr = LearningRateScheduler::new(|epoch, lr| if epoch == 0 { lr } else { 0.0 });
+    let history = m
+        .fit(&data(), None, 3, &mut [&mut lr, &mut script])
+        .unwrap();
+    let w: Vec<Vec<Vec<f32>>> = script.weights.iter().map(|w| values(w)).collect();
+    assert_eq!(w[1], w[0]);
+    assert_eq!(w[2], w[0]);
+    assert_eq!(
+        history.history["learning_rate"],
+        vec![0.01f32 as f64, 0.0, 0.0],
+        "learning_rate added to the logs reaches the history, as in Keras"
+    );
+    // And a rate that stays 0.01 does move them.
+    let mut m = model();
+    let mut script = Script {
+        val_loss: vec![0.0; 2],
+        weights: Vec::new(),
+    };
+    m.fit(&data(), None, 2, &mut [&mut script]).unwrap();
+    assert_ne!(values(&script.weights[1]), values(&script.weights[0]));
+}
+
+#[test]
+fn tensorboard_records_fits_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = model();
+    let mut tb = TensorBoard::new(dir.path()).histogram_freq(1);
+    let history = m.fit(&data(), Some(&data()), 2, &mut [&mut tb]).unwrap();
+    let train = dir.path().join("train");
+    let as_f32 = |v: &[f64]| -> Vec<(i64, f32)> {
+        v.iter()
+            .enumerate()
+            .map(|(i, &x)| (i as i64, x as f32))
+            .collect()
+    };
+    assert_eq!(
+        read_scalars(&train, "epoch_loss").unwrap(),
+        as_f32(&history.history["loss"])
+    );
+    assert_eq!(
+        read_scalars(&train, "epoch_accuracy").unwrap(),
+        as_f32(&history.history["accuracy"])
+    );
+    assert_eq!(
+        read_scalars(&train, "epoch_learning_rate").unwrap(),
+        vec![(0, 0.01), (1, 0.01)]
+    );
+    assert_eq!(
+        read_scalars(&dir.path().join("validation"), "epoch_loss").unwrap(),
+        as_f32(&history.history["val_loss"])
+    );
+    // 64 / 16 = 4 batches per epoch.
+    assert_eq!(
+        read_scalars(
+            &dir.path().join("validation"),
+            "evaluation_loss_vs_iterations"
+        )
+        .unwrap()
+        .iter()
+        .map(|(s, _)| *s)
+        .collect::<Vec<_>>(),
+        vec![4, 8]
+    );
+    let mut kernel_counts = Vec::new();
+    for f in event_files(&train).unwrap() {
+        for e in read_events(&f).unwrap() {
+            for v in e.values() {
+                if v.tag == "toy/dense/kernel/histogram" {
+                    let total: f64 = v.as_histogram().unwrap().iter().map(|r| r[2]).sum();
+                    kernel_counts.push((e.step, total));
+                }
+            }
+        }
+    }
+    assert_eq!(
+        kernel_counts,
+        vec![(0, 8.0), (1, 8.0)],
+        "2 x 4 kernel values per epoch"
+    );
+}
