@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Interop tests against the real Python packages kiln's formats come from: TensorFlow reads
-# and writes TFRecord / tf.train.Example files with kiln (tests/interop/*.py). Creates, once, a
+# and writes TFRecord / tf.train.Example files with kiln, and the tensorboard package reads kiln's
+# event files (tests/interop/*.py). Creates, once, a
 # virtual environment with tensorflow-cpu and tensorboard under the build cache
 # (${KILN_CACHE_DIR:-~/.cache/kiln}/tfvenv), builds the small kiln tools the scripts drive, and
 # runs every script. Called by scripts/test.sh.
@@ -21,3 +22,7 @@ py="$venv/bin/python"
 cargo build --release -q -p kiln-data --example tfrecord_tool
 echo "== interop: TFRecord + tf.train.Example with TensorFlow"
 "$py" tests/interop/tfrecord_interop.py --kiln-tool "$CARGO_TARGET_DIR/release/examples/tfrecord_tool"
+
+cargo build --release -q -p kiln --example tb_write
+echo "== interop: TensorBoard event files with the tensorboard package"
+"$py" tests/interop/tensorboard_interop.py --tb-write "$CARGO_TARGET_DIR/release/examples/tb_write"

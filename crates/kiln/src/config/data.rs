@@ -98,7 +98,8 @@ pub struct DataConfig {
         serialize_with = "ser_tunable"
     )]
     pub num_parallel_calls: Option<usize>,
-    /// Batches prefetched on a background thread (`"AUTOTUNE"` = 2).
+    /// Batches prefetched on a background thread; `"AUTOTUNE"` (the default) adapts the depth at
+    /// run time (kiln-data's `prefetch(AUTOTUNE)`).
     #[serde(
         default,
         deserialize_with = "parse_tunable",
@@ -147,10 +148,12 @@ impl DataConfig {
         }
     }
 
-    /// Prefetch buffer in batches.
-    pub fn prefetch_buffer(&self) -> usize {
-        self.prefetch
-            .unwrap_or(kiln_data::AUTOTUNE.prefetch_buffer())
+    /// Prefetch buffer in batches: the configured number, or autotuned.
+    pub fn prefetch_buffer(&self) -> kiln_data::BufferSize {
+        match self.prefetch {
+            Some(n) => kiln_data::BufferSize::Fixed(n),
+            None => kiln_data::BufferSize::Autotune,
+        }
     }
 
     /// `data_dir / file`.

@@ -460,7 +460,7 @@ mod tests {
             let fused = forward(&x, &w, Some(&b), &g, true);
             let want: Vec<f32> = plain.iter().map(|&v| v.max(0.0)).collect();
             assert_eq!(fused, want, "{g:?}");
-            assert!(fused.iter().any(|&v| v == 0.0) && fused.iter().any(|&v| v > 0.0));
+            assert!(fused.contains(&0.0) && fused.iter().any(|&v| v > 0.0));
             // Backward through the ReLU: the same as the plain backward of the masked gradient.
             let dy = values(fused.len(), 3.3);
             let masked: Vec<f32> = dy
