@@ -20,6 +20,9 @@
 //!   partial-cache rule and a pipeline [`fingerprint`](Dataset::fingerprint) check).
 //! * [`idx`] reads and writes the IDX files of MNIST / Fashion-MNIST (gzip or raw).
 //! * [`npy`] reads and writes NumPy `.npy` files.
+//! * [`preprocess`] has Keras' preprocessing layers as map functions on one component
+//!   (rescale, normalize with `adapt`, one-hot, cast, reshape, random flip and crop, resize),
+//!   run by [`Dataset::preprocess`]; [`Dataset::map_with_rng`] makes random maps reproducible.
 //! * [`tfrecord`] reads and writes TFRecord files ([`Dataset::tfrecord`]) and parses
 //!   `tf.train.Example` records ([`Dataset::parse_example`]); [`Compression`] is tf.data's
 //!   `compression_type`.
@@ -49,6 +52,7 @@ pub mod element;
 pub mod error;
 pub mod idx;
 pub mod npy;
+pub mod preprocess;
 pub mod sources;
 pub mod tfrecord;
 
@@ -59,6 +63,7 @@ pub use dataset::{
 };
 pub use element::{Array, Buffer, DType, Element};
 pub use error::{DataError, Result};
+pub use preprocess::{Normalization, Preprocess};
 pub use sources::{
     ColorMode, CsvOptions, ImageFolderOptions, MakeCsvOptions, RecordDefault, SkipCounter,
 };
