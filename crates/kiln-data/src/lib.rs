@@ -20,6 +20,8 @@
 //!   partial-cache rule and a pipeline [`fingerprint`](Dataset::fingerprint) check).
 //! * [`idx`] reads and writes the IDX files of MNIST / Fashion-MNIST (gzip or raw).
 //! * [`npy`] reads and writes NumPy `.npy` files.
+//! * [`inspect`] summarises a TFRecord, CSV, IDX or NPY file (first records, record count,
+//!   TFRecord checksums): `kiln data inspect`.
 //! * [`preprocess`] has Keras' preprocessing layers as map functions on one component
 //!   (rescale, normalize with `adapt`, one-hot, cast, reshape, random flip and crop, resize),
 //!   run by [`Dataset::preprocess`]; [`Dataset::map_with_rng`] makes random maps reproducible.
@@ -51,6 +53,7 @@ pub mod dataset;
 pub mod element;
 pub mod error;
 pub mod idx;
+pub mod inspect;
 pub mod npy;
 pub mod preprocess;
 pub mod sources;

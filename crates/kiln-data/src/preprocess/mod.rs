@@ -261,7 +261,11 @@ impl Preprocess {
 ///
 /// # Errors
 /// The first op's error, as [`Preprocess::apply`].
-pub fn apply_all(ops: &[Preprocess], element: Element, mut rng: Option<&mut StdRng>) -> Result<Element> {
+pub fn apply_all(
+    ops: &[Preprocess],
+    element: Element,
+    mut rng: Option<&mut StdRng>,
+) -> Result<Element> {
     ops.iter()
         .try_fold(element, |e, op| op.apply(e, rng.as_deref_mut()))
 }

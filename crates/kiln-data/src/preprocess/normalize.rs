@@ -180,8 +180,7 @@ impl Normalization {
                         let sizes = |s: &[usize], k: &[usize]| -> Vec<usize> {
                             k.iter().map(|&a| s[a]).collect()
                         };
-                        if *prev_kept != kept || sizes(prev, prev_kept) != sizes(x.shape(), &kept)
-                        {
+                        if *prev_kept != kept || sizes(prev, prev_kept) != sizes(x.shape(), &kept) {
                             return Err(DataError::InvalidArgument(format!(
                                 "element {record} has shape {:?} but earlier ones have \
                                  {prev:?}; the kept axes {axis:?} must have the same sizes in \

@@ -12,10 +12,22 @@ use crate::error::{DataError, Result};
 /// [`DataError::InvalidArgument`] for a `string` array.
 pub fn rescale(x: &Array, scale: f64, offset: f64) -> Result<Array> {
     let values: Vec<f32> = match x.data() {
-        Buffer::U8(v) => v.iter().map(|&a| (f64::from(a) * scale + offset) as f32).collect(),
-        Buffer::I32(v) => v.iter().map(|&a| (f64::from(a) * scale + offset) as f32).collect(),
-        Buffer::I64(v) => v.iter().map(|&a| (a as f64 * scale + offset) as f32).collect(),
-        Buffer::F32(v) => v.iter().map(|&a| (f64::from(a) * scale + offset) as f32).collect(),
+        Buffer::U8(v) => v
+            .iter()
+            .map(|&a| (f64::from(a) * scale + offset) as f32)
+            .collect(),
+        Buffer::I32(v) => v
+            .iter()
+            .map(|&a| (f64::from(a) * scale + offset) as f32)
+            .collect(),
+        Buffer::I64(v) => v
+            .iter()
+            .map(|&a| (a as f64 * scale + offset) as f32)
+            .collect(),
+        Buffer::F32(v) => v
+            .iter()
+            .map(|&a| (f64::from(a) * scale + offset) as f32)
+            .collect(),
         Buffer::F64(v) => v.iter().map(|&a| (a * scale + offset) as f32).collect(),
         Buffer::String(_) => {
             return Err(DataError::InvalidArgument(

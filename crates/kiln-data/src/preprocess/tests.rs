@@ -1,5 +1,8 @@
 //! Known-answer tests for the preprocessing ops (Keras / TensorFlow semantics).
 
+// Expected values are copied as Keras prints them (-1.4142135 = -sqrt(2) in float32).
+#![allow(clippy::approx_constant)]
+
 use super::*;
 use crate::element::{Array, Buffer, DType, Element};
 
@@ -13,7 +16,10 @@ fn f32s(a: &Array) -> Vec<f32> {
 fn close(got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
     for (g, w) in got.iter().zip(want) {
-        assert!((g - w).abs() <= 1e-6 * w.abs().max(1.0), "{got:?} vs {want:?}");
+        assert!(
+            (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+            "{got:?} vs {want:?}"
+        );
     }
 }
 
@@ -50,11 +56,18 @@ fn normalization_matches_the_keras_docstring_examples() {
     );
     let norm = Normalization::adapt(&ds, "x", vec![]).unwrap();
     assert_eq!((norm.mean(), norm.variance()), (&[3.0][..], &[2.0][..]));
-    let y = norm.apply(&arr(&[3], Buffer::F32(vec![1.0, 2.0, 3.0]))).unwrap();
+    let y = norm
+        .apply(&arr(&[3], Buffer::F32(vec![1.0, 2.0, 3.0])))
+        .unwrap();
     close(&f32s(&y), &[-1.414_213_5, -0.707_106_77, 0.0]);
 
     // Normalization(axis=-1).adapt([[0,7,4],[2,9,6],[0,7,4],[2,9,6]]); layer([[0,7,4]]).
-    let rows = [[0.0, 7.0, 4.0], [2.0, 9.0, 6.0], [0.0, 7.0, 4.0], [2.0, 9.0, 6.0]];
+    let rows = [
+        [0.0, 7.0, 4.0],
+        [2.0, 9.0, 6.0],
+        [0.0, 7.0, 4.0],
+        [2.0, 9.0, 6.0],
+    ];
     let ds = Dataset::from_elements(
         rows.iter()
             .map(|r| Element::new().with("x", arr(&[3], Buffer::F64(r.to_vec()))))
@@ -63,7 +76,9 @@ fn normalization_matches_the_keras_docstring_examples() {
     let norm = Normalization::adapt(&ds, "x", vec![-1]).unwrap();
     assert_eq!(norm.mean(), &[1.0, 8.0, 5.0]);
     assert_eq!(norm.variance(), &[1.0, 1.0, 1.0]);
-    let y = norm.apply(&arr(&[3], Buffer::F32(vec![0.0, 7.0, 4.0]))).unwrap();
+    let y = norm
+        .apply(&arr(&[3], Buffer::F32(vec![0.0, 7.0, 4.0])))
+        .unwrap();
     close(&f32s(&y), &[-1.0, -1.0, -1.0]);
 
     // Normalization(mean=3., variance=2.) on [[1.], [2.], [3.]] (one example at a time).
@@ -98,7 +113,10 @@ fn normalization_per_channel_per_pixel_and_zero_variance() {
     let per_pixel = Normalization::adapt(&ds, "image", vec![1, 2]).unwrap();
     assert_eq!(per_pixel.mean(), &[3.5, 4.5]);
     let v = per_pixel.variance();
-    assert!((v[0] - 4.25).abs() < 1e-12 && (v[1] - 2.25).abs() < 1e-12, "{v:?}");
+    assert!(
+        (v[0] - 4.25).abs() < 1e-12 && (v[1] - 2.25).abs() < 1e-12,
+        "{v:?}"
+    );
     // A tiny non-zero variance is floored at Keras' epsilon: (1 - 0) / 1e-7.
     let tiny = Normalization::new(vec![], vec![0.0], vec![1e-20]).unwrap();
     let y = tiny.apply(&arr(&[1], Buffer::F32(vec![1.0]))).unwrap();
@@ -121,11 +139,16 @@ fn normalization_errors_are_clear() {
         .apply(&arr(&[2], Buffer::F32(vec![1.0, 2.0])))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("mean has 3 values but examples of shape [2]"), "{e}");
+    assert!(
+        e.contains("mean has 3 values but examples of shape [2]"),
+        "{e}"
+    );
     assert!(Normalization::new(vec![], vec![0.0], vec![-1.0]).is_err());
     assert!(Normalization::new(vec![], vec![0.0, 1.0], vec![1.0, 2.0, 3.0]).is_err());
     let empty = Dataset::from_elements(vec![]);
-    let e = Normalization::adapt(&empty, "x", vec![]).unwrap_err().to_string();
+    let e = Normalization::adapt(&empty, "x", vec![])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("no values"), "{e}");
     let strings = Dataset::from_elements(vec![Element::new().with("x", Array::string_scalar("a"))]);
     assert!(Normalization::adapt(&strings, "x", vec![]).is_err());
@@ -142,7 +165,10 @@ fn one_hot_is_tf_one_hot_with_range_checks() {
     let e = one_hot(&arr(&[2], Buffer::I32(vec![0, 10])), 10)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("class index 10 at position 1 is outside [0, 10)"), "{e}");
+    assert!(
+        e.contains("class index 10 at position 1 is outside [0, 10)"),
+        "{e}"
+    );
     assert!(one_hot(&arr(&[1], Buffer::I32(vec![-1])), 3).is_err());
     assert!(one_hot(&arr(&[1], Buffer::F32(vec![1.0])), 3).is_err());
     assert!(one_hot(&arr(&[1], Buffer::I32(vec![0])), 0).is_err());
@@ -151,13 +177,25 @@ fn one_hot_is_tf_one_hot_with_range_checks() {
 #[test]
 fn cast_truncates_wraps_and_saturates_like_tf_cast() {
     let x = arr(&[4], Buffer::F32(vec![-2.7, 2.7, 300.0, f32::NAN]));
-    assert_eq!(cast(&x, DType::I32).unwrap().data(), &Buffer::I32(vec![-2, 2, 300, 0]));
+    assert_eq!(
+        cast(&x, DType::I32).unwrap().data(),
+        &Buffer::I32(vec![-2, 2, 300, 0])
+    );
     let x = arr(&[2], Buffer::I64(vec![300, -1]));
-    assert_eq!(cast(&x, DType::U8).unwrap().data(), &Buffer::U8(vec![44, 255]));
+    assert_eq!(
+        cast(&x, DType::U8).unwrap().data(),
+        &Buffer::U8(vec![44, 255])
+    );
     let x = arr(&[2], Buffer::F32(vec![-1.0, 1e10]));
-    assert_eq!(cast(&x, DType::U8).unwrap().data(), &Buffer::U8(vec![0, 255]));
+    assert_eq!(
+        cast(&x, DType::U8).unwrap().data(),
+        &Buffer::U8(vec![0, 255])
+    );
     let x = arr(&[2], Buffer::U8(vec![1, 255]));
-    assert_eq!(cast(&x, DType::F64).unwrap().data(), &Buffer::F64(vec![1.0, 255.0]));
+    assert_eq!(
+        cast(&x, DType::F64).unwrap().data(),
+        &Buffer::F64(vec![1.0, 255.0])
+    );
     assert_eq!(cast(&x, DType::U8).unwrap(), x);
     assert!(cast(&Array::string_scalar("1"), DType::F32).is_err());
     assert!(cast(&x, DType::String).is_err());
@@ -174,7 +212,9 @@ fn reshape_infers_one_size() {
     assert_eq!(reshape(&x, &[3, -1]).unwrap().shape(), &[3, 2]);
     assert_eq!(reshape(&x, &[1, 6, 1]).unwrap().data(), x.data());
     assert_eq!(
-        reshape(&arr(&[1], Buffer::I32(vec![7])), &[]).unwrap().shape(),
+        reshape(&arr(&[1], Buffer::I32(vec![7])), &[])
+            .unwrap()
+            .shape(),
         &[] as &[usize]
     );
     let e = reshape(&x, &[4, -1]).unwrap_err().to_string();
@@ -188,13 +228,25 @@ fn reshape_infers_one_size() {
 fn flip_and_crop_move_the_right_pixels() {
     // 2x3 image: rows [0 1 2], [3 4 5].
     let x = counting_image(2, 3);
-    assert_eq!(flip(&x, true, false).unwrap().data(), &Buffer::U8(vec![2, 1, 0, 5, 4, 3]));
-    assert_eq!(flip(&x, false, true).unwrap().data(), &Buffer::U8(vec![3, 4, 5, 0, 1, 2]));
-    assert_eq!(flip(&x, true, true).unwrap().data(), &Buffer::U8(vec![5, 4, 3, 2, 1, 0]));
+    assert_eq!(
+        flip(&x, true, false).unwrap().data(),
+        &Buffer::U8(vec![2, 1, 0, 5, 4, 3])
+    );
+    assert_eq!(
+        flip(&x, false, true).unwrap().data(),
+        &Buffer::U8(vec![3, 4, 5, 0, 1, 2])
+    );
+    assert_eq!(
+        flip(&x, true, true).unwrap().data(),
+        &Buffer::U8(vec![5, 4, 3, 2, 1, 0])
+    );
     assert_eq!(flip(&x, false, false).unwrap(), x);
     // Channels move together; a rank-2 image keeps its rank.
     let rgb = arr(&[1, 2, 2], Buffer::F32(vec![1.0, 2.0, 3.0, 4.0]));
-    assert_eq!(flip(&rgb, true, false).unwrap().data(), &Buffer::F32(vec![3.0, 4.0, 1.0, 2.0]));
+    assert_eq!(
+        flip(&rgb, true, false).unwrap().data(),
+        &Buffer::F32(vec![3.0, 4.0, 1.0, 2.0])
+    );
     let gray = arr(&[2, 2], Buffer::I64(vec![1, 2, 3, 4]));
     assert_eq!(flip(&gray, true, false).unwrap().shape(), &[2, 2]);
 
@@ -207,7 +259,10 @@ fn flip_and_crop_move_the_right_pixels() {
     let e = flip(&arr(&[4], Buffer::U8(vec![0; 4])), true, false)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("expected an image of shape [height, width, channels]"), "{e}");
+    assert!(
+        e.contains("expected an image of shape [height, width, channels]"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -219,8 +274,7 @@ fn resize_matches_tf_image_resize_bilinear() {
     close(
         &f32s(&y),
         &[
-            0.0, 0.25, 0.75, 1.0, 0.5, 0.75, 1.25, 1.5, 1.5, 1.75, 2.25, 2.5, 2.0, 2.25, 2.75,
-            3.0,
+            0.0, 0.25, 0.75, 1.0, 0.5, 0.75, 1.25, 1.5, 1.5, 1.75, 2.25, 2.5, 2.0, 2.25, 2.75, 3.0,
         ],
     );
     // Downsampling 1x4 [0, 10, 20, 30] to 1x2 samples 0.5 and 2.5: [5, 25].
@@ -229,7 +283,10 @@ fn resize_matches_tf_image_resize_bilinear() {
     close(&f32s(&y), &[5.0, 25.0]);
     // Channels are interpolated independently; same size is the identity.
     let rgb = arr(&[1, 2, 2], Buffer::F32(vec![0., 100., 10., 200.]));
-    close(&f32s(&resize_bilinear(&rgb, 1, 2).unwrap()), &[0., 100., 10., 200.]);
+    close(
+        &f32s(&resize_bilinear(&rgb, 1, 2).unwrap()),
+        &[0., 100., 10., 200.],
+    );
     close(&f32s(&resize_bilinear(&rgb, 1, 1).unwrap()), &[5., 150.]);
     assert!(resize_bilinear(&x, 0, 4).is_err());
     assert!(resize_bilinear(&Array::string_scalar("img"), 2, 2).is_err());
@@ -245,7 +302,10 @@ fn stack_packs_columns_as_float32() {
     let a = arr(&[2], Buffer::U8(vec![1, 2]));
     let b = arr(&[2], Buffer::U8(vec![3, 4]));
     let s = stack(&[&a, &b]).unwrap();
-    assert_eq!((s.shape(), f32s(&s)), (&[2, 2][..], vec![1.0, 3.0, 2.0, 4.0]));
+    assert_eq!(
+        (s.shape(), f32s(&s)),
+        (&[2, 2][..], vec![1.0, 3.0, 2.0, 4.0])
+    );
     assert!(stack(&[&a, &Array::scalar(Buffer::U8(vec![1])).unwrap()]).is_err());
     assert!(stack(&[]).is_err());
 }
@@ -280,7 +340,10 @@ fn preprocess_ops_name_the_op_and_component_in_errors() {
         width: 1,
     };
     let e = crop.apply(el.clone(), None).unwrap_err().to_string();
-    assert!(e.contains("random_crop") && e.contains("smaller than the 3x1 crop"), "{e}");
+    assert!(
+        e.contains("random_crop") && e.contains("smaller than the 3x1 crop"),
+        "{e}"
+    );
     // Inference: the central window, and no flip.
     let center = Preprocess::RandomCrop {
         component: "image".into(),
@@ -289,7 +352,10 @@ fn preprocess_ops_name_the_op_and_component_in_errors() {
     };
     let big = Element::new().with("image", counting_image(4, 4));
     let out = center.apply(big.clone(), None).unwrap();
-    assert_eq!(out.get("image").unwrap().data(), &Buffer::U8(vec![5, 6, 9, 10]));
+    assert_eq!(
+        out.get("image").unwrap().data(),
+        &Buffer::U8(vec![5, 6, 9, 10])
+    );
     let flip = Preprocess::RandomFlip {
         component: "image".into(),
         mode: FlipMode::HorizontalAndVertical,
@@ -389,9 +455,11 @@ fn random_crop_covers_every_offset() {
 
 #[test]
 fn deterministic_ops_chain_in_order() {
-    let ds = Dataset::from_elements(vec![Element::new()
-        .with("image", counting_image(2, 2))
-        .with("label", Array::scalar(Buffer::U8(vec![1])).unwrap())])
+    let ds = Dataset::from_elements(vec![
+        Element::new()
+            .with("image", counting_image(2, 2))
+            .with("label", Array::scalar(Buffer::U8(vec![1])).unwrap()),
+    ])
     .preprocess(
         vec![
             Preprocess::Rescale {
