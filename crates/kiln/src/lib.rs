@@ -4,7 +4,9 @@
 //! ([`model`]), `compile` with Keras' optimizers, losses and metrics ([`compile`]), and
 //! `fit` / `evaluate` / `predict` ([`fit`]) fed by tf.data-style pipelines from `kiln-data`.
 //! A run is described by one TOML file ([`config`]) and saved to a run directory
-//! ([`run_dir`]); [`run`] strings these together as the `kiln` command does.
+//! ([`run_dir`]); [`run`] strings these together as the `kiln` command does. [`pipeline`]
+//! builds the tf.data pipelines of a config's `[data.train]` / `[data.validation]` /
+//! `[data.test]` tables.
 //!
 //! ## Cargo features
 //! - `vulkan`: GPUs through Burn's wgpu backend with SPIR-V kernels (`--device gpu`).
@@ -24,6 +26,7 @@ pub mod input;
 pub mod kernels;
 pub mod model;
 pub mod ops;
+pub mod pipeline;
 pub mod run;
 pub mod run_dir;
 
