@@ -335,7 +335,10 @@ fn run_data(command: DataCommand) -> anyhow::Result<()> {
             let format = format
                 .map(|f| f.parse::<kiln_data::inspect::FileFormat>())
                 .transpose()
-                .map_err(|e| KilnError::config("--format", e.to_string()))?;
+                .map_err(|e| match e {
+                    kiln_data::DataError::InvalidArgument(m) => KilnError::config("--format", m),
+                    other => KilnError::Data(other),
+                })?;
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             kiln_data::inspect::inspect(&file, n, format, &mut out).map_err(KilnError::Data)?;

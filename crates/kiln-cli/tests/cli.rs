@@ -630,6 +630,10 @@ fn data_inspect_reads_tfrecords_and_reports_a_flipped_byte() {
         "--format",
         "parquet",
     ]);
-    assert_clean_failure(&o, 2, "--format: invalid argument: unknown file format");
+    assert_clean_failure(
+        &o,
+        2,
+        "--format: unknown file format \"parquet\"; allowed: tfrecord",
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -117,6 +117,12 @@ pub fn train(
         let (train, validation, test) = array_pipelines(cfg)?;
         (cfg.clone(), train, validation, Some(test))
     };
+    let mut resolved = resolved;
+    if resolved.data.data_dir.is_relative() {
+        // The run directory's config must find the data from any working directory.
+        resolved.data.data_dir = std::path::absolute(&resolved.data.data_dir)
+            .map_err(|e| KilnError::io(&resolved.data.data_dir, e))?;
+    }
     let cfg = &resolved;
 
     // Created now so that an unwritable place fails before training; the files are written
@@ -286,8 +292,10 @@ pub fn evaluate(run_dir: &Path, overrides: &Overrides, device: Device) -> Result
 
 /// Class probabilities for the examples in `input` (IDX or NPY): `[examples, units]` row-major
 /// and `units`. A file holding one example with the Input's shape (no batch axis) counts as one
-/// example. Outputs of a `from_logits` model go through softmax (sigmoid for
-/// `binary_crossentropy`), so rows are probabilities either way.
+/// example. The run's preprocessing applies: `data.rescale`, or with pipeline tables the `map`
+/// ops of `[data.test]` (else `[data.train]`) that read only the features, in inference mode.
+/// Outputs of a `from_logits` model go through softmax (sigmoid for `binary_crossentropy`), so
+/// rows are probabilities either way.
 ///
 /// # Errors
 /// As [`load_run`], plus I/O, format and shape errors naming the input file.
@@ -308,7 +316,10 @@ pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<(Vec<f32>
             input.display()
         )));
     }
-    if x.shape().is_empty() || x.shape()[1..].iter().product::<usize>() != per {
+    // With pipeline tables the map ops (crop, resize, reshape) may change the shape: the
+    // batch conversion checks the result against the Input instead.
+    let shape_changes = cfg.data.uses_pipelines();
+    if x.shape().is_empty() || (!shape_changes && x.shape()[1..].iter().product::<usize>() != per) {
         return Err(KilnError::Shape(format!(
             "{}: examples of shape {:?} do not fit the model's Input {}",
             input.display(),
