@@ -15,6 +15,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use kiln::pipeline::Split;
 use kiln::run::{self, Overrides};
 use kiln::{DeviceKind, KilnError, RunConfig, device};
 
@@ -111,6 +112,40 @@ enum Command {
         #[arg(long, value_enum, default_value = "cpu")]
         device: DeviceArg,
     },
+    /// Look into data files and input pipelines.
+    #[command(subcommand)]
+    Data(DataCommand),
+}
+
+#[derive(Subcommand)]
+enum DataCommand {
+    /// Print the first records of a TFRecord, CSV, IDX or NPY file and count them all
+    /// (every TFRecord checksum is verified; a damaged record exits with code 1).
+    Inspect {
+        /// The file.
+        file: PathBuf,
+        /// Records to print.
+        #[arg(short = 'n', long = "records", default_value_t = 5)]
+        n: usize,
+        /// tfrecord, tfrecord-gzip, tfrecord-zlib, csv, idx or npy (default: recognised from
+        /// the name and contents).
+        #[arg(long)]
+        format: Option<String>,
+    },
+    /// Run a config's input pipeline alone (no model) and report its throughput.
+    Bench {
+        /// A TOML run config with [data.train] / [data.validation] / [data.test] tables.
+        config: PathBuf,
+        /// train, validation or test.
+        #[arg(long, default_value = "train")]
+        split: String,
+        /// Batches to read (default: one epoch).
+        #[arg(long)]
+        steps: Option<u64>,
+        /// Override data.data_dir.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -164,6 +199,7 @@ fn main() -> ExitCode {
 
 fn run_command(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Data(data) => run_data(data),
         Command::Train {
             config,
             epochs,
@@ -199,7 +235,11 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             println!(
                 "Trained {epochs_run} epoch{plural} in {total:.1}s ({sps:.0} samples/s on average)."
             );
-            println!("Test: {}", progress::format_logs(&report.test));
+            if report.test.0.is_empty() {
+                println!("Test: no [data.test] table, not evaluated");
+            } else {
+                println!("Test: {}", progress::format_logs(&report.test));
+            }
             let acc = [
                 "accuracy",
                 "acc",
@@ -283,6 +323,66 @@ fn run_command(command: Command) -> anyhow::Result<()> {
                 Some(path) => std::fs::write(&path, text)
                     .with_context(|| format!("cannot write {}", path.display()))?,
                 None => std::io::stdout().write_all(text.as_bytes())?,
+            }
+            Ok(())
+        }
+    }
+}
+
+fn run_data(command: DataCommand) -> anyhow::Result<()> {
+    match command {
+        DataCommand::Inspect { file, n, format } => {
+            let format = format
+                .map(|f| f.parse::<kiln_data::inspect::FileFormat>())
+                .transpose()
+                .map_err(|e| match e {
+                    kiln_data::DataError::InvalidArgument(m) => KilnError::config("--format", m),
+                    other => KilnError::Data(other),
+                })?;
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            kiln_data::inspect::inspect(&file, n, format, &mut out).map_err(KilnError::Data)?;
+            Ok(())
+        }
+        DataCommand::Bench {
+            config,
+            split,
+            steps,
+            data_dir,
+        } => {
+            let split: Split = split.parse()?;
+            let mut cfg = RunConfig::load(&config)?;
+            cfg.apply(&Overrides {
+                data_dir,
+                ..Default::default()
+            })?;
+            if !cfg.data.uses_pipelines() {
+                return Err(KilnError::config(
+                    "data",
+                    "kiln data bench runs [data.train] / [data.validation] / [data.test] \
+                     pipeline tables; this config uses the [data] arrays keys",
+                )
+                .into());
+            }
+            let r = kiln::pipeline::bench(&cfg, split, steps)?;
+            println!(
+                "{}: {} batches, {} examples in {:.3}s",
+                split.key(),
+                r.batches,
+                r.elements,
+                r.seconds
+            );
+            println!(
+                "{:.0} examples/s, {:.1} batches/s",
+                r.elements_per_second(),
+                r.batches as f64 / r.seconds.max(1e-9)
+            );
+            println!("first batch after {:.3}s", r.first_batch_seconds);
+            if r.adapt_seconds > 0.001 {
+                println!("adapt (before the pipeline) took {:.3}s", r.adapt_seconds);
+            }
+            for (name, dtype, shape) in &r.batch_shapes {
+                println!("  {name}: {dtype} {shape:?}");
             }
             Ok(())
         }

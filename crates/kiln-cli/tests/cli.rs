@@ -390,3 +390,250 @@ fn mlp_example_reaches_088_test_accuracy() {
     assert!(acc >= 0.88, "MLP test accuracy {acc}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// cnn-pipeline.toml with a small CNN and small subsets (`take`): 4096 training, 256
+/// validation and 512 test examples, one epoch; `edit` changes the config text.
+fn small_pipeline_run(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    let text = std::fs::read_to_string(examples().join("cnn-pipeline.toml"))
+        .unwrap()
+        .replace("epochs = 10", "epochs = 1")
+        .replace("filters = 64", "filters = 8")
+        .replace("filters = 32", "filters = 4")
+        .replace("take = 54000", "take = 4096")
+        .replace("batch_size = 128", "batch_size = 64")
+        .replace("skip = 54000", "skip = 54000\ntake = 256")
+        .replace("[data.test]\n", "[data.test]\ntake = 512\n");
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(&config, edit(text)).unwrap();
+    config
+}
+
+#[test]
+fn pipeline_tables_train_evaluate_and_predict() {
+    require_data();
+    let dir = scratch("pipeline");
+    let run = dir.join("run");
+    let cfg = small_pipeline_run(&dir, "small", |t| t);
+    let o = kiln(&[
+        "train",
+        cfg.to_str().unwrap(),
+        "--run-dir",
+        run.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("Epoch 1/1"), "{out}");
+    assert!(
+        out.contains("64/64"),
+        "4096 examples in batches of 64: {out}"
+    );
+    let acc = test_accuracy(&out);
+    assert!(
+        acc > 0.5,
+        "one short epoch should pass 0.5 on the test subset, got {acc}"
+    );
+    // The resolved config keeps the pipeline tables and no arrays-form key.
+    let resolved = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    assert!(
+        resolved.contains("[data.train]") && resolved.contains("take = 4096"),
+        "{resolved}"
+    );
+    assert!(!resolved.contains("rescale ="), "{resolved}");
+    let history: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("history.json")).unwrap()).unwrap();
+    assert_eq!(
+        history["history"]["val_accuracy"].as_array().unwrap().len(),
+        1
+    );
+
+    // evaluate rebuilds [data.test] from the resolved config and finds the same accuracy.
+    let o = kiln(&["evaluate", run.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let eval: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(
+        (eval["accuracy"].as_f64().unwrap() - acc).abs() < 1e-4,
+        "{eval} vs {acc}"
+    );
+
+    // predict applies the x ops (rescale) to raw uint8 images.
+    let images =
+        kiln_data::idx::read_idx(&Path::new(DATA).join("t10k-images-idx3-ubyte.gz")).unwrap();
+    let first = dir.join("first4.idx");
+    kiln_data::idx::write_idx(&first, &images.rows(0, 4)).unwrap();
+    let o = kiln(&["predict", run.to_str().unwrap(), first.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let p: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let rows = p["predictions"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    let sum: f64 = rows[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    assert!((sum - 1.0).abs() < 1e-4, "probabilities sum to 1: {sum}");
+
+    // The pipeline alone, benchmarked.
+    let o = kiln(&["data", "bench", cfg.to_str().unwrap(), "--steps", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("data.train: 3 batches, 192 examples in"),
+        "{out}"
+    );
+    assert!(
+        out.contains("examples/s") && out.contains("x: float32 [64, 28, 28]"),
+        "{out}"
+    );
+    assert!(out.contains("y: uint8 [64]"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn pipeline_config_errors_name_the_key() {
+    require_data();
+    let dir = scratch("pipeline-errors");
+    let bad = |name: &str, edit: &dyn Fn(String) -> String| {
+        let cfg = small_pipeline_run(&dir, name, edit);
+        kiln(&[
+            "train",
+            cfg.to_str().unwrap(),
+            "--run-dir",
+            dir.join(name).to_str().unwrap(),
+        ])
+    };
+    let o = bad("both-forms", &|t| {
+        t.replace("[data]\n", "[data]\nrescale = 0.5\n")
+    });
+    assert_clean_failure(&o, 2, "data.rescale: cannot be combined with [data.train]");
+    let o = bad("op", &|t| {
+        t.replacen("op = \"rescale\"", "op = \"rescal\"", 1)
+    });
+    assert_clean_failure(&o, 2, "unknown variant `rescal`, expected one of `rescale`");
+    let o = bad("source", &|t| {
+        t.replacen("source = \"idx\"", "source = \"parquet\"", 1)
+    });
+    assert_clean_failure(&o, 2, "unknown variant `parquet`");
+    let o = bad("key", &|t| t.replacen("take = 4096", "takes = 4096", 1));
+    assert_clean_failure(&o, 2, "unknown field `takes`");
+    let o = bad("missing", &|t| {
+        t.replacen(
+            "train-images-idx3-ubyte.gz\", \"train-labels",
+            "nope.gz\", \"train-labels",
+            1,
+        )
+    });
+    assert_clean_failure(
+        &o,
+        1,
+        "data.train.files[0]: /usr/share/datasets/fashion-mnist/nope.gz does not exist",
+    );
+    let o = bad("component", &|t| {
+        t.replacen("y = \"label\"", "y = \"labels\"", 1)
+    });
+    assert_clean_failure(
+        &o,
+        1,
+        "data.train.y: the elements have no component \"labels\"",
+    );
+    let o = bad("split", &|t| {
+        t.replace("[fit]\n", "[fit]\nvalidation_split = 0.1\n")
+    });
+    assert_clean_failure(
+        &o,
+        2,
+        "fit.validation_split: cannot split a [data.train] pipeline",
+    );
+    // bench needs pipeline tables.
+    let o = kiln(&[
+        "data",
+        "bench",
+        examples().join("mlp.toml").to_str().unwrap(),
+    ]);
+    assert_clean_failure(&o, 2, "kiln data bench runs [data.train]");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Three small `tf.train.Example`s written with kiln-data's `TfRecordWriter`.
+fn write_examples(path: &Path) {
+    use kiln_data::tfrecord::{Example, Feature, TfRecordWriter};
+    let mut w = TfRecordWriter::create(path, kiln_data::Compression::None).unwrap();
+    for i in 0..3 {
+        let e = Example::new()
+            .with("label", Feature::int64(vec![i]))
+            .with("image", Feature::float32(vec![0.25; 784]));
+        w.write(&e.to_bytes()).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+#[test]
+fn data_inspect_reads_tfrecords_and_reports_a_flipped_byte() {
+    let dir = scratch("inspect");
+    let path = dir.join("small.tfrecord");
+    write_examples(&path);
+    let o = kiln(&["data", "inspect", path.to_str().unwrap(), "-n", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("small.tfrecord: TFRecord"), "{out}");
+    assert!(
+        out.contains("record 0 (byte 0,") && out.contains("record 1 ("),
+        "{out}"
+    );
+    assert!(!out.contains("record 2 ("), "{out}");
+    assert!(
+        out.contains("image  float32     784 values  [0.25, 0.25"),
+        "{out}"
+    );
+    assert!(out.contains("label  int64         1 value   [1]"), "{out}");
+    assert!(
+        out.contains("3 records, every length and data CRC-32C verified"),
+        "{out}"
+    );
+
+    // One flipped byte in the data of record 2: exit 1, naming the record and its offset.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let record = bytes.len() / 3;
+    bytes[2 * record + 40] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    let o = kiln(&["data", "inspect", path.to_str().unwrap()]);
+    assert_clean_failure(
+        &o,
+        1,
+        &format!("corrupted record at byte {} (record index 2)", 2 * record),
+    );
+    let err = stderr(&o);
+    assert!(err.contains("record") && err.contains("byte"), "{err}");
+    // The records before the damage were still printed.
+    assert!(stdout(&o).contains("record 1 ("), "{}", stdout(&o));
+
+    // Other formats, and bad input.
+    let csv = dir.join("t.csv");
+    std::fs::write(&csv, "a,b\n1,x\n2,y\n").unwrap();
+    let o = kiln(&["data", "inspect", csv.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("1  b  string") && stdout(&o).contains("2 rows"),
+        "{}",
+        stdout(&o)
+    );
+    let o = kiln(&[
+        "data",
+        "inspect",
+        dir.join("nope.tfrecord").to_str().unwrap(),
+    ]);
+    assert_clean_failure(&o, 1, "nope.tfrecord");
+    let o = kiln(&[
+        "data",
+        "inspect",
+        csv.to_str().unwrap(),
+        "--format",
+        "parquet",
+    ]);
+    assert_clean_failure(
+        &o,
+        2,
+        "--format: unknown file format \"parquet\"; allowed: tfrecord",
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -111,6 +111,17 @@ pub enum DataError {
         message: String,
     },
 
+    /// A preprocessing op ([`crate::Preprocess`]) cannot handle a component's values.
+    #[error("preprocessing op {op} on component {component:?}: {message}")]
+    Preprocess {
+        /// The op's name (`rescale`, `random_crop`, …).
+        op: String,
+        /// The component it was applied to.
+        component: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+
     /// A dataset cache file cannot be used: it was built by a different input pipeline, or
     /// another iterator holds its lock. The message says how to fix it (delete the file, or
     /// use another cache prefix).

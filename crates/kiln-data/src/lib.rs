@@ -23,6 +23,11 @@
 //!   [`DatasetIter::stats`] reports each stage's elements, busy and waited time.
 //! * [`idx`] reads and writes the IDX files of MNIST / Fashion-MNIST (gzip or raw).
 //! * [`npy`] reads and writes NumPy `.npy` files.
+//! * [`inspect`] summarises a TFRecord, CSV, IDX or NPY file (first records, record count,
+//!   TFRecord checksums): `kiln data inspect`.
+//! * [`preprocess`] has Keras' preprocessing layers as map functions on one component
+//!   (rescale, normalize with `adapt`, one-hot, cast, reshape, random flip and crop, resize),
+//!   run by [`Dataset::preprocess`]; [`Dataset::map_with_rng`] makes random maps reproducible.
 //! * [`tfrecord`] reads and writes TFRecord files ([`Dataset::tfrecord`]) and parses
 //!   `tf.train.Example` records ([`Dataset::parse_example`]); [`Compression`] is tf.data's
 //!   `compression_type`.
@@ -53,7 +58,9 @@ pub mod dataset;
 pub mod element;
 pub mod error;
 pub mod idx;
+pub mod inspect;
 pub mod npy;
+pub mod preprocess;
 pub mod sources;
 pub mod storage;
 pub mod tfrecord;
@@ -65,6 +72,7 @@ pub use dataset::{
 };
 pub use element::{Array, Buffer, DType, Element};
 pub use error::{DataError, Result};
+pub use preprocess::{Normalization, Preprocess};
 pub use sources::{
     ColorMode, CsvOptions, ImageFolderOptions, MakeCsvOptions, RecordDefault, SkipCounter,
 };

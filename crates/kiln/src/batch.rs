@@ -52,7 +52,9 @@ pub fn features(x: &Array, spec: &ModelSpec, device: &Device) -> Result<(Act, us
     }
     let values = match x.data() {
         kiln_data::Buffer::F32(v) => v.clone(),
-        other => other.to_f32(),
+        other => other
+            .try_to_f32()
+            .map_err(|_| not_numeric(FEATURES, "features", x.dtype()))?,
     };
     let act = match *want {
         [f] => Act::Flat(Tensor::from_data(
@@ -79,6 +81,15 @@ pub fn features(x: &Array, spec: &ModelSpec, device: &Device) -> Result<(Act, us
     Ok((act, batch))
 }
 
+/// The error for a batch component the model cannot take as numbers (a `string` feature).
+fn not_numeric(component: &str, role: &str, dtype: kiln_data::DType) -> KilnError {
+    KilnError::Shape(format!(
+        "the {role} (batch component \"{component}\") are {dtype} values, which a model cannot \
+         take: parse or encode them into numbers in the input pipeline (a map op, or a numeric \
+         column default / feature dtype), or choose another component as the pipeline's {component}"
+    ))
+}
+
 /// Transposes `[n, h, w, c]` to `[n, c, h, w]`.
 pub fn nhwc_to_nchw(v: &[f32], [n, h, w, c]: [usize; 4]) -> Vec<f32> {
     let mut out = vec![0.0; v.len()];
@@ -92,6 +103,13 @@ pub fn nhwc_to_nchw(v: &[f32], [n, h, w, c]: [usize; 4]) -> Vec<f32> {
         }
     }
     out
+}
+
+/// Class labels as `i64`, or the error naming the labels component.
+fn labels_i64(y: &Array) -> Result<Vec<i64>> {
+    y.data()
+        .try_to_i64()
+        .map_err(|_| not_numeric(LABELS, "labels", y.dtype()))
 }
 
 /// Converts a batch element (`x` and, unless predicting, `y`) for the model and loss.
@@ -134,7 +152,7 @@ pub fn to_device(
                 y.shape()
             )));
         }
-        let classes = y.data().to_i64();
+        let classes = labels_i64(y)?;
         check(&classes)?;
         let t = Tensor::<1, Int>::from_data(TensorData::new(classes.clone(), [size]), device);
         return Ok(DeviceBatch {
@@ -147,7 +165,7 @@ pub fn to_device(
     }
     let (classes, targets) = if class_labels && units > 1 {
         // Integer labels for a dense loss: one-hot encode (Keras would ask for to_categorical).
-        let classes = y.data().to_i64();
+        let classes = labels_i64(y)?;
         check(&classes)?;
         let mut t = vec![0.0f32; size * units];
         for (i, &c) in classes.iter().enumerate() {
@@ -155,7 +173,10 @@ pub fn to_device(
         }
         (classes, t)
     } else {
-        let t = y.data().to_f32();
+        let t = y
+            .data()
+            .try_to_f32()
+            .map_err(|_| not_numeric(LABELS, "labels", y.dtype()))?;
         if t.len() != size * units {
             return Err(KilnError::Shape(format!(
                 "labels have {} values per example but the model has {units} output units",
@@ -181,6 +202,48 @@ pub fn to_device(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn string_features_and_labels_are_errors_not_panics() {
+        use crate::compile::LossSpec;
+        let spec = ModelSpec::from_toml(
+            &toml::from_str(
+                "layers = [{ type = \"Input\", shape = [1] }, { type = \"Dense\", units = 2 }]",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let device = Device::flex();
+        let strings = Array::new(
+            vec![2],
+            kiln_data::Buffer::String(vec![b"a".to_vec(), b"b".to_vec()]),
+        )
+        .unwrap();
+        let numbers = Array::new(vec![2, 1], kiln_data::Buffer::F32(vec![1.0, 2.0])).unwrap();
+        let loss =
+            LossSpec::from_toml(&toml::Value::from("sparse_categorical_crossentropy")).unwrap();
+        let el = Element::new().with(FEATURES, strings.clone());
+        let e = to_device(&el, &spec, &loss, &device)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("the features (batch component \"x\") are string values"),
+            "{e}"
+        );
+        let el = Element::new()
+            .with(FEATURES, numbers.clone())
+            .with(LABELS, strings.clone());
+        let e = to_device(&el, &spec, &loss, &device)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("the labels (batch component \"y\") are string values"),
+            "{e}"
+        );
+        let mse = LossSpec::from_toml(&toml::Value::from("mse")).unwrap();
+        let el = Element::new().with(FEATURES, numbers).with(LABELS, strings);
+        assert!(to_device(&el, &spec, &mse, &device).is_err());
+    }
 
     #[test]
     fn nhwc_to_nchw_moves_channels_first() {

@@ -4,8 +4,10 @@
 //! ([`model`]), `compile` with Keras' optimizers, losses and metrics ([`compile`]), and
 //! `fit` / `evaluate` / `predict` ([`fit`]) fed by tf.data-style pipelines from `kiln-data`.
 //! A run is described by one TOML file ([`config`]) and saved to a run directory
-//! ([`run_dir`]); [`run`] strings these together as the `kiln` command does. Keras' callbacks
-//! are in [`callbacks`], TensorBoard event files in [`summary`].
+//! ([`run_dir`]); [`run`] strings these together as the `kiln` command does. [`pipeline`]
+//! builds the tf.data pipelines of a config's `[data.train]` / `[data.validation]` /
+//! `[data.test]` tables. Keras' callbacks are in [`callbacks`], TensorBoard event files in
+//! [`summary`].
 //!
 //! ## Cargo features
 //! - `vulkan`: GPUs through Burn's wgpu backend with SPIR-V kernels (`--device gpu`).
@@ -26,6 +28,7 @@ pub mod input;
 pub mod kernels;
 pub mod model;
 pub mod ops;
+pub mod pipeline;
 pub mod run;
 pub mod run_dir;
 pub mod summary;

@@ -4,12 +4,14 @@
 use std::path::{Path, PathBuf};
 
 use burn::prelude::Device;
+use kiln_data::Dataset;
 
 use crate::compile::{LossKind, argmax};
 use crate::config::RunConfig;
 use crate::error::{KilnError, Result};
 use crate::fit::{Callback, History, Logs, Model};
 use crate::input::{check_against_model, load_idx, pipeline, read_inputs, split_last};
+use crate::pipeline::{self as pipelines, Split};
 use crate::run_dir::RunDir;
 
 /// Command-line overrides of config values.
@@ -42,6 +44,19 @@ impl RunConfig {
         }
         if let Some(v) = o.batch_size {
             self.fit.batch_size = v;
+            // The flag wins over the pipeline tables' own batch sizes, too.
+            for p in [
+                &mut self.data.train,
+                &mut self.data.validation,
+                &mut self.data.test,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if p.batch_size.is_some() {
+                    p.batch_size = Some(v);
+                }
+            }
         }
         if let Some(v) = o.seed {
             self.seed = v;
@@ -60,7 +75,8 @@ pub struct TrainReport {
     pub model: Model,
     /// Per-epoch values.
     pub history: History,
-    /// Loss and metrics on the test split.
+    /// Loss and metrics on the test split (empty when a pipeline-form config has no
+    /// `[data.test]`).
     pub test: Logs,
     /// Where everything was written.
     pub run_dir: PathBuf,
@@ -79,6 +95,71 @@ pub fn train(
     callbacks: &mut [&mut dyn Callback],
     on_model: impl FnOnce(&mut Model),
 ) -> Result<TrainReport> {
+    let (resolved, train, validation, test) = if cfg.data.uses_pipelines() {
+        // adapt runs first: its statistics go into the resolved config and the pipelines.
+        let resolved = pipelines::adapt(cfg)?;
+        check_pipelines_against_model(&resolved)?;
+        let validation = match (
+            &resolved.data.validation,
+            resolved.fit.validation_data.as_deref(),
+        ) {
+            (Some(_), _) => Some(pipelines::build(&resolved, Split::Validation)?),
+            (None, Some("test")) => Some(pipelines::build(&resolved, Split::Test)?),
+            _ => None,
+        };
+        let train = pipelines::build(&resolved, Split::Train)?;
+        let test = match resolved.data.test {
+            Some(_) => Some(pipelines::build(&resolved, Split::Test)?),
+            None => None,
+        };
+        (resolved, train, validation, test)
+    } else {
+        let (train, validation, test) = array_pipelines(cfg)?;
+        (cfg.clone(), train, validation, Some(test))
+    };
+    let mut resolved = resolved;
+    if resolved.data.data_dir.is_relative() {
+        // The run directory's config must find the data from any working directory.
+        resolved.data.data_dir = std::path::absolute(&resolved.data.data_dir)
+            .map_err(|e| KilnError::io(&resolved.data.data_dir, e))?;
+    }
+    let cfg = &resolved;
+
+    // Created now so that an unwritable place fails before training; the files are written
+    // together after training, so a failed run never leaves a config that does not match the
+    // weights beside it.
+    let dir = RunDir::create(run_dir)?;
+    let mut model = Model::new(
+        &cfg.name,
+        cfg.model.clone(),
+        cfg.compile.clone(),
+        cfg.seed,
+        device,
+    );
+    on_model(&mut model);
+    let history = model.fit(&train, validation.as_ref(), cfg.fit.epochs, callbacks)?;
+    model.save_weights(&dir.weights())?;
+    dir.save_config(&cfg.to_toml())?;
+    dir.save_history(&history)?;
+    let test_logs = match &test {
+        Some(test) => {
+            let logs = model.evaluate(test)?;
+            dir.save_metrics(&logs)?;
+            logs
+        }
+        None => Logs::default(),
+    };
+    Ok(TrainReport {
+        model,
+        history,
+        test: test_logs,
+        run_dir: dir.path().to_path_buf(),
+    })
+}
+
+/// The arrays form's `(train, validation, test)` pipelines: the IDX files loaded, checked
+/// against the model, the validation split held out.
+fn array_pipelines(cfg: &RunConfig) -> Result<(Dataset, Option<Dataset>, Dataset)> {
     let data = load_idx(&cfg.data)?;
     check_against_model(&data, cfg)?;
     let ((train_x, train_y), held_out) =
@@ -105,31 +186,53 @@ pub fn train(
     };
     let train = pipeline(train_x, Some(train_y), cfg, cfg.fit.shuffle)?;
     let test = pipeline(data.test_x, Some(data.test_y), cfg, false)?;
+    Ok((train, validation, test))
+}
 
-    // Created now so that an unwritable place fails before training; the files are written
-    // together after training, so a failed run never leaves a config that does not match the
-    // weights beside it.
-    let dir = RunDir::create(run_dir)?;
-    let mut model = Model::new(
-        &cfg.name,
-        cfg.model.clone(),
-        cfg.compile.clone(),
-        cfg.seed,
-        device,
-    );
-    on_model(&mut model);
-    let history = model.fit(&train, validation.as_ref(), cfg.fit.epochs, callbacks)?;
-    model.save_weights(&dir.weights())?;
-    dir.save_config(&cfg.to_toml())?;
-    dir.save_history(&history)?;
-    let test_logs = model.evaluate(&test)?;
-    dir.save_metrics(&test_logs)?;
-    Ok(TrainReport {
-        model,
-        history,
-        test: test_logs,
-        run_dir: dir.path().to_path_buf(),
-    })
+/// Checks the first example of every pipeline table against the model before training: the
+/// features' element count against the Input, an integer class label against the output
+/// units.
+///
+/// # Errors
+/// [`KilnError::Shape`] naming the table and component; data errors from the first example.
+fn check_pipelines_against_model(cfg: &RunConfig) -> Result<()> {
+    let per: usize = cfg.model.input_shape().iter().product();
+    let units = cfg.model.output_shape()[0];
+    for split in [Split::Train, Split::Validation, Split::Test] {
+        let Some(p) = split.table(cfg) else { continue };
+        let Some(first) = pipelines::first_example(cfg, split)? else {
+            return Err(KilnError::Shape(format!(
+                "{}: the pipeline yields no examples; check files, skip and take",
+                split.key()
+            )));
+        };
+        let x = first.require(crate::batch::FEATURES)?;
+        if x.len() != per {
+            return Err(KilnError::Shape(format!(
+                "{}: examples of component \"{}\" have shape {} ({}) but the model's Input \
+                 expects {}; add a reshape or resize op, or change the Input's `shape`",
+                split.key(),
+                p.x_name(),
+                crate::model::keras_shape(x.shape()),
+                x.dtype(),
+                crate::model::keras_shape(cfg.model.input_shape())
+            )));
+        }
+        let y = first.require(crate::batch::LABELS)?;
+        if y.dtype().is_integer() && y.len() == 1 && units > 1 {
+            let label = y.data().try_to_i64()?[0];
+            if label < 0 || label as usize >= units {
+                return Err(KilnError::Shape(format!(
+                    "{}: label {label} of the first example (component \"{}\") is outside \
+                     [0, {units}): the model's last layer has {units} units; set its `units` \
+                     to the number of classes",
+                    split.key(),
+                    p.y_name()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Loads a run directory's config (with `overrides`, e.g. another `data_dir`) and model.
@@ -169,8 +272,18 @@ pub struct Evaluation {
 /// As [`load_run`], plus data errors.
 pub fn evaluate(run_dir: &Path, overrides: &Overrides, device: Device) -> Result<Evaluation> {
     let (cfg, model) = load_run(run_dir, overrides, device)?;
-    let data = load_idx(&cfg.data)?;
-    let test = pipeline(data.test_x, Some(data.test_y), &cfg, false)?;
+    let test = if cfg.data.uses_pipelines() {
+        if cfg.data.test.is_none() {
+            return Err(KilnError::config(
+                "data.test",
+                "kiln evaluate needs a [data.test] table in the run's config",
+            ));
+        }
+        pipelines::build(&cfg, Split::Test)?
+    } else {
+        let data = load_idx(&cfg.data)?;
+        pipeline(data.test_x, Some(data.test_y), &cfg, false)?
+    };
     let logs = model.evaluate(&test)?;
     let (outputs, units) = model.predict(&test)?;
     let predicted = outputs.chunks_exact(units).map(argmax).collect();
@@ -179,8 +292,10 @@ pub fn evaluate(run_dir: &Path, overrides: &Overrides, device: Device) -> Result
 
 /// Class probabilities for the examples in `input` (IDX or NPY): `[examples, units]` row-major
 /// and `units`. A file holding one example with the Input's shape (no batch axis) counts as one
-/// example. Outputs of a `from_logits` model go through softmax (sigmoid for
-/// `binary_crossentropy`), so rows are probabilities either way.
+/// example. The run's preprocessing applies: `data.rescale`, or with pipeline tables the `map`
+/// ops of `[data.test]` (else `[data.train]`) that read only the features, in inference mode.
+/// Outputs of a `from_logits` model go through softmax (sigmoid for `binary_crossentropy`), so
+/// rows are probabilities either way.
 ///
 /// # Errors
 /// As [`load_run`], plus I/O, format and shape errors naming the input file.
@@ -201,7 +316,10 @@ pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<(Vec<f32>
             input.display()
         )));
     }
-    if x.shape().is_empty() || x.shape()[1..].iter().product::<usize>() != per {
+    // With pipeline tables the map ops (crop, resize, reshape) may change the shape: the
+    // batch conversion checks the result against the Input instead.
+    let shape_changes = cfg.data.uses_pipelines();
+    if x.shape().is_empty() || (!shape_changes && x.shape()[1..].iter().product::<usize>() != per) {
         return Err(KilnError::Shape(format!(
             "{}: examples of shape {:?} do not fit the model's Input {}",
             input.display(),
@@ -209,7 +327,11 @@ pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<(Vec<f32>
             crate::model::keras_shape(cfg.model.input_shape())
         )));
     }
-    let ds = pipeline(x, None, &cfg, false)?;
+    let ds = if cfg.data.uses_pipelines() {
+        pipelines::predict_dataset(&cfg, x)?
+    } else {
+        pipeline(x, None, &cfg, false)?
+    };
     let (mut out, units) = model.predict(&ds)?;
     if cfg.compile.loss.from_logits {
         match cfg.compile.loss.kind {

@@ -278,7 +278,7 @@ const LADDER: [DType; 5] = [
 /// TensorFlow's `_infer_type`: the narrowest type on [`LADDER`], no narrower than `prev`,
 /// that holds `value`. Floats follow `_is_valid_float`: the parsed value must be below the
 /// type's maximum, so `nan` and overflowing values move on to the next type.
-fn infer_type(value: &[u8], prev: Option<DType>) -> DType {
+pub(crate) fn infer_type(value: &[u8], prev: Option<DType>) -> DType {
     let from = prev.map_or(0, |p| LADDER.iter().position(|&t| t == p).unwrap_or(0));
     for &t in &LADDER[from..] {
         let ok = match (t, parse_field(value, t)) {

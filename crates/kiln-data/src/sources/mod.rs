@@ -38,6 +38,7 @@ pub use image_folder::{
 };
 pub use list_files::{LIST_FILES_COMPONENT, matching_files};
 pub use make_csv::MakeCsvOptions;
+pub(crate) use make_csv::infer_type;
 pub use range::RANGE_COMPONENT;
 pub use text_line::TEXT_LINE_COMPONENT;
 

@@ -5,7 +5,25 @@ use std::path::{Path, PathBuf};
 use kiln_data::Parallelism;
 use serde::{Deserialize, Serialize};
 
+use super::pipeline::PipelineConfig;
 use crate::error::{KilnError, Result};
+
+/// The keys of the `[data]` arrays form that the `[data.train]` / `[data.validation]` /
+/// `[data.test]` pipeline tables replace (`data_dir` is shared by both forms).
+pub const ARRAY_FORM_KEYS: [&str; 9] = [
+    "format",
+    "train_images",
+    "train_labels",
+    "test_images",
+    "test_labels",
+    "rescale",
+    "num_parallel_calls",
+    "prefetch",
+    "shuffle_buffer_size",
+];
+
+/// The pipeline tables of `[data]`.
+pub const PIPELINE_KEYS: [&str; 3] = ["train", "validation", "test"];
 
 /// Where Debian's `dataset-fashion-mnist` package puts the files.
 pub const DEBIAN_FASHION_MNIST: &str = "/usr/share/datasets/fashion-mnist";
@@ -36,7 +54,7 @@ fn one() -> f64 {
 }
 
 /// Either `"AUTOTUNE"` or a non-negative integer, as tf.data accepts for tunable knobs.
-fn parse_tunable<'de, D: serde::Deserializer<'de>>(
+pub(super) fn parse_tunable<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> std::result::Result<Option<usize>, D::Error> {
     #[derive(Deserialize)]
@@ -55,7 +73,7 @@ fn parse_tunable<'de, D: serde::Deserializer<'de>>(
     }
 }
 
-fn ser_tunable<S: serde::Serializer>(
+pub(super) fn ser_tunable<S: serde::Serializer>(
     v: &Option<usize>,
     s: S,
 ) -> std::result::Result<S::Ok, S::Error> {
@@ -65,8 +83,15 @@ fn ser_tunable<S: serde::Serializer>(
     }
 }
 
-/// The `[data]` table. Today kiln reads IDX files (MNIST / Fashion-MNIST layout): images
-/// `[examples, height, width]` (uint8) and labels `[examples]` (uint8), gzip or raw.
+/// The `[data]` table, in one of two forms.
+///
+/// * The arrays form (the keys below but `train` / `validation` / `test`): IDX files (MNIST /
+///   Fashion-MNIST layout), images `[examples, height, width]` (uint8) and labels
+///   `[examples]` (uint8), gzip or raw, loaded whole and sliced.
+/// * The pipeline form: `[data.train]` (required), `[data.validation]` and `[data.test]`
+///   tables ([`PipelineConfig`]), tf.data pipelines from any kiln-data source. Only
+///   `data_dir` may be combined with them (relative `files` are inside it; default: the
+///   current directory).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataConfig {
@@ -110,6 +135,15 @@ pub struct DataConfig {
     /// Keras' `fit` on arrays).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shuffle_buffer_size: Option<usize>,
+    /// `[data.train]`: the training pipeline (pipeline form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train: Option<PipelineConfig>,
+    /// `[data.validation]`: the validation pipeline, evaluated after each epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<PipelineConfig>,
+    /// `[data.test]`: the test pipeline (`kiln train`'s final evaluation, `kiln evaluate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<PipelineConfig>,
 }
 
 impl DataConfig {
@@ -118,6 +152,9 @@ impl DataConfig {
     /// # Errors
     /// [`KilnError::Config`] naming `data.<key>`.
     pub fn validate(&self) -> Result<()> {
+        if self.uses_pipelines() {
+            return self.validate_pipelines();
+        }
         if self.format != "idx" {
             return Err(KilnError::config(
                 "data.format",
@@ -135,6 +172,55 @@ impl DataConfig {
                 "data.shuffle_buffer_size",
                 "must be at least 1",
             ));
+        }
+        Ok(())
+    }
+
+    /// True in the pipeline form (a `[data.train]`, `[data.validation]` or `[data.test]`
+    /// table is present).
+    pub fn uses_pipelines(&self) -> bool {
+        self.train.is_some() || self.validation.is_some() || self.test.is_some()
+    }
+
+    /// The pipeline tables present, with their keys.
+    pub fn pipelines(&self) -> impl Iterator<Item = (&'static str, &PipelineConfig)> {
+        [
+            ("data.train", &self.train),
+            ("data.validation", &self.validation),
+            ("data.test", &self.test),
+        ]
+        .into_iter()
+        .filter_map(|(k, p)| p.as_ref().map(|p| (k, p)))
+    }
+
+    /// Checks the pipeline form: `[data.train]` present, every table valid, and no key of the
+    /// arrays form set to a value other than its default (for configs built in Rust;
+    /// [`crate::RunConfig::from_toml_str`] also rejects such keys written at their default).
+    fn validate_pipelines(&self) -> Result<()> {
+        let defaults: DataConfig = toml::from_str("").expect("[data] has defaults for every key");
+        let changed = [
+            ("format", self.format != defaults.format),
+            ("train_images", self.train_images != defaults.train_images),
+            ("train_labels", self.train_labels != defaults.train_labels),
+            ("test_images", self.test_images != defaults.test_images),
+            ("test_labels", self.test_labels != defaults.test_labels),
+            ("rescale", self.rescale != defaults.rescale),
+            ("num_parallel_calls", self.num_parallel_calls.is_some()),
+            ("prefetch", self.prefetch.is_some()),
+            ("shuffle_buffer_size", self.shuffle_buffer_size.is_some()),
+        ];
+        if let Some((key, _)) = changed.iter().find(|(_, c)| *c) {
+            return Err(form_conflict(key, self));
+        }
+        if self.train.is_none() {
+            return Err(KilnError::config(
+                "data.train",
+                "the pipeline form needs a [data.train] table ([data.validation] and [data.test] \
+                 are optional)",
+            ));
+        }
+        for (key, p) in self.pipelines() {
+            p.validate(key)?;
         }
         Ok(())
     }
@@ -160,4 +246,27 @@ impl DataConfig {
     pub fn path(&self, file: &str) -> PathBuf {
         Path::new(&self.data_dir).join(file)
     }
+}
+
+/// The error for an arrays-form key (`data.rescale`, …) next to pipeline tables.
+pub(super) fn form_conflict(key: &str, data: &DataConfig) -> KilnError {
+    let table = data
+        .pipelines()
+        .next()
+        .map(|(k, _)| k)
+        .unwrap_or("data.train");
+    let hint = match key {
+        "rescale" => "; move it into the pipeline as map = [{ op = \"rescale\", scale = ... }]",
+        "prefetch" | "num_parallel_calls" => "; set it inside each pipeline table instead",
+        "shuffle_buffer_size" => "; use shuffle = { buffer_size = ... } inside the pipeline table",
+        _ => "; name the files with the pipeline's `files` key",
+    };
+    KilnError::config(
+        format!("data.{key}"),
+        format!(
+            "cannot be combined with [{table}]: the [data.train] / [data.validation] / \
+             [data.test] tables replace the [data] arrays keys ({}){hint}",
+            ARRAY_FORM_KEYS.join(", ")
+        ),
+    )
 }

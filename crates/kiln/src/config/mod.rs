@@ -20,9 +20,14 @@
 
 mod data;
 mod fit;
+mod pipeline;
 
-pub use data::DataConfig;
+pub use data::{ARRAY_FORM_KEYS, DataConfig, PIPELINE_KEYS};
 pub use fit::FitConfig;
+pub use pipeline::{
+    AxisConfig, ColumnRef, FeatureConfig, OneOrMany, OpConfig, PipelineConfig, ShuffleConfig,
+    Source,
+};
 
 use std::path::{Path, PathBuf};
 
@@ -108,15 +113,36 @@ impl RunConfig {
         let loss = LossSpec::from_toml(&raw.compile.loss)?;
         let compile = Compiled::new(&model, optimizer, loss, &raw.compile.metrics)?;
         raw.fit.validate()?;
-        raw.data.validate()?;
-        Ok(RunConfig {
+        let mut data = raw.data;
+        if data.uses_pipelines() {
+            // Keys written in the file (even at their default values) decide the form.
+            let written: toml::Table = toml::from_str(text).unwrap_or_default();
+            let keys = written
+                .get("data")
+                .and_then(toml::Value::as_table)
+                .cloned()
+                .unwrap_or_default();
+            if let Some(key) = data::ARRAY_FORM_KEYS
+                .iter()
+                .find(|k| keys.contains_key(**k))
+            {
+                return Err(data::form_conflict(key, &data));
+            }
+            if !keys.contains_key("data_dir") {
+                data.data_dir = PathBuf::from(".");
+            }
+        }
+        data.validate()?;
+        let cfg = RunConfig {
             name: raw.name,
             seed: raw.seed,
-            data: raw.data,
+            data,
             model,
             compile,
             fit: raw.fit,
-        })
+        };
+        cfg.check_forms()?;
+        Ok(cfg)
     }
 
     /// Reads and parses a config file.
@@ -137,10 +163,14 @@ impl RunConfig {
         let mut t = toml::Table::new();
         t.insert("name".into(), self.name.clone().into());
         t.insert("seed".into(), toml::Value::Integer(self.seed as i64));
-        t.insert(
-            "data".into(),
-            toml::Value::try_from(&self.data).expect("data config serializes"),
-        );
+        let mut data = toml::Value::try_from(&self.data).expect("data config serializes");
+        if self.data.uses_pipelines()
+            && let Some(table) = data.as_table_mut()
+        {
+            // The pipeline form writes no arrays-form key (they would conflict on reading).
+            table.retain(|k, _| !ARRAY_FORM_KEYS.iter().any(|a| *k == **a));
+        }
+        t.insert("data".into(), data);
         t.insert("model".into(), toml::Value::Table(self.model.to_toml()));
         let mut c = toml::Table::new();
         c.insert(
@@ -167,6 +197,40 @@ impl RunConfig {
             toml::Value::try_from(&self.fit).expect("fit config serializes"),
         );
         toml::to_string_pretty(&t).expect("config serializes")
+    }
+
+    /// Checks the settings that tie `[fit]` to the `[data]` form: with pipeline tables,
+    /// `fit.validation_split` is refused (as Keras refuses it for datasets) and
+    /// `fit.validation_data = "test"` needs `[data.test]` and excludes `[data.validation]`.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming the keys.
+    pub fn check_forms(&self) -> Result<()> {
+        if !self.data.uses_pipelines() {
+            return Ok(());
+        }
+        if self.fit.validation_split > 0.0 {
+            return Err(KilnError::config(
+                "fit.validation_split",
+                "cannot split a [data.train] pipeline (Keras refuses validation_split for \
+                 datasets too); give a [data.validation] table, or fit.validation_data = \"test\"",
+            ));
+        }
+        if self.fit.validation_data.as_deref() == Some("test") {
+            if self.data.validation.is_some() {
+                return Err(KilnError::config(
+                    "fit.validation_data",
+                    "give either [data.validation] or fit.validation_data = \"test\", not both",
+                ));
+            }
+            if self.data.test.is_none() {
+                return Err(KilnError::config(
+                    "fit.validation_data",
+                    "\"test\" needs a [data.test] table",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The default run directory: `runs/<name>`.

@@ -130,3 +130,166 @@ fn sizes_names_and_enum_values_are_checked_before_allocating() {
         "line 10: invalid type: string \"ten\", expected a non-negative integer"
     );
 }
+
+/// A config in the pipeline form; `data` is the `[data]` part.
+fn with_data(data: &str, extra_fit: &str) -> String {
+    minimal(extra_fit).replace("[data]\n", data)
+}
+
+const TRAIN: &str = r#"[data]
+[data.train]
+source = "npy"
+files = ["x.npy", "y.npy"]
+"#;
+
+#[test]
+fn the_pipeline_example_parses_and_round_trips() {
+    let cfg = RunConfig::load(&Path::new(EXAMPLES).join("cnn-pipeline.toml")).unwrap();
+    assert!(cfg.data.uses_pipelines());
+    assert_eq!(cfg.model.param_count(), (421_642, 0));
+    let train = cfg.data.train.as_ref().unwrap();
+    assert_eq!((train.x_name(), train.y_name()), ("image", "label"));
+    assert_eq!(
+        (train.take, cfg.data.validation.as_ref().unwrap().skip),
+        (Some(54000), Some(54000))
+    );
+    assert_eq!(train.map.len(), 1);
+    let text = cfg.to_toml();
+    assert!(
+        !text.contains("rescale ="),
+        "no arrays-form key is written: {text}"
+    );
+    let again = RunConfig::from_toml_str(&text).unwrap();
+    assert_eq!(again.data, cfg.data);
+}
+
+#[test]
+fn pipeline_defaults() {
+    let cfg = RunConfig::from_toml_str(&with_data(TRAIN, "")).unwrap();
+    // Relative files are under data_dir, the current directory by default in this form.
+    assert_eq!(cfg.data.data_dir, PathBuf::from("."));
+    let p = cfg.data.train.as_ref().unwrap();
+    assert_eq!((p.x_name(), p.y_name()), ("x", "y"));
+    assert_eq!(p.component_names(), vec!["x", "y"]);
+    assert_eq!(p.parallelism(), kiln_data::Parallelism::Autotune);
+    let folder = with_data(
+        "[data]\ndata_dir = \"/data\"\n[data.train]\nsource = \"image_folder\"\nfiles = \"flowers\"\n",
+        "",
+    );
+    let cfg = RunConfig::from_toml_str(&folder).unwrap();
+    let p = cfg.data.train.as_ref().unwrap();
+    assert_eq!((p.x_name(), p.y_name()), ("image", "label"));
+    assert_eq!(cfg.data.data_dir, PathBuf::from("/data"));
+    // Random ops split the map list: what comes before runs before cache and shuffle.
+    let ops = TRAIN.to_string()
+        + "map = [{ op = \"cast\", dtype = \"float32\" }, { op = \"random_flip\" }, { op = \"rescale\", scale = 2.0 }]\n";
+    let cfg = RunConfig::from_toml_str(&with_data(&ops, "")).unwrap();
+    assert_eq!(cfg.data.train.as_ref().unwrap().random_from(), 1);
+}
+
+fn error(data: &str, fit: &str) -> String {
+    RunConfig::from_toml_str(&with_data(data, fit))
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn pipeline_errors_name_the_key() {
+    // Arrays-form keys next to pipeline tables, even at their default value.
+    let e = error(&TRAIN.replace("[data]\n", "[data]\nrescale = 1.0\n"), "");
+    assert!(
+        e.starts_with("data.rescale: cannot be combined with [data.train]"),
+        "{e}"
+    );
+    assert!(e.contains("{ op = \"rescale\""), "{e}");
+    let e = error(
+        &TRAIN.replace("[data]\n", "[data]\nshuffle_buffer_size = 10\n"),
+        "",
+    );
+    assert!(
+        e.starts_with("data.shuffle_buffer_size: cannot be combined"),
+        "{e}"
+    );
+    // Keys of another source, unknown keys, ops and op arguments.
+    let e = error(&(TRAIN.to_string() + "header = true\n"), "");
+    assert_eq!(
+        e,
+        "data.train.header: applies to source = \"csv\" only, not \"npy\""
+    );
+    let e = error(&(TRAIN.to_string() + "batchsize = 3\n"), "");
+    assert!(e.contains("unknown field `batchsize`"), "{e}");
+    let e = error(&(TRAIN.to_string() + "map = [{ op = \"rotate\" }]\n"), "");
+    assert!(
+        e.contains("unknown variant `rotate`, expected one of `rescale`"),
+        "{e}"
+    );
+    let e = error(
+        &(TRAIN.to_string() + "map = [{ op = \"rescale\", scale = 1.0, factor = 2 }]\n"),
+        "",
+    );
+    assert!(e.contains("unknown field `factor`"), "{e}");
+    let e = error(
+        &(TRAIN.to_string() + "map = [{ op = \"normalize\" }]\n"),
+        "",
+    );
+    assert!(
+        e.starts_with("data.train.map[0].mean: normalize needs mean and one of variance or std"),
+        "{e}"
+    );
+    let e = error(
+        &(TRAIN.to_string()
+            + "map = [{ op = \"normalize\", mean = 1.0, std = [1.0, 2.0], variance = 1.0 }]\n"),
+        "",
+    );
+    assert!(e.starts_with("data.train.map[0].mean"), "{e}");
+    let e = error(
+        &(TRAIN.to_string() + "map = [{ op = \"cast\", dtype = \"float16\" }]\n"),
+        "",
+    );
+    assert!(
+        e.starts_with("data.train.map[0].dtype: unknown dtype \"float16\""),
+        "{e}"
+    );
+    let e = error(
+        &(TRAIN.to_string() + "map = [{ op = \"random_flip\", mode = \"diagonal\" }]\n"),
+        "",
+    );
+    assert!(
+        e.starts_with("data.train.map[0].mode: unknown flip mode"),
+        "{e}"
+    );
+    let e = error(&(TRAIN.to_string() + "components = [\"a\"]\n"), "");
+    assert!(
+        e.starts_with("data.train.components: 1 names for 2 files"),
+        "{e}"
+    );
+    let e = error(&(TRAIN.to_string() + "shuffle = { buffer_size = 0 }\n"), "");
+    assert_eq!(e, "data.train.shuffle.buffer_size: must be at least 1");
+    let tf = "[data]\n[data.train]\nsource = \"tfrecord\"\nfiles = \"a.tfrecord\"\n";
+    let e = error(tf, "");
+    assert!(
+        e.starts_with("data.train.features: source = \"tfrecord\" needs a features table"),
+        "{e}"
+    );
+    let e = error(
+        &(tf.to_string() + "features.x = { dtype = \"float64\" }\n"),
+        "",
+    );
+    assert!(
+        e.starts_with("data.train.features.x: unknown dtype \"float64\""),
+        "{e}"
+    );
+    // The form's ties to [fit].
+    let e = error(&TRAIN.replace("[data.train]", "[data.test]"), "");
+    assert!(
+        e.starts_with("data.train: the pipeline form needs a [data.train] table"),
+        "{e}"
+    );
+    let e = error(TRAIN, "validation_split = 0.2");
+    assert!(
+        e.starts_with("fit.validation_split: cannot split a [data.train] pipeline"),
+        "{e}"
+    );
+    let e = error(TRAIN, "validation_data = \"test\"");
+    assert_eq!(e, "fit.validation_data: \"test\" needs a [data.test] table");
+}

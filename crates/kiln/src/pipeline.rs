@@ -1,0 +1,686 @@
+//! The configured tf.data pipelines (`[data.train]`, `[data.validation]`, `[data.test]`)
+//! built with kiln-data, plus `adapt` for `normalize` ops and the pipeline benchmark behind
+//! `kiln data bench`.
+//!
+//! Order of a pipeline, whatever the order of its keys (tf.data's performance guide):
+//! source → (tfrecord: `parse_example`) → `skip` → `take` → `map` ops before the first random
+//! one → `cache` → `shuffle` → the remaining `map` ops → select `x` and `y` (renamed to the
+//! model's `x` / `y`) → `batch` → `prefetch`. Random ops (`random_flip`, `random_crop`) are
+//! active in the training pipeline only; validation, test and predict run them in inference
+//! mode (no flip, central crop), as Keras' augmentation layers do outside `fit`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use kiln_data::sources::{ColorMode, ImageFolderOptions, MakeCsvOptions, RecordDefault};
+use kiln_data::tfrecord::{ExampleSpec, FeatureDType, FeatureSpec, FeatureValues};
+use kiln_data::{
+    AUTOTUNE, Array, BufferSize, CacheTarget, Cardinality, Compression, DType, DataError, Dataset,
+    Element, Normalization, Parallelism, Preprocess,
+};
+
+use crate::batch::{FEATURES, LABELS};
+use crate::config::{ColumnRef, FeatureConfig, OpConfig, PipelineConfig, RunConfig, Source};
+use crate::error::{KilnError, Result};
+
+/// Which pipeline table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    /// `[data.train]`.
+    Train,
+    /// `[data.validation]`.
+    Validation,
+    /// `[data.test]`.
+    Test,
+}
+
+impl Split {
+    /// The table's dotted key (`data.train`, …).
+    pub fn key(self) -> &'static str {
+        match self {
+            Split::Train => "data.train",
+            Split::Validation => "data.validation",
+            Split::Test => "data.test",
+        }
+    }
+
+    /// The table of `cfg`, if present.
+    pub fn table(self, cfg: &RunConfig) -> Option<&PipelineConfig> {
+        match self {
+            Split::Train => cfg.data.train.as_ref(),
+            Split::Validation => cfg.data.validation.as_ref(),
+            Split::Test => cfg.data.test.as_ref(),
+        }
+    }
+
+    fn table_mut(self, cfg: &mut RunConfig) -> Option<&mut PipelineConfig> {
+        match self {
+            Split::Train => cfg.data.train.as_mut(),
+            Split::Validation => cfg.data.validation.as_mut(),
+            Split::Test => cfg.data.test.as_mut(),
+        }
+    }
+}
+
+impl std::str::FromStr for Split {
+    type Err = KilnError;
+
+    fn from_str(s: &str) -> Result<Split> {
+        match s {
+            "train" => Ok(Split::Train),
+            "validation" => Ok(Split::Validation),
+            "test" => Ok(Split::Test),
+            other => Err(KilnError::config(
+                "--split",
+                format!("unknown split \"{other}\"; allowed: train, validation, test"),
+            )),
+        }
+    }
+}
+
+/// `compression_type` by tf.data's names.
+pub(crate) fn compression(name: &str) -> std::result::Result<Compression, String> {
+    name.parse::<Compression>().map_err(|_| {
+        format!("unknown compression_type \"{name}\"; allowed: \"\", \"GZIP\", \"ZLIB\"")
+    })
+}
+
+/// Keras' `color_mode`.
+pub(crate) fn color_mode(name: &str) -> std::result::Result<ColorMode, String> {
+    match name {
+        "grayscale" => Ok(ColorMode::Grayscale),
+        "rgb" => Ok(ColorMode::Rgb),
+        "rgba" => Ok(ColorMode::Rgba),
+        other => Err(format!(
+            "unknown color_mode \"{other}\"; allowed: \"grayscale\", \"rgb\", \"rgba\""
+        )),
+    }
+}
+
+/// One `column_defaults` entry: a dtype name for a required column, or a default value (an
+/// integer is `int32` and a float `float32`, as TensorFlow types Python numbers).
+pub(crate) fn record_default(v: &toml::Value) -> std::result::Result<RecordDefault, String> {
+    Ok(match v {
+        toml::Value::String(s) => match s.as_str() {
+            "float32" => RecordDefault::Required(DType::F32),
+            "float64" => RecordDefault::Required(DType::F64),
+            "int32" => RecordDefault::Required(DType::I32),
+            "int64" => RecordDefault::Required(DType::I64),
+            "string" => RecordDefault::Required(DType::String),
+            _ => RecordDefault::String(s.clone()),
+        },
+        toml::Value::Integer(i) => RecordDefault::Int32(
+            i32::try_from(*i).map_err(|_| format!("{i} does not fit int32; write \"int64\""))?,
+        ),
+        toml::Value::Float(f) => RecordDefault::Float32(*f as f32),
+        other => {
+            return Err(format!(
+                "{other} is not a column default: give a number, a string, or a dtype name \
+                 (\"float32\", \"float64\", \"int32\", \"int64\", \"string\")"
+            ));
+        }
+    })
+}
+
+/// The `tf.io.FixedLenFeature` / `VarLenFeature` a `features` entry describes.
+pub(crate) fn feature_spec(f: &FeatureConfig) -> std::result::Result<FeatureSpec, String> {
+    let dtype = match f.dtype.as_str() {
+        "int64" => FeatureDType::Int64,
+        "float32" => FeatureDType::Float32,
+        "string" => FeatureDType::Bytes,
+        other => {
+            return Err(format!(
+                "unknown dtype \"{other}\"; a tf.train.Example holds \"int64\", \"float32\" or \
+                 \"string\" (cast later with a map op)"
+            ));
+        }
+    };
+    match f.kind.as_str() {
+        "FixedLenFeature" => {
+            let Some(default) = &f.default_value else {
+                return Ok(FeatureSpec::fixed_len(f.shape.clone(), dtype));
+            };
+            let items = match default {
+                toml::Value::Array(a) => a.clone(),
+                one => vec![one.clone()],
+            };
+            let bad = || {
+                format!(
+                    "default_value {default} does not hold {} values",
+                    dtype.name()
+                )
+            };
+            let values = match dtype {
+                FeatureDType::Int64 => FeatureValues::Int64(
+                    items
+                        .iter()
+                        .map(|v| v.as_integer().ok_or_else(bad))
+                        .collect::<std::result::Result<_, _>>()?,
+                ),
+                FeatureDType::Float32 => FeatureValues::Float32(
+                    items
+                        .iter()
+                        .map(|v| {
+                            v.as_float()
+                                .or_else(|| v.as_integer().map(|i| i as f64))
+                                .map(|x| x as f32)
+                                .ok_or_else(bad)
+                        })
+                        .collect::<std::result::Result<_, _>>()?,
+                ),
+                FeatureDType::Bytes => FeatureValues::Bytes(
+                    items
+                        .iter()
+                        .map(|v| v.as_str().map(|s| s.as_bytes().to_vec()).ok_or_else(bad))
+                        .collect::<std::result::Result<_, _>>()?,
+                ),
+            };
+            let spec = FeatureSpec::fixed_len_with_default(f.shape.clone(), values);
+            ExampleSpec::new()
+                .with("f", spec.clone())
+                .check()
+                .map_err(|e| e.to_string().replace("invalid argument: ", ""))?;
+            Ok(spec)
+        }
+        "VarLenFeature" => {
+            if !f.shape.is_empty() || f.default_value.is_some() {
+                return Err("a VarLenFeature takes no shape and no default_value".into());
+            }
+            Ok(FeatureSpec::var_len(dtype))
+        }
+        other => Err(format!(
+            "unknown feature type \"{other}\"; allowed: \"FixedLenFeature\", \"VarLenFeature\""
+        )),
+    }
+}
+
+/// True when `pattern` has glob characters.
+fn is_glob(pattern: &str) -> bool {
+    pattern.contains(['*', '?', '['])
+}
+
+/// `data_dir / pattern` (or `pattern` when absolute).
+fn under_data_dir(cfg: &RunConfig, pattern: &str) -> PathBuf {
+    let p = Path::new(pattern);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        cfg.data.data_dir.join(p)
+    }
+}
+
+/// The files of a pipeline: each entry of `files` under `data_dir`, globs expanded (sorted).
+fn resolve_files(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for (i, pattern) in p.files.to_vec().iter().enumerate() {
+        let path = under_data_dir(cfg, pattern);
+        if is_glob(pattern) {
+            let matched = kiln_data::sources::matching_files(&path.to_string_lossy())
+                .map_err(|e| KilnError::MissingData(format!("{key}.files[{i}]: {e}")))?;
+            out.extend(matched);
+        } else if path.exists() {
+            out.push(path);
+        } else {
+            return Err(KilnError::MissingData(format!(
+                "{key}.files[{i}]: {} does not exist (relative files are inside data.data_dir = \
+                 {}; --data-dir overrides it)",
+                path.display(),
+                cfg.data.data_dir.display()
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// Slices one array per file (idx / npy) along the first axis.
+fn array_source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset> {
+    let files = resolve_files(cfg, p, key)?;
+    let names = p.component_names();
+    if files.len() != names.len() {
+        return Err(KilnError::config(
+            format!("{key}.components"),
+            format!(
+                "{} files matched but {} component names are given; name one component per file",
+                files.len(),
+                names.len()
+            ),
+        ));
+    }
+    let mut element = Element::new();
+    let mut first: Option<(usize, &Path)> = None;
+    for (path, name) in files.iter().zip(&names) {
+        let a = match p.source {
+            Source::Npy => kiln_data::npy::read_npy(path)?,
+            _ => kiln_data::idx::read_idx(path)?,
+        };
+        let n = a.shape().first().copied().unwrap_or(0);
+        match first {
+            Some((m, other)) if m != n => {
+                return Err(KilnError::Shape(format!(
+                    "{key}: {} has {n} examples but {} has {m}; the files of one pipeline must \
+                     hold the same examples",
+                    path.display(),
+                    other.display()
+                )));
+            }
+            None => first = Some((n, path)),
+            _ => {}
+        }
+        element.insert(name.as_str(), a);
+    }
+    Ok(Dataset::from_tensor_slices(element)?)
+}
+
+/// `make_csv_dataset` over each `files` pattern, one element per row.
+fn csv_source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset> {
+    resolve_files(cfg, p, key)?; // clear errors for missing files
+    let options = |select: Option<Vec<String>>, label: Option<String>| -> Result<MakeCsvOptions> {
+        Ok(MakeCsvOptions {
+            header: p.header.unwrap_or(true),
+            label_name: label,
+            select_columns: select,
+            column_defaults: match &p.column_defaults {
+                Some(d) => Some(
+                    d.iter()
+                        .enumerate()
+                        .map(|(i, v)| {
+                            record_default(v).map_err(|m| {
+                                KilnError::config(format!("{key}.column_defaults[{i}]"), m)
+                            })
+                        })
+                        .collect::<Result<_>>()?,
+                ),
+                None => None,
+            },
+            field_delim: p.field_delim.as_deref().map_or(b',', |d| d.as_bytes()[0]),
+            na_value: p.na_value.clone().unwrap_or_default(),
+            num_epochs: Some(1),
+            shuffle: false,
+            prefetch_buffer_size: 0,
+            ..MakeCsvOptions::default()
+        })
+    };
+    let mut out: Option<Dataset> = None;
+    for pattern in p.files.to_vec() {
+        let pattern = under_data_dir(cfg, &pattern).to_string_lossy().into_owned();
+        let select = match &p.select_cols {
+            None => None,
+            Some(cols) => {
+                // Indices name columns of the file: read the header once to map them.
+                let needs_names = cols.iter().any(|c| matches!(c, ColumnRef::Index(_)));
+                let names: Vec<String> = if needs_names {
+                    // Types inferred (not column_defaults, which are per selected column).
+                    let probe_options = MakeCsvOptions {
+                        column_defaults: None,
+                        ..options(None, None)?
+                    };
+                    let probe = Dataset::make_csv_dataset(&pattern, 1, probe_options)?;
+                    match probe.iter().next() {
+                        Some(e) => e?.names().map(str::to_string).collect(),
+                        None => Vec::new(),
+                    }
+                } else {
+                    Vec::new()
+                };
+                let mut selected = Vec::new();
+                for (i, c) in cols.iter().enumerate() {
+                    selected.push(match c {
+                        ColumnRef::Name(n) => n.clone(),
+                        ColumnRef::Index(j) => names.get(*j).cloned().ok_or_else(|| {
+                            KilnError::config(
+                                format!("{key}.select_cols[{i}]"),
+                                format!("column {j} does not exist; the columns are {names:?}"),
+                            )
+                        })?,
+                    });
+                }
+                Some(selected)
+            }
+        };
+        let ds = Dataset::make_csv_dataset(&pattern, 1, options(select, p.label_name.clone())?)
+            .map_err(|e| KilnError::config(key, e.to_string()))?
+            .unbatch();
+        out = Some(match out {
+            None => ds,
+            Some(prev) => prev.concatenate(ds),
+        });
+    }
+    out.ok_or_else(|| KilnError::config(format!("{key}.files"), "no files given"))
+}
+
+/// The pipeline's source, before any transformation.
+fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset> {
+    Ok(match p.source {
+        Source::Idx | Source::Npy => array_source(cfg, p, key)?,
+        Source::Csv => csv_source(cfg, p, key)?,
+        Source::Tfrecord => {
+            let files = resolve_files(cfg, p, key)?;
+            let c = match &p.compression_type {
+                Some(c) => compression(c)
+                    .map_err(|m| KilnError::config(format!("{key}.compression_type"), m))?,
+                None => Compression::None,
+            };
+            let mut spec = ExampleSpec::new();
+            for (name, f) in p.features.iter().flatten() {
+                spec = spec.with(
+                    name.as_str(),
+                    feature_spec(f)
+                        .map_err(|m| KilnError::config(format!("{key}.features.{name}"), m))?,
+                );
+            }
+            Dataset::tfrecord(files, c).parse_example(spec, p.parallelism())
+        }
+        Source::Text => Dataset::text_line_dataset(resolve_files(cfg, p, key)?),
+        Source::ImageFolder => {
+            let dir = resolve_files(cfg, p, key)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| KilnError::config(format!("{key}.files"), "no directory given"))?;
+            let options = ImageFolderOptions {
+                class_names: p.class_names.clone(),
+                color_mode: match &p.color_mode {
+                    Some(m) => color_mode(m)
+                        .map_err(|e| KilnError::config(format!("{key}.color_mode"), e))?,
+                    None => ColorMode::Rgb,
+                },
+                image_size: p.image_size.map(|[h, w]| (h, w)),
+                shuffle: false,
+                num_parallel_calls: p.parallelism(),
+                ..ImageFolderOptions::default()
+            };
+            Dataset::image_dataset_from_directory(&dir, options)?
+        }
+    })
+}
+
+/// The kiln-data ops of `ops` (keys `key.map[offset + i]`).
+fn to_ops(
+    p: &PipelineConfig,
+    ops: &[OpConfig],
+    offset: usize,
+    key: &str,
+) -> Result<Vec<Preprocess>> {
+    ops.iter()
+        .enumerate()
+        .map(|(i, op)| op.to_preprocess(p.x_name(), &format!("{key}.map[{}]", offset + i)))
+        .collect()
+}
+
+/// What [`build_with`] leaves out.
+#[derive(Debug, Clone, Copy, Default)]
+struct Parts {
+    /// Stop after this many `map` ops (and skip cache, shuffle, select, batch, prefetch).
+    ops_only: Option<usize>,
+    /// Leave out `cache` and `shuffle` (for a quick look at the first element).
+    no_cache_no_shuffle: bool,
+}
+
+fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
+    let key = split.key();
+    let p = split
+        .table(cfg)
+        .ok_or_else(|| KilnError::config(key, format!("this run has no [{key}] table")))?;
+    let training = split == Split::Train;
+    let par = p.parallelism();
+    let mut ds = source(cfg, p, key)?;
+    if let Some(n) = p.skip {
+        ds = ds.skip(n);
+    }
+    if let Some(n) = p.take {
+        ds = ds.take(n);
+    }
+    let run_ops = |ds: Dataset, ops: Vec<Preprocess>| -> Dataset {
+        if training {
+            ds.preprocess(ops, cfg.seed, par)
+        } else {
+            ds.map(
+                move |e| kiln_data::preprocess::apply_all(&ops, e, None),
+                par,
+            )
+        }
+    };
+    if let Some(n) = parts.ops_only {
+        let ops = to_ops(p, &p.map[..n], 0, key)?;
+        return Ok(run_ops(ds, ops));
+    }
+    let split_at = p.random_from();
+    let (before, after) = p.map.split_at(split_at);
+    ds = run_ops(ds, to_ops(p, before, 0, key)?);
+    if !parts.no_cache_no_shuffle {
+        match p.cache.as_deref() {
+            None => {}
+            Some("memory") => ds = ds.cache(CacheTarget::Memory),
+            Some(path) => ds = ds.cache(CacheTarget::File(PathBuf::from(path))),
+        }
+        if let Some(s) = &p.shuffle {
+            ds = ds.shuffle(
+                s.buffer_size,
+                Some(s.seed.unwrap_or(cfg.seed)),
+                s.reshuffle_each_iteration,
+            );
+        }
+    }
+    ds = run_ops(ds, to_ops(p, after, split_at, key)?);
+    let (x, y) = (p.x_name().to_string(), p.y_name().to_string());
+    let select = move |mut e: Element| -> kiln_data::Result<Element> {
+        let present: Vec<String> = e.names().map(str::to_string).collect();
+        let missing = |which: &str, name: &str| {
+            DataError::InvalidArgument(format!(
+                "{key}.{which}: the elements have no component \"{name}\" (components: \
+                 {present:?}); set {key}.{which} to the model's {}",
+                if which == "x" { "features" } else { "labels" }
+            ))
+        };
+        let xs = e.remove(&x).ok_or_else(|| missing("x", &x))?;
+        let ys = e.remove(&y).ok_or_else(|| missing("y", &y))?;
+        Ok(Element::new().with(FEATURES, xs).with(LABELS, ys))
+    };
+    ds = ds.map(select, Parallelism::Sequential);
+    let mut batch_size = p.batch_size.unwrap_or(cfg.fit.batch_size).max(1);
+    if let Cardinality::Finite(n) = ds.cardinality() {
+        // A batch larger than the data is the whole data (and allocates no more).
+        batch_size = batch_size.min(n.max(1) as usize);
+    }
+    Ok(ds
+        .batch(batch_size, p.drop_remainder)
+        .prefetch(p.prefetch.map_or(BufferSize::Autotune, BufferSize::Fixed)))
+}
+
+/// The batched pipeline of `split`, as `fit` / `evaluate` consume it (components `x`, `y`).
+///
+/// # Errors
+/// [`KilnError::Config`] when the table is absent or a `normalize` op still needs `adapt`
+/// (call [`adapt`] first); [`KilnError::MissingData`] for missing files; data errors from
+/// reading array files or CSV headers. Errors in the data itself come while iterating.
+pub fn build(cfg: &RunConfig, split: Split) -> Result<Dataset> {
+    build_with(cfg, split, Parts::default())
+}
+
+/// The first element of `split` before `cache`, `shuffle` and batching, components `x`, `y`:
+/// `kiln train` checks it against the model before training.
+///
+/// # Errors
+/// As [`build`], plus the first element's error.
+pub fn first_example(cfg: &RunConfig, split: Split) -> Result<Option<Element>> {
+    let parts = Parts {
+        no_cache_no_shuffle: true,
+        ..Parts::default()
+    };
+    let ds = build_with(cfg, split, parts)?;
+    let first = ds.iter().next().transpose()?;
+    Ok(first.map(|batch| {
+        // The batch of one (or more) elements: keep its first row.
+        let mut out = Element::new();
+        for (name, a) in batch.iter() {
+            out.insert(name, a.row(0));
+        }
+        out
+    }))
+}
+
+/// A copy of `cfg` whose `normalize` ops with `adapt = true` hold the statistics of the
+/// training data (Keras' `layer.adapt(train_ds)`): each is computed over `[data.train]` up to
+/// that op (source, `skip`, `take`, the ops before it). Validation and test ops with
+/// `adapt = true` take the statistics of the training op on the same component, since Keras
+/// adapts once, on the training data. The copy is what the run directory records, so
+/// `evaluate` and `predict` normalize with the same numbers.
+///
+/// # Errors
+/// As [`build`]; [`KilnError::Config`] for a validation / test op with `adapt = true` and no
+/// adapted training op on that component; data errors met while adapting.
+pub fn adapt(cfg: &RunConfig) -> Result<RunConfig> {
+    let mut out = cfg.clone();
+    // (component, statistics) of each adapted training op, in order.
+    let mut adapted: Vec<(String, Normalization)> = Vec::new();
+    let ops = cfg.data.train.as_ref().map_or(0, |p| p.map.len());
+    for i in 0..ops {
+        let train = out.data.train.as_ref().expect("counted above");
+        let op = &train.map[i];
+        let OpConfig::Normalize {
+            axis, adapt: true, ..
+        } = op
+        else {
+            continue;
+        };
+        let component = op.component().unwrap_or(train.x_name()).to_string();
+        let parts = Parts {
+            ops_only: Some(i),
+            ..Parts::default()
+        };
+        let ds = build_with(&out, Split::Train, parts)?;
+        let n = Normalization::adapt(&ds, &component, axis.to_vec()).map_err(|e| {
+            KilnError::config(format!("data.train.map[{i}]"), format!("adapt: {e}"))
+        })?;
+        let train = out.data.train.as_mut().expect("counted above");
+        train.map[i] = train.map[i].adapted(&n);
+        adapted.push((component, n));
+    }
+    for split in [Split::Validation, Split::Test] {
+        let key = split.key();
+        let Some(p) = split.table_mut(&mut out) else {
+            continue;
+        };
+        let x = p.x_name().to_string();
+        for (i, op) in p.map.iter_mut().enumerate() {
+            if !op.needs_adapt() {
+                continue;
+            }
+            let component = op.component().unwrap_or(&x).to_string();
+            let Some((_, n)) = adapted.iter().rev().find(|(c, _)| *c == component) else {
+                return Err(KilnError::config(
+                    format!("{key}.map[{i}].adapt"),
+                    format!(
+                        "statistics come from the training data, but data.train has no \
+                         normalize op with adapt = true on component \"{component}\""
+                    ),
+                ));
+            };
+            *op = op.adapted(n);
+        }
+    }
+    Ok(out)
+}
+
+/// `predict`'s pipeline for the features `x` (`[examples, ...]`): the `map` ops of the test
+/// pipeline (or the training one) whose inputs are all the features component, in inference
+/// mode, then batches of `fit.batch_size`.
+///
+/// # Errors
+/// As [`build`] for the ops; [`KilnError::Data`] when `x` cannot be sliced.
+pub fn predict_dataset(cfg: &RunConfig, x: Array) -> Result<Dataset> {
+    let (split, p) = [Split::Test, Split::Train]
+        .into_iter()
+        .find_map(|s| s.table(cfg).map(|p| (s, p)))
+        .ok_or_else(|| KilnError::config("data.train", "this run has no pipeline table"))?;
+    let name = p.x_name().to_string();
+    let ops: Vec<Preprocess> = to_ops(p, &p.map, 0, split.key())?
+        .into_iter()
+        .filter(|op| op.inputs().iter().all(|i| *i == name))
+        .collect();
+    let n = x.shape().first().copied().unwrap_or(1).max(1);
+    let ds = Dataset::from_tensor_slices(Element::new().with(name.as_str(), x))?;
+    let batch = p.batch_size.unwrap_or(cfg.fit.batch_size).clamp(1, n);
+    Ok(ds
+        .map(
+            move |e| {
+                let mut e = kiln_data::preprocess::apply_all(&ops, e, None)?;
+                let x = e.require(&name)?.clone();
+                e = Element::new().with(FEATURES, x);
+                Ok(e)
+            },
+            p.parallelism(),
+        )
+        .batch(batch, false)
+        .prefetch(AUTOTUNE))
+}
+
+/// What [`bench`] measured.
+#[derive(Debug, Clone)]
+pub struct BenchReport {
+    /// The table benchmarked.
+    pub split: Split,
+    /// Batches read.
+    pub batches: u64,
+    /// Examples read (the first dimension of `x`, summed).
+    pub elements: u64,
+    /// Seconds from the start of the iteration to the end of the last batch.
+    pub seconds: f64,
+    /// Seconds until the first batch arrived (includes filling shuffle buffers).
+    pub first_batch_seconds: f64,
+    /// Seconds spent in `adapt` before the pipeline ran (0 without `normalize` adapt ops).
+    pub adapt_seconds: f64,
+    /// `(component, dtype, shape)` of the first batch.
+    pub batch_shapes: Vec<(String, DType, Vec<usize>)>,
+}
+
+impl BenchReport {
+    /// Examples per second.
+    pub fn elements_per_second(&self) -> f64 {
+        self.elements as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// Runs the pipeline of `split` alone (no model) for up to `steps` batches (all of one epoch
+/// when `None`) and times it.
+///
+/// # Errors
+/// As [`build`] and [`adapt`]; the first data error met while iterating.
+pub fn bench(cfg: &RunConfig, split: Split, steps: Option<u64>) -> Result<BenchReport> {
+    let start = Instant::now();
+    let cfg = adapt(cfg)?;
+    let adapt_seconds = start.elapsed().as_secs_f64();
+    let ds = build(&cfg, split)?;
+    let start = Instant::now();
+    let mut report = BenchReport {
+        split,
+        batches: 0,
+        elements: 0,
+        seconds: 0.0,
+        first_batch_seconds: 0.0,
+        adapt_seconds,
+        batch_shapes: Vec::new(),
+    };
+    for batch in ds.iter() {
+        if steps.is_some_and(|s| report.batches >= s) {
+            break;
+        }
+        let batch = batch?;
+        if report.batches == 0 {
+            report.first_batch_seconds = start.elapsed().as_secs_f64();
+            report.batch_shapes = batch
+                .iter()
+                .map(|(n, a)| (n.to_string(), a.dtype(), a.shape().to_vec()))
+                .collect();
+        }
+        report.batches += 1;
+        report.elements += batch
+            .get(FEATURES)
+            .and_then(|a| a.shape().first().copied())
+            .unwrap_or(1) as u64;
+    }
+    report.seconds = start.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,289 @@
+//! Building configured pipelines from real (small, temporary) files.
+
+use std::path::{Path, PathBuf};
+
+use kiln_data::{Array, Buffer, Element};
+
+use super::*;
+
+/// A scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("kiln-pipeline-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A run config whose `[data]` is `data` (with `data_dir` set to `dir`) and whose model takes
+/// 4 features and has 2 outputs.
+fn config(dir: &Path, data: &str) -> RunConfig {
+    let text = format!(
+        "name = \"t\"\nseed = 3\n[data]\ndata_dir = {:?}\n{data}\n[model]\nlayers = [{{ type = \"Input\", shape = [4] }}, {{ type = \"Dense\", units = 2 }}]\n[compile]\noptimizer = \"sgd\"\nloss = \"sparse_categorical_crossentropy\"\n",
+        dir.display().to_string()
+    );
+    RunConfig::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// `x.npy`: 6 examples `[2, 2]` uint8 holding `4 i .. 4 i + 3`; `y.npy`: labels `i % 2`.
+fn write_npy(dir: &Path) {
+    let x = Array::new(vec![6, 2, 2], Buffer::U8((0..24).collect())).unwrap();
+    let y = Array::new(vec![6], Buffer::I64((0..6).map(|i| i % 2).collect())).unwrap();
+    kiln_data::npy::write_npy(&dir.join("x.npy"), &x).unwrap();
+    kiln_data::npy::write_npy(&dir.join("y.npy"), &y).unwrap();
+}
+
+fn batches(ds: &Dataset) -> Vec<Element> {
+    ds.iter().map(|b| b.unwrap()).collect()
+}
+
+fn f32s(a: &Array) -> Vec<f32> {
+    a.data().try_to_f32().unwrap()
+}
+
+#[test]
+fn npy_source_take_map_and_batch() {
+    let s = Scratch::new("npy");
+    write_npy(&s.0);
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"npy\"\nfiles = [\"x.npy\", \"y.npy\"]\ntake = 5\nbatch_size = 2\nmap = [{ op = \"rescale\", scale = 0.5 }]\n",
+    );
+    let ds = build(&cfg, Split::Train).unwrap();
+    assert_eq!(ds.cardinality(), Cardinality::Finite(3));
+    let b = batches(&ds);
+    let shapes: Vec<Vec<usize>> = b
+        .iter()
+        .map(|e| e.get("x").unwrap().shape().to_vec())
+        .collect();
+    assert_eq!(shapes, vec![vec![2, 2, 2], vec![2, 2, 2], vec![1, 2, 2]]);
+    assert_eq!(f32s(b[2].get("x").unwrap()), vec![8.0, 8.5, 9.0, 9.5]);
+    assert_eq!(b[1].get("y").unwrap().data(), &Buffer::I64(vec![0, 1]));
+    // The first example, before batching, for the up-front model check.
+    let first = first_example(&cfg, Split::Train).unwrap().unwrap();
+    assert_eq!(first.get("x").unwrap().shape(), &[2, 2]);
+    // No [data.test] table.
+    let e = build(&cfg, Split::Test).unwrap_err().to_string();
+    assert_eq!(e, "data.test: this run has no [data.test] table");
+}
+
+#[test]
+fn adapt_computes_training_statistics_and_shares_them() {
+    let s = Scratch::new("adapt");
+    write_npy(&s.0);
+    let table = |name: &str, take: &str| {
+        format!(
+            "[data.{name}]\nsource = \"npy\"\nfiles = [\"x.npy\", \"y.npy\"]\n{take}map = [{{ op = \"rescale\", scale = 2.0 }}, {{ op = \"normalize\", axis = [], adapt = true }}]\n"
+        )
+    };
+    let cfg = config(&s.0, &(table("train", "take = 2\n") + &table("test", "")));
+    // Not adapted yet: building refuses.
+    let e = build(&cfg, Split::Train).unwrap_err().to_string();
+    assert!(e.contains("normalize has no statistics"), "{e}");
+    let resolved = adapt(&cfg).unwrap();
+    // Training values after rescale: 2 * (0..8) -> mean 7, variance 4 * var(0..8) = 21.
+    let OpConfig::Normalize {
+        mean,
+        variance,
+        adapt: false,
+        ..
+    } = &resolved.data.train.as_ref().unwrap().map[1]
+    else {
+        panic!("not adapted")
+    };
+    assert_eq!(mean.as_ref().unwrap().to_vec(), vec![7.0]);
+    assert_eq!(variance.as_ref().unwrap().to_vec(), vec![21.0]);
+    // The test table reuses the training statistics (not the test data's).
+    assert_eq!(
+        resolved.data.test.as_ref().unwrap().map[1],
+        resolved.data.train.as_ref().unwrap().map[1]
+    );
+    let b = batches(&build(&resolved, Split::Test).unwrap());
+    let x = f32s(b[0].get("x").unwrap());
+    assert!((x[1] - (2.0 - 7.0) / 21f32.sqrt()).abs() < 1e-6, "{x:?}");
+    // The resolved config round-trips with its statistics.
+    let again = RunConfig::from_toml_str(&resolved.to_toml()).unwrap();
+    assert_eq!(again.data, resolved.data);
+    // A test op with adapt needs a training op on the same component.
+    let cfg = config(
+        &s.0,
+        &(table("test", "") + "[data.train]\nsource = \"npy\"\nfiles = [\"x.npy\", \"y.npy\"]\n"),
+    );
+    let e = adapt(&cfg).unwrap_err().to_string();
+    assert!(
+        e.starts_with("data.test.map[1].adapt: statistics come from the training data"),
+        "{e}"
+    );
+}
+
+/// How many of the 6 examples of one epoch are flipped left-right.
+fn flips(ds: &Dataset) -> Vec<bool> {
+    batches(ds)
+        .iter()
+        .flat_map(|b| {
+            let v = b.get("x").unwrap().data().try_to_i64().unwrap();
+            v.chunks(4).map(|c| c[0] > c[1]).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn random_ops_run_in_training_only() {
+    let s = Scratch::new("random");
+    write_npy(&s.0);
+    let table = |name: &str| {
+        format!(
+            "[data.{name}]\nsource = \"npy\"\nfiles = [\"x.npy\", \"y.npy\"]\ncache = \"memory\"\nmap = [{{ op = \"random_flip\", mode = \"horizontal\" }}]\n"
+        )
+    };
+    let cfg = config(&s.0, &(table("train") + &table("test")));
+    let train = build(&cfg, Split::Train).unwrap();
+    let epochs: Vec<Vec<bool>> = (0..4).map(|_| flips(&train)).collect();
+    assert!(epochs.iter().any(|e| e.contains(&true)), "{epochs:?}");
+    assert!(
+        epochs.windows(2).any(|w| w[0] != w[1]),
+        "new flips each epoch (after the cache): {epochs:?}"
+    );
+    // Rebuilt with the same seed: the same flips.
+    let again = build(&cfg, Split::Train).unwrap();
+    assert_eq!(flips(&again), epochs[0]);
+    // The test pipeline never flips.
+    let test = build(&cfg, Split::Test).unwrap();
+    assert_eq!(flips(&test), vec![false; 6]);
+}
+
+#[test]
+fn csv_columns_stacked_into_features() {
+    let s = Scratch::new("csv");
+    std::fs::write(
+        s.0.join("rows.csv"),
+        "a,b,c,d,species\n1,2.5,3,4,0\n5,6.5,7,8,1\n9,10.5,11,12,1\n",
+    )
+    .unwrap();
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"csv\"\nfiles = \"*.csv\"\nlabel_name = \"species\"\nx = \"features\"\nbatch_size = 2\nmap = [{ op = \"stack\", components = [\"a\", \"b\", \"c\", \"d\"], output = \"features\" }]\n",
+    );
+    let p = cfg.data.train.as_ref().unwrap();
+    assert_eq!(p.y_name(), "species");
+    let b = batches(&build(&cfg, Split::Train).unwrap());
+    assert_eq!(b.len(), 2);
+    let x = b[0].get("x").unwrap();
+    assert_eq!(x.shape(), &[2, 4]);
+    assert_eq!(f32s(x), vec![1.0, 2.5, 3.0, 4.0, 5.0, 6.5, 7.0, 8.0]);
+    assert_eq!(b[1].get("y").unwrap().data(), &Buffer::I32(vec![1]));
+    // select_cols by index, and column_defaults.
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"csv\"\nfiles = \"rows.csv\"\nselect_cols = [1, \"species\"]\ncolumn_defaults = [0.0, \"int64\"]\nlabel_name = \"species\"\nx = \"b\"\n",
+    );
+    let b = batches(&build(&cfg, Split::Train).unwrap());
+    assert_eq!(
+        b[0].get("x").unwrap().data(),
+        &Buffer::F32(vec![2.5, 6.5, 10.5])
+    );
+    assert_eq!(b[0].get("y").unwrap().data(), &Buffer::I64(vec![0, 1, 1]));
+}
+
+#[test]
+fn tfrecord_features_are_parsed() {
+    use kiln_data::tfrecord::{Example, Feature, TfRecordWriter};
+    let s = Scratch::new("tfrecord");
+    let mut w = TfRecordWriter::create(s.0.join("d.tfrecord.gz"), Compression::Gzip).unwrap();
+    for i in 0..3 {
+        let e = Example::new()
+            .with("pixels", Feature::int64(vec![i, i + 1, i + 2, i + 3]))
+            .with("label", Feature::int64(vec![i % 2]));
+        w.write(&e.to_bytes()).unwrap();
+    }
+    w.finish().unwrap();
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"tfrecord\"\nfiles = \"d.tfrecord.gz\"\ncompression_type = \"GZIP\"\nx = \"pixels\"\ny = \"label\"\nmap = [{ op = \"cast\", dtype = \"float32\" }]\n[data.train.features]\npixels = { dtype = \"int64\", shape = [4] }\nlabel = { type = \"FixedLenFeature\", dtype = \"int64\", default_value = 0 }\nextra = { type = \"VarLenFeature\", dtype = \"float32\" }\n",
+    );
+    let b = batches(&build(&cfg, Split::Train).unwrap());
+    assert_eq!(b.len(), 1);
+    let x = b[0].get("x").unwrap();
+    assert_eq!((x.shape(), x.dtype()), (&[3, 4][..], DType::F32));
+    assert_eq!(b[0].get("y").unwrap().data(), &Buffer::I64(vec![0, 1, 0]));
+}
+
+#[test]
+fn missing_components_and_files_are_clear_errors() {
+    let s = Scratch::new("errors");
+    write_npy(&s.0);
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"npy\"\nfiles = [\"x.npy\", \"y.npy\"]\ncomponents = [\"image\", \"label\"]\nx = \"image\"\ny = \"labels\"\n",
+    );
+    let e = build(&cfg, Split::Train)
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(
+            "data.train.y: the elements have no component \"labels\" (components: [\"image\", \"label\"])"
+        ),
+        "{e}"
+    );
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"npy\"\nfiles = [\"x.npy\", \"nope.npy\"]\n",
+    );
+    let e = build(&cfg, Split::Train).unwrap_err().to_string();
+    assert!(
+        e.starts_with("data.train.files[1]: ") && e.contains("nope.npy does not exist"),
+        "{e}"
+    );
+    let cfg = config(&s.0, "[data.train]\nsource = \"text\"\nfiles = \"*.txt\"\n");
+    let e = build(&cfg, Split::Train).unwrap_err().to_string();
+    assert!(e.contains("No files matched pattern"), "{e}");
+}
+
+#[test]
+fn predict_applies_the_feature_ops_in_inference_mode() {
+    let s = Scratch::new("predict");
+    write_npy(&s.0);
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"npy\"\nfiles = [\"x.npy\", \"y.npy\"]\nmap = [{ op = \"random_crop\", height = 1, width = 2 }, { op = \"rescale\", scale = 0.5 }, { op = \"one_hot\", component = \"y\", depth = 2 }]\n",
+    );
+    let x = Array::new(vec![2, 2, 2], Buffer::U8(vec![0, 2, 4, 6, 8, 10, 12, 14])).unwrap();
+    let b = batches(&predict_dataset(&cfg, x).unwrap());
+    let out = b[0].get("x").unwrap();
+    // The central 1x2 window of a 2x2 image is its first row (offset (2 - 1) / 2 = 0).
+    assert_eq!(out.shape(), &[2, 1, 2]);
+    assert_eq!(f32s(out), vec![0.0, 1.0, 4.0, 5.0]);
+    assert_eq!(b[0].names().collect::<Vec<_>>(), vec!["x"]);
+}
+
+#[test]
+fn bench_counts_batches_and_examples() {
+    let s = Scratch::new("bench");
+    write_npy(&s.0);
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"npy\"\nfiles = [\"x.npy\", \"y.npy\"]\nbatch_size = 4\n",
+    );
+    let r = bench(&cfg, Split::Train, None).unwrap();
+    assert_eq!((r.batches, r.elements), (2, 6));
+    assert_eq!(
+        r.batch_shapes[0],
+        ("x".to_string(), DType::U8, vec![4, 2, 2])
+    );
+    let r = bench(&cfg, Split::Train, Some(1)).unwrap();
+    assert_eq!((r.batches, r.elements), (1, 4));
+    assert!(r.elements_per_second() > 0.0);
+}
