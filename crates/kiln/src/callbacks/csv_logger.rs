@@ -306,6 +306,9 @@ mod tests {
     }
 
     #[test]
+    // Ties and exact binary values are written out in full on purpose: they are the cases
+    // where Python's repr rounds.
+    #[allow(clippy::excessive_precision)]
     fn python_repr_of_floats() {
         let cases = [
             (0.1, "0.1"),

@@ -90,14 +90,11 @@ fn affine_forward<B: KilnOps, C: CheckpointStrategy>(
     }
 }
 
+/// Three tensors of one backend: a kernel's `(dx, dw, db)` or `(w, m, v)`.
+type Three<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
+
 /// A gradient kernel's outputs as untracked autodiff tensors (first-order autodiff, as Burn).
-fn untracked3<B: KilnOps, C: CheckpointStrategy>(
-    (a, b, c): (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>),
-) -> (
-    FloatTensor<Autodiff<B, C>>,
-    FloatTensor<Autodiff<B, C>>,
-    FloatTensor<Autodiff<B, C>>,
-) {
+fn untracked3<B: KilnOps, C: CheckpointStrategy>((a, b, c): Three<B>) -> Three<Autodiff<B, C>> {
     (
         FloatTensor::<Autodiff<B, C>>::new(a),
         FloatTensor::<Autodiff<B, C>>::new(b),
