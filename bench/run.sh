@@ -24,7 +24,8 @@ fi
 PY="$VENV/bin/python"
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${KILN_CACHE_DIR:-$HOME/.cache/kiln}/target}"
-cargo build --release -q -p kiln-cli -p kiln-bench-raw-burn
+# The whole workspace's feature set (as the tests build it), so Burn is not built twice.
+cargo build --release -q --workspace --bins
 KILN="$CARGO_TARGET_DIR/release/kiln"
 RAW="$CARGO_TARGET_DIR/release/kiln-bench-raw-burn"
 

@@ -19,10 +19,11 @@ if ! "$venv/bin/python" -c "import tensorflow, tensorboard" >/dev/null 2>&1; the
 fi
 py="$venv/bin/python"
 
-cargo build --release -q -p kiln-data --example tfrecord_tool
+# Built with the whole workspace's features (as `cargo test --workspace` builds them), so that
+# Burn is not compiled a second time with another feature set.
+cargo build --release -q --workspace --examples
 echo "== interop: TFRecord + tf.train.Example with TensorFlow"
 "$py" tests/interop/tfrecord_interop.py --kiln-tool "$CARGO_TARGET_DIR/release/examples/tfrecord_tool"
 
-cargo build --release -q -p kiln --example tb_write
 echo "== interop: TensorBoard event files with the tensorboard package"
 "$py" tests/interop/tensorboard_interop.py --tb-write "$CARGO_TARGET_DIR/release/examples/tb_write"
