@@ -24,8 +24,9 @@ fi
 PY="$VENV/bin/python"
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${KILN_CACHE_DIR:-$HOME/.cache/kiln}/target}"
-# The whole workspace's feature set (as the tests build it), so Burn is not built twice.
-cargo build --release -q --workspace --bins
+# The whole workspace's feature set, examples included (as `cargo test --workspace` builds it,
+# dev-dependencies and all), so Burn is not built a second time with other features.
+cargo build --release -q --workspace --bins --examples
 KILN="$CARGO_TARGET_DIR/release/kiln"
 RAW="$CARGO_TARGET_DIR/release/kiln-bench-raw-burn"
 
