@@ -200,6 +200,26 @@ impl Buffer {
         })
     }
 
+    /// Appends the values' little-endian bytes to `out` (the layout of `.npy` payloads and of
+    /// kiln-data's cache records). Appends nothing for a [`Buffer::String`], whose encoding is
+    /// each format's own.
+    pub(crate) fn extend_le_bytes(&self, out: &mut Vec<u8>) {
+        macro_rules! le {
+            ($v:expr) => {
+                $v.iter()
+                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
+            };
+        }
+        match self {
+            Buffer::U8(v) => out.extend_from_slice(v),
+            Buffer::I32(v) => le!(v),
+            Buffer::I64(v) => le!(v),
+            Buffer::F32(v) => le!(v),
+            Buffer::F64(v) => le!(v),
+            Buffer::String(_) => {}
+        }
+    }
+
     /// The values of a [`Buffer::String`], `None` for numeric buffers.
     pub fn as_strings(&self) -> Option<&[Vec<u8>]> {
         match self {

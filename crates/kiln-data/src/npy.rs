@@ -435,24 +435,13 @@ pub fn encode_npy(array: &Array) -> Vec<u8> {
     out.extend_from_slice(dict.as_bytes());
     out.resize(MAGIC.len() + 2 + len_size + header_len - 1, b' ');
     out.push(b'\n');
-    match array.data() {
-        Buffer::U8(v) => out.extend_from_slice(v),
-        Buffer::I32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Buffer::I64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Buffer::F32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Buffer::F64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Buffer::String(v) => v.iter().for_each(|x| {
+    if let Buffer::String(v) = array.data() {
+        v.iter().for_each(|x| {
             out.extend_from_slice(x);
             out.resize(out.len() + width - x.len(), 0);
-        }),
+        });
+    } else {
+        array.data().extend_le_bytes(&mut out);
     }
     out
 }

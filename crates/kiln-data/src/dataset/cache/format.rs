@@ -128,30 +128,17 @@ pub(super) fn encode_record(element: &Element, out: &mut Vec<u8>) {
         for &d in array.shape() {
             out.extend_from_slice(&(d as u64).to_le_bytes());
         }
-        match array.data() {
-            Buffer::U8(v) => out.extend_from_slice(v),
-            Buffer::I32(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            Buffer::I64(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            Buffer::F32(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            Buffer::F64(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            // Strings vary in length: a u64 byte count of the block, then each value as a u32
-            // length and its bytes.
-            Buffer::String(v) => {
-                let block: usize = v.iter().map(|b| 4 + b.len()).sum();
-                out.extend_from_slice(&(block as u64).to_le_bytes());
-                for b in v {
-                    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-                    out.extend_from_slice(b);
-                }
+        // Strings vary in length: a u64 byte count of the block, then each value as a u32
+        // length and its bytes. Numbers: their little-endian bytes.
+        if let Buffer::String(v) = array.data() {
+            let block: usize = v.iter().map(|b| 4 + b.len()).sum();
+            out.extend_from_slice(&(block as u64).to_le_bytes());
+            for b in v {
+                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                out.extend_from_slice(b);
             }
+        } else {
+            array.data().extend_le_bytes(out);
         }
     }
     let len = (out.len() - start - 8) as u64;
