@@ -1,11 +1,11 @@
 //! Keras callbacks driven by `Model::fit` itself: the learning rate they set is the one the
 //! steps use, the weights they restore are the model's, and TensorBoard sees fit's values.
 
-use burn::prelude::Device;
+mod common;
+
 use kiln::callbacks::{EarlyStopping, LearningRateScheduler, TensorBoard};
-use kiln::compile::{Compiled, LossKind, LossSpec, OptimizerSpec};
 use kiln::fit::{FitContext, NamedWeight};
-use kiln::model::{Activation, LayerKind, ModelSpec, weights::keras_weights};
+use kiln::model::weights::keras_weights;
 use kiln::summary::{event_files, read_events, read_scalars};
 use kiln::{Callback, Logs, Model};
 use kiln_data::{Array, Buffer, Dataset, Element};
@@ -25,35 +25,7 @@ fn data() -> Dataset {
 }
 
 fn model() -> Model {
-    let spec = ModelSpec::builder(&[2])
-        .add(LayerKind::Dense {
-            units: 4,
-            activation: Activation::Relu,
-            use_bias: true,
-        })
-        .add(LayerKind::Dense {
-            units: 2,
-            activation: Activation::Linear,
-            use_bias: true,
-        })
-        .build()
-        .unwrap();
-    let compiled = Compiled::new(
-        &spec,
-        OptimizerSpec::Adam {
-            learning_rate: 0.01,
-            beta_1: 0.9,
-            beta_2: 0.999,
-            epsilon: 1e-7,
-        },
-        LossSpec {
-            kind: LossKind::SparseCategoricalCrossentropy,
-            from_logits: true,
-        },
-        &["accuracy".to_string()],
-    )
-    .unwrap();
-    Model::new("toy", spec, compiled, 5, Device::flex())
+    common::two_layer_classifier("toy", 4, 2, 5)
 }
 
 /// Overwrites `val_loss` with a script (so the test decides which epoch is best) and records

@@ -1,9 +1,9 @@
 //! End-to-end `fit` on a synthetic, linearly separable problem: three Gaussian blobs in 2-D.
 
+mod common;
+
 use burn::prelude::Device;
-use kiln::compile::{Compiled, LossKind, LossSpec, OptimizerSpec};
 use kiln::fit::FitContext;
-use kiln::model::{Activation, LayerKind, ModelSpec};
 use kiln::{Callback, Logs, Model};
 use kiln_data::{Array, Buffer, Dataset, Element};
 use rand::rngs::StdRng;
@@ -38,35 +38,7 @@ fn dataset(x: Array, y: Array, shuffle: bool) -> Dataset {
 }
 
 fn model(seed: u64) -> Model {
-    let spec = ModelSpec::builder(&[2])
-        .add(LayerKind::Dense {
-            units: 16,
-            activation: Activation::Relu,
-            use_bias: true,
-        })
-        .add(LayerKind::Dense {
-            units: 3,
-            activation: Activation::Linear,
-            use_bias: true,
-        })
-        .build()
-        .unwrap();
-    let compiled = Compiled::new(
-        &spec,
-        OptimizerSpec::Adam {
-            learning_rate: 0.01,
-            beta_1: 0.9,
-            beta_2: 0.999,
-            epsilon: 1e-7,
-        },
-        LossSpec {
-            kind: LossKind::SparseCategoricalCrossentropy,
-            from_logits: true,
-        },
-        &["accuracy".to_string()],
-    )
-    .unwrap();
-    Model::new("blobs", spec, compiled, seed, Device::flex())
+    common::two_layer_classifier("blobs", 16, 3, seed)
 }
 
 #[derive(Default)]

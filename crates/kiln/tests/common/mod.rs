@@ -1,0 +1,40 @@
+//! Shared fixtures of kiln's integration tests.
+
+use burn::prelude::Device;
+use kiln::Model;
+use kiln::compile::{Compiled, LossKind, LossSpec, OptimizerSpec};
+use kiln::model::{Activation, LayerKind, ModelSpec};
+
+/// A small classifier on 2 features: Dense(`hidden`, relu) → Dense(`classes`) logits, Adam
+/// (lr 0.01), sparse categorical cross-entropy from logits, accuracy; on the CPU.
+pub fn two_layer_classifier(name: &str, hidden: usize, classes: usize, seed: u64) -> Model {
+    let spec = ModelSpec::builder(&[2])
+        .add(LayerKind::Dense {
+            units: hidden,
+            activation: Activation::Relu,
+            use_bias: true,
+        })
+        .add(LayerKind::Dense {
+            units: classes,
+            activation: Activation::Linear,
+            use_bias: true,
+        })
+        .build()
+        .unwrap();
+    let compiled = Compiled::new(
+        &spec,
+        OptimizerSpec::Adam {
+            learning_rate: 0.01,
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-7,
+        },
+        LossSpec {
+            kind: LossKind::SparseCategoricalCrossentropy,
+            from_logits: true,
+        },
+        &["accuracy".to_string()],
+    )
+    .unwrap();
+    Model::new(name, spec, compiled, seed, Device::flex())
+}
