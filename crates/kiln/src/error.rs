@@ -48,6 +48,24 @@ pub enum KilnError {
     /// The requested device is not available in this build or on this machine.
     #[error("{0}")]
     Device(String),
+    /// Training was stopped by a signal (SIGINT, SIGTERM) after finishing a batch; the
+    /// checkpoint written then, if any, resumes it.
+    #[error("training interrupted by signal {signal} after finishing batch {iterations}{}", checkpoint.as_ref().map(|c| format!("; checkpoint {} written: run the same `kiln train` command to resume", c.display())).unwrap_or_default())]
+    Interrupted {
+        /// The signal number (2 = SIGINT, 15 = SIGTERM).
+        signal: i32,
+        /// Training batches done over the run.
+        iterations: u64,
+        /// The checkpoint written on the way out.
+        checkpoint: Option<PathBuf>,
+    },
+    /// A training step produced a NaN or infinite loss and the NaN policy stopped the run; the
+    /// message is the NaN report (what went non-finite first, and remedies).
+    #[error("{0}")]
+    NonFinite(String),
+    /// A resume found that the config or the data changed since the checkpoint was written.
+    #[error("{0}")]
+    Changed(String),
     /// A callback ended training (`TerminateOnNaN(raise_error=True)`) or cannot work with
     /// the run (a monitored metric whose direction is unknown, a foreign weights snapshot).
     #[error("{callback}: {message}")]

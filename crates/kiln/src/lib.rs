@@ -7,7 +7,7 @@
 //! ([`run_dir`]); [`run`] strings these together as the `kiln` command does. [`pipeline`]
 //! builds the tf.data pipelines of a config's `[data.train]` / `[data.validation]` /
 //! `[data.test]` tables. Keras' callbacks are in [`callbacks`], TensorBoard event files in
-//! [`summary`].
+//! [`summary`], crash-safe training checkpoints (BackupAndRestore, resume) in [`checkpoint`].
 //!
 //! ## Cargo features
 //! - `vulkan`: GPUs through Burn's wgpu backend with SPIR-V kernels (`--device gpu`).
@@ -19,6 +19,7 @@
 
 pub mod batch;
 pub mod callbacks;
+pub mod checkpoint;
 pub mod compile;
 pub mod config;
 pub mod device;

@@ -61,6 +61,18 @@ pub trait Callback {
     fn on_train_end(&mut self, _logs: &Logs, _ctx: &mut dyn FitContext) -> Result<()> {
         Ok(())
     }
+    /// What to keep in BackupAndRestore checkpoints (counters, best values), so that a resumed
+    /// run decides as an uninterrupted one would. `None` (the default): nothing.
+    fn state(&self) -> Option<serde_json::Value> {
+        None
+    }
+    /// Puts back what [`Callback::state`] returned, before `on_train_begin` of a resumed run.
+    ///
+    /// # Errors
+    /// [`crate::KilnError::Callback`] when the state does not belong to this callback.
+    fn restore_state(&mut self, _state: &serde_json::Value) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A copy of a model's weights taken by [`FitContext::snapshot_weights`], opaque to callbacks:
@@ -120,6 +132,12 @@ pub trait FitContext {
     /// The weights with their Keras paths, for histograms. May copy from the device: call it
     /// at epoch ends, not per batch.
     fn weights(&self) -> Vec<NamedWeight>;
+    /// Writes the current weights to `path` (Keras' `model.save_weights`: safetensors with
+    /// Keras names for `Model::fit`), atomically.
+    ///
+    /// # Errors
+    /// [`crate::KilnError::Io`] naming the path.
+    fn save_weights(&self, path: &std::path::Path) -> Result<()>;
 }
 
 /// A [`FitContext`] over plain values: drive callbacks by hand (tests, tools, custom loops),
@@ -132,7 +150,7 @@ pub struct ManualContext {
     pub stop_training: bool,
     /// Batches done (set it before `on_train_batch_end`, as `fit` does).
     pub iterations: u64,
-    /// The "model": named weights. Snapshots copy them.
+    /// The "model": named weights. Snapshots copy them; `save_weights` writes them as JSON.
     pub weights: Vec<NamedWeight>,
 }
 
@@ -174,6 +192,10 @@ impl FitContext for ManualContext {
     }
     fn weights(&self) -> Vec<NamedWeight> {
         self.weights.clone()
+    }
+    fn save_weights(&self, path: &std::path::Path) -> Result<()> {
+        let json = serde_json::to_vec(&self.weights).expect("weights serialize");
+        crate::run_dir::write_atomic(path, &json)
     }
 }
 

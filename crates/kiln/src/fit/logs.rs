@@ -1,6 +1,6 @@
 //! Keras' `logs` (name → value, in report order) and `History`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Metric values in Keras' order: `loss`, then the compiled metrics, then `val_*`.
@@ -43,7 +43,7 @@ impl Logs {
 /// What `fit` returns: per-epoch values, as Keras' `History.history` (a dict of lists), plus
 /// `epoch_time_s` (wall seconds per epoch, validation included) and `samples_per_second`
 /// (training examples per second of training-loop time).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct History {
     /// Epoch numbers (0-based, as Keras' `History.epoch`).
     pub epoch: Vec<usize>,
@@ -54,7 +54,7 @@ pub struct History {
     /// Training examples per second of each epoch's training loop (validation excluded).
     pub samples_per_second: Vec<f64>,
     /// Per-stage step times of the last epoch, when profiling was on.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
     pub profile: Option<super::StepProfile>,
 }
 

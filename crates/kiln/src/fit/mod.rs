@@ -1,12 +1,16 @@
 //! `fit`, `evaluate` and `predict` (Keras' `Model` training API) on a compiled model.
 
 mod callback;
+mod input_cursor;
 mod logs;
+mod options;
 mod profile;
+mod resume;
 mod step;
 
 pub use callback::{Callback, FitContext, ManualContext, NamedWeight, WeightsSnapshot};
 pub use logs::{History, Logs};
+pub use options::{Backup, FitOptions, Interrupt, OnNan, SaveFreq};
 pub use profile::StepProfile;
 pub use step::{StepOutput, eval_step, train_step};
 
@@ -22,6 +26,8 @@ use crate::batch::to_device;
 use crate::compile::{Compiled, correct};
 use crate::error::Result;
 use crate::model::{ModelSpec, Network, summary, weights};
+use input_cursor::InputCursor;
+use resume::{LoopState, NanAction, step_seed};
 
 /// Running sums for the loss and metrics over an epoch (example-weighted means, as Keras'
 /// `Mean` metrics).
@@ -30,6 +36,8 @@ struct Accumulator {
     examples: f64,
     loss: f64,
     correct: Vec<f64>,
+    /// Batches added.
+    batches: u64,
 }
 
 impl Accumulator {
@@ -46,6 +54,7 @@ impl Accumulator {
             self.correct = vec![0.0; compiled.metrics.len()];
         }
         self.examples += size as f64;
+        self.batches += 1;
         self.loss += out.loss * size as f64;
         for (sum, m) in self.correct.iter_mut().zip(&compiled.metrics) {
             *sum += correct(m.kind, &out.outputs, units, classes, targets);
@@ -107,6 +116,9 @@ impl FitContext for LoopContext<'_> {
         *self.net = net.clone();
         Ok(())
     }
+    fn save_weights(&self, path: &Path) -> Result<()> {
+        weights::save(self.spec, &*self.net, path)
+    }
     fn weights(&self) -> Vec<NamedWeight> {
         // Keras 3 paths: `<model name>/<layer>/<variable>`.
         weights::keras_weights(self.spec, self.net)
@@ -128,6 +140,8 @@ pub struct Model {
     net: Network,
     optim: ModuleOptimizer,
     device: Device,
+    /// Seed of the initial weights, and with the step count, of dropout masks.
+    seed: u64,
     profiling: bool,
 }
 
@@ -153,7 +167,7 @@ impl Model {
     ) -> Model {
         device.seed(seed);
         let net = Network::init(&spec, seed, &device.clone().autodiff());
-        Model::assemble(name.into(), spec, compiled, net, device)
+        Model::assemble(name.into(), spec, compiled, net, device, seed)
     }
 
     fn assemble(
@@ -162,6 +176,7 @@ impl Model {
         compiled: Compiled,
         net: Network,
         device: Device,
+        seed: u64,
     ) -> Model {
         let optim = compiled.optimizer.build();
         Model {
@@ -171,6 +186,7 @@ impl Model {
             net,
             optim,
             device,
+            seed,
             profiling: false,
         }
     }
@@ -188,7 +204,7 @@ impl Model {
         device: Device,
     ) -> Result<Model> {
         let net = weights::load(&spec, path, &device.clone().autodiff())?;
-        Ok(Model::assemble(name.into(), spec, compiled, net, device))
+        Ok(Model::assemble(name.into(), spec, compiled, net, device, 0))
     }
 
     /// Times each stage of the training step (and each layer's forward pass); `fit` returns
@@ -227,11 +243,11 @@ impl Model {
 
     /// Trains for `epochs` passes over `train` (each pass a new iteration, so a shuffling
     /// dataset reshuffles), evaluating on `validation` after each epoch. Values are reported to
-    /// `callbacks` with Keras' hooks and returned as a [`History`].
+    /// `callbacks` with Keras' hooks and returned as a [`History`]. Same as [`Model::fit_with`]
+    /// with [`FitOptions::epochs`].
     ///
     /// # Errors
-    /// Data errors from the pipeline, or [`crate::KilnError::Shape`] when a batch does not fit
-    /// the model. Work done before the error stays in the model.
+    /// As [`Model::fit_with`].
     pub fn fit(
         &mut self,
         train: &Dataset,
@@ -239,11 +255,35 @@ impl Model {
         epochs: usize,
         callbacks: &mut [&mut dyn Callback],
     ) -> Result<History> {
-        let mut history = History::default();
+        self.fit_with(train, validation, &FitOptions::epochs(epochs), callbacks)
+    }
+
+    /// Keras' `model.fit` with its options ([`FitOptions`]: `initial_epoch`,
+    /// `steps_per_epoch`, `validation_freq`), BackupAndRestore checkpoints and resume, the NaN
+    /// policy, and an external stop request.
+    ///
+    /// Determinism: dropout is reseeded before every step from the model's seed and the step
+    /// count, and the input's random stages are seeded per iteration, so a run resumed from a
+    /// checkpoint continues bit for bit as the uninterrupted run (on the CPU, same thread
+    /// count).
+    ///
+    /// # Errors
+    /// Data errors from the pipeline, [`crate::KilnError::Shape`] when a batch does not fit
+    /// the model, [`crate::KilnError::Interrupted`] after a stop request,
+    /// [`crate::KilnError::NonFinite`] when a NaN loss stops the run, I/O errors writing
+    /// checkpoints. Work done before the error stays in the model.
+    pub fn fit_with(
+        &mut self,
+        train: &Dataset,
+        validation: Option<&Dataset>,
+        opts: &FitOptions,
+        callbacks: &mut [&mut dyn Callback],
+    ) -> Result<History> {
         let train_device = self.device.clone().autodiff();
         let units = self.spec.output_shape()[0];
-        let steps = match train.cardinality() {
-            Cardinality::Finite(n) => Some(n),
+        let steps = match (opts.steps_per_epoch, train.cardinality()) {
+            (Some(n), _) => Some(n),
+            (None, Cardinality::Finite(n)) => Some(n),
             _ => None,
         };
         let mut control = Control {
@@ -251,6 +291,23 @@ impl Model {
             stop_training: false,
             iterations: 0,
         };
+        let mut state = LoopState {
+            epoch: opts.initial_epoch,
+            acc: Accumulator::default(),
+            history: History::default(),
+            rollbacks: 0,
+        };
+        let mut position = Default::default();
+        if let Some(ckpt) = opts.backup.as_ref().and_then(|b| b.resume.as_ref()) {
+            position = self.resume_from(ckpt, &mut control, &mut state, callbacks)?;
+        }
+        let mut input = InputCursor::restore(train, position)?;
+        if let Some(backup) = &opts.backup
+            && backup.resume.is_none()
+        {
+            // A starting point for NaN rollbacks and for a kill in the first epoch.
+            self.save_checkpoint(backup, &control, &state, &input, &*callbacks)?;
+        }
         // Hooks see the model through a `LoopContext` made for each call, so that the network
         // is free for the training step between calls.
         macro_rules! hooks {
@@ -268,17 +325,47 @@ impl Model {
         }
         hooks!(|c, ctx| c.on_train_begin(ctx));
         let mut last = Logs::default();
-        'epochs: for epoch in 0..epochs {
-            hooks!(|c, ctx| c.on_epoch_begin(epoch, epochs, steps, ctx));
+        'epochs: while state.epoch < opts.epochs {
+            let epoch = state.epoch;
+            hooks!(|c, ctx| c.on_epoch_begin(epoch, opts.epochs, steps, ctx));
             let started = Instant::now();
-            let mut acc = Accumulator::default();
             // The profile describes the last epoch (the first one includes warm-up).
             let mut profile = self.profiling.then(StepProfile::default);
-            let mut batches = train.iter();
-            for step in 0u64.. {
+            if opts.steps_per_epoch.is_none() && state.acc.batches == 0 {
+                // One full pass per epoch: a fresh iterator (unless resuming inside one).
+                if !input.at_start() {
+                    input.close();
+                }
+            }
+            let first_step = state.acc.batches;
+            let mut examples_this_run = 0.0;
+            for step in first_step.. {
+                if opts.steps_per_epoch.is_some_and(|n| step >= n) {
+                    break;
+                }
                 let mut clock = Instant::now();
-                let Some(batch) = batches.next() else { break };
-                let batch = batch?;
+                let batch = match input.next_batch() {
+                    Some(b) => b?,
+                    None if opts.steps_per_epoch.is_some() && step == 0 => {
+                        // The repeated pass ended exactly at an epoch boundary: start the next.
+                        match input.next_batch() {
+                            Some(b) => b?,
+                            None => break,
+                        }
+                    }
+                    None if opts.steps_per_epoch.is_some() => {
+                        eprintln!(
+                            "warning: the training input ran out of data after {step} of \
+                             steps_per_epoch = {} batches in epoch {}; stopping. Make sure the \
+                             dataset yields steps_per_epoch × epochs batches (add `repeat`).",
+                            opts.steps_per_epoch.unwrap_or(0),
+                            epoch + 1
+                        );
+                        control.stop_training = true;
+                        break;
+                    }
+                    None => break,
+                };
                 let waited = clock.elapsed().as_secs_f64();
                 clock = Instant::now();
                 let b = to_device(&batch, &self.spec, &self.compiled.loss, &train_device)?;
@@ -288,6 +375,8 @@ impl Model {
                 }
                 hooks!(|c, ctx| c.on_train_batch_begin(step, ctx));
                 let (classes, targets, size) = (b.classes.clone(), b.targets.clone(), b.size);
+                // Dropout masks depend on the seed and the step only (see `fit_with`).
+                self.device.seed(step_seed(self.seed, control.iterations));
                 let net = std::mem::replace(&mut self.net, Network { layers: Vec::new() });
                 let (net, out) = train_step(
                     net,
@@ -300,40 +389,91 @@ impl Model {
                 );
                 self.net = net;
                 control.iterations += 1;
+                if !out.loss.is_finite() {
+                    let action = self.on_non_finite(
+                        opts,
+                        &mut control,
+                        &mut state,
+                        &mut input,
+                        step,
+                        callbacks,
+                    )?;
+                    match action {
+                        NanAction::Continue => {}
+                        NanAction::Restart => continue 'epochs,
+                    }
+                }
                 clock = Instant::now();
-                acc.add(&self.compiled, &out, &classes, &targets, size, units);
+                state
+                    .acc
+                    .add(&self.compiled, &out, &classes, &targets, size, units);
+                examples_this_run += size as f64;
                 if let Some(p) = profile.as_mut() {
                     p.metrics_s += clock.elapsed().as_secs_f64();
                 }
-                let logs = acc.logs(&self.compiled);
+                let logs = state.acc.logs(&self.compiled);
                 hooks!(|c, ctx| c.on_train_batch_end(step, &logs, ctx));
+                if let Some(signal) = opts.interrupt.as_ref().and_then(|i| i.requested()) {
+                    let checkpoint = match &opts.backup {
+                        Some(backup) => Some(self.save_checkpoint(
+                            backup,
+                            &control,
+                            &state,
+                            &input,
+                            &*callbacks,
+                        )?),
+                        None => None,
+                    };
+                    return Err(crate::KilnError::Interrupted {
+                        signal,
+                        iterations: control.iterations,
+                        checkpoint,
+                    });
+                }
+                if let Some(backup) = &opts.backup
+                    && let SaveFreq::Batches(n) = backup.save_freq
+                    && control.iterations % n.max(1) == 0
+                {
+                    self.save_checkpoint(backup, &control, &state, &input, &*callbacks)?;
+                }
                 if control.stop_training {
                     break 'epochs;
                 }
             }
+            if opts.steps_per_epoch.is_none() {
+                input.close();
+            }
             let train_time = started.elapsed().as_secs_f64();
-            let mut logs = acc.logs(&self.compiled);
-            if let Some(val) = validation {
+            let mut logs = state.acc.logs(&self.compiled);
+            if let Some(val) = validation
+                && opts.validates_after(epoch)
+            {
                 let val_logs = self.evaluate(val)?;
                 logs.extend_prefixed("val_", &val_logs);
             }
             let epoch_time = started.elapsed().as_secs_f64();
             hooks!(|c, ctx| c.on_epoch_end(epoch, &mut logs, ctx));
-            history.push(epoch, &logs);
+            state.history.push(epoch, &logs);
             if profile.is_some() {
-                history.profile = profile;
+                state.history.profile = profile;
             }
-            history.epoch_time_s.push(epoch_time);
-            history
+            state.history.epoch_time_s.push(epoch_time);
+            state
+                .history
                 .samples_per_second
-                .push(acc.examples / train_time.max(1e-9));
+                .push(examples_this_run / train_time.max(1e-9));
+            state.epoch += 1;
+            state.acc = Accumulator::default();
             last = logs;
+            if let Some(backup) = &opts.backup {
+                self.save_checkpoint(backup, &control, &state, &input, &*callbacks)?;
+            }
             if control.stop_training {
                 break;
             }
         }
         hooks!(|c, ctx| c.on_train_end(&last, ctx));
-        Ok(history)
+        Ok(state.history)
     }
 
     /// Loss and metrics over `data` in inference mode (Keras' `model.evaluate`).

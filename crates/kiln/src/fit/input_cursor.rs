@@ -1,0 +1,145 @@
+//! The training input's position, kept so that a resumed run sees exactly the batches an
+//! uninterrupted one would have seen.
+//!
+//! kiln-data's random stages (shuffle, random maps) draw their seeds from `(seed, number of
+//! iterations started)`, so the position is two counters: iterators started and batches taken
+//! from the current one ([`InputPosition`]). Restoring replays them on a freshly built dataset:
+//! the earlier iterators are started and dropped (cheap: nothing is read), and the batches
+//! already trained in the current one are read again and discarded (input work only, no
+//! training).
+
+use kiln_data::{Dataset, DatasetIter, Element};
+
+use crate::checkpoint::InputPosition;
+use crate::error::Result;
+
+/// An iterator over `Dataset` that counts where it is.
+pub(crate) struct InputCursor<'a> {
+    dataset: &'a Dataset,
+    current: Option<DatasetIter>,
+    position: InputPosition,
+}
+
+impl<'a> InputCursor<'a> {
+    /// A cursor at `position` of `dataset` (a default position is the start).
+    ///
+    /// # Errors
+    /// Data errors from the replayed batches.
+    pub fn restore(dataset: &'a Dataset, position: InputPosition) -> Result<InputCursor<'a>> {
+        let open = u64::from(position.open);
+        for _ in 0..position.iterators_started.saturating_sub(open) {
+            drop(dataset.iter());
+        }
+        let mut current = None;
+        if position.open {
+            let mut it = dataset.iter();
+            for _ in 0..position.batches_taken {
+                if let Some(batch) = it.next() {
+                    batch?;
+                }
+            }
+            current = Some(it);
+        }
+        Ok(InputCursor {
+            dataset,
+            current,
+            position,
+        })
+    }
+
+    /// Moves to `position` (a NaN rollback): as [`InputCursor::restore`] on the same dataset,
+    /// whose random stages have since moved on, so the batches are new ones.
+    ///
+    /// # Errors
+    /// Data errors from the replayed batches.
+    pub fn reposition(&mut self, position: InputPosition) -> Result<()> {
+        *self = InputCursor::restore(self.dataset, position)?;
+        Ok(())
+    }
+
+    /// Where the cursor is.
+    pub fn position(&self) -> InputPosition {
+        self.position
+    }
+
+    /// Ends the current iterator (an epoch's pass is over).
+    pub fn close(&mut self) {
+        self.current = None;
+        self.position.open = false;
+        self.position.batches_taken = 0;
+    }
+
+    /// Whether no batch was taken from the current iterator (or none is open).
+    pub fn at_start(&self) -> bool {
+        !self.position.open || self.position.batches_taken == 0
+    }
+
+    /// The next batch, starting a new iterator when none is open; `None` when the current one
+    /// is exhausted (it is then closed).
+    pub fn next_batch(&mut self) -> Option<Result<Element>> {
+        if self.current.is_none() {
+            self.current = Some(self.dataset.iter());
+            self.position.iterators_started += 1;
+            self.position.batches_taken = 0;
+            self.position.open = true;
+        }
+        let it = self.current.as_mut().expect("opened above");
+        match it.next() {
+            Some(batch) => {
+                self.position.batches_taken += 1;
+                Some(batch.map_err(Into::into))
+            }
+            None => {
+                self.close();
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_data::{Array, Buffer, Element};
+
+    fn dataset() -> Dataset {
+        let x = Array::new(vec![10], Buffer::F32((0..10).map(|v| v as f32).collect())).unwrap();
+        Dataset::from_tensor_slices(Element::new().with("x", x))
+            .unwrap()
+            .shuffle(10, Some(3), true)
+            .batch(3, false)
+    }
+
+    fn firsts(c: &mut InputCursor, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| match c.next_batch() {
+                Some(b) => b
+                    .unwrap()
+                    .require("x")
+                    .unwrap()
+                    .data()
+                    .try_to_f32()
+                    .unwrap()[0],
+                None => -1.0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_restored_cursor_continues_with_the_same_batches() {
+        let ds = dataset();
+        let mut a = InputCursor::restore(&ds, InputPosition::default()).unwrap();
+        // Two passes of 4 batches (3 + 3 + 3 + 1), then the third pass's first batches.
+        let all = firsts(&mut a, 13);
+        assert_eq!(all[4], -1.0, "the first pass ends after 4 batches");
+        for cut in [1, 4, 5, 7, 11] {
+            let ds2 = dataset();
+            let mut b = InputCursor::restore(&ds2, InputPosition::default()).unwrap();
+            let head = firsts(&mut b, cut);
+            let fresh = dataset();
+            let mut c = InputCursor::restore(&fresh, b.position()).unwrap();
+            let tail = firsts(&mut c, 13 - cut);
+            assert_eq!([head, tail].concat(), all, "cut after {cut}");
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! BackupAndRestore inside `fit`: writing a checkpoint of the loop's state, resuming from one,
+//! and the NaN policy's rollback.
+
+use burn::module::Module;
+use burn::store::ModuleRecord;
+use burn::tensor::Bytes;
+
+use super::input_cursor::InputCursor;
+use super::options::{Backup, FitOptions, OnNan};
+use super::{Accumulator, Callback, Control, History, Model};
+use crate::checkpoint::{Checkpoint, EpochSums, FORMAT, Manifest};
+use crate::error::{KilnError, Result};
+
+/// File names inside a checkpoint.
+pub(crate) const MODEL_FILE: &str = "model.bpk";
+/// The optimizer state's file.
+pub(crate) const OPTIMIZER_FILE: &str = "optimizer.bpk";
+
+/// The seed of the backend RNG (dropout) for training step `iteration` of a run seeded with
+/// `seed`: SplitMix64's finaliser over both, so neighbouring steps get unrelated streams.
+pub(crate) fn step_seed(seed: u64, iteration: u64) -> u64 {
+    let mut z = seed ^ iteration.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The loop's own state, besides the model, the optimizer and the input position.
+#[derive(Debug, Default)]
+pub(super) struct LoopState {
+    /// The epoch running (0-based).
+    pub(super) epoch: usize,
+    /// Sums of the epoch so far.
+    pub(super) acc: Accumulator,
+    /// Finished epochs.
+    pub(super) history: History,
+    /// NaN rollbacks so far.
+    pub(super) rollbacks: u32,
+}
+
+/// What the loop does after a non-finite loss.
+pub(super) enum NanAction {
+    /// Go on with the next batch.
+    Continue,
+    /// State was rolled back: restart the epoch loop from `LoopState`.
+    Restart,
+}
+
+fn record_error(what: &str, e: impl std::fmt::Display) -> KilnError {
+    KilnError::Weights {
+        path: what.into(),
+        message: e.to_string(),
+    }
+}
+
+fn callback_key(i: usize) -> String {
+    format!("callback_{i}")
+}
+
+impl Model {
+    /// The network and optimizer state as burnpack bytes (parameter ids kept, so the optimizer
+    /// state finds its parameters after loading).
+    ///
+    /// # Errors
+    /// [`KilnError::Weights`] when Burn cannot serialize them.
+    pub fn checkpoint_files(&self) -> Result<Vec<(&'static str, Vec<u8>)>> {
+        let model = self
+            .net
+            .clone()
+            .into_record()
+            .into_bytes()
+            .map_err(|e| record_error("model record", e))?;
+        let optim = self
+            .optim
+            .into_bytes()
+            .map_err(|e| record_error("optimizer record", e))?;
+        Ok(vec![
+            (MODEL_FILE, model.to_vec()),
+            (OPTIMIZER_FILE, optim.to_vec()),
+        ])
+    }
+
+    /// Loads the network and optimizer state of `ckpt`.
+    ///
+    /// # Errors
+    /// [`KilnError::Weights`] naming the checkpoint when its records do not fit this model.
+    pub fn load_checkpoint(&mut self, ckpt: &Checkpoint) -> Result<()> {
+        let bad = |e: &dyn std::fmt::Display| KilnError::Weights {
+            path: ckpt.path.clone(),
+            message: format!(
+                "the checkpoint does not fit this model ({e}); start over with --no-resume or another run directory"
+            ),
+        };
+        let record =
+            ModuleRecord::from_bytes(Bytes::from_bytes_vec(ckpt.file(MODEL_FILE)?.to_vec()))
+                .map_err(|e| bad(&e))?;
+        self.net = self
+            .net
+            .clone()
+            .try_load_record(record)
+            .map_err(|e| bad(&e))?;
+        let optim = self.compiled.optimizer.build();
+        self.optim = optim
+            .from_bytes(Bytes::from_bytes_vec(ckpt.file(OPTIMIZER_FILE)?.to_vec()))
+            .map_err(|e| bad(&e))?;
+        Ok(())
+    }
+
+    /// Writes a checkpoint of the loop's state.
+    pub(super) fn save_checkpoint(
+        &self,
+        backup: &Backup,
+        control: &Control,
+        state: &LoopState,
+        input: &InputCursor,
+        callbacks: &[&mut dyn Callback],
+    ) -> Result<std::path::PathBuf> {
+        let manifest = Manifest {
+            format: FORMAT,
+            kiln_version: env!("CARGO_PKG_VERSION").to_string(),
+            epoch: state.epoch,
+            step_in_epoch: state.acc.batches,
+            iterations: control.iterations,
+            learning_rate: control.learning_rate,
+            seed: self.seed,
+            epoch_sums: state.acc.sums(),
+            input: input.position(),
+            history: state.history.clone(),
+            callbacks: callbacks
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.state().map(|s| (callback_key(i), s)))
+                .collect(),
+            rollbacks: state.rollbacks,
+            config: backup.config.clone(),
+            data_fingerprints: backup.data_fingerprints.clone(),
+            files: Vec::new(),
+        };
+        let files = self.checkpoint_files()?;
+        let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+        backup.dir.save(&manifest, &refs)
+    }
+
+    /// Puts the model, optimizer, loop state and callbacks back as `ckpt` recorded them and
+    /// returns the input position to restore.
+    pub(super) fn resume_from(
+        &mut self,
+        ckpt: &Checkpoint,
+        control: &mut Control,
+        state: &mut LoopState,
+        callbacks: &mut [&mut dyn Callback],
+    ) -> Result<crate::checkpoint::InputPosition> {
+        self.load_checkpoint(ckpt)?;
+        let m = &ckpt.manifest;
+        control.learning_rate = m.learning_rate;
+        control.iterations = m.iterations;
+        state.epoch = m.epoch;
+        state.acc = Accumulator::from_sums(&m.epoch_sums, m.step_in_epoch);
+        state.history = m.history.clone();
+        state.rollbacks = m.rollbacks;
+        for (i, c) in callbacks.iter_mut().enumerate() {
+            if let Some(s) = m.callbacks.get(&callback_key(i)) {
+                c.restore_state(s)?;
+            }
+        }
+        Ok(m.input)
+    }
+
+    /// The NaN policy after step `step` of the epoch produced a non-finite loss.
+    pub(super) fn on_non_finite(
+        &mut self,
+        opts: &FitOptions,
+        control: &mut Control,
+        state: &mut LoopState,
+        input: &mut InputCursor,
+        step: u64,
+        callbacks: &mut [&mut dyn Callback],
+    ) -> Result<NanAction> {
+        let what = format!(
+            "the training loss became NaN or infinite at epoch {}, batch {step} (step {} of the \
+             run) with learning rate {}",
+            state.epoch + 1,
+            control.iterations,
+            control.learning_rate
+        );
+        match opts.on_nan {
+            OnNan::Continue => Ok(NanAction::Continue),
+            OnNan::Stop => Err(KilnError::NonFinite(format!(
+                "{what}; stopping (on_nan = \"stop\"). Remedies: lower the learning rate, set \
+                 global_clipnorm, check the inputs for NaN/Inf (check_numerics), or use \
+                 on_nan = \"rollback\" with BackupAndRestore"
+            ))),
+            OnNan::Rollback {
+                factor,
+                max_rollbacks,
+            } => {
+                let Some(backup) = &opts.backup else {
+                    return Err(KilnError::NonFinite(format!(
+                        "{what}; on_nan = \"rollback\" needs BackupAndRestore checkpoints, and \
+                         this run has none"
+                    )));
+                };
+                if state.rollbacks >= max_rollbacks {
+                    return Err(KilnError::NonFinite(format!(
+                        "{what}; giving up after {max_rollbacks} rollbacks (max_rollbacks). \
+                         Lower the learning rate or set global_clipnorm"
+                    )));
+                }
+                let (ckpt, _) = backup.dir.latest()?;
+                let ckpt = ckpt.ok_or_else(|| {
+                    KilnError::NonFinite(format!("{what}; no checkpoint to roll back to"))
+                })?;
+                let rollbacks = state.rollbacks + 1;
+                let position = self.resume_from(&ckpt, control, state, callbacks)?;
+                state.rollbacks = rollbacks;
+                control.learning_rate *= factor;
+                eprintln!(
+                    "warning: {what}; rolled back to {} (epoch {}, batch {}) with learning rate \
+                     {} (rollback {rollbacks} of {max_rollbacks})",
+                    ckpt.path.display(),
+                    state.epoch + 1,
+                    state.acc.batches,
+                    control.learning_rate
+                );
+                input.reposition(position)?;
+                Ok(NanAction::Restart)
+            }
+        }
+    }
+}
+
+impl Accumulator {
+    /// The sums, for a manifest.
+    pub(super) fn sums(&self) -> EpochSums {
+        EpochSums {
+            examples: self.examples,
+            loss: self.loss,
+            correct: self.correct.clone(),
+        }
+    }
+
+    /// An accumulator holding `sums` after `batches` batches.
+    pub(super) fn from_sums(sums: &EpochSums, batches: u64) -> Accumulator {
+        Accumulator {
+            examples: sums.examples,
+            loss: sums.loss,
+            correct: sums.correct.clone(),
+            batches,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_seeds_differ_between_steps_and_seeds() {
+        let a: Vec<u64> = (0..4).map(|i| step_seed(1337, i)).collect();
+        let mut sorted = a.clone();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 4);
+        assert_ne!(step_seed(1, 0), step_seed(2, 0));
+        assert_eq!(step_seed(5, 9), step_seed(5, 9));
+    }
+}
