@@ -78,6 +78,12 @@ enum Command {
         /// Time each stage of the training step and each layer; print the last epoch's table.
         #[arg(long)]
         profile: bool,
+        /// Start over: ignore and remove the run directory's checkpoints instead of resuming.
+        #[arg(long)]
+        no_resume: bool,
+        /// Resume even though the data or its pipeline changed since the checkpoint.
+        #[arg(long)]
+        allow_changed_data: bool,
     },
     /// Evaluate a trained run on its test split.
     Evaluate {
@@ -191,10 +197,49 @@ fn main() -> ExitCode {
                     .collect::<Vec<_>>()
                     .join(": "),
             };
-            eprintln!("kiln: error: {}", message.replace('\n', " "));
-            ExitCode::from(if config { 2 } else { 1 })
+            let code = match e.downcast_ref::<KilnError>() {
+                // The shell's convention for a process ended by a signal: 128 + its number.
+                Some(KilnError::Interrupted { signal, .. }) => 128 + *signal as u8,
+                _ if config => 2,
+                _ => 1,
+            };
+            match e.downcast_ref::<KilnError>() {
+                // Reports that are laid out in lines.
+                Some(KilnError::Changed(_) | KilnError::NonFinite(_)) => {
+                    eprintln!("kiln: error: {message}")
+                }
+                _ => eprintln!("kiln: error: {}", message.replace('\n', " ")),
+            }
+            ExitCode::from(code)
         }
     }
+}
+
+/// SIGINT and SIGTERM ask training to stop after the current batch (it then writes a
+/// checkpoint); a second signal ends the process at once.
+fn stop_on_signals() -> anyhow::Result<kiln::fit::Interrupt> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let interrupt = kiln::fit::Interrupt::new();
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .context("cannot install the SIGINT/SIGTERM handlers")?;
+    let flag = interrupt.clone();
+    std::thread::Builder::new()
+        .name("kiln-signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if flag.requested().is_some() {
+                    eprintln!("kiln: second signal {signal}: stopping now, without a checkpoint");
+                    std::process::exit(128 + signal);
+                }
+                eprintln!(
+                    "kiln: signal {signal}: finishing the current batch and writing a checkpoint \
+                     (send it again to stop at once)"
+                );
+                flag.request(signal);
+            }
+        })
+        .context("cannot start the signal thread")?;
+    Ok(interrupt)
 }
 
 fn run_command(command: Command) -> anyhow::Result<()> {
@@ -209,6 +254,8 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             seed,
             data_dir,
             profile,
+            no_resume,
+            allow_changed_data,
         } => {
             let mut cfg = RunConfig::load(&config)?;
             cfg.apply(&Overrides {
@@ -220,7 +267,13 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             let dev = device::resolve(device.into())?;
             let run_dir = run_dir.unwrap_or_else(|| cfg.default_run_dir());
             let mut progress = progress::Progress::new();
-            let report = run::train(&cfg, &run_dir, dev, &mut [&mut progress], |m| {
+            let opts = run::TrainOptions {
+                resume: !no_resume,
+                allow_changed_data,
+                interrupt: Some(stop_on_signals()?),
+                ..Default::default()
+            };
+            let report = run::train_with(&cfg, &run_dir, dev, &opts, &mut [&mut progress], |m| {
                 print!("{}", m.summary());
                 m.set_profiling(profile);
             })?;

@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 use burn::prelude::Device;
 use kiln_data::Dataset;
 
+use crate::checkpoint::{CheckpointDir, Manifest};
 use crate::compile::{LossKind, argmax};
 use crate::config::RunConfig;
 use crate::error::{KilnError, Result};
-use crate::fit::{Callback, History, Logs, Model};
+use crate::fit::{Backup, Callback, FitOptions, History, Interrupt, Logs, Model};
 use crate::input::{check_against_model, load_idx, pipeline, read_inputs, split_last};
 use crate::pipeline::{self as pipelines, Split};
 use crate::run_dir::RunDir;
@@ -82,16 +83,71 @@ pub struct TrainReport {
     pub run_dir: PathBuf,
 }
 
-/// Trains `cfg` on `device`, writing the run directory `run_dir`. `on_model` sees the compiled
+/// How [`train_with`] treats an earlier run in the same directory, and outside stop requests.
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    /// Resume from the run directory's last good checkpoint, if there is one (default: true;
+    /// `kiln train --no-resume` sets false and starts over, removing the old checkpoints).
+    pub resume: bool,
+    /// Resume even when the data or the pipeline changed since the checkpoint
+    /// (`--allow-changed-data`).
+    pub allow_changed_data: bool,
+    /// Stop request (signals): finish the batch, checkpoint, return
+    /// [`KilnError::Interrupted`].
+    pub interrupt: Option<Interrupt>,
+    /// Messages for the user (resume notes, skipped checkpoints).
+    pub notes: fn(&str),
+}
+
+impl Default for TrainOptions {
+    fn default() -> TrainOptions {
+        TrainOptions {
+            resume: true,
+            allow_changed_data: false,
+            interrupt: None,
+            notes: |m| eprintln!("{m}"),
+        }
+    }
+}
+
+/// Trains `cfg` on `device`, writing the run directory `run_dir`, with the default
+/// [`TrainOptions`] (resume from the directory's checkpoints). `on_model` sees the compiled
 /// model before training (to print its summary, or turn on profiling).
 ///
 /// # Errors
-/// [`KilnError::MissingData`], data, shape and I/O errors; the run directory keeps what was
-/// written before the error.
+/// As [`train_with`].
 pub fn train(
     cfg: &RunConfig,
     run_dir: &Path,
     device: Device,
+    callbacks: &mut [&mut dyn Callback],
+    on_model: impl FnOnce(&mut Model),
+) -> Result<TrainReport> {
+    train_with(
+        cfg,
+        run_dir,
+        device,
+        &TrainOptions::default(),
+        callbacks,
+        on_model,
+    )
+}
+
+/// Trains `cfg` on `device` into `run_dir` with BackupAndRestore: checkpoints in
+/// `run_dir/checkpoints/` (or the config's `backup_dir`), and a resume from the last good one
+/// unless `opts.resume` is false. A resume checks the checkpoint's recorded config and pipeline
+/// fingerprints against this run's and refuses (with the list of changes) a changed model, or
+/// changed data unless `opts.allow_changed_data`.
+///
+/// # Errors
+/// [`KilnError::MissingData`], data, shape and I/O errors; [`KilnError::Changed`] when a
+/// resume finds changes; [`KilnError::Interrupted`] after a stop request. The run directory
+/// keeps what was written before the error, checkpoints included.
+pub fn train_with(
+    cfg: &RunConfig,
+    run_dir: &Path,
+    device: Device,
+    opts: &TrainOptions,
     callbacks: &mut [&mut dyn Callback],
     on_model: impl FnOnce(&mut Model),
 ) -> Result<TrainReport> {
@@ -137,7 +193,61 @@ pub fn train(
         device,
     );
     on_model(&mut model);
-    let history = model.fit(&train, validation.as_ref(), cfg.fit.epochs, callbacks)?;
+    let mut fingerprints = std::collections::BTreeMap::new();
+    fingerprints.insert("train".to_string(), format!("{:016x}", train.fingerprint()));
+    if let Some(v) = &validation {
+        fingerprints.insert(
+            "validation".to_string(),
+            format!("{:016x}", v.fingerprint()),
+        );
+    }
+    let ckpt_dir = CheckpointDir::new(cfg.backup.dir_in(dir.path()), cfg.backup.keep);
+    let config_toml = cfg.to_toml();
+    let resume = if opts.resume {
+        let (latest, warnings) = ckpt_dir.latest()?;
+        for w in warnings {
+            (opts.notes)(&format!("warning: {w}"));
+        }
+        if let Some(ckpt) = &latest {
+            check_unchanged(
+                &ckpt.manifest,
+                &config_toml,
+                &fingerprints,
+                opts,
+                ckpt_dir.path(),
+            )?;
+            (opts.notes)(&format!(
+                "Resuming from {} (epoch {}, batch {} of it, step {} of the run)",
+                ckpt.path.display(),
+                ckpt.manifest.epoch + 1,
+                ckpt.manifest.step_in_epoch,
+                ckpt.manifest.iterations
+            ));
+        }
+        latest
+    } else {
+        if ckpt_dir.path().exists() {
+            std::fs::remove_dir_all(ckpt_dir.path())
+                .map_err(|e| KilnError::io(ckpt_dir.path(), e))?;
+        }
+        None
+    };
+    let fit_opts = FitOptions {
+        epochs: cfg.fit.epochs,
+        initial_epoch: cfg.fit.initial_epoch,
+        steps_per_epoch: cfg.fit.steps_per_epoch,
+        validation_freq: cfg.fit.validation_freq,
+        backup: Some(Backup {
+            dir: ckpt_dir.clone(),
+            save_freq: cfg.backup.save_freq,
+            resume,
+            config: config_toml,
+            data_fingerprints: fingerprints,
+        }),
+        on_nan: cfg.fit.on_nan(),
+        interrupt: opts.interrupt.clone(),
+    };
+    let history = model.fit_with(&train, validation.as_ref(), &fit_opts, callbacks)?;
     model.save_weights(&dir.weights())?;
     dir.save_config(&cfg.to_toml())?;
     dir.save_history(&history)?;
@@ -149,12 +259,138 @@ pub fn train(
         }
         None => Logs::default(),
     };
+    if cfg.backup.delete_checkpoint && ckpt_dir.path().exists() {
+        std::fs::remove_dir_all(ckpt_dir.path()).map_err(|e| KilnError::io(ckpt_dir.path(), e))?;
+    }
     Ok(TrainReport {
         model,
         history,
         test: test_logs,
         run_dir: dir.path().to_path_buf(),
     })
+}
+
+/// `table` flattened to `dotted.key -> value` (arrays of tables as `key[i]`).
+fn flatten(
+    prefix: &str,
+    value: &toml::Value,
+    out: &mut std::collections::BTreeMap<String, String>,
+) {
+    match value {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        toml::Value::Array(a) if a.iter().any(|v| v.is_table()) => {
+            for (i, v) in a.iter().enumerate() {
+                flatten(&format!("{prefix}[{i}]"), v, out);
+            }
+        }
+        other => {
+            out.insert(prefix.to_string(), other.to_string());
+        }
+    }
+}
+
+/// The keys whose values differ between two resolved configs, as `key: old -> new` lines.
+fn config_changes(old: &str, new: &str) -> Vec<(String, String)> {
+    let parse = |text: &str| {
+        let mut out = std::collections::BTreeMap::new();
+        if let Ok(t) = toml::from_str::<toml::Table>(text) {
+            flatten("", &toml::Value::Table(t), &mut out);
+        }
+        out
+    };
+    let (a, b) = (parse(old), parse(new));
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let show = |v: Option<&String>| v.cloned().unwrap_or_else(|| "(absent)".into());
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| {
+            (
+                (*k).clone(),
+                format!("{} -> {}", show(a.get(k)), show(b.get(k))),
+            )
+        })
+        .collect()
+}
+
+/// Refuses a resume whose model changed, or whose data changed without
+/// `allow_changed_data`; notes other changed settings.
+fn check_unchanged(
+    manifest: &Manifest,
+    config: &str,
+    fingerprints: &std::collections::BTreeMap<String, String>,
+    opts: &TrainOptions,
+    dir: &Path,
+) -> Result<()> {
+    if manifest.config.is_empty() {
+        return Ok(());
+    }
+    let changes = config_changes(&manifest.config, config);
+    let is = |k: &str, p: &str| {
+        k == p || k.starts_with(&format!("{p}.")) || k.starts_with(&format!("{p}["))
+    };
+    let model: Vec<_> = changes.iter().filter(|(k, _)| is(k, "model")).collect();
+    let mut data: Vec<String> = changes
+        .iter()
+        .filter(|(k, _)| is(k, "data"))
+        .map(|(k, v)| format!("  {k}: {v}"))
+        .collect();
+    for (split, fp) in fingerprints {
+        match manifest.data_fingerprints.get(split) {
+            Some(old) if old != fp && data.is_empty() => data.push(format!(
+                "  the {split} data: the files or the pipeline it reads changed (fingerprint {old} -> {fp})"
+            )),
+            _ => {}
+        }
+    }
+    let list = |v: &[String]| v.join("\n");
+    if !model.is_empty() {
+        let lines: Vec<String> = model.iter().map(|(k, v)| format!("  {k}: {v}")).collect();
+        return Err(KilnError::Changed(format!(
+            "cannot resume from {}: the model changed since the checkpoint was written:\n{}\n\
+             The checkpoint's weights do not fit the new model. Start over with --no-resume, or \
+             use another --run-dir.",
+            dir.display(),
+            list(&lines)
+        )));
+    }
+    if !data.is_empty() && !opts.allow_changed_data {
+        return Err(KilnError::Changed(format!(
+            "cannot resume from {}: the data or its pipeline changed since the checkpoint was \
+             written:\n{}\nResume anyway with --allow-changed-data, or start over with \
+             --no-resume.",
+            dir.display(),
+            list(&data)
+        )));
+    }
+    let others: Vec<String> = changes
+        .iter()
+        .filter(|(k, _)| !is(k, "model") && !is(k, "data"))
+        .map(|(k, v)| format!("  {k}: {v}"))
+        .collect();
+    if !data.is_empty() {
+        (opts.notes)(&format!(
+            "note: resuming with changed data (--allow-changed-data):\n{}",
+            list(&data)
+        ));
+    }
+    if !others.is_empty() {
+        (opts.notes)(&format!(
+            "note: resuming with changed settings:\n{}",
+            list(&others)
+        ));
+    }
+    Ok(())
 }
 
 /// The arrays form's `(train, validation, test)` pipelines: the IDX files loaded, checked

@@ -13,6 +13,28 @@ fn default_batch_size() -> usize {
 fn default_true() -> bool {
     true
 }
+fn default_one() -> usize {
+    1
+}
+fn default_rollback_factor() -> f64 {
+    0.5
+}
+fn default_max_rollbacks() -> u32 {
+    3
+}
+
+/// `[fit] on_nan`: what a NaN or infinite training loss does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnNanConfig {
+    /// Stop with a NaN report (default).
+    #[default]
+    Stop,
+    /// Keep going (Keras without `TerminateOnNaN`).
+    Continue,
+    /// Restore the last good checkpoint, scale the learning rate by `rollback_factor`, go on.
+    Rollback,
+}
 
 /// `model.fit(epochs=1, batch_size=32, validation_split=0.0, shuffle=True)`, plus
 /// `validation_data = "test"` to validate on the test split.
@@ -35,6 +57,25 @@ pub struct FitConfig {
     /// Reshuffle the training data before each epoch.
     #[serde(default = "default_true")]
     pub shuffle: bool,
+    /// Epoch to start at (Keras' `initial_epoch`); `epochs` is the index to stop at.
+    #[serde(default)]
+    pub initial_epoch: usize,
+    /// Batches per epoch (Keras' `steps_per_epoch`); the training iterator then continues
+    /// across epochs, so the pipeline should `repeat`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_per_epoch: Option<u64>,
+    /// Validate every N epochs (Keras' `validation_freq`).
+    #[serde(default = "default_one")]
+    pub validation_freq: usize,
+    /// `"stop"` | `"continue"` | `"rollback"`.
+    #[serde(default)]
+    pub on_nan: OnNanConfig,
+    /// Learning-rate multiplier per NaN rollback.
+    #[serde(default = "default_rollback_factor")]
+    pub rollback_factor: f64,
+    /// Rollbacks allowed before the run stops.
+    #[serde(default = "default_max_rollbacks")]
+    pub max_rollbacks: u32,
 }
 
 impl Default for FitConfig {
@@ -45,11 +86,29 @@ impl Default for FitConfig {
             validation_split: 0.0,
             validation_data: None,
             shuffle: true,
+            initial_epoch: 0,
+            steps_per_epoch: None,
+            validation_freq: 1,
+            on_nan: OnNanConfig::Stop,
+            rollback_factor: default_rollback_factor(),
+            max_rollbacks: default_max_rollbacks(),
         }
     }
 }
 
 impl FitConfig {
+    /// The NaN policy these settings describe.
+    pub fn on_nan(&self) -> crate::fit::OnNan {
+        match self.on_nan {
+            OnNanConfig::Stop => crate::fit::OnNan::Stop,
+            OnNanConfig::Continue => crate::fit::OnNan::Continue,
+            OnNanConfig::Rollback => crate::fit::OnNan::Rollback {
+                factor: self.rollback_factor,
+                max_rollbacks: self.max_rollbacks,
+            },
+        }
+    }
+
     /// Checks ranges.
     ///
     /// # Errors
@@ -57,6 +116,37 @@ impl FitConfig {
     pub fn validate(&self) -> Result<()> {
         if self.epochs == 0 {
             return Err(KilnError::config("fit.epochs", "must be at least 1"));
+        }
+        if self.initial_epoch >= self.epochs {
+            return Err(KilnError::config(
+                "fit.initial_epoch",
+                format!(
+                    "{} leaves nothing to train: epochs ({}) is the index of the epoch to stop \
+                     at, as in Keras; raise epochs or lower initial_epoch",
+                    self.initial_epoch, self.epochs
+                ),
+            ));
+        }
+        if self.steps_per_epoch == Some(0) {
+            return Err(KilnError::config(
+                "fit.steps_per_epoch",
+                "must be at least 1 (or left out: one full pass per epoch)",
+            ));
+        }
+        if self.validation_freq == 0 {
+            return Err(KilnError::config(
+                "fit.validation_freq",
+                "must be at least 1",
+            ));
+        }
+        if !(self.rollback_factor > 0.0 && self.rollback_factor < 1.0) {
+            return Err(KilnError::config(
+                "fit.rollback_factor",
+                format!(
+                    "must be between 0 and 1 (exclusive), got {}",
+                    self.rollback_factor
+                ),
+            ));
         }
         if self.batch_size == 0 {
             return Err(KilnError::config("fit.batch_size", "must be at least 1"));

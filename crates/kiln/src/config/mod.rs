@@ -18,12 +18,14 @@
 //! validation_split = 0.1
 //! ```
 
+mod backup;
 mod data;
 mod fit;
 mod pipeline;
 
+pub use backup::BackupSpec;
 pub use data::{ARRAY_FORM_KEYS, DataConfig, PIPELINE_KEYS};
-pub use fit::FitConfig;
+pub use fit::{FitConfig, OnNanConfig};
 pub use pipeline::{
     AxisConfig, ColumnRef, FeatureConfig, OneOrMany, OpConfig, PipelineConfig, ShuffleConfig,
     Source,
@@ -52,6 +54,9 @@ pub struct RunConfig {
     pub compile: Compiled,
     /// Training settings.
     pub fit: FitConfig,
+    /// BackupAndRestore settings (from a `BackupAndRestore` entry of `[[callbacks]]`, or the
+    /// defaults: `kiln train` always checkpoints).
+    pub backup: BackupSpec,
 }
 
 #[derive(Deserialize)]
@@ -140,6 +145,7 @@ impl RunConfig {
             model,
             compile,
             fit: raw.fit,
+            backup: BackupSpec::default(),
         };
         cfg.check_forms()?;
         Ok(cfg)
