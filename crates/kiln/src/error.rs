@@ -42,6 +42,10 @@ pub enum KilnError {
     /// Data does not fit the model (wrong feature shape, label out of range…).
     #[error("{0}")]
     Shape(String),
+    /// A batch holds a NaN or ±Inf (`[fit] check_numerics = "raise"`, TensorFlow's
+    /// `tf.debugging.check_numerics`): the example, the position in it, the value and the split.
+    #[error("{0}")]
+    NonFinite(Box<crate::guards::NonFiniteInput>),
     /// The data files are not where the config says; the message says how to get them.
     #[error("{0}")]
     MissingData(String),

@@ -136,6 +136,7 @@ pub fn train(
         cfg.seed,
         device,
     );
+    model.set_check_numerics(cfg.fit.check_numerics);
     on_model(&mut model);
     let history = model.fit(&train, validation.as_ref(), cfg.fit.epochs, callbacks)?;
     model.save_weights(&dir.weights())?;
@@ -247,13 +248,14 @@ pub fn load_run(
     let dir = RunDir::open(run_dir)?;
     let mut cfg = RunConfig::load(&dir.config())?;
     cfg.apply(overrides)?;
-    let model = Model::from_weights(
+    let mut model = Model::from_weights(
         &cfg.name,
         cfg.model.clone(),
         cfg.compile.clone(),
         &dir.weights(),
         device,
     )?;
+    model.set_check_numerics(cfg.fit.check_numerics);
     Ok((cfg, model))
 }
 

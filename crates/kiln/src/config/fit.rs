@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{KilnError, Result};
+use crate::guards::CheckNumerics;
 
 fn default_epochs() -> usize {
     1
@@ -35,6 +36,11 @@ pub struct FitConfig {
     /// Reshuffle the training data before each epoch.
     #[serde(default = "default_true")]
     pub shuffle: bool,
+    /// NaN / ±Inf in a batch (TensorFlow's `tf.debugging.check_numerics`): `"raise"` (default)
+    /// names the example and value, `"skip"` drops and counts such examples, `"off"` does not
+    /// check. See [`crate::guards`].
+    #[serde(default)]
+    pub check_numerics: CheckNumerics,
 }
 
 impl Default for FitConfig {
@@ -45,6 +51,7 @@ impl Default for FitConfig {
             validation_split: 0.0,
             validation_data: None,
             shuffle: true,
+            check_numerics: CheckNumerics::default(),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 mod callback;
 mod logs;
+pub mod nan_report;
 mod profile;
 mod step;
 
@@ -18,9 +19,10 @@ use burn::optim::ModuleOptimizer;
 use burn::prelude::*;
 use kiln_data::{Cardinality, Dataset};
 
-use crate::batch::to_device;
+use crate::batch::to_device_guarded;
 use crate::compile::{Compiled, correct};
 use crate::error::Result;
+use crate::guards::{CheckNumerics, DataSplit, NumericsGuard};
 use crate::model::{ModelSpec, Network, summary, weights};
 
 /// Running sums for the loss and metrics over an epoch (example-weighted means, as Keras'
@@ -129,6 +131,7 @@ pub struct Model {
     optim: ModuleOptimizer,
     device: Device,
     profiling: bool,
+    check_numerics: CheckNumerics,
 }
 
 impl std::fmt::Debug for Model {
@@ -172,6 +175,7 @@ impl Model {
             optim,
             device,
             profiling: false,
+            check_numerics: CheckNumerics::default(),
         }
     }
 
@@ -195,6 +199,12 @@ impl Model {
     /// the profile of its last epoch in [`History::profile`].
     pub fn set_profiling(&mut self, on: bool) {
         self.profiling = on;
+    }
+
+    /// What `fit`, `evaluate` and `predict` do with NaN / ±Inf in a batch (`[fit]
+    /// check_numerics`, see [`crate::guards`]; default raise).
+    pub fn set_check_numerics(&mut self, mode: CheckNumerics) {
+        self.check_numerics = mode;
     }
 
     /// The model's layer spec.
@@ -268,7 +278,9 @@ impl Model {
         }
         hooks!(|c, ctx| c.on_train_begin(ctx));
         let mut last = Logs::default();
+        let mut guard = NumericsGuard::new(self.check_numerics, DataSplit::Train);
         'epochs: for epoch in 0..epochs {
+            guard.begin_epoch(epoch);
             hooks!(|c, ctx| c.on_epoch_begin(epoch, epochs, steps, ctx));
             let started = Instant::now();
             let mut acc = Accumulator::default();
@@ -278,10 +290,19 @@ impl Model {
             for step in 0u64.. {
                 let mut clock = Instant::now();
                 let Some(batch) = batches.next() else { break };
-                let batch = batch?;
+                let mut batch = batch?;
                 let waited = clock.elapsed().as_secs_f64();
                 clock = Instant::now();
-                let b = to_device(&batch, &self.spec, &self.compiled.loss, &train_device)?;
+                let Some(b) = to_device_guarded(
+                    &mut batch,
+                    &self.spec,
+                    &self.compiled.loss,
+                    &train_device,
+                    &mut guard,
+                )?
+                else {
+                    continue; // check_numerics = "skip" dropped every example
+                };
                 if let Some(p) = profile.as_mut() {
                     p.input_wait_s += waited;
                     p.to_device_s += clock.elapsed().as_secs_f64();
@@ -313,8 +334,9 @@ impl Model {
             }
             let train_time = started.elapsed().as_secs_f64();
             let mut logs = acc.logs(&self.compiled);
+            guard.report(&mut logs);
             if let Some(val) = validation {
-                let val_logs = self.evaluate(val)?;
+                let val_logs = self.evaluate_split(val, DataSplit::Validation)?;
                 logs.extend_prefixed("val_", &val_logs);
             }
             let epoch_time = started.elapsed().as_secs_f64();
@@ -341,16 +363,28 @@ impl Model {
     /// # Errors
     /// Data and shape errors as [`Model::fit`].
     pub fn evaluate(&self, data: &Dataset) -> Result<Logs> {
+        self.evaluate_split(data, DataSplit::Test)
+    }
+
+    /// [`Model::evaluate`], naming `split` in input errors.
+    fn evaluate_split(&self, data: &Dataset, split: DataSplit) -> Result<Logs> {
         let net = self.net.valid();
         let units = self.spec.output_shape()[0];
         let mut acc = Accumulator::default();
+        let mut guard = NumericsGuard::new(self.check_numerics, split);
         for batch in data.iter() {
-            let b = to_device(&batch?, &self.spec, &self.compiled.loss, &self.device)?;
+            let (loss, device) = (&self.compiled.loss, &self.device);
+            let Some(b) = to_device_guarded(&mut batch?, &self.spec, loss, device, &mut guard)?
+            else {
+                continue;
+            };
             let (classes, targets, size) = (b.classes.clone(), b.targets.clone(), b.size);
             let out = eval_step(&net, &self.spec, &self.compiled, b);
             acc.add(&self.compiled, &out, &classes, &targets, size, units);
         }
-        Ok(acc.logs(&self.compiled))
+        let mut logs = acc.logs(&self.compiled);
+        guard.report(&mut logs);
+        Ok(logs)
     }
 
     /// Model outputs for every example of `data` (Keras' `model.predict`): a row-major
@@ -362,10 +396,14 @@ impl Model {
         let net = self.net.valid();
         let units = self.spec.output_shape()[0];
         let mut all = Vec::new();
+        // Predict never drops an example: in skip mode a non-finite one gets a non-finite output.
+        let mut guard = NumericsGuard::new(self.check_numerics, DataSplit::Predict);
         for batch in data.iter() {
             let mut batch = batch?;
             batch.remove(crate::batch::LABELS);
-            let b = to_device(&batch, &self.spec, &self.compiled.loss, &self.device)?;
+            let (loss, device) = (&self.compiled.loss, &self.device);
+            let b = to_device_guarded(&mut batch, &self.spec, loss, device, &mut guard)?
+                .expect("predict keeps every example");
             all.extend(eval_step(&net, &self.spec, &self.compiled, b).outputs);
         }
         Ok((all, units))
