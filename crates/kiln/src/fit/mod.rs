@@ -240,8 +240,9 @@ impl Model {
     /// `callbacks` with Keras' hooks and returned as a [`History`].
     ///
     /// # Errors
-    /// Data errors from the pipeline, or [`crate::KilnError::Shape`] when a batch does not fit
-    /// the model. Work done before the error stays in the model.
+    /// Data errors from the pipeline, [`crate::KilnError::Shape`] when a batch does not fit
+    /// the model, or [`crate::KilnError::NonFinite`] for a NaN / Inf in a batch (see
+    /// [`Model::set_check_numerics`]). Work done before the error stays in the model.
     pub fn fit(
         &mut self,
         train: &Dataset,

@@ -291,4 +291,3 @@ fn check_numerics_reads_from_fit_config() {
         "{e}"
     );
 }
-
