@@ -205,7 +205,7 @@ fn main() -> ExitCode {
             };
             match e.downcast_ref::<KilnError>() {
                 // Reports that are laid out in lines.
-                Some(KilnError::Changed(_) | KilnError::NonFinite(_)) => {
+                Some(KilnError::Changed(_) | KilnError::NanLoss(_)) => {
                     eprintln!("kiln: error: {message}")
                 }
                 _ => eprintln!("kiln: error: {}", message.replace('\n', " ")),

@@ -11,6 +11,7 @@ use kiln_data::{Array, Element};
 
 use crate::compile::{Labels, LossKind, LossSpec};
 use crate::error::{KilnError, Result};
+use crate::guards::{BatchOrigin, NumericsGuard};
 use crate::model::{Act, ModelSpec, keras_shape};
 
 /// Name of the features component of a batch.
@@ -123,6 +124,38 @@ pub fn to_device(
     loss: &LossSpec,
     device: &Device,
 ) -> Result<DeviceBatch> {
+    convert(el, spec, loss, device, &BatchOrigin::default())
+}
+
+/// [`to_device`] behind the input guards: `guard` checks the batch for NaN / ±Inf first
+/// (`[fit] check_numerics`, see [`crate::guards`]) and numbers its examples, so that errors
+/// (a non-finite value, a class label outside `[0, units)`) name the example by its index in
+/// the epoch. In skip mode `el` loses the examples that hold a non-finite value (it is then the
+/// batch the step sees, e.g. for a replay); `None` when none is left.
+///
+/// # Errors
+/// [`KilnError::NonFinite`] in raise mode; otherwise as [`to_device`].
+pub fn to_device_guarded(
+    el: &mut Element,
+    spec: &ModelSpec,
+    loss: &LossSpec,
+    device: &Device,
+    guard: &mut NumericsGuard,
+) -> Result<Option<DeviceBatch>> {
+    match guard.admit(el)? {
+        Some(origin) => convert(el, spec, loss, device, &origin).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// [`to_device`], naming rows in errors as `origin` says.
+fn convert(
+    el: &Element,
+    spec: &ModelSpec,
+    loss: &LossSpec,
+    device: &Device,
+    origin: &BatchOrigin,
+) -> Result<DeviceBatch> {
     let (x, size) = features(el.require(FEATURES)?, spec, device)?;
     let units = spec.output_shape()[0];
     let Some(y) = el.get(LABELS) else {
@@ -136,11 +169,16 @@ pub fn to_device(
     };
     let per_example = y.len() / size.max(1);
     let class_labels = y.dtype().is_integer() && per_example == 1;
+    // Every batch, every label: an index outside [0, units) makes TensorFlow's GPU kernels
+    // return NaN silently, and makes the one-hot encoding below write out of bounds.
     let check = |classes: &[i64]| -> Result<()> {
         match classes.iter().position(|&c| c < 0 || c as usize >= units) {
             Some(i) => Err(KilnError::Shape(format!(
-                "label {} of example {i} in the batch is outside [0, {units}): the model has {units} output units",
-                classes[i]
+                "label {} of {} is outside [0, {units}): the model has {units} output units \
+                 ({units} classes); fix the labels, or set the last layer's `units` to the \
+                 number of classes",
+                classes[i],
+                origin.describe(i)
             ))),
             None => Ok(()),
         }

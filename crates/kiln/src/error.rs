@@ -42,6 +42,10 @@ pub enum KilnError {
     /// Data does not fit the model (wrong feature shape, label out of range…).
     #[error("{0}")]
     Shape(String),
+    /// A batch holds a NaN or ±Inf (`[fit] check_numerics = "raise"`, TensorFlow's
+    /// `tf.debugging.check_numerics`): the example, the position in it, the value and the split.
+    #[error("{0}")]
+    NonFinite(Box<crate::guards::NonFiniteInput>),
     /// The data files are not where the config says; the message says how to get them.
     #[error("{0}")]
     MissingData(String),
@@ -62,7 +66,7 @@ pub enum KilnError {
     /// A training step produced a NaN or infinite loss and the NaN policy stopped the run; the
     /// message is the NaN report (what went non-finite first, and remedies).
     #[error("{0}")]
-    NonFinite(String),
+    NanLoss(String),
     /// A resume found that the config or the data changed since the checkpoint was written.
     #[error("{0}")]
     Changed(String),

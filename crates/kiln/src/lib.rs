@@ -25,6 +25,7 @@ pub mod config;
 pub mod device;
 pub mod error;
 pub mod fit;
+pub mod guards;
 pub mod input;
 pub mod kernels;
 pub mod model;

@@ -192,6 +192,7 @@ pub fn train_with(
         cfg.seed,
         device,
     );
+    model.set_check_numerics(cfg.fit.check_numerics);
     on_model(&mut model);
     let mut fingerprints = std::collections::BTreeMap::new();
     fingerprints.insert("train".to_string(), format!("{:016x}", train.fingerprint()));
@@ -483,13 +484,14 @@ pub fn load_run(
     let dir = RunDir::open(run_dir)?;
     let mut cfg = RunConfig::load(&dir.config())?;
     cfg.apply(overrides)?;
-    let model = Model::from_weights(
+    let mut model = Model::from_weights(
         &cfg.name,
         cfg.model.clone(),
         cfg.compile.clone(),
         &dir.weights(),
         device,
     )?;
+    model.set_check_numerics(cfg.fit.check_numerics);
     Ok((cfg, model))
 }
 

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{KilnError, Result};
+use crate::guards::CheckNumerics;
 
 fn default_epochs() -> usize {
     1
@@ -76,6 +77,11 @@ pub struct FitConfig {
     /// Rollbacks allowed before the run stops.
     #[serde(default = "default_max_rollbacks")]
     pub max_rollbacks: u32,
+    /// NaN / ±Inf in a batch (TensorFlow's `tf.debugging.check_numerics`): `"raise"` (default)
+    /// names the example and value, `"skip"` drops and counts such examples, `"off"` does not
+    /// check. See [`crate::guards`].
+    #[serde(default)]
+    pub check_numerics: CheckNumerics,
 }
 
 impl Default for FitConfig {
@@ -92,6 +98,7 @@ impl Default for FitConfig {
             on_nan: OnNanConfig::Stop,
             rollback_factor: default_rollback_factor(),
             max_rollbacks: default_max_rollbacks(),
+            check_numerics: CheckNumerics::default(),
         }
     }
 }

@@ -3,6 +3,7 @@
 mod callback;
 mod input_cursor;
 mod logs;
+pub mod nan_report;
 mod options;
 mod profile;
 mod resume;
@@ -22,9 +23,10 @@ use burn::optim::ModuleOptimizer;
 use burn::prelude::*;
 use kiln_data::{Cardinality, Dataset};
 
-use crate::batch::to_device;
+use crate::batch::to_device_guarded;
 use crate::compile::{Compiled, correct};
 use crate::error::Result;
+use crate::guards::{CheckNumerics, DataSplit, NumericsGuard};
 use crate::model::{ModelSpec, Network, summary, weights};
 use input_cursor::InputCursor;
 use resume::{LoopState, NanAction, step_seed};
@@ -143,6 +145,7 @@ pub struct Model {
     /// Seed of the initial weights, and with the step count, of dropout masks.
     seed: u64,
     profiling: bool,
+    check_numerics: CheckNumerics,
 }
 
 impl std::fmt::Debug for Model {
@@ -188,6 +191,7 @@ impl Model {
             device,
             seed,
             profiling: false,
+            check_numerics: CheckNumerics::default(),
         }
     }
 
@@ -211,6 +215,12 @@ impl Model {
     /// the profile of its last epoch in [`History::profile`].
     pub fn set_profiling(&mut self, on: bool) {
         self.profiling = on;
+    }
+
+    /// What `fit`, `evaluate` and `predict` do with NaN / ±Inf in a batch (`[fit]
+    /// check_numerics`, see [`crate::guards`]; default raise).
+    pub fn set_check_numerics(&mut self, mode: CheckNumerics) {
+        self.check_numerics = mode;
     }
 
     /// The model's layer spec.
@@ -270,7 +280,8 @@ impl Model {
     /// # Errors
     /// Data errors from the pipeline, [`crate::KilnError::Shape`] when a batch does not fit
     /// the model, [`crate::KilnError::Interrupted`] after a stop request,
-    /// [`crate::KilnError::NonFinite`] when a NaN loss stops the run, I/O errors writing
+    /// [`crate::KilnError::NonFinite`] for a NaN / Inf in a batch (see
+    /// [`Model::set_check_numerics`]), [`crate::KilnError::NanLoss`] when a NaN loss stops the run, I/O errors writing
     /// checkpoints. Work done before the error stays in the model.
     pub fn fit_with(
         &mut self,
@@ -325,8 +336,10 @@ impl Model {
         }
         hooks!(|c, ctx| c.on_train_begin(ctx));
         let mut last = Logs::default();
+        let mut guard = NumericsGuard::new(self.check_numerics, DataSplit::Train);
         'epochs: while state.epoch < opts.epochs {
             let epoch = state.epoch;
+            guard.begin_epoch(epoch);
             hooks!(|c, ctx| c.on_epoch_begin(epoch, opts.epochs, steps, ctx));
             let started = Instant::now();
             // The profile describes the last epoch (the first one includes warm-up).
@@ -344,7 +357,7 @@ impl Model {
                     break;
                 }
                 let mut clock = Instant::now();
-                let batch = match input.next_batch() {
+                let mut batch = match input.next_batch() {
                     Some(b) => b?,
                     None if opts.steps_per_epoch.is_some() && step == 0 => {
                         // The repeated pass ended exactly at an epoch boundary: start the next.
@@ -368,7 +381,16 @@ impl Model {
                 };
                 let waited = clock.elapsed().as_secs_f64();
                 clock = Instant::now();
-                let b = to_device(&batch, &self.spec, &self.compiled.loss, &train_device)?;
+                let Some(b) = to_device_guarded(
+                    &mut batch,
+                    &self.spec,
+                    &self.compiled.loss,
+                    &train_device,
+                    &mut guard,
+                )?
+                else {
+                    continue; // check_numerics = "skip" dropped every example
+                };
                 if let Some(p) = profile.as_mut() {
                     p.input_wait_s += waited;
                     p.to_device_s += clock.elapsed().as_secs_f64();
@@ -445,10 +467,11 @@ impl Model {
             }
             let train_time = started.elapsed().as_secs_f64();
             let mut logs = state.acc.logs(&self.compiled);
+            guard.report(&mut logs);
             if let Some(val) = validation
                 && opts.validates_after(epoch)
             {
-                let val_logs = self.evaluate(val)?;
+                let val_logs = self.evaluate_split(val, DataSplit::Validation)?;
                 logs.extend_prefixed("val_", &val_logs);
             }
             let epoch_time = started.elapsed().as_secs_f64();
@@ -481,16 +504,28 @@ impl Model {
     /// # Errors
     /// Data and shape errors as [`Model::fit`].
     pub fn evaluate(&self, data: &Dataset) -> Result<Logs> {
+        self.evaluate_split(data, DataSplit::Test)
+    }
+
+    /// [`Model::evaluate`], naming `split` in input errors.
+    fn evaluate_split(&self, data: &Dataset, split: DataSplit) -> Result<Logs> {
         let net = self.net.valid();
         let units = self.spec.output_shape()[0];
         let mut acc = Accumulator::default();
+        let mut guard = NumericsGuard::new(self.check_numerics, split);
         for batch in data.iter() {
-            let b = to_device(&batch?, &self.spec, &self.compiled.loss, &self.device)?;
+            let (loss, device) = (&self.compiled.loss, &self.device);
+            let Some(b) = to_device_guarded(&mut batch?, &self.spec, loss, device, &mut guard)?
+            else {
+                continue;
+            };
             let (classes, targets, size) = (b.classes.clone(), b.targets.clone(), b.size);
             let out = eval_step(&net, &self.spec, &self.compiled, b);
             acc.add(&self.compiled, &out, &classes, &targets, size, units);
         }
-        Ok(acc.logs(&self.compiled))
+        let mut logs = acc.logs(&self.compiled);
+        guard.report(&mut logs);
+        Ok(logs)
     }
 
     /// Model outputs for every example of `data` (Keras' `model.predict`): a row-major
@@ -502,10 +537,14 @@ impl Model {
         let net = self.net.valid();
         let units = self.spec.output_shape()[0];
         let mut all = Vec::new();
+        // Predict never drops an example: in skip mode a non-finite one gets a non-finite output.
+        let mut guard = NumericsGuard::new(self.check_numerics, DataSplit::Predict);
         for batch in data.iter() {
             let mut batch = batch?;
             batch.remove(crate::batch::LABELS);
-            let b = to_device(&batch, &self.spec, &self.compiled.loss, &self.device)?;
+            let (loss, device) = (&self.compiled.loss, &self.device);
+            let b = to_device_guarded(&mut batch, &self.spec, loss, device, &mut guard)?
+                .expect("predict keeps every example");
             all.extend(eval_step(&net, &self.spec, &self.compiled, b).outputs);
         }
         Ok((all, units))

@@ -46,7 +46,7 @@ mod epoch_str {
 pub enum OnNan {
     /// Keep training (Keras' behaviour without `TerminateOnNaN`).
     Continue,
-    /// End `fit` with [`crate::KilnError::NonFinite`] and the NaN report.
+    /// End `fit` with [`crate::KilnError::NanLoss`] and the NaN report.
     #[default]
     Stop,
     /// Restore the last good checkpoint, multiply the learning rate by `factor` and go on;

@@ -185,7 +185,7 @@ impl Model {
         );
         match opts.on_nan {
             OnNan::Continue => Ok(NanAction::Continue),
-            OnNan::Stop => Err(KilnError::NonFinite(format!(
+            OnNan::Stop => Err(KilnError::NanLoss(format!(
                 "{what}; stopping (on_nan = \"stop\"). Remedies: lower the learning rate, set \
                  global_clipnorm, check the inputs for NaN/Inf (check_numerics), or use \
                  on_nan = \"rollback\" with BackupAndRestore"
@@ -195,20 +195,20 @@ impl Model {
                 max_rollbacks,
             } => {
                 let Some(backup) = &opts.backup else {
-                    return Err(KilnError::NonFinite(format!(
+                    return Err(KilnError::NanLoss(format!(
                         "{what}; on_nan = \"rollback\" needs BackupAndRestore checkpoints, and \
                          this run has none"
                     )));
                 };
                 if state.rollbacks >= max_rollbacks {
-                    return Err(KilnError::NonFinite(format!(
+                    return Err(KilnError::NanLoss(format!(
                         "{what}; giving up after {max_rollbacks} rollbacks (max_rollbacks). \
                          Lower the learning rate or set global_clipnorm"
                     )));
                 }
                 let (ckpt, _) = backup.dir.latest()?;
                 let ckpt = ckpt.ok_or_else(|| {
-                    KilnError::NonFinite(format!("{what}; no checkpoint to roll back to"))
+                    KilnError::NanLoss(format!("{what}; no checkpoint to roll back to"))
                 })?;
                 let rollbacks = state.rollbacks + 1;
                 let position = self.resume_from(&ckpt, control, state, callbacks)?;

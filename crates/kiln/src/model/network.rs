@@ -180,6 +180,19 @@ impl Network {
         training: bool,
         timed: &mut dyn FnMut(usize, std::time::Duration),
     ) -> Forward {
+        self.forward_observed(spec, input, training, &mut |i, d, _| timed(i, d))
+    }
+
+    /// [`Network::forward`], handing `observe(layer index, wall time, output)` each layer's
+    /// output (after its activation; images NCHW) as it is computed, e.g. to find the first
+    /// layer whose output is not finite (`crate::fit::nan_report`).
+    pub fn forward_observed(
+        &self,
+        spec: &ModelSpec,
+        input: Act,
+        training: bool,
+        observe: &mut dyn FnMut(usize, std::time::Duration, &Act),
+    ) -> Forward {
         let mut x = input;
         let mut logits = None;
         let mut batch_stats = Vec::new();
@@ -282,7 +295,7 @@ impl Network {
                     apply_activation(x, *activation)
                 }
             };
-            timed(i, started.elapsed());
+            observe(i, started.elapsed(), &x);
         }
         Forward {
             output: flat(x),
