@@ -1,7 +1,8 @@
 //! A raw Burn training loop: the benchmark's reference for what the same kernels give without
 //! kiln's pipeline, `fit`, metrics and callbacks. Same models, data, batch size, optimizer,
-//! allocator and CPU kernels (kiln's convolution and pooling ops) as `kiln train
-//! bench/configs/*.toml`; everything else is plain Burn.
+//! allocator and CPU kernels as `kiln train bench/configs/*.toml` (kiln's fused convolution,
+//! pooling and Dense ops, and its Keras AdamW as a Burn optimizer); the module, the loss, the
+//! backward pass and the optimizer driver are plain Burn.
 //!
 //! `kiln-bench-raw-burn mlp|cnn [epochs]` prints one JSON line with training samples/s over
 //! epochs 2.. (the first is excluded).
@@ -12,9 +13,9 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
-use burn::optim::{AdamWConfig, GradientsParams};
+use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
-use burn::tensor::activation::{log_softmax, relu};
+use burn::tensor::activation::log_softmax;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
@@ -36,6 +37,12 @@ struct Cnn {
     fc2: Linear,
 }
 
+/// `Dense(activation=relu)` (or linear) with kiln's fused op: Burn's `Linear` stores its weight
+/// `[in, out]`, the layout the op takes.
+fn dense(fc: &Linear, x: Tensor<2>, relu: bool) -> Tensor<2> {
+    kiln::ops::dense(x, fc.weight.val(), fc.bias.as_ref().map(|b| b.val()), relu)
+}
+
 /// `Conv2D(padding="same", activation="relu")` then `MaxPooling2D(2)` with kiln's kernels
 /// (the ReLU fused into the convolution, as kiln does).
 fn conv_relu_pool(conv: &Conv2d, x: Tensor<4>) -> Tensor<4> {
@@ -51,9 +58,9 @@ trait Net: Module {
 impl Net for Mlp {
     fn logits(&self, x: Tensor<4>) -> Tensor<2> {
         let x = x.flatten(1, 3);
-        let x = relu(self.fc1.forward(x));
-        let x = relu(self.fc2.forward(x));
-        self.fc3.forward(x)
+        let x = dense(&self.fc1, x, true);
+        let x = dense(&self.fc2, x, true);
+        dense(&self.fc3, x, false)
     }
 }
 
@@ -61,8 +68,8 @@ impl Net for Cnn {
     fn logits(&self, x: Tensor<4>) -> Tensor<2> {
         let x = conv_relu_pool(&self.conv1, x);
         let x = conv_relu_pool(&self.conv2, x);
-        let x = relu(self.fc1.forward(x.flatten(1, 3)));
-        self.fc2.forward(x)
+        let x = dense(&self.fc1, x.flatten(1, 3), true);
+        dense(&self.fc2, x, false)
     }
 }
 
@@ -75,10 +82,13 @@ fn train<M: Net>(
 ) -> Vec<f64> {
     let n = labels.len();
     let batch = 128;
-    let mut optim = AdamWConfig::new()
-        .with_weight_decay(0.004)
-        .with_epsilon(1e-7)
-        .init();
+    // Keras' AdamW defaults (weight_decay 0.004, epsilon 1e-7), kiln's fused update.
+    let mut optim = ModuleOptimizer::from(kiln::compile::KerasAdam {
+        beta_1: 0.9,
+        beta_2: 0.999,
+        epsilon: 1e-7,
+        weight_decay: 0.004,
+    });
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     let mut order: Vec<usize> = (0..n).collect();
     let mut times = Vec::new();

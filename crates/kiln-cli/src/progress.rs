@@ -11,11 +11,16 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kiln::fit::FitContext;
+use kiln::fit::{INPUT_WAIT_SECONDS, SAMPLES_PER_SECOND};
 use kiln::{Callback, Logs};
 
 /// Formats logs as Keras does: `name: 0.1234` joined by ` - `, `val_*` last.
 pub fn format_logs(logs: &Logs) -> String {
-    let mut parts: Vec<&(String, f64)> = logs.0.iter().collect();
+    let mut parts: Vec<&(String, f64)> = logs
+        .0
+        .iter()
+        .filter(|(n, _)| n != SAMPLES_PER_SECOND && n != INPUT_WAIT_SECONDS)
+        .collect();
     parts.sort_by_key(|(n, _)| n.starts_with("val_"));
     parts
         .iter()
@@ -33,6 +38,21 @@ fn duration(d: Duration) -> String {
     } else {
         format!("{s}s")
     }
+}
+
+/// A note when the training loop spent more than a fifth of the epoch waiting for its input
+/// (`input_wait_seconds` of `elapsed`): the pipeline, not the model, sets the pace.
+fn input_bound_hint(wait: Option<f64>, elapsed: Duration) -> Option<String> {
+    let wait = wait?;
+    let total = elapsed.as_secs_f64();
+    (total > 0.0 && wait > 0.2 * total).then(|| {
+        format!(
+            "  input-bound: the training step waited {wait:.1}s of {total:.1}s ({:.0}%) for the \
+             input pipeline; raise num_parallel_calls, prefetch (\"AUTOTUNE\"), or cache decoded \
+             data (kiln data bench CONFIG shows each stage's time)",
+            100.0 * wait / total
+        )
+    })
 }
 
 /// The progress callback.
@@ -122,12 +142,19 @@ impl Callback for Progress {
         logs: &mut Logs,
         _ctx: &mut dyn FitContext,
     ) -> kiln::Result<()> {
-        let line = format!(
+        let elapsed = self.started.elapsed();
+        let mut line = format!(
             "{} {} - {}",
-            duration(self.started.elapsed()),
+            duration(elapsed),
             self.per_step(),
             format_logs(logs)
         );
+        if let Some(sps) = logs.get(SAMPLES_PER_SECOND) {
+            line += &format!(" - {sps:.0} samples/s");
+        }
+        if let Some(hint) = input_bound_hint(logs.get(INPUT_WAIT_SECONDS), elapsed) {
+            line += &format!("\n{hint}");
+        }
         match self.bar.take() {
             Some(bar) => {
                 bar.set_position(self.done);
@@ -144,6 +171,15 @@ impl Callback for Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn input_bound_hint_only_past_a_fifth_of_the_epoch() {
+        let epoch = Duration::from_secs(10);
+        assert_eq!(input_bound_hint(Some(1.9), epoch), None);
+        assert_eq!(input_bound_hint(None, epoch), None);
+        let hint = input_bound_hint(Some(5.0), epoch).unwrap();
+        assert!(hint.contains("waited 5.0s of 10.0s (50%)"), "{hint}");
+    }
 
     #[test]
     fn logs_format_like_keras() {

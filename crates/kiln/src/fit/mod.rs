@@ -31,6 +31,11 @@ use crate::model::{ModelSpec, Network, summary, weights};
 use input_cursor::InputCursor;
 use resume::{LoopState, NanAction, step_seed};
 
+/// Epoch logs key: training examples per second of the epoch's training loop.
+pub const SAMPLES_PER_SECOND: &str = "samples_per_second";
+/// Epoch logs key: seconds the training loop waited for the input pipeline in the epoch.
+pub const INPUT_WAIT_SECONDS: &str = "input_wait_seconds";
+
 /// Running sums for the loss and metrics over an epoch (example-weighted means, as Keras'
 /// `Mean` metrics).
 #[derive(Debug, Default)]
@@ -352,6 +357,7 @@ impl Model {
             }
             let first_step = state.acc.batches;
             let mut examples_this_run = 0.0;
+            let mut input_wait = 0.0;
             for step in first_step.. {
                 if opts.steps_per_epoch.is_some_and(|n| step >= n) {
                     break;
@@ -380,6 +386,7 @@ impl Model {
                     None => break,
                 };
                 let waited = clock.elapsed().as_secs_f64();
+                input_wait += waited;
                 clock = Instant::now();
                 let Some(b) = to_device_guarded(
                     &mut batch,
@@ -468,6 +475,10 @@ impl Model {
             let train_time = started.elapsed().as_secs_f64();
             let mut logs = state.acc.logs(&self.compiled);
             guard.report(&mut logs);
+            // Throughput and time blocked on the input pipeline, for TensorBoard
+            // (`epoch_samples_per_second`, `epoch_input_wait_seconds`), CSVLogger and the display.
+            logs.set(SAMPLES_PER_SECOND, examples_this_run / train_time.max(1e-9));
+            logs.set(INPUT_WAIT_SECONDS, input_wait);
             if let Some(val) = validation
                 && opts.validates_after(epoch)
             {
