@@ -17,6 +17,9 @@ use crate::model::{Act, ModelSpec, keras_shape};
 pub const FEATURES: &str = "x";
 /// Name of the labels component of a batch.
 pub const LABELS: &str = "y";
+/// Name of the optional per-example loss weights of a batch (`[batch]` or `[batch, 1]`,
+/// numeric): Keras' `sample_weight`, the third item of an `(x, y, sample_weight)` element.
+pub const SAMPLE_WEIGHT: &str = "sample_weight";
 
 /// A batch on the device, plus the host copies that metrics need.
 #[derive(Debug)]
@@ -31,6 +34,9 @@ pub struct DeviceBatch {
     pub targets: Vec<f32>,
     /// Number of examples.
     pub size: usize,
+    /// Per-example loss weights `[batch]` (the [`SAMPLE_WEIGHT`] component), when the batch
+    /// has labels and weights.
+    pub sample_weight: Option<Tensor<1>>,
 }
 
 /// Features `[batch, ...]` as a network input for `spec`, on `device`.
@@ -132,8 +138,10 @@ pub fn to_device(
             classes: vec![],
             targets: vec![],
             size,
+            sample_weight: None,
         });
     };
+    let sample_weight = sample_weights(el, size, device)?;
     let per_example = y.len() / size.max(1);
     let class_labels = y.dtype().is_integer() && per_example == 1;
     let check = |classes: &[i64]| -> Result<()> {
@@ -161,6 +169,7 @@ pub fn to_device(
             classes,
             targets: vec![],
             size,
+            sample_weight,
         });
     }
     let (classes, targets) = if class_labels && units > 1 {
@@ -196,7 +205,33 @@ pub fn to_device(
         classes,
         targets,
         size,
+        sample_weight,
     })
+}
+
+/// The [`SAMPLE_WEIGHT`] component of `el` as a `[size]` tensor, if present.
+///
+/// # Errors
+/// [`KilnError::Shape`] when it is not numeric or has other than one value per example.
+fn sample_weights(el: &Element, size: usize, device: &Device) -> Result<Option<Tensor<1>>> {
+    let Some(w) = el.get(SAMPLE_WEIGHT) else {
+        return Ok(None);
+    };
+    let values = w
+        .data()
+        .try_to_f32()
+        .map_err(|_| not_numeric(SAMPLE_WEIGHT, "sample weights", w.dtype()))?;
+    if values.len() != size || w.shape().first() != Some(&size) {
+        return Err(KilnError::Shape(format!(
+            "sample weights (batch component \"{SAMPLE_WEIGHT}\") have shape {:?} but the batch \
+             has {size} examples: give one weight per example, shape [{size}] or [{size}, 1]",
+            w.shape()
+        )));
+    }
+    Ok(Some(Tensor::from_data(
+        TensorData::new(values, [size]),
+        device,
+    )))
 }
 
 #[cfg(test)]

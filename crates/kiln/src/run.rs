@@ -137,6 +137,11 @@ pub fn train(
         device,
     );
     on_model(&mut model);
+    let units = cfg.model.output_shape()[0];
+    let train = match crate::fit::ClassWeight::from_config(&cfg.fit.class_weight, units)? {
+        Some(class_weight) => class_weight.apply(train),
+        None => train,
+    };
     let history = model.fit(&train, validation.as_ref(), cfg.fit.epochs, callbacks)?;
     model.save_weights(&dir.weights())?;
     dir.save_config(&cfg.to_toml())?;

@@ -1,5 +1,7 @@
 //! `[fit]`: Keras' `model.fit` arguments.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{KilnError, Result};
@@ -14,8 +16,8 @@ fn default_true() -> bool {
     true
 }
 
-/// `model.fit(epochs=1, batch_size=32, validation_split=0.0, shuffle=True)`, plus
-/// `validation_data = "test"` to validate on the test split.
+/// `model.fit(epochs=1, batch_size=32, validation_split=0.0, shuffle=True, class_weight=None)`,
+/// plus `validation_data = "test"` to validate on the test split.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FitConfig {
@@ -35,6 +37,11 @@ pub struct FitConfig {
     /// Reshuffle the training data before each epoch.
     #[serde(default = "default_true")]
     pub shuffle: bool,
+    /// Keras' `class_weight`: loss weight per class index, `{ "0" = 1.0, "6" = 2.0 }` (TOML
+    /// keys are strings); absent classes weigh 1.0. Training data only. Checked against the
+    /// model by [`crate::fit::ClassWeight::from_config`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub class_weight: BTreeMap<String, f64>,
 }
 
 impl Default for FitConfig {
@@ -45,6 +52,7 @@ impl Default for FitConfig {
             validation_split: 0.0,
             validation_data: None,
             shuffle: true,
+            class_weight: BTreeMap::new(),
         }
     }
 }

@@ -1,14 +1,20 @@
 //! `fit`, `evaluate` and `predict` (Keras' `Model` training API) on a compiled model.
 
+mod accumulate;
 mod callback;
+mod class_weight;
 mod logs;
 mod profile;
 mod step;
 
+pub use accumulate::GradientAccumulation;
 pub use callback::{Callback, FitContext, ManualContext, NamedWeight, WeightsSnapshot};
+pub use class_weight::ClassWeight;
 pub use logs::{History, Logs};
 pub use profile::StepProfile;
-pub use step::{StepOutput, eval_step, train_step};
+pub use step::{
+    PendingOutput, StepOutput, apply_gradients, compute_gradients, eval_step, train_step,
+};
 
 use std::path::Path;
 use std::time::Instant;
@@ -120,7 +126,11 @@ impl FitContext for LoopContext<'_> {
 ///
 /// Datasets given to [`Model::fit`], [`Model::evaluate`] and [`Model::predict`] yield batches
 /// with a `x` component (`[batch, ...]`, channels-last for images) and, except for `predict`, a
-/// `y` component (class indices `[batch]` or targets `[batch, units]`).
+/// `y` component (class indices `[batch]` or targets `[batch, units]`). An optional
+/// `sample_weight` component (`[batch]`) weights each example's loss, as Keras' `sample_weight`
+/// ([`crate::batch::SAMPLE_WEIGHT`]; [`ClassWeight::apply`] makes one from `class_weight`).
+/// The optimizer's `gradient_accumulation_steps` and clipping apply in `fit`
+/// ([`GradientAccumulation`]).
 pub struct Model {
     name: String,
     spec: ModelSpec,
@@ -266,6 +276,8 @@ impl Model {
                 }
             };
         }
+        let mut accumulation =
+            GradientAccumulation::new(self.compiled.gradients.gradient_accumulation_steps);
         hooks!(|c, ctx| c.on_train_begin(ctx));
         let mut last = Logs::default();
         'epochs: for epoch in 0..epochs {
@@ -289,7 +301,7 @@ impl Model {
                 hooks!(|c, ctx| c.on_train_batch_begin(step, ctx));
                 let (classes, targets, size) = (b.classes.clone(), b.targets.clone(), b.size);
                 let net = std::mem::replace(&mut self.net, Network { layers: Vec::new() });
-                let (net, out) = train_step(
+                let (net, out) = accumulation.train_step(
                     net,
                     &mut self.optim,
                     &self.spec,
@@ -311,6 +323,8 @@ impl Model {
                     break 'epochs;
                 }
             }
+            let lr = control.learning_rate;
+            accumulation.flush(&mut self.net, &mut self.optim, &self.compiled, lr);
             let train_time = started.elapsed().as_secs_f64();
             let mut logs = acc.logs(&self.compiled);
             if let Some(val) = validation {
@@ -332,6 +346,8 @@ impl Model {
                 break;
             }
         }
+        let lr = control.learning_rate;
+        accumulation.flush(&mut self.net, &mut self.optim, &self.compiled, lr);
         hooks!(|c, ctx| c.on_train_end(&last, ctx));
         Ok(history)
     }
