@@ -281,6 +281,49 @@ mod tests {
     }
 
     #[test]
+    fn sample_weights_need_one_value_per_example() {
+        let spec = ModelSpec::from_toml(
+            &toml::from_str(
+                "layers = [{ type = \"Input\", shape = [1] }, { type = \"Dense\", units = 2 }]",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let loss =
+            LossSpec::from_toml(&toml::Value::from("sparse_categorical_crossentropy")).unwrap();
+        let device = Device::flex();
+        let el = |w: Array| {
+            Element::new()
+                .with(
+                    FEATURES,
+                    Array::new(vec![2, 1], kiln_data::Buffer::F32(vec![1.0, 2.0])).unwrap(),
+                )
+                .with(
+                    LABELS,
+                    Array::new(vec![2], kiln_data::Buffer::I64(vec![0, 1])).unwrap(),
+                )
+                .with(SAMPLE_WEIGHT, w)
+        };
+        let column = Array::new(vec![2, 1], kiln_data::Buffer::F64(vec![0.5, 2.0])).unwrap();
+        let b = to_device(&el(column), &spec, &loss, &device).unwrap();
+        let w = b
+            .sample_weight
+            .unwrap()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        assert_eq!(w, vec![0.5, 2.0]);
+        let three = Array::new(vec![3], kiln_data::Buffer::F32(vec![1.0; 3])).unwrap();
+        let e = to_device(&el(three), &spec, &loss, &device)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("sample weights (batch component \"sample_weight\") have shape [3] but the batch has 2 examples"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn nhwc_to_nchw_moves_channels_first() {
         // One 1x2 image with 3 channels: pixels (a0 a1 a2), (b0 b1 b2).
         let v = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
