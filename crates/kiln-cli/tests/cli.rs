@@ -391,8 +391,6 @@ fn mlp_example_reaches_088_test_accuracy() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// cnn-pipeline.toml with a small CNN and small subsets (`take`): 4096 training, 256
-
 /// `[fit] class_weight` and the optimizer's gradient keys reach training and the run directory:
 /// with every class weighing 0 the training loss is 0, while validation (never class-weighted,
 /// as in Keras) is not.
@@ -433,6 +431,8 @@ fn class_weight_and_gradient_options_reach_training() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// cnn-pipeline.toml with a small CNN and small subsets (`take`): 4096 training, 256
 /// validation and 512 test examples, one epoch; `edit` changes the config text.
 fn small_pipeline_run(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> PathBuf {
     let text = std::fs::read_to_string(examples().join("cnn-pipeline.toml"))
