@@ -391,6 +391,47 @@ fn mlp_example_reaches_088_test_accuracy() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `[fit] class_weight` and the optimizer's gradient keys reach training and the run directory:
+/// with every class weighing 0 the training loss is 0, while validation (never class-weighted,
+/// as in Keras) is not.
+#[test]
+fn class_weight_and_gradient_options_reach_training() {
+    require_data();
+    let dir = scratch("weights");
+    let run = dir.join("run");
+    let zeros: Vec<String> = (0..10).map(|c| format!("\"{c}\" = 0.0")).collect();
+    let config = small_run(&dir, "weights", |t| {
+        t.replace(
+            "learning_rate = 0.001 }",
+            "learning_rate = 0.001, global_clipnorm = 1.0, gradient_accumulation_steps = 2 }",
+        )
+        .replace(
+            "shuffle = true",
+            &format!("shuffle = true\nclass_weight = {{ {} }}", zeros.join(", ")),
+        )
+    });
+    let o = kiln(&[
+        "train",
+        config.to_str().unwrap(),
+        "--run-dir",
+        run.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let history: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("history.json")).unwrap()).unwrap();
+    assert_eq!(history["history"]["loss"][0].as_f64(), Some(0.0));
+    assert!(history["history"]["val_loss"][0].as_f64().unwrap() > 0.1);
+    let resolved = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    for key in [
+        "global_clipnorm = 1.0",
+        "gradient_accumulation_steps = 2",
+        "[fit.class_weight]",
+    ] {
+        assert!(resolved.contains(key), "{key} missing in {resolved}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// cnn-pipeline.toml with a small CNN and small subsets (`take`): 4096 training, 256
 /// validation and 512 test examples, one epoch; `edit` changes the config text.
 fn small_pipeline_run(dir: &Path, name: &str, edit: impl Fn(String) -> String) -> PathBuf {

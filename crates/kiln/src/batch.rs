@@ -18,6 +18,9 @@ use crate::model::{Act, ModelSpec, keras_shape};
 pub const FEATURES: &str = "x";
 /// Name of the labels component of a batch.
 pub const LABELS: &str = "y";
+/// Name of the optional per-example loss weights of a batch (`[batch]` or `[batch, 1]`,
+/// numeric): Keras' `sample_weight`, the third item of an `(x, y, sample_weight)` element.
+pub const SAMPLE_WEIGHT: &str = "sample_weight";
 
 /// A batch on the device, plus the host copies that metrics need.
 #[derive(Debug)]
@@ -32,6 +35,9 @@ pub struct DeviceBatch {
     pub targets: Vec<f32>,
     /// Number of examples.
     pub size: usize,
+    /// Per-example loss weights `[batch]` (the [`SAMPLE_WEIGHT`] component), when the batch
+    /// has labels and weights.
+    pub sample_weight: Option<Tensor<1>>,
 }
 
 /// Features `[batch, ...]` as a network input for `spec`, on `device`.
@@ -165,8 +171,10 @@ fn convert(
             classes: vec![],
             targets: vec![],
             size,
+            sample_weight: None,
         });
     };
+    let sample_weight = sample_weights(el, size, device)?;
     let per_example = y.len() / size.max(1);
     let class_labels = y.dtype().is_integer() && per_example == 1;
     // Every batch, every label: an index outside [0, units) makes TensorFlow's GPU kernels
@@ -199,6 +207,7 @@ fn convert(
             classes,
             targets: vec![],
             size,
+            sample_weight,
         });
     }
     let (classes, targets) = if class_labels && units > 1 {
@@ -234,7 +243,33 @@ fn convert(
         classes,
         targets,
         size,
+        sample_weight,
     })
+}
+
+/// The [`SAMPLE_WEIGHT`] component of `el` as a `[size]` tensor, if present.
+///
+/// # Errors
+/// [`KilnError::Shape`] when it is not numeric or has other than one value per example.
+fn sample_weights(el: &Element, size: usize, device: &Device) -> Result<Option<Tensor<1>>> {
+    let Some(w) = el.get(SAMPLE_WEIGHT) else {
+        return Ok(None);
+    };
+    let values = w
+        .data()
+        .try_to_f32()
+        .map_err(|_| not_numeric(SAMPLE_WEIGHT, "sample weights", w.dtype()))?;
+    if values.len() != size || w.shape().first() != Some(&size) {
+        return Err(KilnError::Shape(format!(
+            "sample weights (batch component \"{SAMPLE_WEIGHT}\") have shape {:?} but the batch \
+             has {size} examples: give one weight per example, shape [{size}] or [{size}, 1]",
+            w.shape()
+        )));
+    }
+    Ok(Some(Tensor::from_data(
+        TensorData::new(values, [size]),
+        device,
+    )))
 }
 
 #[cfg(test)]
@@ -281,6 +316,49 @@ mod tests {
         let mse = LossSpec::from_toml(&toml::Value::from("mse")).unwrap();
         let el = Element::new().with(FEATURES, numbers).with(LABELS, strings);
         assert!(to_device(&el, &spec, &mse, &device).is_err());
+    }
+
+    #[test]
+    fn sample_weights_need_one_value_per_example() {
+        let spec = ModelSpec::from_toml(
+            &toml::from_str(
+                "layers = [{ type = \"Input\", shape = [1] }, { type = \"Dense\", units = 2 }]",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let loss =
+            LossSpec::from_toml(&toml::Value::from("sparse_categorical_crossentropy")).unwrap();
+        let device = Device::flex();
+        let el = |w: Array| {
+            Element::new()
+                .with(
+                    FEATURES,
+                    Array::new(vec![2, 1], kiln_data::Buffer::F32(vec![1.0, 2.0])).unwrap(),
+                )
+                .with(
+                    LABELS,
+                    Array::new(vec![2], kiln_data::Buffer::I64(vec![0, 1])).unwrap(),
+                )
+                .with(SAMPLE_WEIGHT, w)
+        };
+        let column = Array::new(vec![2, 1], kiln_data::Buffer::F64(vec![0.5, 2.0])).unwrap();
+        let b = to_device(&el(column), &spec, &loss, &device).unwrap();
+        let w = b
+            .sample_weight
+            .unwrap()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        assert_eq!(w, vec![0.5, 2.0]);
+        let three = Array::new(vec![3], kiln_data::Buffer::F32(vec![1.0; 3])).unwrap();
+        let e = to_device(&el(three), &spec, &loss, &device)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("sample weights (batch component \"sample_weight\") have shape [3] but the batch has 2 examples"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -194,6 +194,11 @@ pub fn train_with(
     );
     model.set_check_numerics(cfg.fit.check_numerics);
     on_model(&mut model);
+    let units = cfg.model.output_shape()[0];
+    let train = match crate::fit::ClassWeight::from_config(&cfg.fit.class_weight, units)? {
+        Some(class_weight) => class_weight.apply(train),
+        None => train,
+    };
     let mut fingerprints = std::collections::BTreeMap::new();
     fingerprints.insert("train".to_string(), format!("{:016x}", train.fingerprint()));
     if let Some(v) = &validation {
@@ -247,6 +252,7 @@ pub fn train_with(
         }),
         on_nan: cfg.fit.on_nan(),
         interrupt: opts.interrupt.clone(),
+        report_dir: Some(dir.path().join("nan_report")),
     };
     let history = model.fit_with(&train, validation.as_ref(), &fit_opts, callbacks)?;
     model.save_weights(&dir.weights())?;

@@ -100,6 +100,38 @@ impl LossSpec {
         logits: Option<Tensor<2>>,
         labels: &Labels,
     ) -> Tensor<1> {
+        self.compute_weighted(output, logits, labels, None)
+    }
+
+    /// The loss of a batch with optional per-example weights `sample_weight` (`[batch]`), a
+    /// `[1]` tensor: Keras' default reduction `sum_over_batch_size`,
+    /// `Σ_i weight_i * loss_i / batch` (`keras/src/losses/loss.py`, `reduce_weighted_values`):
+    /// the sum is divided by the batch size, not by the sum of the weights. Without weights,
+    /// the mean of the per-example losses.
+    pub fn compute_weighted(
+        &self,
+        output: Tensor<2>,
+        logits: Option<Tensor<2>>,
+        labels: &Labels,
+        sample_weight: Option<&Tensor<1>>,
+    ) -> Tensor<1> {
+        let per_example = self.per_example(output, logits, labels);
+        match sample_weight {
+            Some(w) => (per_example * w.clone()).mean(),
+            None => per_example.mean(),
+        }
+    }
+
+    /// The loss of each example, `[batch]` (Keras' loss functions before reduction: the
+    /// cross-entropy of each example; for `binary_crossentropy` and `mean_squared_error` the
+    /// mean over the output units). Arguments as [`Self::compute`].
+    pub fn per_example(
+        &self,
+        output: Tensor<2>,
+        logits: Option<Tensor<2>>,
+        labels: &Labels,
+    ) -> Tensor<1> {
+        let [b, _] = output.dims();
         let log_probs = |output: Tensor<2>| -> Tensor<2> {
             if self.from_logits {
                 log_softmax(output, 1)
@@ -111,14 +143,13 @@ impl LossSpec {
                 p.clamp(EPSILON, 1.0 - EPSILON).log()
             }
         };
-        match (self.kind, labels) {
+        let per_row: Tensor<2> = match (self.kind, labels) {
             (LossKind::SparseCategoricalCrossentropy, Labels::Sparse(y)) => {
-                let [b] = y.dims();
                 let lp = log_probs(output);
-                lp.gather(1, y.clone().reshape([b, 1])).mean().neg()
+                lp.gather(1, y.clone().reshape([b, 1])).neg()
             }
             (LossKind::CategoricalCrossentropy, Labels::Dense(y)) => {
-                (log_probs(output) * y.clone()).sum_dim(1).mean().neg()
+                (log_probs(output) * y.clone()).sum_dim(1).neg()
             }
             (LossKind::BinaryCrossentropy, Labels::Dense(y)) => {
                 let (log_p, log_not_p) = if self.from_logits {
@@ -128,13 +159,14 @@ impl LossSpec {
                     (p.clone().log(), p.neg().add_scalar(1.0).log())
                 };
                 let ll = y.clone() * log_p + y.clone().neg().add_scalar(1.0) * log_not_p;
-                ll.mean_dim(1).mean().neg()
+                ll.mean_dim(1).neg()
             }
             (LossKind::MeanSquaredError, Labels::Dense(y)) => {
-                (output - y.clone()).square().mean_dim(1).mean()
+                (output - y.clone()).square().mean_dim(1)
             }
             (kind, _) => panic!("labels were prepared for another loss than {kind:?}"),
-        }
+        };
+        per_row.reshape([b])
     }
 }
 
@@ -145,4 +177,99 @@ pub enum Labels {
     Sparse(Tensor<1, Int>),
     /// Targets, `[batch, units]`.
     Dense(Tensor<2>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Keras 3.15 answers from tests/reference/gradient_reference.py ("losses with
+    // sample_weight"): `keras.losses.<Loss>(from_logits=...)(y, logits, sample_weight=sw)`.
+    const LOGITS: [f32; 12] = [
+        2.0, -1.0, 0.5, 0.1, 0.2, 0.3, -1.5, 3.0, 0.0, 1.0, 1.0, -2.0,
+    ];
+    const CLASSES: [i64; 4] = [0, 2, 1, 1];
+    const SW: [f32; 4] = [1.0, 2.0, 0.5, 0.0];
+    const BIN_LOGITS: [f32; 8] = [0.3, -1.2, 2.0, 0.1, -0.4, -0.9, 1.5, -2.5];
+    const BIN_Y: [f32; 8] = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+
+    fn t2(v: &[f32], shape: [usize; 2]) -> Tensor<2> {
+        Tensor::from_data(TensorData::new(v.to_vec(), shape), &Device::flex())
+    }
+    fn t1(v: &[f32]) -> Tensor<1> {
+        Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), &Device::flex())
+    }
+    fn spec(kind: LossKind) -> LossSpec {
+        LossSpec {
+            kind,
+            from_logits: true,
+        }
+    }
+    fn loss(kind: LossKind, out: Tensor<2>, labels: &Labels, w: Option<&[f32]>) -> f64 {
+        let w = w.map(t1);
+        spec(kind)
+            .compute_weighted(out, None, labels, w.as_ref())
+            .into_scalar::<f32>() as f64
+    }
+    fn assert_close(got: f64, want: f64) {
+        assert!((got - want).abs() <= 1e-6, "{got} vs Keras {want}");
+    }
+
+    #[test]
+    #[allow(clippy::excessive_precision)]
+    fn sample_weights_reduce_over_the_batch_size_as_keras() {
+        let sparse = Labels::Sparse(Tensor::from_data(
+            TensorData::new(CLASSES.to_vec(), [4]),
+            &Device::flex(),
+        ));
+        let logits = t2(&LOGITS, [4, 3]);
+        let scce = LossKind::SparseCategoricalCrossentropy;
+        assert_close(
+            loss(scce, logits.clone(), &sparse, None),
+            0.5050259828567505,
+        );
+        assert_close(
+            loss(scce, logits.clone(), &sparse, Some(&SW)),
+            0.5686885118484497,
+        );
+        // Not Σ w·l / Σ w (that would be 0.5686885 * 4 / 3.5).
+        let mut onehot = [0.0f32; 12];
+        for (i, &c) in CLASSES.iter().enumerate() {
+            onehot[i * 3 + c as usize] = 1.0;
+        }
+        let dense = Labels::Dense(t2(&onehot, [4, 3]));
+        assert_close(
+            loss(
+                LossKind::CategoricalCrossentropy,
+                logits.clone(),
+                &dense,
+                Some(&SW),
+            ),
+            0.5686885118484497,
+        );
+        let bin = Labels::Dense(t2(&BIN_Y, [4, 2]));
+        assert_close(
+            loss(
+                LossKind::BinaryCrossentropy,
+                t2(&BIN_LOGITS, [4, 2]),
+                &bin,
+                Some(&SW),
+            ),
+            0.34842145442962646,
+        );
+        assert_close(
+            loss(
+                LossKind::MeanSquaredError,
+                t2(&BIN_LOGITS, [4, 2]),
+                &bin,
+                Some(&SW),
+            ),
+            0.7543750405311584,
+        );
+        // class_weight {0: 1, 2: 3} as Keras' adapter turns it into sample weights [1, 3, 1, 1].
+        assert_close(
+            loss(scce, logits, &sparse, Some(&[1.0, 3.0, 1.0, 1.0])),
+            1.0059974193572998,
+        );
+    }
 }

@@ -1,11 +1,15 @@
 //! `compile`: optimizer, loss and metrics, with Keras' names and defaults.
 
 mod adam;
+mod clipping;
+mod gradients;
 mod loss;
 mod metrics;
 mod optimizer;
 
 pub use adam::KerasAdam;
+pub use clipping::{Clipping, global_norm};
+pub use gradients::GradientOptions;
 pub use loss::{EPSILON, Labels, LossKind, LossSpec};
 pub use metrics::{MetricKind, MetricSpec, argmax, correct};
 pub use optimizer::OptimizerSpec;
@@ -48,6 +52,9 @@ pub struct Compiled {
     pub loss: LossSpec,
     /// Metrics reported besides the loss.
     pub metrics: Vec<MetricSpec>,
+    /// Clipping and gradient accumulation (Keras' optimizer arguments `clipnorm`, `clipvalue`,
+    /// `global_clipnorm`, `gradient_accumulation_steps`); none by default.
+    pub gradients: GradientOptions,
 }
 
 impl Compiled {
@@ -95,6 +102,18 @@ impl Compiled {
             optimizer,
             loss,
             metrics,
+            gradients: GradientOptions::default(),
         })
+    }
+
+    /// Sets the optimizer's gradient options (Keras: `clipnorm=`, `clipvalue=`,
+    /// `global_clipnorm=`, `gradient_accumulation_steps=` of the optimizer).
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] as [`GradientOptions::validate`].
+    pub fn with_gradients(mut self, gradients: GradientOptions) -> Result<Compiled> {
+        gradients.validate()?;
+        self.gradients = gradients;
+        Ok(self)
     }
 }

@@ -86,13 +86,16 @@ const NAMES: &str =
     "\"sgd\", \"adam\", \"adamw\" (or a table with type = \"SGD\" | \"Adam\" | \"AdamW\")";
 
 impl OptimizerSpec {
-    /// Reads `compile.optimizer`: a Keras string name or a table.
+    /// Reads `compile.optimizer`: a Keras string name or a table. The gradient keys every
+    /// optimizer accepts ([`super::GradientOptions::KEYS`]: `clipnorm`, ...) are skipped here:
+    /// [`super::GradientOptions::from_toml`] reads them from the same value.
     ///
     /// # Errors
     /// [`KilnError::Config`] naming `compile.optimizer` and the allowed names.
     pub fn from_toml(value: &toml::Value) -> Result<OptimizerSpec> {
         let key = "compile.optimizer";
         let (mut table, ty) = super::named_table(value, key, NAMES)?;
+        table.retain(|k, _| !super::GradientOptions::KEYS.contains(&k));
         let canonical = match ty.to_ascii_lowercase().as_str() {
             "sgd" => "SGD",
             "adam" => "Adam",

@@ -1,5 +1,7 @@
 //! `[fit]`: Keras' `model.fit` arguments.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{KilnError, Result};
@@ -33,12 +35,14 @@ pub enum OnNanConfig {
     Stop,
     /// Keep going (Keras without `TerminateOnNaN`).
     Continue,
+    /// Drop that batch's update and go on.
+    SkipStep,
     /// Restore the last good checkpoint, scale the learning rate by `rollback_factor`, go on.
     Rollback,
 }
 
-/// `model.fit(epochs=1, batch_size=32, validation_split=0.0, shuffle=True)`, plus
-/// `validation_data = "test"` to validate on the test split.
+/// `model.fit(epochs=1, batch_size=32, validation_split=0.0, shuffle=True, class_weight=None)`,
+/// plus `validation_data = "test"` to validate on the test split.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FitConfig {
@@ -68,7 +72,7 @@ pub struct FitConfig {
     /// Validate every N epochs (Keras' `validation_freq`).
     #[serde(default = "default_one")]
     pub validation_freq: usize,
-    /// `"stop"` | `"continue"` | `"rollback"`.
+    /// `"stop"` | `"skip_step"` | `"rollback"` | `"continue"`.
     #[serde(default)]
     pub on_nan: OnNanConfig,
     /// Learning-rate multiplier per NaN rollback.
@@ -82,6 +86,11 @@ pub struct FitConfig {
     /// check. See [`crate::guards`].
     #[serde(default)]
     pub check_numerics: CheckNumerics,
+    /// Keras' `class_weight`: loss weight per class index, `{ "0" = 1.0, "6" = 2.0 }` (TOML
+    /// keys are strings); absent classes weigh 1.0. Training data only. Checked against the
+    /// model by [`crate::fit::ClassWeight::from_config`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub class_weight: BTreeMap<String, f64>,
 }
 
 impl Default for FitConfig {
@@ -99,6 +108,7 @@ impl Default for FitConfig {
             rollback_factor: default_rollback_factor(),
             max_rollbacks: default_max_rollbacks(),
             check_numerics: CheckNumerics::default(),
+            class_weight: BTreeMap::new(),
         }
     }
 }
@@ -109,6 +119,7 @@ impl FitConfig {
         match self.on_nan {
             OnNanConfig::Stop => crate::fit::OnNan::Stop,
             OnNanConfig::Continue => crate::fit::OnNan::Continue,
+            OnNanConfig::SkipStep => crate::fit::OnNan::SkipStep,
             OnNanConfig::Rollback => crate::fit::OnNan::Rollback {
                 factor: self.rollback_factor,
                 max_rollbacks: self.max_rollbacks,

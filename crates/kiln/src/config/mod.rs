@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::compile::{Compiled, LossSpec, OptimizerSpec};
+use crate::compile::{Compiled, GradientOptions, LossSpec, OptimizerSpec};
 use crate::error::{KilnError, Result};
 use crate::model::ModelSpec;
 
@@ -116,8 +116,11 @@ impl RunConfig {
         let model = ModelSpec::from_toml(&raw.model)?;
         let optimizer = OptimizerSpec::from_toml(&raw.compile.optimizer)?;
         let loss = LossSpec::from_toml(&raw.compile.loss)?;
-        let compile = Compiled::new(&model, optimizer, loss, &raw.compile.metrics)?;
+        let gradients = GradientOptions::from_toml(&raw.compile.optimizer)?;
+        let compile = Compiled::new(&model, optimizer, loss, &raw.compile.metrics)?
+            .with_gradients(gradients)?;
         raw.fit.validate()?;
+        crate::fit::ClassWeight::from_config(&raw.fit.class_weight, model.output_shape()[0])?;
         let mut data = raw.data;
         if data.uses_pipelines() {
             // Keys written in the file (even at their default values) decide the form.
@@ -179,10 +182,15 @@ impl RunConfig {
         t.insert("data".into(), data);
         t.insert("model".into(), toml::Value::Table(self.model.to_toml()));
         let mut c = toml::Table::new();
-        c.insert(
-            "optimizer".into(),
-            toml::Value::try_from(&self.compile.optimizer).expect("optimizer serializes"),
-        );
+        let mut optimizer =
+            toml::Value::try_from(&self.compile.optimizer).expect("optimizer serializes");
+        if let (Some(o), toml::Value::Table(g)) = (
+            optimizer.as_table_mut(),
+            toml::Value::try_from(self.compile.gradients).expect("gradient options serialize"),
+        ) {
+            o.extend(g);
+        }
+        c.insert("optimizer".into(), optimizer);
         c.insert(
             "loss".into(),
             toml::Value::try_from(self.compile.loss).expect("loss serializes"),

@@ -293,3 +293,68 @@ fn pipeline_errors_name_the_key() {
     let e = error(TRAIN, "validation_data = \"test\"");
     assert_eq!(e, "fit.validation_data: \"test\" needs a [data.test] table");
 }
+
+#[test]
+fn gradient_options_and_class_weight_parse_and_round_trip() {
+    let text = minimal("class_weight = { \"0\" = 1.0, \"2\" = 2.5 }").replace(
+        "optimizer = \"sgd\"",
+        "optimizer = { type = \"AdamW\", learning_rate = 1e-3, global_clipnorm = 1.0, \
+         gradient_accumulation_steps = 4 }",
+    );
+    let cfg = RunConfig::from_toml_str(&text).unwrap();
+    assert_eq!(cfg.compile.gradients.global_clipnorm, Some(1.0));
+    assert_eq!(cfg.compile.gradients.gradient_accumulation_steps, 4);
+    assert_eq!(cfg.compile.optimizer.learning_rate(), 1e-3);
+    assert_eq!(cfg.fit.class_weight.get("2"), Some(&2.5));
+    let again = RunConfig::from_toml_str(&cfg.to_toml()).unwrap();
+    assert_eq!(again.compile, cfg.compile);
+    assert_eq!(again.fit, cfg.fit);
+    // Defaults write no gradient key.
+    let plain = RunConfig::from_toml_str(&minimal("")).unwrap().to_toml();
+    assert!(
+        !plain.contains("clip") && !plain.contains("accumulation"),
+        "{plain}"
+    );
+}
+
+#[test]
+fn gradient_and_class_weight_errors_name_the_key() {
+    let with_optimizer = |o: &str| minimal("").replace("optimizer = \"sgd\"", o);
+    let e = RunConfig::from_toml_str(&with_optimizer(
+        "optimizer = { type = \"sgd\", clipnorm = 1.0, global_clipnorm = 1.0 }",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("compile.optimizer: only one of clipnorm, clipvalue and global_clipnorm"),
+        "{e}"
+    );
+    let e = RunConfig::from_toml_str(&with_optimizer(
+        "optimizer = { type = \"adam\", clipvalue = -1.0 }",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("compile.optimizer.clipvalue: must be a positive number"),
+        "{e}"
+    );
+    let e = RunConfig::from_toml_str(&with_optimizer(
+        "optimizer = { type = \"adam\", gradient_accumulation_steps = 0 }",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("compile.optimizer.gradient_accumulation_steps: must be at least 1"),
+        "{e}"
+    );
+    // The model has 3 output units: classes 0, 1, 2.
+    let e = RunConfig::from_toml_str(&minimal("class_weight = { \"3\" = 2.0 }"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with(
+            "fit.class_weight.\"3\": class 3 does not exist: the model has 3 output units"
+        ),
+        "{e}"
+    );
+}

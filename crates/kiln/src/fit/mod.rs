@@ -1,6 +1,8 @@
 //! `fit`, `evaluate` and `predict` (Keras' `Model` training API) on a compiled model.
 
+mod accumulate;
 mod callback;
+mod class_weight;
 mod input_cursor;
 mod logs;
 pub mod nan_report;
@@ -9,11 +11,15 @@ mod profile;
 mod resume;
 mod step;
 
+pub use accumulate::GradientAccumulation;
 pub use callback::{Callback, FitContext, ManualContext, NamedWeight, WeightsSnapshot};
+pub use class_weight::ClassWeight;
 pub use logs::{History, Logs};
 pub use options::{Backup, FitOptions, Interrupt, OnNan, SaveFreq};
 pub use profile::StepProfile;
-pub use step::{StepOutput, eval_step, train_step};
+pub use step::{
+    PendingOutput, StepOutput, apply_gradients, compute_gradients, eval_step, train_step,
+};
 
 use std::path::Path;
 use std::time::Instant;
@@ -139,7 +145,11 @@ impl FitContext for LoopContext<'_> {
 ///
 /// Datasets given to [`Model::fit`], [`Model::evaluate`] and [`Model::predict`] yield batches
 /// with a `x` component (`[batch, ...]`, channels-last for images) and, except for `predict`, a
-/// `y` component (class indices `[batch]` or targets `[batch, units]`).
+/// `y` component (class indices `[batch]` or targets `[batch, units]`). An optional
+/// `sample_weight` component (`[batch]`) weights each example's loss, as Keras' `sample_weight`
+/// ([`crate::batch::SAMPLE_WEIGHT`]; [`ClassWeight::apply`] makes one from `class_weight`).
+/// The optimizer's `gradient_accumulation_steps` and clipping apply in `fit`
+/// ([`GradientAccumulation`]).
 pub struct Model {
     name: String,
     spec: ModelSpec,
@@ -309,9 +319,7 @@ impl Model {
         };
         let mut state = LoopState {
             epoch: opts.initial_epoch,
-            acc: Accumulator::default(),
-            history: History::default(),
-            rollbacks: 0,
+            ..LoopState::default()
         };
         let mut position = Default::default();
         if let Some(ckpt) = opts.backup.as_ref().and_then(|b| b.resume.as_ref()) {
@@ -339,6 +347,8 @@ impl Model {
                 }
             };
         }
+        let mut accumulation =
+            GradientAccumulation::new(self.compiled.gradients.gradient_accumulation_steps);
         hooks!(|c, ctx| c.on_train_begin(ctx));
         let mut last = Logs::default();
         let mut guard = NumericsGuard::new(self.check_numerics, DataSplit::Train);
@@ -407,28 +417,31 @@ impl Model {
                 // Dropout masks depend on the seed and the step only (see `fit_with`).
                 self.device.seed(step_seed(self.seed, control.iterations));
                 let net = std::mem::replace(&mut self.net, Network { layers: Vec::new() });
-                let (net, out) = train_step(
+                let guarded = opts.on_nan != OnNan::Continue;
+                let (net, out, applied) = accumulation.train_step(
                     net,
                     &mut self.optim,
                     &self.spec,
                     &self.compiled,
                     b,
                     control.learning_rate,
+                    guarded,
                     profile.as_mut(),
                 );
                 self.net = net;
                 control.iterations += 1;
-                if !out.loss.is_finite() {
+                if !applied {
+                    // A non-finite loss; the network is as before the batch.
                     let action = self.on_non_finite(
                         opts,
                         &mut control,
                         &mut state,
                         &mut input,
-                        step,
+                        (step, &batch),
                         callbacks,
                     )?;
                     match action {
-                        NanAction::Continue => {}
+                        NanAction::Skip => continue,
                         NanAction::Restart => continue 'epochs,
                     }
                 }
@@ -461,7 +474,7 @@ impl Model {
                 }
                 if let Some(backup) = &opts.backup
                     && let SaveFreq::Batches(n) = backup.save_freq
-                    && control.iterations % n.max(1) == 0
+                    && control.iterations.is_multiple_of(n.max(1))
                 {
                     self.save_checkpoint(backup, &control, &state, &input, &*callbacks)?;
                 }
@@ -469,6 +482,8 @@ impl Model {
                     break 'epochs;
                 }
             }
+            let lr = control.learning_rate;
+            accumulation.flush(&mut self.net, &mut self.optim, &self.compiled, lr);
             if opts.steps_per_epoch.is_none() {
                 input.close();
             }
@@ -479,6 +494,12 @@ impl Model {
             // (`epoch_samples_per_second`, `epoch_input_wait_seconds`), CSVLogger and the display.
             logs.set(SAMPLES_PER_SECOND, examples_this_run / train_time.max(1e-9));
             logs.set(INPUT_WAIT_SECONDS, input_wait);
+            if state.skipped_nan_steps > 0 {
+                logs.set(
+                    "skipped_nan_steps",
+                    std::mem::take(&mut state.skipped_nan_steps) as f64,
+                );
+            }
             if let Some(val) = validation
                 && opts.validates_after(epoch)
             {
@@ -506,6 +527,8 @@ impl Model {
                 break;
             }
         }
+        let lr = control.learning_rate;
+        accumulation.flush(&mut self.net, &mut self.optim, &self.compiled, lr);
         hooks!(|c, ctx| c.on_train_end(&last, ctx));
         Ok(state.history)
     }

@@ -49,6 +49,8 @@ pub enum OnNan {
     /// End `fit` with [`crate::KilnError::NanLoss`] and the NaN report.
     #[default]
     Stop,
+    /// Drop the batch (no update) and go on; the count is the epoch's `skipped_nan_steps`.
+    SkipStep,
     /// Restore the last good checkpoint, multiply the learning rate by `factor` and go on;
     /// give up (as `Stop`) after `max_rollbacks` rollbacks. Needs BackupAndRestore.
     Rollback {
@@ -124,6 +126,9 @@ pub struct FitOptions {
     pub on_nan: OnNan,
     /// An external stop request (signals).
     pub interrupt: Option<Interrupt>,
+    /// Where NaN reports go (`nan_report.json` and the batch as `.npy`); `None`: a
+    /// `kiln-nan-report` directory under the system's temporary directory.
+    pub report_dir: Option<std::path::PathBuf>,
 }
 
 impl FitOptions {
@@ -138,13 +143,14 @@ impl FitOptions {
             backup: None,
             on_nan: OnNan::Stop,
             interrupt: None,
+            report_dir: None,
         }
     }
 
     /// Keras' `_should_eval`: validate after epoch `epoch` (0-based) when `(epoch + 1)` is a
     /// multiple of `validation_freq`.
     pub fn validates_after(&self, epoch: usize) -> bool {
-        (epoch + 1) % self.validation_freq.max(1) == 0
+        (epoch + 1).is_multiple_of(self.validation_freq.max(1))
     }
 }
 

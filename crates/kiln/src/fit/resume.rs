@@ -36,12 +36,14 @@ pub(super) struct LoopState {
     pub(super) history: History,
     /// NaN rollbacks so far.
     pub(super) rollbacks: u32,
+    /// Batches skipped for a NaN loss in the epoch (`on_nan = "skip_step"`).
+    pub(super) skipped_nan_steps: u64,
 }
 
 /// What the loop does after a non-finite loss.
 pub(super) enum NanAction {
     /// Go on with the next batch.
-    Continue,
+    Skip,
     /// State was rolled back: restart the epoch loop from `LoopState`.
     Restart,
 }
@@ -166,14 +168,15 @@ impl Model {
         Ok(m.input)
     }
 
-    /// The NaN policy after step `step` of the epoch produced a non-finite loss.
+    /// The NaN policy after batch `step` of the epoch produced a non-finite loss (the network
+    /// and optimizer are as before that batch).
     pub(super) fn on_non_finite(
         &mut self,
         opts: &FitOptions,
         control: &mut Control,
         state: &mut LoopState,
         input: &mut InputCursor,
-        step: u64,
+        (step, batch): (u64, &kiln_data::Element),
         callbacks: &mut [&mut dyn Callback],
     ) -> Result<NanAction> {
         let what = format!(
@@ -183,12 +186,17 @@ impl Model {
             control.iterations,
             control.learning_rate
         );
+        if opts.on_nan == OnNan::SkipStep {
+            state.skipped_nan_steps += 1;
+            eprintln!("warning: {what}; skipping that batch (on_nan = \"skip_step\")");
+            return Ok(NanAction::Skip);
+        }
+        let report = self.nan_report(opts, control, state, step, batch);
         match opts.on_nan {
-            OnNan::Continue => Ok(NanAction::Continue),
+            OnNan::Continue | OnNan::SkipStep => unreachable!("handled above or not guarded"),
             OnNan::Stop => Err(KilnError::NanLoss(format!(
-                "{what}; stopping (on_nan = \"stop\"). Remedies: lower the learning rate, set \
-                 global_clipnorm, check the inputs for NaN/Inf (check_numerics), or use \
-                 on_nan = \"rollback\" with BackupAndRestore"
+                "{what}; stopping (on_nan = \"stop\"; \"rollback\" restores the last checkpoint \
+                 with a lower learning rate).\n{report}"
             ))),
             OnNan::Rollback {
                 factor,
@@ -197,13 +205,13 @@ impl Model {
                 let Some(backup) = &opts.backup else {
                     return Err(KilnError::NanLoss(format!(
                         "{what}; on_nan = \"rollback\" needs BackupAndRestore checkpoints, and \
-                         this run has none"
+                         this run has none.\n{report}"
                     )));
                 };
                 if state.rollbacks >= max_rollbacks {
                     return Err(KilnError::NanLoss(format!(
-                        "{what}; giving up after {max_rollbacks} rollbacks (max_rollbacks). \
-                         Lower the learning rate or set global_clipnorm"
+                        "{what}; giving up after {max_rollbacks} rollbacks (fit.max_rollbacks).\n\
+                         {report}"
                     )));
                 }
                 let (ckpt, _) = backup.dir.latest()?;
@@ -215,8 +223,8 @@ impl Model {
                 state.rollbacks = rollbacks;
                 control.learning_rate *= factor;
                 eprintln!(
-                    "warning: {what}; rolled back to {} (epoch {}, batch {}) with learning rate \
-                     {} (rollback {rollbacks} of {max_rollbacks})",
+                    "warning: {what}.\n{report}\nRolled back to {} (epoch {}, batch {}) with \
+                     learning rate {} (rollback {rollbacks} of {max_rollbacks})",
                     ckpt.path.display(),
                     state.epoch + 1,
                     state.acc.batches,
@@ -225,6 +233,34 @@ impl Model {
                 input.reposition(position)?;
                 Ok(NanAction::Restart)
             }
+        }
+    }
+
+    /// The NaN report's text for the screen (written to `opts.report_dir` with the batch), or
+    /// why it could not be made.
+    fn nan_report(
+        &self,
+        opts: &FitOptions,
+        control: &Control,
+        state: &LoopState,
+        step: u64,
+        batch: &kiln_data::Element,
+    ) -> String {
+        let dir = opts
+            .report_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("kiln-nan-report"));
+        let info = super::nan_report::StepInfo {
+            epoch: state.epoch,
+            step,
+            learning_rate: control.learning_rate,
+            recent_grad_norms: Vec::new(),
+            global_clipnorm: self.compiled.gradients.global_clipnorm,
+        };
+        match super::nan_report::diagnose(&self.net, &self.spec, &self.compiled, batch, &info, &dir)
+        {
+            Ok(report) => format!("{report}\n(report and batch saved in {})", dir.display()),
+            Err(e) => format!("(no NaN report: {e})"),
         }
     }
 }

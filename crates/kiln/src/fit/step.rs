@@ -1,7 +1,9 @@
 //! One training step and one evaluation step.
 //!
-//! Training: forward (dropout on, batch statistics), loss in float32, backward, optimizer update,
-//! then BatchNormalization's moving averages.
+//! Training, in stages that [`super::GradientAccumulation`] can drive separately:
+//! [`compute_gradients`] (forward with dropout on and batch statistics, loss in float32,
+//! backward, BatchNormalization's moving averages), then [`apply_gradients`] (clipping, one
+//! optimizer update). [`train_step`] is both in one call.
 
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
@@ -10,13 +12,14 @@ use std::time::Instant;
 
 use super::profile::StepProfile;
 use crate::batch::DeviceBatch;
-use crate::compile::Compiled;
+use crate::compile::{Clipping, Compiled};
 use crate::model::{ModelSpec, Network};
 
 /// What a step reports to the metrics.
 #[derive(Debug)]
 pub struct StepOutput {
-    /// Mean loss over the batch.
+    /// The batch's loss: the mean over its examples (Keras' `sum_over_batch_size`, weighted by
+    /// the batch's `sample_weight` when it has one).
     pub loss: f64,
     /// Model outputs `[batch, units]`, row-major.
     pub outputs: Vec<f32>,
@@ -29,8 +32,10 @@ fn read(t: Tensor<2>) -> Vec<f32> {
         .expect("float outputs")
 }
 
-/// Runs one optimizer step on `batch` and returns the updated network. With `profile`, adds the
-/// time of each stage to it.
+/// Runs one optimizer step on `batch` and returns the updated network: [`compute_gradients`],
+/// then [`apply_gradients`] with `compiled`'s clipping, then the outputs read back. With
+/// `profile`, adds the time of each stage to it. (`Model::fit` goes through
+/// [`super::GradientAccumulation`], which does the same when it does not accumulate.)
 pub fn train_step(
     net: Network,
     optim: &mut ModuleOptimizer,
@@ -40,6 +45,58 @@ pub fn train_step(
     learning_rate: f64,
     mut profile: Option<&mut StepProfile>,
 ) -> (Network, StepOutput) {
+    let (net, grads, pending) =
+        compute_gradients(net, spec, compiled, batch, profile.as_deref_mut());
+    let net = apply_gradients(
+        net,
+        optim,
+        grads,
+        compiled.gradients.clipping(),
+        learning_rate,
+        profile.as_deref_mut(),
+    );
+    (net, pending.read(profile))
+}
+
+/// The loss and outputs of a batch, not yet read back from the device (reading forces a device
+/// sync, so the step reads them after the optimizer update has been queued).
+#[derive(Debug)]
+pub struct PendingOutput {
+    loss: Tensor<1>,
+    outputs: Tensor<2>,
+}
+
+impl PendingOutput {
+    /// Reads the loss and outputs back (time counted as `metrics_s` in `profile`).
+    pub fn read(self, profile: Option<&mut StepProfile>) -> StepOutput {
+        let clock = Instant::now();
+        let out = StepOutput {
+            loss: self.loss.into_scalar::<f32>() as f64,
+            outputs: read(self.outputs),
+        };
+        if let Some(p) = profile {
+            p.metrics_s += clock.elapsed().as_secs_f64();
+            p.steps += 1;
+        }
+        out
+    }
+}
+
+/// Forward (dropout on, batch statistics), the loss in float32 (weighted by the batch's
+/// `sample_weight`, Keras' `sum_over_batch_size`), backward: the gradients of `net`'s
+/// parameters for `batch`. BatchNormalization's moving averages are updated here, once per
+/// batch (Keras updates them in every training forward pass, accumulating or not); they are
+/// not trainable, so this commutes with the optimizer update.
+///
+/// Returns the network (its moving statistics updated), the gradients and the pending loss
+/// and outputs.
+pub fn compute_gradients(
+    net: Network,
+    spec: &ModelSpec,
+    compiled: &Compiled,
+    batch: DeviceBatch,
+    mut profile: Option<&mut StepProfile>,
+) -> (Network, GradientsParams, PendingOutput) {
     let mut clock = Instant::now();
     let mut lap = |slot: fn(&mut StepProfile) -> &mut f64,
                    profile: &mut Option<&mut StepProfile>| {
@@ -57,27 +114,48 @@ pub fn train_step(
     };
     lap(|p| &mut p.forward_s, &mut profile);
     let outputs = fwd.output.clone().detach();
-    let loss = compiled.loss.compute(fwd.output, fwd.logits, &labels);
+    let loss = compiled.loss.compute_weighted(
+        fwd.output,
+        fwd.logits,
+        &labels,
+        batch.sample_weight.as_ref(),
+    );
     lap(|p| &mut p.loss_s, &mut profile);
     let grads = GradientsParams::from_grads(loss.backward(), &net);
     lap(|p| &mut p.backward_s, &mut profile);
-    let net = optim.step(learning_rate, net, grads);
     let net = net.update_moving_stats(spec, fwd.batch_stats);
     lap(|p| &mut p.optimizer_s, &mut profile);
-    let loss = loss.into_scalar::<f32>() as f64;
-    let out = StepOutput {
-        loss,
-        outputs: read(outputs),
+    let pending = PendingOutput {
+        loss: loss.detach(),
+        outputs,
     };
-    lap(|p| &mut p.metrics_s, &mut profile);
+    (net, grads, pending)
+}
+
+/// Clips `grads` with `clipping` (Keras' `clipnorm` / `clipvalue` / `global_clipnorm`, see
+/// [`crate::compile::Clipping`]) and applies one optimizer update with `learning_rate`.
+pub fn apply_gradients(
+    net: Network,
+    optim: &mut ModuleOptimizer,
+    grads: GradientsParams,
+    clipping: Option<Clipping>,
+    learning_rate: f64,
+    profile: Option<&mut StepProfile>,
+) -> Network {
+    let clock = Instant::now();
+    let grads = match clipping {
+        Some(c) => c.apply(&net, grads),
+        None => grads,
+    };
+    let net = optim.step(learning_rate, net, grads);
     if let Some(p) = profile {
-        p.steps += 1;
+        p.optimizer_s += clock.elapsed().as_secs_f64();
     }
-    (net, out)
+    net
 }
 
 /// Forward pass in inference mode (no dropout, moving statistics); the loss when the batch
-/// has labels.
+/// has labels (weighted by its `sample_weight`, as Keras' `evaluate`).
 pub fn eval_step(
     net: &Network,
     spec: &ModelSpec,
@@ -88,7 +166,12 @@ pub fn eval_step(
     let loss = match &batch.labels {
         Some(labels) => compiled
             .loss
-            .compute(fwd.output.clone(), fwd.logits, labels)
+            .compute_weighted(
+                fwd.output.clone(),
+                fwd.logits,
+                labels,
+                batch.sample_weight.as_ref(),
+            )
             .into_scalar::<f32>() as f64,
         None => f64::NAN,
     };

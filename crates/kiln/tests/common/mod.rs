@@ -5,10 +5,9 @@ use kiln::Model;
 use kiln::compile::{Compiled, LossKind, LossSpec, OptimizerSpec};
 use kiln::model::{Activation, LayerKind, ModelSpec};
 
-/// A small classifier on 2 features: Dense(`hidden`, relu) → Dense(`classes`) logits, Adam
-/// (lr 0.01), sparse categorical cross-entropy from logits, accuracy; on the CPU.
-pub fn two_layer_classifier(name: &str, hidden: usize, classes: usize, seed: u64) -> Model {
-    let spec = ModelSpec::builder(&[2])
+/// Dense(`hidden`, relu) → Dense(`classes`) logits on 2 features.
+pub fn two_layer_spec(hidden: usize, classes: usize) -> ModelSpec {
+    ModelSpec::builder(&[2])
         .add(LayerKind::Dense {
             units: hidden,
             activation: Activation::Relu,
@@ -20,7 +19,14 @@ pub fn two_layer_classifier(name: &str, hidden: usize, classes: usize, seed: u64
             use_bias: true,
         })
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// A small classifier on 2 features: [`two_layer_spec`], Adam (lr 0.01), sparse categorical
+/// cross-entropy from logits, accuracy; on the CPU.
+#[allow(dead_code)] // not every test crate uses every fixture
+pub fn two_layer_classifier(name: &str, hidden: usize, classes: usize, seed: u64) -> Model {
+    let spec = two_layer_spec(hidden, classes);
     let compiled = Compiled::new(
         &spec,
         OptimizerSpec::Adam {
