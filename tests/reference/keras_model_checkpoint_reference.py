@@ -84,7 +84,7 @@ for spec, value in [
     ("{loss}", 2.0), ("{loss:.2f}", 0.125), ("{loss:.2f}", 0.375), ("{loss:.1f}", 0.25),
     ("{loss:.0f}", 0.5), ("{loss:.0f}", 1.5), ("{loss:.4f}", 1.00005), ("{loss:08.3f}", -1.5),
     ("{loss:.2f}", float("nan")), ("{loss:6.1f}", float("inf")), ("{loss:06.1f}", float("nan")),
-    ("{loss:.3e}", 12345.678), ("{loss:e}", 0.000123), ("{loss:f}", 0.1), ("{loss:10.4f}", 3.14159),
+    ("{loss:.3e}", 12345.678), ("{loss:e}", 0.000123), ("{loss:f}", 0.1), ("{loss:10.4f}", 3.25159),
     ("{epoch:05d}", -3), ("x{{epoch}}-{epoch}", 2),
 ]:
     name = spec.split("{")[-1].split(":")[0].split("}")[0] if "{{" not in spec else "epoch"

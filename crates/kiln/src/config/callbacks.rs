@@ -77,22 +77,29 @@ fn is_zero(v: &u8) -> bool {
 /// baseline=None, restore_best_weights=False, start_from_epoch=0)` ([`EarlyStopping`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
 pub struct EarlyStoppingSpec {
+    /// The logs key to watch.
     #[serde(default = "val_loss")]
     pub monitor: String,
+    /// The smallest change that counts as an improvement.
     #[serde(default)]
     pub min_delta: f64,
+    /// Epochs without improvement before stopping.
     #[serde(default)]
     pub patience: usize,
+    /// `> 0` prints Keras' messages.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub verbose: u8,
+    /// `"auto"`, `"min"` or `"max"`.
     #[serde(default)]
     pub mode: Mode,
+    /// A value the monitor must beat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<f64>,
+    /// Put back the best epoch's weights at the end.
     #[serde(default)]
     pub restore_best_weights: bool,
+    /// Epochs to ignore before watching.
     #[serde(default)]
     pub start_from_epoch: usize,
 }
@@ -101,22 +108,29 @@ pub struct EarlyStoppingSpec {
 /// min_delta=1e-4, cooldown=0, min_lr=0.0)` ([`ReduceLROnPlateau`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
 pub struct ReduceLROnPlateauSpec {
+    /// The logs key to watch.
     #[serde(default = "val_loss")]
     pub monitor: String,
+    /// `new_lr = lr * factor` (0 < factor < 1).
     #[serde(default = "reduce_factor")]
     pub factor: f64,
+    /// Epochs without improvement before reducing.
     #[serde(default = "reduce_patience")]
     pub patience: usize,
+    /// `> 0` prints Keras' messages.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub verbose: u8,
+    /// `"auto"`, `"min"` or `"max"`.
     #[serde(default)]
     pub mode: Mode,
+    /// The smallest change that counts as an improvement.
     #[serde(default = "reduce_min_delta")]
     pub min_delta: f64,
+    /// Epochs after a reduction before counting again.
     #[serde(default)]
     pub cooldown: usize,
+    /// The lowest learning rate.
     #[serde(default)]
     pub min_lr: f64,
 }
@@ -127,11 +141,13 @@ pub struct ReduceLROnPlateauSpec {
 /// each batch at the optimizer step count) ([`LearningRateScheduler::from_schedule`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
 pub struct LearningRateSchedulerSpec {
+    /// The schedule: a table with `type` and Keras' arguments.
     pub schedule: Schedule,
+    /// `"epoch"` or `"step"`.
     #[serde(default)]
     pub unit: ScheduleUnit,
+    /// `> 0` prints Keras' message at each epoch begin.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub verbose: u8,
 }
@@ -140,11 +156,13 @@ pub struct LearningRateSchedulerSpec {
 /// is in the run directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
 pub struct CSVLoggerSpec {
+    /// The CSV file (in the run directory when relative).
     pub filename: PathBuf,
+    /// One character.
     #[serde(default = "comma")]
     pub separator: String,
+    /// Continue an existing file instead of starting it over.
     #[serde(default)]
     pub append: bool,
 }
@@ -152,8 +170,8 @@ pub struct CSVLoggerSpec {
 /// `TerminateOnNaN(raise_error=False)` ([`TerminateOnNaN`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
 pub struct TerminateOnNaNSpec {
+    /// End `fit` with an error instead of stopping quietly.
     #[serde(default)]
     pub raise_error: bool,
 }
@@ -162,14 +180,17 @@ pub struct TerminateOnNaNSpec {
 /// update_freq="epoch")` ([`TensorBoard`]); a relative `log_dir` is in the run directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
 pub struct TensorBoardSpec {
+    /// Event files go to `<log_dir>/train` and `<log_dir>/validation` (in the run directory when relative).
     #[serde(default = "logs_dir")]
     pub log_dir: PathBuf,
+    /// Weight histograms every N epochs; 0: never.
     #[serde(default)]
     pub histogram_freq: usize,
+    /// Also write steps per second.
     #[serde(default)]
     pub write_steps_per_second: bool,
+    /// `"epoch"`, `"batch"` or N: batch-level values every N batches.
     #[serde(default)]
     pub update_freq: UpdateFreq,
 }
@@ -179,21 +200,28 @@ pub struct TensorBoardSpec {
 /// ([`ModelCheckpoint`]); a relative `filepath` is in the run directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
 pub struct ModelCheckpointSpec {
+    /// A Python format template ending in `.safetensors` (in the run directory when relative).
     pub filepath: String,
+    /// The logs key compared with `save_best_only`.
     #[serde(default = "val_loss")]
     pub monitor: String,
+    /// `> 0` prints Keras' messages.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub verbose: u8,
+    /// Save only when `monitor` improves.
     #[serde(default)]
     pub save_best_only: bool,
+    /// Keras' flag; kiln saves the weights either way.
     #[serde(default)]
     pub save_weights_only: bool,
+    /// `"auto"`, `"min"` or `"max"`.
     #[serde(default)]
     pub mode: Mode,
+    /// `"epoch"` or a number of batches.
     #[serde(default)]
     pub save_freq: SaveFreq,
+    /// The value the first save must beat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_value_threshold: Option<f64>,
 }

@@ -338,3 +338,18 @@ filepath = "ckpt/e{epoch}.safetensors"
     );
     assert!(run.path().join("ckpt/e1.safetensors").is_file());
 }
+
+#[test]
+fn the_pipeline_example_declares_its_callbacks() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/fashion-mnist/cnn-pipeline.toml");
+    let cfg = RunConfig::load(&path).unwrap();
+    let types: Vec<&str> = cfg.callbacks.iter().map(CallbackSpec::type_name).collect();
+    assert_eq!(types, ["TensorBoard", "CSVLogger", "ModelCheckpoint"]);
+    // Its BackupAndRestore entry spells out the defaults: nothing changes in training.
+    assert_eq!(cfg.backup, BackupSpec::default());
+    let CallbackSpec::ModelCheckpoint(mc) = &cfg.callbacks[2] else {
+        panic!()
+    };
+    assert!(mc.save_best_only && mc.monitor == "val_loss");
+}
