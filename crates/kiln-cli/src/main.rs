@@ -267,13 +267,21 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             let dev = device::resolve(device.into())?;
             let run_dir = run_dir.unwrap_or_else(|| cfg.default_run_dir());
             let mut progress = progress::Progress::new();
+            // The config's [[callbacks]] run after the progress display, in their order.
+            let mut from_config = cfg.build_callbacks(&run_dir)?;
+            let mut callbacks: Vec<&mut dyn kiln::Callback> = vec![&mut progress];
+            callbacks.extend(
+                from_config
+                    .iter_mut()
+                    .map(|c| c.as_mut() as &mut dyn kiln::Callback),
+            );
             let opts = run::TrainOptions {
                 resume: !no_resume,
                 allow_changed_data,
                 interrupt: Some(stop_on_signals()?),
                 ..Default::default()
             };
-            let report = run::train_with(&cfg, &run_dir, dev, &opts, &mut [&mut progress], |m| {
+            let report = run::train_with(&cfg, &run_dir, dev, &opts, &mut callbacks, |m| {
                 print!("{}", m.summary());
                 m.set_profiling(profile);
             })?;

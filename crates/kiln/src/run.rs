@@ -139,6 +139,11 @@ pub fn train(
 /// fingerprints against this run's and refuses (with the list of changes) a changed model, or
 /// changed data unless `opts.allow_changed_data`.
 ///
+/// The config's `[[callbacks]]` are not built here: pass them in `callbacks`
+/// ([`RunConfig::build_callbacks`] with the same `run_dir`), as `kiln train` does after its
+/// progress display. Their order must stay the same across resumes (their states are kept in
+/// the checkpoints by position).
+///
 /// # Errors
 /// [`KilnError::MissingData`], data, shape and I/O errors; [`KilnError::Changed`] when a
 /// resume finds changes; [`KilnError::Interrupted`] after a stop request. The run directory

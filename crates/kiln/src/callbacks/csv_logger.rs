@@ -4,6 +4,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
+use super::state;
 use crate::error::{KilnError, Result};
 use crate::fit::{Callback, FitContext, Logs};
 
@@ -20,6 +23,11 @@ use crate::fit::{Callback, FitContext, Logs};
 ///
 /// Keys are fixed by the first epoch end of a training; keys that appear later are not
 /// written (as in Keras).
+///
+/// **Resumed runs** (BackupAndRestore): [`Callback::state`] keeps the file's length and the
+/// columns at each checkpoint; a resumed run cuts the file back to that length (dropping rows
+/// of epochs that the resume runs again) and continues it, so the file ends as the
+/// uninterrupted run's would. (Keras would start the file over, or with `append`, repeat rows.)
 #[derive(Debug)]
 pub struct CSVLogger {
     filename: PathBuf,
@@ -28,6 +36,17 @@ pub struct CSVLogger {
     file: Option<File>,
     keys: Option<Vec<String>>,
     write_header: bool,
+    /// From `restore_state`: where the next training continues the file.
+    resume: Option<State>,
+}
+
+/// What [`Callback::state`] keeps.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct State {
+    /// The file's length in bytes.
+    bytes: u64,
+    /// The columns, once fixed.
+    keys: Option<Vec<String>>,
 }
 
 impl CSVLogger {
@@ -40,6 +59,7 @@ impl CSVLogger {
             file: None,
             keys: None,
             write_header: true,
+            resume: None,
         }
     }
 
@@ -145,6 +165,15 @@ pub fn python_float_repr(x: f64) -> String {
 
 impl Callback for CSVLogger {
     fn on_train_begin(&mut self, _ctx: &mut dyn FitContext) -> Result<()> {
+        if let Some(resume) = self.resume.take() {
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.filename)
+                .map_err(|e| self.io(e))?;
+            self.file = Some(file);
+            return self.continue_at(resume);
+        }
         self.write_header = true;
         if self.append
             && let Ok(f) = File::open(&self.filename)
@@ -203,6 +232,53 @@ impl Callback for CSVLogger {
 
     fn on_train_end(&mut self, _logs: &Logs, _ctx: &mut dyn FitContext) -> Result<()> {
         self.file = None;
+        self.resume = None;
+        Ok(())
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        let bytes = self.file.as_ref()?.metadata().ok()?.len();
+        Some(state::encode(
+            "CSVLogger",
+            &State {
+                bytes,
+                keys: self.keys.clone(),
+            },
+        ))
+    }
+
+    fn restore_state(&mut self, value: &serde_json::Value) -> Result<()> {
+        let s: State = state::decode("CSVLogger", value)?;
+        if self.file.is_some() {
+            // A NaN rollback inside `fit`: cut the file back now.
+            self.continue_at(s)
+        } else {
+            self.resume = Some(s);
+            Ok(())
+        }
+    }
+}
+
+impl CSVLogger {
+    /// Cuts the open file back to `s.bytes` (when longer) and continues with its columns.
+    fn continue_at(&mut self, s: State) -> Result<()> {
+        let file = self.file.as_mut().expect("opened by the caller");
+        let len = file
+            .metadata()
+            .map_err(|e| KilnError::io(&self.filename, e))?
+            .len();
+        if len > s.bytes {
+            file.set_len(s.bytes)
+                .map_err(|e| KilnError::io(&self.filename, e))?;
+        }
+        if len.min(s.bytes) == 0 {
+            // Nothing to continue (the file was empty or is gone): start it over.
+            self.keys = None;
+            self.write_header = true;
+        } else {
+            self.keys = s.keys;
+            self.write_header = false;
+        }
         Ok(())
     }
 }
@@ -332,5 +408,47 @@ mod tests {
         for (x, want) in cases {
             assert_eq!(python_float_repr(x), want, "repr({x:e})");
         }
+    }
+
+    #[test]
+    fn a_resumed_run_continues_the_file_as_the_uninterrupted_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let epochs: Vec<Logs> = (0..4)
+            .map(|e| logs(&[("loss", 1.0 / (e as f64 + 1.0)), ("val_loss", e as f64)]))
+            .collect();
+        let whole = dir.path().join("whole.csv");
+        train(&mut CSVLogger::new(&whole), &epochs);
+        let want = std::fs::read(&whole).unwrap();
+        // Checkpoint after epoch 1; the killed run wrote epoch 2's row too; the resume runs
+        // epochs 2 and 3 again with a fresh logger restored from the checkpoint's state.
+        let path = dir.path().join("resumed.csv");
+        let mut first = CSVLogger::new(&path);
+        let mut ctx = ManualContext::new(0.1);
+        first.on_train_begin(&mut ctx).unwrap();
+        let mut saved = None;
+        for (epoch, l) in epochs.iter().enumerate().take(3) {
+            first.on_epoch_end(epoch, &mut l.clone(), &mut ctx).unwrap();
+            if epoch == 1 {
+                saved = first.state().map(|s| s.to_string());
+            }
+        }
+        drop(first); // killed
+        let mut second = CSVLogger::new(&path);
+        second
+            .restore_state(&serde_json::from_str(&saved.unwrap()).unwrap())
+            .unwrap();
+        second.on_train_begin(&mut ctx).unwrap();
+        for (epoch, l) in epochs.iter().enumerate().skip(2) {
+            second
+                .on_epoch_end(epoch, &mut l.clone(), &mut ctx)
+                .unwrap();
+        }
+        second.on_train_end(&Logs::default(), &mut ctx).unwrap();
+        assert_eq!(
+            String::from_utf8(std::fs::read(&path).unwrap()).unwrap(),
+            String::from_utf8(want).unwrap()
+        );
+        // Without the state the resumed run would start the file over at epoch 2.
+        assert!(CSVLogger::new(&path).state().is_none());
     }
 }

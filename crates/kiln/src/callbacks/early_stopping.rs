@@ -1,7 +1,10 @@
 //! `EarlyStopping`: stop training when a monitored quantity stops improving
 //! (`keras/src/callbacks/early_stopping.py`, Keras 3).
 
+use serde::{Deserialize, Serialize};
+
 use super::monitor::{Mode, Monitor};
+use super::state::{self, opt_float};
 use crate::error::Result;
 use crate::fit::{Callback, FitContext, Logs, WeightsSnapshot};
 
@@ -26,6 +29,13 @@ use crate::fit::{Callback, FitContext, Logs, WeightsSnapshot};
 /// more set of parameters once they diverge.
 ///
 /// A missing monitored value skips the epoch (Keras warns); NaN never improves.
+///
+/// **Resumed runs** (BackupAndRestore): [`Callback::state`] keeps `wait`, `best`, `best_epoch`
+/// and `stopped_epoch`, so a resumed run stops at the same epoch as an uninterrupted one. The
+/// best weights are **not** kept in checkpoints (they would double their size): with
+/// `restore_best_weights`, a resumed run restores the weights of the best epoch **since the
+/// resume** (the first epoch after it, or a later one with a better value), which are the
+/// overall best ones only when an epoch after the resume improved on the best.
 ///
 /// ```
 /// use kiln::callbacks::EarlyStopping;
@@ -58,6 +68,22 @@ pub struct EarlyStopping {
     best: Option<f64>,
     best_epoch: usize,
     best_weights: Option<WeightsSnapshot>,
+    /// The value and epoch of the weights in `best_weights`: those of `best` in an
+    /// uninterrupted run, the best since the resume in a resumed one.
+    weights_value: Option<f64>,
+    weights_epoch: usize,
+    stopped_epoch: Option<usize>,
+    /// Set by `restore_state`: the next `on_train_begin` keeps the restored state.
+    restored: bool,
+}
+
+/// What [`Callback::state`] keeps.
+#[derive(Debug, Serialize, Deserialize)]
+struct State {
+    wait: usize,
+    #[serde(with = "opt_float")]
+    best: Option<f64>,
+    best_epoch: usize,
     stopped_epoch: Option<usize>,
 }
 
@@ -84,7 +110,10 @@ impl EarlyStopping {
             best: None,
             best_epoch: 0,
             best_weights: None,
+            weights_value: None,
+            weights_epoch: 0,
             stopped_epoch: None,
+            restored: false,
         }
     }
 
@@ -165,11 +194,15 @@ impl Callback for EarlyStopping {
             self.mode.resolve(&self.monitor, "EarlyStopping")?,
             self.min_delta,
         ));
-        self.wait = 0;
-        self.best = None;
-        self.best_epoch = 0;
         self.best_weights = None;
-        self.stopped_epoch = None;
+        self.weights_value = None;
+        if !self.restored {
+            self.wait = 0;
+            self.best = None;
+            self.best_epoch = 0;
+            self.stopped_epoch = None;
+        }
+        self.restored = false;
         Ok(())
     }
 
@@ -204,17 +237,20 @@ impl Callback for EarlyStopping {
         if epoch < self.start_from_epoch {
             return Ok(());
         }
-        if self.restore_best_weights && self.best_weights.is_none() {
+        // Keras keeps the weights of the first epoch watched, then of each new best. After a
+        // resume `best` predates the weights kept, so they follow their own value (in an
+        // uninterrupted run `weights_value == best` and this is Keras' rule exactly).
+        if self.restore_best_weights
+            && (self.best_weights.is_none() || test.is_improvement(current, self.weights_value))
+        {
             self.best_weights = Some(ctx.snapshot_weights());
-            self.best_epoch = epoch;
+            self.weights_value = Some(current);
+            self.weights_epoch = epoch;
         }
         self.wait += 1;
         if test.is_improvement(current, self.best) {
             self.best = Some(current);
             self.best_epoch = epoch;
-            if self.restore_best_weights {
-                self.best_weights = Some(ctx.snapshot_weights());
-            }
             if self.baseline.is_none() || test.is_improvement(current, self.baseline) {
                 self.wait = 0;
             }
@@ -237,11 +273,34 @@ impl Callback for EarlyStopping {
             if self.verbose {
                 eprintln!(
                     "Restoring model weights from the end of the best epoch: {}.",
-                    self.best_epoch + 1
+                    self.weights_epoch + 1
                 );
             }
             ctx.restore_weights(best)?;
         }
+        self.restored = false;
+        Ok(())
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        Some(state::encode(
+            "EarlyStopping",
+            &State {
+                wait: self.wait,
+                best: self.best,
+                best_epoch: self.best_epoch,
+                stopped_epoch: self.stopped_epoch,
+            },
+        ))
+    }
+
+    fn restore_state(&mut self, value: &serde_json::Value) -> Result<()> {
+        let s: State = state::decode("EarlyStopping", value)?;
+        self.wait = s.wait;
+        self.best = s.best;
+        self.best_epoch = s.best_epoch;
+        self.stopped_epoch = s.stopped_epoch;
+        self.restored = true;
         Ok(())
     }
 }
@@ -417,5 +476,86 @@ mod tests {
             }
         }
         assert_eq!((es.stopped_epoch(), es.best()), (None, Some(4.0)));
+    }
+
+    /// `run`, interrupted after epoch `cut` and resumed with a fresh callback restored from
+    /// the first one's state (through JSON text, as a checkpoint manifest stores it).
+    fn run_resumed(make: impl Fn() -> EarlyStopping, values: &[f64], cut: usize) -> Outcome {
+        let mut ctx = ManualContext::new(0.1);
+        let mut es = make();
+        es.on_train_begin(&mut ctx).unwrap();
+        let feed = |es: &mut EarlyStopping, ctx: &mut ManualContext, epoch: usize| {
+            ctx.weights = vec![("dense/kernel".into(), vec![epoch as f32])];
+            let mut logs = Logs::default();
+            logs.set("val_loss", values[epoch]);
+            es.on_epoch_end(epoch, &mut logs, ctx).unwrap();
+            ctx.stop_training
+        };
+        for epoch in 0..cut {
+            assert!(!feed(&mut es, &mut ctx, epoch), "stopped before the cut");
+        }
+        let text = es.state().unwrap().to_string();
+        let mut es = make();
+        es.restore_state(&serde_json::from_str(&text).unwrap())
+            .unwrap();
+        let mut ctx = ManualContext::new(0.1);
+        es.on_train_begin(&mut ctx).unwrap();
+        let mut last_epoch = cut;
+        for epoch in cut..values.len() {
+            last_epoch = epoch;
+            if feed(&mut es, &mut ctx, epoch) {
+                break;
+            }
+        }
+        es.on_train_end(&Logs::default(), &mut ctx).unwrap();
+        Outcome {
+            last_epoch,
+            stopped: es.stopped_epoch(),
+            best_epoch: es.best_epoch(),
+            best: es.best(),
+            weights_of_epoch: ctx.weights[0].1[0],
+        }
+    }
+
+    #[test]
+    fn a_restored_callback_stops_where_the_uninterrupted_one_does() {
+        let values = [1.0, 0.8, 0.9, 0.85, 0.7, 0.75, 0.72, 0.71, 0.9];
+        // By hand (patience 3, min_delta 0.01): bests at epochs 0, 1, 4 (0.7); 0.75, 0.72 and
+        // 0.71 do not beat 0.7 by 0.01, so the third of them (epoch 7) stops.
+        let make = || EarlyStopping::new().patience(3).min_delta(0.01);
+        let whole = run(make(), "val_loss", &values);
+        assert_eq!((whole.stopped, whole.best_epoch), (Some(7), 4));
+        for cut in 1..=whole.last_epoch {
+            assert_eq!(run_resumed(make, &values, cut), whole, "cut after {cut}");
+        }
+        // Without the state, a fresh callback would start counting again and run longer.
+        let mut fresh = make();
+        let mut ctx = ManualContext::new(0.1);
+        fresh.on_train_begin(&mut ctx).unwrap();
+        for (epoch, &v) in values.iter().enumerate().skip(5) {
+            let mut logs = Logs::default();
+            logs.set("val_loss", v);
+            fresh.on_epoch_end(epoch, &mut logs, &mut ctx).unwrap();
+        }
+        assert_eq!(fresh.stopped_epoch(), None);
+        // A second training without a restore starts over (the flag is used up).
+        let mut es = make();
+        es.restore_state(&make().state().unwrap()).unwrap();
+        es.on_train_begin(&mut ctx).unwrap();
+        es.on_train_end(&Logs::default(), &mut ctx).unwrap();
+        assert!(!es.restored);
+    }
+
+    #[test]
+    fn restored_best_weights_are_the_best_since_the_resume() {
+        // Best 0.5 at epoch 1, before the cut after epoch 2: the weights kept from then on are
+        // epoch 2's (the first after the resume), then epoch 3's (0.55 beats 0.6), while the
+        // decisions (stop after epoch 4, best 0.5 at epoch 1) are the uninterrupted run's.
+        let values = [1.0, 0.5, 0.6, 0.55, 0.7];
+        let make = || EarlyStopping::new().patience(3).restore_best_weights(true);
+        let whole = run(make(), "val_loss", &values);
+        assert_eq!(whole, outcome(4, Some(4), 1, 0.5, 1.0));
+        let resumed = run_resumed(make, &values, 2);
+        assert_eq!(resumed, outcome(4, Some(4), 1, 0.5, 3.0));
     }
 }

@@ -6,8 +6,9 @@ use super::{as_keras_lr, set_keras_lr};
 use crate::error::Result;
 use crate::fit::{Callback, FitContext, Logs};
 
-/// When a [`Schedule`] is evaluated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// When a [`Schedule`] is evaluated (TOML: `"epoch"`, `"step"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ScheduleUnit {
     /// At each epoch begin, at the epoch index — Keras' `LearningRateScheduler`.
     #[default]

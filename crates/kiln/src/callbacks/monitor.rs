@@ -1,10 +1,14 @@
 //! The monitored-quantity logic `EarlyStopping` and `ReduceLROnPlateau` share: Keras'
 //! `MonitorCallback` (`keras/src/callbacks/monitor_callback.py`).
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::{KilnError, Result};
 
-/// Whether the monitored quantity should go down or up (Keras' `mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Whether the monitored quantity should go down or up (Keras' `mode`; TOML: `"auto"`,
+/// `"min"`, `"max"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Inferred from the name ([`Mode::resolve`]).
     #[default]

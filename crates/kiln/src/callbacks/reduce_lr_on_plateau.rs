@@ -1,7 +1,10 @@
 //! `ReduceLROnPlateau`: lower the learning rate when a monitored quantity stops improving
 //! (`keras/src/callbacks/reduce_lr_on_plateau.py`, Keras 3).
 
+use serde::{Deserialize, Serialize};
+
 use super::monitor::{Mode, Monitor};
+use super::state::{self, opt_float};
 use super::{as_keras_lr, set_keras_lr};
 use crate::error::{KilnError, Result};
 use crate::fit::{Callback, FitContext, Logs};
@@ -19,6 +22,10 @@ use crate::fit::{Callback, FitContext, Logs};
 /// Keras keeps the learning rate in a float32 variable: `lr` is read as float32 and the new
 /// rate is stored rounded to float32, so kiln's rates equal Keras' bit for bit
 /// (`0.1 * 0.5` gives `0.05000000074505806`).
+///
+/// **Resumed runs** (BackupAndRestore): [`Callback::state`] keeps `best`, `wait` and
+/// `cooldown_counter` (the learning rate itself is in the checkpoint), so a resumed run
+/// reduces at the same epochs as an uninterrupted one.
 #[derive(Debug, Clone)]
 pub struct ReduceLROnPlateau {
     monitor: String,
@@ -30,6 +37,17 @@ pub struct ReduceLROnPlateau {
     cooldown: usize,
     min_lr: f64,
     test: Option<Monitor>,
+    best: Option<f64>,
+    wait: usize,
+    cooldown_counter: usize,
+    /// Set by `restore_state`: the next `on_train_begin` keeps the restored state.
+    restored: bool,
+}
+
+/// What [`Callback::state`] keeps.
+#[derive(Debug, Serialize, Deserialize)]
+struct State {
+    #[serde(with = "opt_float")]
     best: Option<f64>,
     wait: usize,
     cooldown_counter: usize,
@@ -60,6 +78,7 @@ impl ReduceLROnPlateau {
             best: None,
             wait: 0,
             cooldown_counter: 0,
+            restored: false,
         })
     }
 
@@ -117,9 +136,12 @@ impl Callback for ReduceLROnPlateau {
             self.mode.resolve(&self.monitor, "ReduceLROnPlateau")?,
             self.min_delta,
         ));
-        self.best = None;
-        self.wait = 0;
-        self.cooldown_counter = 0;
+        if !self.restored {
+            self.best = None;
+            self.wait = 0;
+            self.cooldown_counter = 0;
+        }
+        self.restored = false;
         Ok(())
     }
 
@@ -163,6 +185,31 @@ impl Callback for ReduceLROnPlateau {
                 self.wait = 0;
             }
         }
+        Ok(())
+    }
+
+    fn on_train_end(&mut self, _logs: &Logs, _ctx: &mut dyn FitContext) -> Result<()> {
+        self.restored = false;
+        Ok(())
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        Some(state::encode(
+            "ReduceLROnPlateau",
+            &State {
+                best: self.best,
+                wait: self.wait,
+                cooldown_counter: self.cooldown_counter,
+            },
+        ))
+    }
+
+    fn restore_state(&mut self, value: &serde_json::Value) -> Result<()> {
+        let s: State = state::decode("ReduceLROnPlateau", value)?;
+        self.best = s.best;
+        self.wait = s.wait;
+        self.cooldown_counter = s.cooldown_counter;
+        self.restored = true;
         Ok(())
     }
 }
@@ -278,5 +325,59 @@ mod tests {
             err.contains("ReduceLROnPlateau.factor") && err.contains("got 2"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_restored_callback_reduces_at_the_same_epochs() {
+        // The "plateau" sequence above, interrupted after each epoch: the second part runs
+        // with a fresh callback restored from the first's state (through JSON text) and the
+        // learning rate the checkpoint holds.
+        let values = [1.0, 1.0, 1.0, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9];
+        let make = || {
+            ReduceLROnPlateau::new(0.5)
+                .unwrap()
+                .patience(2)
+                .cooldown(1)
+                .min_lr(0.02)
+        };
+        let whole = run(make(), 0.1, &values);
+        for cut in 1..values.len() {
+            let first = run(make(), 0.1, &values[..cut]);
+            // `run` consumed its callback: replay the first part to get the state.
+            let mut cb = make();
+            let mut ctx = ManualContext::new(0.1);
+            cb.on_train_begin(&mut ctx).unwrap();
+            for (epoch, &v) in values[..cut].iter().enumerate() {
+                let mut logs = Logs::default();
+                logs.set("val_loss", v);
+                cb.on_epoch_end(epoch, &mut logs, &mut ctx).unwrap();
+            }
+            let text = cb.state().unwrap().to_string();
+            let mut resumed = make();
+            resumed
+                .restore_state(&serde_json::from_str(&text).unwrap())
+                .unwrap();
+            let lr = *first.last().unwrap();
+            let mut ctx = ManualContext::new(lr);
+            resumed.on_train_begin(&mut ctx).unwrap();
+            let mut got = first.clone();
+            for (epoch, &v) in values.iter().enumerate().skip(cut) {
+                let mut logs = Logs::default();
+                logs.set("val_loss", v);
+                resumed.on_epoch_end(epoch, &mut logs, &mut ctx).unwrap();
+                got.push(ctx.learning_rate);
+            }
+            assert_eq!(got, whole, "cut after epoch {cut}");
+        }
+        // A fresh callback (no state) after epoch 4 would wait two epochs from scratch:
+        // no reduction at epoch 5, where the uninterrupted run reduces.
+        let mut fresh = make();
+        let mut ctx = ManualContext::new(whole[4]);
+        fresh.on_train_begin(&mut ctx).unwrap();
+        let mut logs = Logs::default();
+        logs.set("val_loss", 0.9);
+        fresh.on_epoch_end(5, &mut logs, &mut ctx).unwrap();
+        assert_eq!(ctx.learning_rate, whole[4]);
+        assert_ne!(whole[5], whole[4]);
     }
 }

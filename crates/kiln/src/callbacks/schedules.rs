@@ -2,10 +2,17 @@
 //! (`keras/src/optimizers/schedules/learning_rate_schedule.py`, Keras 3), plus the classic step
 //! decay. [`super::LearningRateScheduler`] applies them per epoch or per batch.
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::{KilnError, Result};
 
 /// A learning rate as a function of a step (an optimizer step or an epoch, 0-based).
-#[derive(Debug, Clone, PartialEq)]
+///
+/// In TOML a table with `type` = the variant's name and Keras' argument names, with Keras'
+/// defaults (`staircase = false`, `alpha = 0.0`, `warmup_steps = 0`, no `warmup_target`):
+/// `{ type = "CosineDecay", initial_learning_rate = 0.001, decay_steps = 10000 }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", deny_unknown_fields)]
 pub enum Schedule {
     /// `keras.optimizers.schedules.ExponentialDecay(initial_learning_rate, decay_steps,
     /// decay_rate, staircase=False)`:
@@ -19,6 +26,7 @@ pub enum Schedule {
         /// Factor per `decay_steps`.
         decay_rate: f64,
         /// Decay in whole steps of `decay_steps`.
+        #[serde(default)]
         staircase: bool,
     },
     /// `keras.optimizers.schedules.CosineDecay(initial_learning_rate, decay_steps, alpha=0.0,
@@ -34,10 +42,13 @@ pub enum Schedule {
         /// Length of the decay (> 0).
         decay_steps: u64,
         /// The final rate as a fraction of the decay's starting rate.
+        #[serde(default)]
         alpha: f64,
         /// The rate reached at the end of the warm-up; `None`: no warm-up.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         warmup_target: Option<f64>,
         /// Length of the warm-up.
+        #[serde(default)]
         warmup_steps: u64,
     },
     /// `keras.optimizers.schedules.PiecewiseConstantDecay(boundaries, values)`:

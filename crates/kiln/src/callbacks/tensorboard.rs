@@ -8,7 +8,8 @@ use crate::error::{KilnError, Result};
 use crate::fit::{Callback, FitContext, Logs};
 use crate::summary::EventWriter;
 
-/// How often batch-level values are written (Keras' `update_freq`).
+/// How often batch-level values are written (Keras' `update_freq`; TOML: `"epoch"`,
+/// `"batch"` or a positive integer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UpdateFreq {
     /// `"epoch"`: only epoch-level values.
@@ -35,6 +36,48 @@ impl UpdateFreq {
                 )),
             },
         }
+    }
+}
+
+impl serde::Serialize for UpdateFreq {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            UpdateFreq::Epoch => s.serialize_str("epoch"),
+            UpdateFreq::Batches(1) => s.serialize_str("batch"),
+            UpdateFreq::Batches(n) => s.serialize_u64(*n),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for UpdateFreq {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = UpdateFreq;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"epoch\", \"batch\" or a number of batches >= 1")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<UpdateFreq, E> {
+                match v {
+                    "epoch" => Ok(UpdateFreq::Epoch),
+                    "batch" => Ok(UpdateFreq::Batches(1)),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<UpdateFreq, E> {
+                match u64::try_from(v) {
+                    Ok(n) if n > 0 => Ok(UpdateFreq::Batches(n)),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Signed(v), &self)),
+                }
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<UpdateFreq, E> {
+                match v {
+                    0 => Err(E::invalid_value(serde::de::Unexpected::Unsigned(v), &self)),
+                    n => Ok(UpdateFreq::Batches(n)),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
     }
 }
 

@@ -16,14 +16,22 @@
 //! epochs = 5
 //! batch_size = 128
 //! validation_split = 0.1
+//! [[callbacks]]
+//! type = "EarlyStopping"
+//! patience = 2
 //! ```
 
 mod backup;
+mod callbacks;
 mod data;
 mod fit;
 mod pipeline;
 
 pub use backup::BackupSpec;
+pub use callbacks::{
+    CALLBACK_TYPES, CSVLoggerSpec, CallbackSpec, EarlyStoppingSpec, LearningRateSchedulerSpec,
+    ModelCheckpointSpec, ReduceLROnPlateauSpec, TensorBoardSpec, TerminateOnNaNSpec,
+};
 pub use data::{ARRAY_FORM_KEYS, DataConfig, PIPELINE_KEYS};
 pub use fit::{FitConfig, OnNanConfig};
 pub use pipeline::{
@@ -57,6 +65,8 @@ pub struct RunConfig {
     /// BackupAndRestore settings (from a `BackupAndRestore` entry of `[[callbacks]]`, or the
     /// defaults: `kiln train` always checkpoints).
     pub backup: BackupSpec,
+    /// `[[callbacks]]`, in order, without `BackupAndRestore` (see `backup`).
+    pub callbacks: Vec<CallbackSpec>,
 }
 
 #[derive(Deserialize)]
@@ -70,6 +80,8 @@ struct RawConfig {
     compile: RawCompile,
     #[serde(default)]
     fit: FitConfig,
+    #[serde(default)]
+    callbacks: Vec<toml::Value>,
 }
 
 fn default_seed() -> u64 {
@@ -141,6 +153,7 @@ impl RunConfig {
             }
         }
         data.validate()?;
+        let (callbacks, backup) = callbacks::read(&raw.callbacks)?;
         let cfg = RunConfig {
             name: raw.name,
             seed: raw.seed,
@@ -148,7 +161,8 @@ impl RunConfig {
             model,
             compile,
             fit: raw.fit,
-            backup: BackupSpec::default(),
+            backup,
+            callbacks,
         };
         cfg.check_forms()?;
         Ok(cfg)
@@ -210,6 +224,10 @@ impl RunConfig {
             "fit".into(),
             toml::Value::try_from(&self.fit).expect("fit config serializes"),
         );
+        let callbacks = callbacks::write(&self.callbacks, &self.backup);
+        if !callbacks.is_empty() {
+            t.insert("callbacks".into(), toml::Value::Array(callbacks));
+        }
         toml::to_string_pretty(&t).expect("config serializes")
     }
 
