@@ -80,10 +80,10 @@ impl GradientAccumulation {
         let (net, grads, pending) =
             compute_gradients(net, spec, compiled, batch, profile.as_deref_mut());
         let out = pending.read(profile.as_deref_mut());
-        if let Some(before) = before {
-            if !out.loss.is_finite() {
-                return (before, out, false);
-            }
+        if let Some(before) = before
+            && !out.loss.is_finite()
+        {
+            return (before, out, false);
         }
         let net = if self.steps == 1 {
             let clip = compiled.gradients.clipping();
@@ -98,7 +98,7 @@ impl GradientAccumulation {
         } else {
             self.add(&net, grads);
             if self.seen == self.steps {
-                self.apply(net, optim, compiled, learning_rate, profile.as_deref_mut())
+                self.apply(net, optim, compiled, learning_rate, profile)
             } else {
                 net
             }
