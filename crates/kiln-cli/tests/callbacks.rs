@@ -72,6 +72,10 @@ filepath = "best.safetensors"
 save_best_only = true
 "#;
 
+/// CSVLogger's header for these runs: the epoch, then the logs' keys sorted.
+const HEADER: &str =
+    "epoch,accuracy,input_wait_seconds,loss,samples_per_second,val_accuracy,val_loss";
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("kiln-callbacks-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -141,9 +145,10 @@ fn config_callbacks_write_their_files_and_early_stopping_stops() {
     let val_loss = history(&run, "val_loss");
     assert_eq!((loss.len(), val_loss.len()), (2, 2));
 
-    // CSVLogger: Keras' header (sorted keys) and one row per epoch, values as Python's repr.
+    // CSVLogger: Keras' header (sorted keys, with kiln's throughput and input-wait logs) and
+    // one row per epoch, values as Python's repr.
     let rows = csv_rows(&run);
-    assert_eq!(rows[0], "epoch,accuracy,loss,val_accuracy,val_loss");
+    assert_eq!(rows[0], HEADER);
     assert_eq!(rows.len(), 3, "{rows:?}");
     // (serde_json, without its float_roundtrip feature, may read history.json's values 1 ulp
     // off: compare to 1e-15.)
@@ -151,8 +156,8 @@ fn config_callbacks_write_their_files_and_early_stopping_stops() {
     for (epoch, row) in rows[1..].iter().enumerate() {
         let fields: Vec<&str> = row.split(',').collect();
         assert_eq!(fields[0], epoch.to_string());
-        assert!(close(fields[2].parse().unwrap(), loss[epoch]), "{row}");
-        assert!(close(fields[4].parse().unwrap(), val_loss[epoch]), "{row}");
+        assert!(close(fields[3].parse().unwrap(), loss[epoch]), "{row}");
+        assert!(close(fields[6].parse().unwrap(), val_loss[epoch]), "{row}");
     }
 
     // TensorBoard: logs/ in the run directory, one epoch_loss per epoch (float32).
@@ -214,7 +219,7 @@ fn a_resumed_run_continues_the_callbacks_state() {
     assert_eq!(history(&run, "loss").len(), 2);
     let rows = csv_rows(&run);
     assert_eq!(rows.len(), 3, "{rows:?}");
-    assert_eq!(rows[0], "epoch,accuracy,loss,val_accuracy,val_loss");
+    assert_eq!(rows[0], HEADER);
     assert!(
         rows[1].starts_with("0,") && rows[2].starts_with("1,"),
         "{rows:?}"
