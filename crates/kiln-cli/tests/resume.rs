@@ -229,6 +229,45 @@ fn killed_runs_resume_to_bit_identical_weights() {
 }
 
 #[test]
+fn a_kill_inside_gradient_accumulation_resumes_to_identical_weights() {
+    let dir = scratch("accumulate");
+    // Updates every 4 batches; a batch-count checkpoint every 6 batches falls inside a window
+    // half of the time and is then written at the window's end.
+    let text = std::fs::read_to_string(config(&dir, 4096))
+        .unwrap()
+        .replace(
+            "optimizer = \"adamw\"",
+            "optimizer = { type = \"AdamW\", gradient_accumulation_steps = 4 }",
+        )
+        + "\n[[callbacks]]\ntype = \"BackupAndRestore\"\nsave_freq = 6\nkeep = 50\n";
+    let cfg = dir.join("accumulate.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let reference = dir.join("reference");
+    let o = train(&cfg, &reference, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let steps: Vec<u64> = checkpoints(&reference)
+        .iter()
+        .map(|n| n.trim_start_matches("ckpt-").parse().unwrap())
+        .collect();
+    assert!(steps.len() > 10, "{steps:?}");
+    assert!(
+        steps.iter().all(|s| s % 4 == 0),
+        "checkpoints only at update boundaries: {steps:?}"
+    );
+    let run = dir.join("killed");
+    let mut child = spawn(&cfg, &run, &[]);
+    wait_for("a few batch checkpoints", || checkpoints(&run).len() >= 4);
+    sigkill(&mut child);
+    assert!(!run.join("model.safetensors").exists(), "killed too late");
+    resumed_ok(&cfg, &run);
+    assert!(
+        weights(&run) == weights(&reference),
+        "weights differ after the resume"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn a_resume_with_changed_data_is_refused_naming_the_change() {
     let dir = scratch("changed");
     let run = dir.join("run");

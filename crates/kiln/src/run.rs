@@ -237,10 +237,7 @@ pub fn train_with(
         }
         latest
     } else {
-        if ckpt_dir.path().exists() {
-            std::fs::remove_dir_all(ckpt_dir.path())
-                .map_err(|e| KilnError::io(ckpt_dir.path(), e))?;
-        }
+        ckpt_dir.clear()?;
         None
     };
     let fit_opts = FitOptions {
@@ -271,8 +268,8 @@ pub fn train_with(
         }
         None => Logs::default(),
     };
-    if cfg.backup.delete_checkpoint && ckpt_dir.path().exists() {
-        std::fs::remove_dir_all(ckpt_dir.path()).map_err(|e| KilnError::io(ckpt_dir.path(), e))?;
+    if cfg.backup.delete_checkpoint {
+        ckpt_dir.clear()?;
     }
     Ok(TrainReport {
         model,
@@ -398,7 +395,8 @@ fn check_unchanged(
     }
     if !others.is_empty() {
         (opts.notes)(&format!(
-            "note: resuming with changed settings:\n{}",
+            "note: resuming with changed settings:\n{}\n(the checkpoint's learning rate and \
+             optimizer state are kept: start over with --no-resume to apply optimizer changes)",
             list(&others)
         ));
     }

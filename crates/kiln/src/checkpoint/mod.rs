@@ -145,6 +145,32 @@ impl CheckpointDir {
         Ok(dest)
     }
 
+    /// Removes this directory's checkpoints (`ckpt-*`) and temporary ones (`.tmp-ckpt-*`), and
+    /// nothing else: `backup_dir` may hold other files.
+    ///
+    /// # Errors
+    /// [`KilnError::Io`] naming the checkpoint that could not be removed.
+    pub fn clear(&self) -> Result<()> {
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(KilnError::io(&self.root, e)),
+        };
+        for e in entries.filter_map(|e| e.ok()) {
+            let p = e.path();
+            let ours = p.is_dir()
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("ckpt-") || n.starts_with(".tmp-ckpt-"));
+            if ours {
+                std::fs::remove_dir_all(&p).map_err(|e| KilnError::io(&p, e))?;
+            }
+        }
+        // The directory itself goes only when nothing else is in it.
+        let _ = std::fs::remove_dir(&self.root);
+        Ok(())
+    }
+
     /// Completed checkpoints, oldest first.
     fn list(&self) -> Result<Vec<PathBuf>> {
         let entries = match std::fs::read_dir(&self.root) {
@@ -331,6 +357,23 @@ mod tests {
         let (c, warnings) = ckpts.latest().unwrap();
         assert_eq!(c.unwrap().manifest.iterations, 1);
         assert!(warnings[0].contains("manifest.json"), "{warnings:?}");
+    }
+
+    #[test]
+    fn clear_removes_checkpoints_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let ckpts = CheckpointDir::new(dir.path(), 3);
+        ckpts.save(&manifest(1), &[("model.bpk", b"one")]).unwrap();
+        std::fs::create_dir_all(dir.path().join(".tmp-ckpt-000000000002-7")).unwrap();
+        std::fs::write(dir.path().join("notes.txt"), b"mine").unwrap();
+        std::fs::create_dir_all(dir.path().join("other-run")).unwrap();
+        ckpts.clear().unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["notes.txt", "other-run"]);
     }
 
     #[test]

@@ -66,6 +66,20 @@ impl BackupSpec {
     /// # Errors
     /// [`KilnError::Config`] naming `callbacks.BackupAndRestore.<key>`.
     pub fn validate(&self) -> Result<()> {
+        let plain = self
+            .backup_dir
+            .components()
+            .all(|c| matches!(c, std::path::Component::CurDir));
+        if plain {
+            return Err(KilnError::config(
+                "callbacks.BackupAndRestore.backup_dir",
+                format!(
+                    "\"{}\" is the run directory itself; give checkpoints their own directory, \
+                     e.g. \"checkpoints\"",
+                    self.backup_dir.display()
+                ),
+            ));
+        }
         if self.keep == 0 {
             return Err(KilnError::config(
                 "callbacks.BackupAndRestore.keep",

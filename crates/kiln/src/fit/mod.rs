@@ -349,6 +349,7 @@ impl Model {
         }
         let mut accumulation =
             GradientAccumulation::new(self.compiled.gradients.gradient_accumulation_steps);
+        let mut checkpoint_due = false;
         hooks!(|c, ctx| c.on_train_begin(ctx));
         let mut last = Logs::default();
         let mut guard = NumericsGuard::new(self.check_numerics, DataSplit::Train);
@@ -455,7 +456,20 @@ impl Model {
                 }
                 let logs = state.acc.logs(&self.compiled);
                 hooks!(|c, ctx| c.on_train_batch_end(step, &logs, ctx));
-                if let Some(signal) = opts.interrupt.as_ref().and_then(|i| i.requested()) {
+                // Checkpoints (and stops on a signal) fall on optimizer-update boundaries: the
+                // gradients of a partial accumulation window are not checkpointed, so a stop
+                // waits for the window to complete, and a batch-count checkpoint that falls
+                // inside one is written at its end.
+                let at_update = accumulation.pending() == 0;
+                if let Some(backup) = &opts.backup
+                    && let SaveFreq::Batches(n) = backup.save_freq
+                    && control.iterations.is_multiple_of(n.max(1))
+                {
+                    checkpoint_due = true;
+                }
+                if at_update
+                    && let Some(signal) = opts.interrupt.as_ref().and_then(|i| i.requested())
+                {
                     let checkpoint = match &opts.backup {
                         Some(backup) => Some(self.save_checkpoint(
                             backup,
@@ -472,11 +486,12 @@ impl Model {
                         checkpoint,
                     });
                 }
-                if let Some(backup) = &opts.backup
-                    && let SaveFreq::Batches(n) = backup.save_freq
-                    && control.iterations.is_multiple_of(n.max(1))
+                if at_update
+                    && checkpoint_due
+                    && let Some(backup) = &opts.backup
                 {
                     self.save_checkpoint(backup, &control, &state, &input, &*callbacks)?;
+                    checkpoint_due = false;
                 }
                 if control.stop_training {
                     break 'epochs;

@@ -219,9 +219,12 @@ impl Model {
                     KilnError::NanLoss(format!("{what}; no checkpoint to roll back to"))
                 })?;
                 let rollbacks = state.rollbacks + 1;
+                // The rate in use (already lowered by earlier rollbacks), lowered once more:
+                // the cuts compound even though the checkpoint may predate them.
+                let learning_rate = control.learning_rate * factor;
                 let position = self.resume_from(&ckpt, control, state, callbacks)?;
                 state.rollbacks = rollbacks;
-                control.learning_rate *= factor;
+                control.learning_rate = learning_rate;
                 eprintln!(
                     "warning: {what}.\n{report}\nRolled back to {} (epoch {}, batch {}) with \
                      learning rate {} (rollback {rollbacks} of {max_rollbacks})",
