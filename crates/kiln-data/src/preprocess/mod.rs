@@ -7,6 +7,7 @@
 //! | [`Normalization`] | `keras.layers.Normalization(axis, mean, variance)` + `adapt` | numeric | `float32`, same shape |
 //! | [`one_hot`] | `tf.one_hot(indices, depth)` / `CategoryEncoding(output_mode="one_hot")` | integer `[...]` | `float32 [..., depth]` |
 //! | [`cast`] | `tf.cast(x, dtype)` | numeric | `dtype` |
+//! | [`decode_raw`] | `tf.io.decode_raw(x, out_type, little_endian)` | `string` `[...]` | `out_type [..., n]` |
 //! | [`reshape`] | `tf.reshape(x, shape)` (one `-1` allowed) | any | same dtype |
 //! | [`flip`] (random) | `keras.layers.RandomFlip(mode)` | image | same dtype |
 //! | [`crop`] (random) | `keras.layers.RandomCrop(height, width)` | image | same dtype |
@@ -29,6 +30,7 @@
 //! first axis, `-1` its last).
 
 mod cast;
+mod decode_raw;
 mod image;
 mod normalize;
 mod one_hot;
@@ -41,6 +43,7 @@ mod stack;
 mod tests;
 
 pub use cast::cast;
+pub use decode_raw::decode_raw;
 pub use image::{FlipMode, crop, flip, resize_bilinear};
 pub use normalize::Normalization;
 pub use one_hot::one_hot;
@@ -93,6 +96,15 @@ pub enum Preprocess {
         /// Target dtype.
         dtype: DType,
     },
+    /// [`decode_raw`]: the bytes of each `string` value as `out_type` values.
+    DecodeRaw {
+        /// Component to transform (`string` values of one length).
+        component: String,
+        /// The numeric dtype the bytes hold.
+        out_type: DType,
+        /// Byte order of multi-byte values (TensorFlow's default `true`).
+        little_endian: bool,
+    },
     /// [`reshape`] to `shape` (one entry may be `-1`).
     Reshape {
         /// Component to transform.
@@ -137,13 +149,14 @@ pub enum Preprocess {
 
 impl Preprocess {
     /// The op's name as configs spell it: `rescale`, `normalize`, `one_hot`, `cast`,
-    /// `reshape`, `random_flip`, `random_crop`, `resize`, `stack`.
+    /// `decode_raw`, `reshape`, `random_flip`, `random_crop`, `resize`, `stack`.
     pub fn name(&self) -> &'static str {
         match self {
             Preprocess::Rescale { .. } => "rescale",
             Preprocess::Normalize { .. } => "normalize",
             Preprocess::OneHot { .. } => "one_hot",
             Preprocess::Cast { .. } => "cast",
+            Preprocess::DecodeRaw { .. } => "decode_raw",
             Preprocess::Reshape { .. } => "reshape",
             Preprocess::RandomFlip { .. } => "random_flip",
             Preprocess::RandomCrop { .. } => "random_crop",
@@ -159,6 +172,7 @@ impl Preprocess {
             | Preprocess::Normalize { component, .. }
             | Preprocess::OneHot { component, .. }
             | Preprocess::Cast { component, .. }
+            | Preprocess::DecodeRaw { component, .. }
             | Preprocess::Reshape { component, .. }
             | Preprocess::RandomFlip { component, .. }
             | Preprocess::RandomCrop { component, .. }
@@ -208,6 +222,11 @@ impl Preprocess {
             Preprocess::Normalize { normalization, .. } => normalization.apply(x),
             Preprocess::OneHot { depth, .. } => one_hot(x, *depth),
             Preprocess::Cast { dtype, .. } => cast(x, *dtype),
+            Preprocess::DecodeRaw {
+                out_type,
+                little_endian,
+                ..
+            } => decode_raw(x, *out_type, *little_endian),
             Preprocess::Reshape { shape, .. } => reshape(x, shape),
             Preprocess::RandomFlip { mode, .. } => match rng {
                 Some(rng) => {

@@ -490,3 +490,46 @@ fn deterministic_ops_chain_in_order() {
     close(&f32s(image), &[-2.0, -1.0, 0.0, 1.0]);
     assert_eq!(f32s(e.get("label").unwrap()), vec![0.0, 1.0]);
 }
+
+#[test]
+fn decode_raw_is_tf_io_decode_raw() {
+    // Known answers from tests/reference/decode_raw_reference.py (TensorFlow 2.21).
+    let b = Array::string_scalar(vec![1, 0, 0, 0, 0, 1, 0, 0, 255, 255, 255, 255]);
+    let y = decode_raw(&b, DType::I32, true).unwrap();
+    assert_eq!((y.shape(), y.data()), (&[3][..], &Buffer::I32(vec![1, 256, -1])));
+    let y = decode_raw(&b, DType::I32, false).unwrap();
+    assert_eq!(y.data(), &Buffer::I32(vec![16_777_216, 65_536, -1]));
+    // A [2] string array gives [2, 1].
+    let two = arr(
+        &[2],
+        Buffer::String(vec![vec![0, 0, 0x80, 0x3f], vec![0, 0, 0, 0xc0]]),
+    );
+    let y = decode_raw(&two, DType::F32, true).unwrap();
+    assert_eq!((y.shape(), y.data()), (&[2, 1][..], &Buffer::F32(vec![1.0, -2.0])));
+    let y = decode_raw(&Array::string_scalar(vec![7, 8, 9]), DType::U8, true).unwrap();
+    assert_eq!((y.shape(), y.data()), (&[3][..], &Buffer::U8(vec![7, 8, 9])));
+    // TensorFlow refuses a length that is not a multiple, and values of different lengths.
+    let e = decode_raw(&Array::string_scalar(vec![7, 8, 9]), DType::I32, true).unwrap_err();
+    assert!(e.to_string().contains("3 bytes, not a multiple of 4"), "{e}");
+    let uneven = arr(&[2], Buffer::String(vec![b"ab".to_vec(), b"abcd".to_vec()]));
+    let e = decode_raw(&uneven, DType::U8, true).unwrap_err();
+    assert!(e.to_string().contains("value 1 has 4 bytes but value 0 has 2"), "{e}");
+    // A rank-1 uint8 array is one value's bytes (kiln's parse of a bytes feature).
+    let y = decode_raw(&arr(&[4], Buffer::U8(vec![0, 1, 0, 0])), DType::I32, true).unwrap();
+    assert_eq!((y.shape(), y.data()), (&[1][..], &Buffer::I32(vec![256])));
+    assert!(decode_raw(&arr(&[1, 1], Buffer::U8(vec![1])), DType::U8, true).is_err());
+    assert!(decode_raw(&arr(&[1], Buffer::F32(vec![1.0])), DType::U8, true).is_err());
+    assert!(decode_raw(&b, DType::String, true).is_err());
+    // Through Preprocess, with the op and component in the error.
+    let op = Preprocess::DecodeRaw {
+        component: "image".into(),
+        out_type: DType::U8,
+        little_endian: true,
+    };
+    let e = Element::new().with("image", Array::string_scalar(vec![1, 2, 3, 4]));
+    let out = op.apply(e, None).unwrap();
+    assert_eq!(out.get("image").unwrap().data(), &Buffer::U8(vec![1, 2, 3, 4]));
+    let e = Element::new().with("image", arr(&[1], Buffer::F32(vec![1.0])));
+    let err = op.apply(e, None).unwrap_err().to_string();
+    assert!(err.contains("decode_raw") && err.contains("image"), "{err}");
+}
