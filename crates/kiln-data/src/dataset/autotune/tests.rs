@@ -330,3 +330,48 @@ fn interleave_autotunes_within_budget_and_keeps_the_order() {
     assert_eq!(out.len(), 48);
     assert_eq!(stage(&stats, "interleave").peak_parallelism, 1, "{stats}");
 }
+
+#[test]
+fn stages_inside_wrapping_nodes_join_the_iteration() {
+    use crate::tfrecord::{Example, ExampleSpec, Feature, FeatureDType, FeatureSpec, RECORD};
+    // map_with_rng and parse_example wrap a whole Dataset; the stages inside them (and
+    // upstream of them) belong to the outer iteration: listed in its statistics, and
+    // limited by its budgets (one CPU slot: every autotuned map keeps its single worker).
+    let records: Vec<Element> = (0..20)
+        .map(|i| {
+            let bytes = Example::new()
+                .with("v", Feature::int64(vec![i]))
+                .to_bytes();
+            let n = bytes.len();
+            Element::new().with(RECORD, Array::new(vec![n], Buffer::U8(bytes)).unwrap())
+        })
+        .collect();
+    let spec = ExampleSpec::new().with("v", FeatureSpec::fixed_len(vec![], FeatureDType::Int64));
+    let ds = Dataset::from_elements(records)
+        .parse_example(spec, AUTOTUNE)
+        .map(
+            |mut e| {
+                let v = e.remove("v").unwrap();
+                Ok(Element::new().with("x", v))
+            },
+            Parallelism::Fixed(2),
+        )
+        .map_with_rng(7, |e, _rng| Ok(e), AUTOTUNE)
+        .prefetch(AUTOTUNE)
+        .with_autotune(budgets(1, None));
+    let (out, stats) = run(&ds);
+    assert_eq!(out, (0..20).collect::<Vec<_>>());
+    let names: Vec<(&str, bool)> = stats.stages.iter().map(|s| (s.name, s.autotuned)).collect();
+    assert_eq!(
+        names,
+        vec![("map", true), ("map", false), ("map", true), ("prefetch", true)],
+        "{stats}"
+    );
+    for s in &stats.stages {
+        assert_eq!(s.elements, 20, "{stats}");
+        if s.autotuned && s.name == "map" {
+            assert_eq!(s.peak_parallelism, 1, "{stats}");
+        }
+    }
+    assert_eq!(stats.stages[1].parallelism, 2);
+}
