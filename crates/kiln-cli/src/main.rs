@@ -414,7 +414,11 @@ fn print_bench(
     )?;
     writeln!(out, "first batch after {:.3}s", r.first_batch_seconds)?;
     if r.adapt_seconds > 0.001 {
-        writeln!(out, "adapt (before the pipeline) took {:.3}s", r.adapt_seconds)?;
+        writeln!(
+            out,
+            "adapt (before the pipeline) took {:.3}s",
+            r.adapt_seconds
+        )?;
     }
     if r.epoch == 0 {
         for (name, dtype, shape) in &r.batch_shapes {

@@ -351,7 +351,13 @@ impl Array {
     /// # Errors
     /// [`DataError::Shape`] when the parts differ in shape or dtype, or `parts` is empty.
     pub fn stack(parts: &[Array]) -> Result<Array> {
-        let first = parts
+        Array::stack_refs(&parts.iter().collect::<Vec<_>>())
+    }
+
+    /// [`Array::stack`] of borrowed arrays: each part's values are copied once, into the
+    /// result ([`Element::stack`] batches without cloning the elements first).
+    fn stack_refs(parts: &[&Array]) -> Result<Array> {
+        let first = *parts
             .first()
             .ok_or_else(|| DataError::Shape("cannot stack zero arrays".into()))?;
         let mut data = Buffer::with_capacity(first.dtype(), first.len() * parts.len());
@@ -454,9 +460,9 @@ impl Element {
         for (name, _) in first.iter() {
             let parts = elements
                 .iter()
-                .map(|e| e.require(name).cloned())
+                .map(|e| e.require(name))
                 .collect::<Result<Vec<_>>>()?;
-            out.insert(name, Array::stack(&parts)?);
+            out.insert(name, Array::stack_refs(&parts)?);
         }
         Ok(out)
     }

@@ -48,8 +48,7 @@ fn decode_values(
 ) -> Result<Array> {
     if out_type == DType::String {
         return Err(DataError::InvalidArgument(
-            "decode_raw's out_type must be numeric (uint8, int32, int64, float32, float64)"
-                .into(),
+            "decode_raw's out_type must be numeric (uint8, int32, int64, float32, float64)".into(),
         ));
     }
     let size = out_type.size();

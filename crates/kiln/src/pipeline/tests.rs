@@ -252,7 +252,10 @@ fn tfrecord_raw_images_are_decoded_reshaped_and_flipped() {
     }
     // Seed 3 flips some of the 8 images and keeps others.
     assert!(flipped > 0 && flipped < 8, "{flipped} of 8 flipped");
-    assert_eq!(b[0].get("y").unwrap().data(), &Buffer::I64((0..8).collect()));
+    assert_eq!(
+        b[0].get("y").unwrap().data(),
+        &Buffer::I64((0..8).collect())
+    );
 }
 
 #[test]
@@ -331,14 +334,18 @@ fn bench_counts_batches_and_examples() {
         "[data.train]\nsource = \"npy\"\nfiles = [\"x.npy\", \"y.npy\"]\nbatch_size = 4\nmap = [{ op = \"rescale\", scale = 0.5 }]\nnum_parallel_calls = 2\nprefetch = 1\n",
     );
     let rs = bench_epochs(&cfg, Split::Train, None, 3).unwrap();
-    assert_eq!(rs.iter().map(|r| r.epoch).collect::<Vec<_>>(), vec![0, 1, 2]);
+    assert_eq!(
+        rs.iter().map(|r| r.epoch).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
     for r in &rs {
         assert_eq!((r.batches, r.elements, r.stats.elements), (2, 6, 2));
         let names: Vec<&str> = r.stats.stages.iter().map(|st| st.name).collect();
         assert_eq!(names, vec!["map", "map", "prefetch"], "{}", r.stats);
         // The rescale map: 6 examples on 2 workers; the select map runs inline; prefetch
         // keeps one batch.
-        let (rescale, select, prefetch) = (&r.stats.stages[0], &r.stats.stages[1], &r.stats.stages[2]);
+        let (rescale, select, prefetch) =
+            (&r.stats.stages[0], &r.stats.stages[1], &r.stats.stages[2]);
         assert_eq!((rescale.elements, rescale.parallelism), (6, 2));
         assert_eq!((select.elements, select.parallelism), (6, 0));
         assert_eq!((prefetch.elements, prefetch.buffer), (2, 1));

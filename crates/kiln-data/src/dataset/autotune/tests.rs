@@ -237,21 +237,26 @@ fn fixed_stages_report_their_settings_and_repeats_add_up() {
         .prefetch(5);
     let (out, stats) = run(&ds);
     assert_eq!(out.len(), 30);
-    let s: Vec<(&str, bool, u64, usize, usize)> = stats
+    let s: Vec<(&str, bool, u64, usize)> = stats
         .stages
         .iter()
-        .map(|s| (s.name, s.autotuned, s.elements, s.parallelism, s.buffer))
+        .map(|s| (s.name, s.autotuned, s.elements, s.parallelism))
         .collect();
     // In start order: `repeat` starts its input at the first `next` (on the prefetch thread),
     // after the stages downstream of it were built.
     assert_eq!(
         s,
         [
-            ("map", false, 30, 0, 0),
-            ("prefetch", false, 30, 1, 5),
-            ("map", false, 30, 2, 4)
+            ("map", false, 30, 0),
+            ("prefetch", false, 30, 1),
+            ("map", false, 30, 2)
         ]
     );
+    // Buffers: none inline, the prefetch's 5, and the parallel map's window of 2 jobs per
+    // worker, of 1 to 64 elements each (the job size follows the measured cost).
+    assert_eq!((stats.stages[0].buffer, stats.stages[1].buffer), (0, 5));
+    let window = stats.stages[2].buffer;
+    assert!(window % 4 == 0 && (4..=4 * 64).contains(&window), "{stats}");
     // A sequential map's consumer does the work itself.
     assert_eq!(stats.stages[0].busy, stats.stages[0].waited);
 }
@@ -339,9 +344,7 @@ fn stages_inside_wrapping_nodes_join_the_iteration() {
     // limited by its budgets (one CPU slot: every autotuned map keeps its single worker).
     let records: Vec<Element> = (0..20)
         .map(|i| {
-            let bytes = Example::new()
-                .with("v", Feature::int64(vec![i]))
-                .to_bytes();
+            let bytes = Example::new().with("v", Feature::int64(vec![i])).to_bytes();
             let n = bytes.len();
             Element::new().with(RECORD, Array::new(vec![n], Buffer::U8(bytes)).unwrap())
         })
@@ -364,7 +367,12 @@ fn stages_inside_wrapping_nodes_join_the_iteration() {
     let names: Vec<(&str, bool)> = stats.stages.iter().map(|s| (s.name, s.autotuned)).collect();
     assert_eq!(
         names,
-        vec![("map", true), ("map", false), ("map", true), ("prefetch", true)],
+        vec![
+            ("map", true),
+            ("map", false),
+            ("map", true),
+            ("prefetch", true)
+        ],
         "{stats}"
     );
     for s in &stats.stages {
