@@ -303,6 +303,11 @@ impl Array {
         self.data.is_empty()
     }
 
+    /// The buffer, mutably (the shape stays; callers keep the length).
+    pub(crate) fn data_mut(&mut self) -> &mut Buffer {
+        &mut self.data
+    }
+
     /// Same values, new shape.
     ///
     /// # Errors
@@ -418,6 +423,22 @@ impl Element {
     pub fn remove(&mut self, name: &str) -> Option<Array> {
         let pos = self.components.iter().position(|(n, _)| n == name)?;
         Some(self.components.remove(pos).1)
+    }
+
+    /// Takes component `name` out of the element, leaving an empty placeholder in its place
+    /// (so a later [`insert`](Element::insert) of the same name keeps the component order);
+    /// [`DataError::MissingComponent`] when absent. For ops that transform a component in
+    /// place.
+    pub(crate) fn take(&mut self, name: &str) -> Result<Array> {
+        let present = self.components.iter().position(|(n, _)| n == name);
+        let Some(i) = present else {
+            return Err(self.require(name).expect_err("absent"));
+        };
+        let empty = Array {
+            shape: vec![0],
+            data: Buffer::U8(Vec::new()),
+        };
+        Ok(std::mem::replace(&mut self.components[i].1, empty))
     }
 
     /// Component `name`, or [`DataError::MissingComponent`] listing the components present.

@@ -39,6 +39,15 @@ pub fn decode_raw(x: &Array, out_type: DType, little_endian: bool) -> Result<Arr
     decode_values(values, x.shape(), out_type, little_endian)
 }
 
+/// [`decode_raw`] of an owned array: one value's bytes (`uint8 [n]`) decoded to `uint8` are
+/// returned as they are, without a copy.
+pub(crate) fn decode_raw_owned(x: Array, out_type: DType, little_endian: bool) -> Result<Array> {
+    if out_type == DType::U8 && x.dtype() == DType::U8 && x.shape().len() == 1 {
+        return Ok(x);
+    }
+    decode_raw(&x, out_type, little_endian)
+}
+
 /// [`decode_raw`] of `values` (byte strings) laid out as `shape`.
 fn decode_values(
     values: &[Vec<u8>],

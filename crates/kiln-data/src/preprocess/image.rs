@@ -124,6 +124,40 @@ pub fn flip(x: &Array, horizontal: bool, vertical: bool) -> Result<Array> {
     })
 }
 
+/// [`flip`] of an owned image, in place: no new buffer.
+pub(crate) fn flip_owned(mut x: Array, horizontal: bool, vertical: bool) -> Result<Array> {
+    let (h, w, c) = check_image(&x)?;
+    macro_rules! swap {
+        ($v:expr) => {{
+            let v = $v;
+            let row = w * c;
+            if vertical {
+                for y in 0..h / 2 {
+                    let (upper, lower) = v.split_at_mut((h - 1 - y) * row);
+                    upper[y * row..(y + 1) * row].swap_with_slice(&mut lower[..row]);
+                }
+            }
+            if horizontal {
+                for r in v.chunks_exact_mut(row) {
+                    for xx in 0..w / 2 {
+                        let (left, right) = r.split_at_mut((w - 1 - xx) * c);
+                        left[xx * c..(xx + 1) * c].swap_with_slice(&mut right[..c]);
+                    }
+                }
+            }
+        }};
+    }
+    match x.data_mut() {
+        Buffer::U8(v) => swap!(v),
+        Buffer::I32(v) => swap!(v),
+        Buffer::I64(v) => swap!(v),
+        Buffer::F32(v) => swap!(v),
+        Buffer::F64(v) => swap!(v),
+        Buffer::String(v) => swap!(v),
+    }
+    Ok(x)
+}
+
 /// `tf.image.crop_to_bounding_box(x, top, left, height, width)`: the `height × width` window
 /// whose top-left pixel is `(top, left)`; channels and dtype are kept.
 ///

@@ -216,28 +216,32 @@ impl Preprocess {
             return Ok(element);
         }
         let name = self.component();
-        let x = element.require(name)?;
+        // The component is taken out and its result put back in its place: ops that only
+        // relabel or rearrange values (reshape, decode_raw of bytes, a cast to the same dtype,
+        // flip) reuse its buffer instead of copying it.
+        let x = element.take(name)?;
         let out = match self {
-            Preprocess::Rescale { scale, offset, .. } => rescale(x, *scale, *offset),
-            Preprocess::Normalize { normalization, .. } => normalization.apply(x),
-            Preprocess::OneHot { depth, .. } => one_hot(x, *depth),
-            Preprocess::Cast { dtype, .. } => cast(x, *dtype),
+            Preprocess::Rescale { scale, offset, .. } => rescale(&x, *scale, *offset),
+            Preprocess::Normalize { normalization, .. } => normalization.apply(&x),
+            Preprocess::OneHot { depth, .. } => one_hot(&x, *depth),
+            Preprocess::Cast { dtype, .. } if x.dtype() == *dtype => Ok(x),
+            Preprocess::Cast { dtype, .. } => cast(&x, *dtype),
             Preprocess::DecodeRaw {
                 out_type,
                 little_endian,
                 ..
-            } => decode_raw(x, *out_type, *little_endian),
-            Preprocess::Reshape { shape, .. } => reshape(x, shape),
+            } => decode_raw::decode_raw_owned(x, *out_type, *little_endian),
+            Preprocess::Reshape { shape, .. } => reshape::reshape_owned(x, shape),
             Preprocess::RandomFlip { mode, .. } => match rng {
                 Some(rng) => {
                     let horizontal = mode.horizontal() && rng.random_bool(0.5);
                     let vertical = mode.vertical() && rng.random_bool(0.5);
-                    flip(x, horizontal, vertical)
+                    image::flip_owned(x, horizontal, vertical)
                 }
-                None => image::check_image(x).map(|_| x.clone()),
+                None => image::check_image(&x).map(|_| x),
             },
             Preprocess::RandomCrop { height, width, .. } => {
-                image::check_image(x).and_then(|(h, w, _)| {
+                image::check_image(&x).and_then(|(h, w, _)| {
                     if *height > h || *width > w {
                         return Err(DataError::InvalidArgument(format!(
                             "the image is {h}x{w} (height x width), smaller than the \
@@ -251,10 +255,10 @@ impl Preprocess {
                         ),
                         None => ((h - *height) / 2, (w - *width) / 2),
                     };
-                    crop(x, top, left, *height, *width)
+                    crop(&x, top, left, *height, *width)
                 })
             }
-            Preprocess::Resize { height, width, .. } => resize_bilinear(x, *height, *width),
+            Preprocess::Resize { height, width, .. } => resize_bilinear(&x, *height, *width),
             Preprocess::Stack { .. } => unreachable!("handled above"),
         }
         .map_err(|e| self.error(e))?;

@@ -699,3 +699,86 @@ fn separable_resize_equals_the_per_pixel_definition_exactly() {
         }
     }
 }
+
+#[test]
+fn ops_that_reuse_the_buffer_give_what_the_ops_give() {
+    // Preprocess::apply moves the component into reshape, decode_raw, same-dtype cast and
+    // flip (no copy); the results equal the borrowing functions', and the component keeps
+    // its place among the others.
+    let image = arr(&[3, 4, 2], Buffer::F32((0..24).map(|v| v as f32).collect()));
+    let element = || {
+        Element::new()
+            .with("a", Array::scalar(Buffer::I64(vec![1])).unwrap())
+            .with("image", image.clone())
+            .with("z", Array::scalar(Buffer::I64(vec![2])).unwrap())
+    };
+    let c = || "image".to_string();
+    let apply = |op: Preprocess, rng: Option<&mut StdRng>| {
+        let out = op.apply(element(), rng).unwrap();
+        assert_eq!(out.names().collect::<Vec<_>>(), ["a", "image", "z"]);
+        out.get("image").unwrap().clone()
+    };
+    let shape = vec![4, -1, 3];
+    let op = Preprocess::Reshape {
+        component: c(),
+        shape: shape.clone(),
+    };
+    assert_eq!(apply(op, None), reshape(&image, &shape).unwrap());
+    let op = Preprocess::Cast {
+        component: c(),
+        dtype: DType::F32,
+    };
+    assert_eq!(apply(op, None), image);
+    // Every flip: the in-place swap equals flip's gather, for odd and even sizes.
+    for (h, w) in [(3, 4), (4, 5), (1, 1)] {
+        let x = arr(&[h, w, 2], Buffer::U8((0..(h * w * 2) as u8).collect()));
+        for (horizontal, vertical) in [(true, false), (false, true), (true, true), (false, false)] {
+            assert_eq!(
+                image::flip_owned(x.clone(), horizontal, vertical).unwrap(),
+                flip(&x, horizontal, vertical).unwrap(),
+                "{h}x{w} h={horizontal} v={vertical}"
+            );
+        }
+    }
+    let mut rng = <StdRng as rand::SeedableRng>::seed_from_u64(5);
+    let op = Preprocess::RandomFlip {
+        component: c(),
+        mode: FlipMode::HorizontalAndVertical,
+    };
+    let flipped = apply(op, Some(&mut rng));
+    let candidates: Vec<Array> = [(false, false), (true, false), (false, true), (true, true)]
+        .iter()
+        .map(|&(hz, vt)| flip(&image, hz, vt).unwrap())
+        .collect();
+    assert!(candidates.contains(&flipped));
+    // decode_raw of one value's bytes to uint8 is those bytes; to int32 it decodes.
+    let bytes = arr(&[8], Buffer::U8(vec![1, 0, 0, 0, 2, 0, 0, 0]));
+    let e = Element::new().with("image", bytes.clone());
+    let op = Preprocess::DecodeRaw {
+        component: c(),
+        out_type: DType::U8,
+        little_endian: true,
+    };
+    assert_eq!(
+        op.apply(e.clone(), None).unwrap().get("image"),
+        Some(&bytes)
+    );
+    let op = Preprocess::DecodeRaw {
+        component: c(),
+        out_type: DType::I32,
+        little_endian: true,
+    };
+    assert_eq!(
+        op.apply(e, None).unwrap().get("image").unwrap().data(),
+        &Buffer::I32(vec![1, 2])
+    );
+    // A missing component is still the MissingComponent error.
+    let op = Preprocess::Reshape {
+        component: "nope".into(),
+        shape: vec![-1],
+    };
+    assert!(matches!(
+        op.apply(element(), None),
+        Err(DataError::MissingComponent { .. })
+    ));
+}
