@@ -14,7 +14,8 @@
 # The TFRecord file and the JPEG folder are written once (by TensorFlow) into
 # ${KILN_CACHE_DIR:-$HOME/.cache/kiln}/bench-data. The peer runs in bench/.venv (tensorflow-cpu
 # 2.21, installed on first use, as bench/run.sh does); KILN_BENCH_PYTHON=/path/to/python uses
-# another interpreter that has tensorflow.
+# another interpreter that has tensorflow; KILN_BIN=/path/to/kiln skips the build and runs that
+# binary.
 # Results: bench/results-data.jsonl (one line per run, with kiln's per-stage statistics and
 # the machine's load average) and a markdown table on stdout.
 set -euo pipefail
@@ -38,10 +39,14 @@ else
 fi
 PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
 
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
-# The whole workspace's feature set, examples included, so Burn is not built a second time.
-cargo build --release -q --workspace --bins --examples
-KILN="$CARGO_TARGET_DIR/release/kiln"
+if [ -n "${KILN_BIN:-}" ]; then
+  KILN="$KILN_BIN" # a kiln binary built already (from this checkout)
+else
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
+  # The whole workspace's feature set, examples included, so Burn is not built a second time.
+  cargo build --release -q --workspace --bins --examples
+  KILN="$CARGO_TARGET_DIR/release/kiln"
+fi
 
 export TF_CPP_MIN_LOG_LEVEL=3
 (cd bench/peers && "$PY" tf_data_bench.py prepare --cache "$CACHE")
