@@ -227,7 +227,7 @@ pub fn resize_bilinear(x: &Array, height: usize, width: usize) -> Result<Array> 
         width,
     };
     let out = match x.data() {
-        Buffer::U8(v) => resize_rows(v, size, |a| f32::from(a)),
+        Buffer::U8(v) => resize_rows(v, size, f32::from),
         Buffer::F32(v) => resize_rows(v, size, |a| a),
         Buffer::I32(v) => resize_rows(v, size, |a| a as f32),
         Buffer::I64(v) => resize_rows(v, size, |a| a as f32),

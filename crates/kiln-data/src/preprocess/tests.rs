@@ -2,6 +2,8 @@
 
 // Expected values are copied as Keras prints them (-1.4142135 = -sqrt(2) in float32).
 #![allow(clippy::approx_constant)]
+// TensorFlow's float32 results are copied with the digits Python prints.
+#![allow(clippy::excessive_precision)]
 
 use super::*;
 use crate::element::{Array, Buffer, DType, Element};
