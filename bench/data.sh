@@ -57,7 +57,7 @@ OUT=bench/results-data.jsonl
 kiln_run() {
   local bench=$1 args=()
   # Fashion-MNIST comes from the config's data_dir; the generated data from the cache.
-  [ "$bench" != fmnist ] && args=(--data-dir "$CACHE/bench-data")
+  if [ "$bench" != fmnist ]; then args=(--data-dir "$CACHE/bench-data"); fi
   "$KILN" data bench "bench/configs/data-$bench.toml" "${args[@]}" --epochs "$EPOCHS" --json |
     "$PY" -c '
 import json, sys

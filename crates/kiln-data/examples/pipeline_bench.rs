@@ -1,6 +1,13 @@
-//! Dev-only: the three bench/data.sh pipelines built with kiln-data directly (as
-//! crates/kiln/src/pipeline.rs builds them), for profiling without rebuilding kiln.
+//! The three bench/data.sh pipelines built with kiln-data directly, as
+//! crates/kiln/src/pipeline.rs builds them from bench/configs/data-*.toml: for profiling
+//! kiln-data (`perf record`) without building kiln and Burn. Prints examples/s and the
+//! per-stage statistics of every epoch.
+//!
 //!   cargo run --release -p kiln-data --example pipeline_bench -- fmnist|tfrecord|jpeg [epochs]
+//!
+//! The TFRecord file and the JPEG folder are those `bench/peers/tf_data_bench.py prepare`
+//! writes into `${KILN_CACHE_DIR:-$HOME/.cache/kiln}/bench-data`. Unlike the `kiln` binary it
+//! uses the system allocator (the CLI uses mimalloc), so absolute rates differ.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -24,7 +31,10 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let which = args.get(1).map(String::as_str).unwrap_or("fmnist");
     let epochs: usize = args.get(2).map_or(3, |s| s.parse().unwrap());
-    let cache = PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/kiln/bench-data");
+    let cache = std::env::var("KILN_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/kiln"))
+        .join("bench-data");
     let ds = match which {
         "fmnist" => {
             let dir = PathBuf::from("/usr/share/datasets/fashion-mnist");
