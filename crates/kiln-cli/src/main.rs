@@ -145,12 +145,18 @@ enum DataCommand {
         /// train, validation or test.
         #[arg(long, default_value = "train")]
         split: String,
-        /// Batches to read (default: one epoch).
+        /// Batches to read per epoch (default: the whole epoch).
         #[arg(long)]
         steps: Option<u64>,
+        /// Epochs to run, each a fresh iteration (the first includes warm-up).
+        #[arg(long, default_value_t = 1)]
+        epochs: usize,
         /// Override data.data_dir.
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Print one JSON object per epoch (throughput and per-stage statistics) instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -409,7 +415,9 @@ fn run_data(command: DataCommand) -> anyhow::Result<()> {
             config,
             split,
             steps,
+            epochs,
             data_dir,
+            json,
         } => {
             let split: Split = split.parse()?;
             let mut cfg = RunConfig::load(&config)?;
@@ -425,27 +433,97 @@ fn run_data(command: DataCommand) -> anyhow::Result<()> {
                 )
                 .into());
             }
-            let r = kiln::pipeline::bench(&cfg, split, steps)?;
-            println!(
-                "{}: {} batches, {} examples in {:.3}s",
-                split.key(),
-                r.batches,
-                r.elements,
-                r.seconds
-            );
-            println!(
-                "{:.0} examples/s, {:.1} batches/s",
-                r.elements_per_second(),
-                r.batches as f64 / r.seconds.max(1e-9)
-            );
-            println!("first batch after {:.3}s", r.first_batch_seconds);
-            if r.adapt_seconds > 0.001 {
-                println!("adapt (before the pipeline) took {:.3}s", r.adapt_seconds);
-            }
-            for (name, dtype, shape) in &r.batch_shapes {
-                println!("  {name}: {dtype} {shape:?}");
+            let reports = kiln::pipeline::bench_epochs(&cfg, split, steps, epochs)?;
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            for r in &reports {
+                if json {
+                    writeln!(out, "{}", bench_json(r))?;
+                } else {
+                    print_bench(&mut out, r, reports.len())?;
+                }
             }
             Ok(())
         }
     }
+}
+
+/// One epoch of `kiln data bench` as text: throughput, batch shapes (first epoch), stages.
+fn print_bench(
+    out: &mut impl Write,
+    r: &kiln::pipeline::BenchReport,
+    epochs: usize,
+) -> std::io::Result<()> {
+    let epoch = if epochs > 1 {
+        format!(" epoch {}/{epochs}", r.epoch + 1)
+    } else {
+        String::new()
+    };
+    writeln!(
+        out,
+        "{}{epoch}: {} batches, {} examples in {:.3}s",
+        r.split.key(),
+        r.batches,
+        r.elements,
+        r.seconds
+    )?;
+    writeln!(
+        out,
+        "{:.0} examples/s, {:.1} batches/s",
+        r.elements_per_second(),
+        r.batches as f64 / r.seconds.max(1e-9)
+    )?;
+    writeln!(out, "first batch after {:.3}s", r.first_batch_seconds)?;
+    if r.adapt_seconds > 0.001 {
+        writeln!(
+            out,
+            "adapt (before the pipeline) took {:.3}s",
+            r.adapt_seconds
+        )?;
+    }
+    if r.epoch == 0 {
+        for (name, dtype, shape) in &r.batch_shapes {
+            writeln!(out, "  {name}: {dtype} {shape:?}")?;
+        }
+    }
+    writeln!(out, "stages: {}", r.stats)
+}
+
+/// One epoch of `kiln data bench` as a JSON object (`--json`).
+fn bench_json(r: &kiln::pipeline::BenchReport) -> serde_json::Value {
+    let stages: Vec<serde_json::Value> = r
+        .stats
+        .stages
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "name": s.name,
+                "autotuned": s.autotuned,
+                "elements": s.elements,
+                "busy_seconds": s.busy.as_secs_f64(),
+                "waited_seconds": s.waited.as_secs_f64(),
+                "parallelism": s.parallelism,
+                "peak_parallelism": s.peak_parallelism,
+                "buffer": s.buffer,
+                "peak_buffer": s.peak_buffer,
+                "bytes_per_element": s.bytes_per_element,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "split": r.split.key(),
+        "epoch": r.epoch,
+        "batches": r.batches,
+        "examples": r.elements,
+        "seconds": r.seconds,
+        "examples_per_second": r.elements_per_second(),
+        "first_batch_seconds": r.first_batch_seconds,
+        "adapt_seconds": r.adapt_seconds,
+        "batch_shapes": r.batch_shapes.iter().map(|(n, d, s)| {
+            serde_json::json!({ "name": n, "dtype": d.name(), "shape": s })
+        }).collect::<Vec<_>>(),
+        "waited_seconds": r.stats.waited.as_secs_f64(),
+        "input_bound_fraction": r.stats.input_bound_fraction(),
+        "stages": stages,
+    })
 }

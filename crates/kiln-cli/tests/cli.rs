@@ -527,6 +527,43 @@ fn pipeline_tables_train_evaluate_and_predict() {
         "{out}"
     );
     assert!(out.contains("y: uint8 [64]"), "{out}");
+    // Per-stage statistics (DatasetIter::stats) follow the throughput.
+    assert!(out.contains("stages: input waited"), "{out}");
+    assert!(
+        out.contains("\n  prefetch (autotuned): 3 elements"),
+        "{out}"
+    );
+    // Two epochs as JSON lines, each with its own statistics.
+    let o = kiln(&[
+        "data",
+        "bench",
+        cfg.to_str().unwrap(),
+        "--steps",
+        "2",
+        "--epochs",
+        "2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["epoch"], i);
+        assert_eq!(
+            (l["batches"].as_u64(), l["examples"].as_u64()),
+            (Some(2), Some(128))
+        );
+        assert!(l["examples_per_second"].as_f64().unwrap() > 0.0);
+        let stages = l["stages"].as_array().unwrap();
+        assert_eq!(stages.last().unwrap()["name"], "prefetch", "{l}");
+        assert_eq!(
+            l["batch_shapes"][0]["shape"],
+            serde_json::json!([64, 28, 28])
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -303,6 +303,11 @@ impl Array {
         self.data.is_empty()
     }
 
+    /// The buffer, mutably (the shape stays; callers keep the length).
+    pub(crate) fn data_mut(&mut self) -> &mut Buffer {
+        &mut self.data
+    }
+
     /// Same values, new shape.
     ///
     /// # Errors
@@ -351,7 +356,13 @@ impl Array {
     /// # Errors
     /// [`DataError::Shape`] when the parts differ in shape or dtype, or `parts` is empty.
     pub fn stack(parts: &[Array]) -> Result<Array> {
-        let first = parts
+        Array::stack_refs(&parts.iter().collect::<Vec<_>>())
+    }
+
+    /// [`Array::stack`] of borrowed arrays: each part's values are copied once, into the
+    /// result ([`Element::stack`] batches without cloning the elements first).
+    fn stack_refs(parts: &[&Array]) -> Result<Array> {
+        let first = *parts
             .first()
             .ok_or_else(|| DataError::Shape("cannot stack zero arrays".into()))?;
         let mut data = Buffer::with_capacity(first.dtype(), first.len() * parts.len());
@@ -414,6 +425,22 @@ impl Element {
         Some(self.components.remove(pos).1)
     }
 
+    /// Takes component `name` out of the element, leaving an empty placeholder in its place
+    /// (so a later [`insert`](Element::insert) of the same name keeps the component order);
+    /// [`DataError::MissingComponent`] when absent. For ops that transform a component in
+    /// place.
+    pub(crate) fn take(&mut self, name: &str) -> Result<Array> {
+        let present = self.components.iter().position(|(n, _)| n == name);
+        let Some(i) = present else {
+            return Err(self.require(name).expect_err("absent"));
+        };
+        let empty = Array {
+            shape: vec![0],
+            data: Buffer::U8(Vec::new()),
+        };
+        Ok(std::mem::replace(&mut self.components[i].1, empty))
+    }
+
     /// Component `name`, or [`DataError::MissingComponent`] listing the components present.
     pub fn require(&self, name: &str) -> Result<&Array> {
         self.get(name).ok_or_else(|| DataError::MissingComponent {
@@ -454,9 +481,9 @@ impl Element {
         for (name, _) in first.iter() {
             let parts = elements
                 .iter()
-                .map(|e| e.require(name).cloned())
+                .map(|e| e.require(name))
                 .collect::<Result<Vec<_>>>()?;
-            out.insert(name, Array::stack(&parts)?);
+            out.insert(name, Array::stack_refs(&parts)?);
         }
         Ok(out)
     }

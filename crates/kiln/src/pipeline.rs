@@ -16,7 +16,7 @@ use kiln_data::sources::{ColorMode, ImageFolderOptions, MakeCsvOptions, RecordDe
 use kiln_data::tfrecord::{ExampleSpec, FeatureDType, FeatureSpec, FeatureValues};
 use kiln_data::{
     AUTOTUNE, Array, BufferSize, CacheTarget, Cardinality, Compression, DType, DataError, Dataset,
-    Element, Normalization, Parallelism, Preprocess,
+    Element, Normalization, Parallelism, PipelineStats, Preprocess,
 };
 
 use crate::batch::{FEATURES, LABELS};
@@ -614,11 +614,13 @@ pub fn predict_dataset(cfg: &RunConfig, x: Array) -> Result<Dataset> {
         .prefetch(AUTOTUNE))
 }
 
-/// What [`bench`] measured.
+/// What [`bench`] measured over one epoch.
 #[derive(Debug, Clone)]
 pub struct BenchReport {
     /// The table benchmarked.
     pub split: Split,
+    /// The epoch (0-based): each epoch is a fresh iteration (`Dataset::iter`), as `fit` runs.
+    pub epoch: usize,
     /// Batches read.
     pub batches: u64,
     /// Examples read (the first dimension of `x`, summed).
@@ -627,10 +629,15 @@ pub struct BenchReport {
     pub seconds: f64,
     /// Seconds until the first batch arrived (includes filling shuffle buffers).
     pub first_batch_seconds: f64,
-    /// Seconds spent in `adapt` before the pipeline ran (0 without `normalize` adapt ops).
+    /// Seconds spent in `adapt` before the pipeline ran (0 without `normalize` adapt ops;
+    /// counted in the first epoch's report only).
     pub adapt_seconds: f64,
     /// `(component, dtype, shape)` of the first batch.
     pub batch_shapes: Vec<(String, DType, Vec<usize>)>,
+    /// The iteration's per-stage statistics at its end (`DatasetIter::stats`): time the
+    /// caller waited, and each `map` / `prefetch` / `interleave` stage's busy and waited
+    /// time, threads and buffer.
+    pub stats: PipelineStats,
 }
 
 impl BenchReport {
@@ -641,45 +648,74 @@ impl BenchReport {
 }
 
 /// Runs the pipeline of `split` alone (no model) for up to `steps` batches (all of one epoch
-/// when `None`) and times it.
+/// when `None`) and times it: [`bench_epochs`] with one epoch.
 ///
 /// # Errors
 /// As [`build`] and [`adapt`]; the first data error met while iterating.
 pub fn bench(cfg: &RunConfig, split: Split, steps: Option<u64>) -> Result<BenchReport> {
+    let mut reports = bench_epochs(cfg, split, steps, 1)?;
+    Ok(reports.remove(0))
+}
+
+/// Runs the pipeline of `split` alone (no model) `epochs` times (at least once), each epoch a
+/// fresh iteration of the same dataset, for up to `steps` batches each (a whole epoch when
+/// `None`), and times every epoch: the first one includes warm-up (threads starting, autotuning
+/// from one worker, a cold page cache), so compare the later ones. `adapt` runs once, before.
+///
+/// # Errors
+/// As [`build`] and [`adapt`]; the first data error met while iterating.
+pub fn bench_epochs(
+    cfg: &RunConfig,
+    split: Split,
+    steps: Option<u64>,
+    epochs: usize,
+) -> Result<Vec<BenchReport>> {
     let start = Instant::now();
     let cfg = adapt(cfg)?;
     let adapt_seconds = start.elapsed().as_secs_f64();
     let ds = build(&cfg, split)?;
-    let start = Instant::now();
-    let mut report = BenchReport {
-        split,
-        batches: 0,
-        elements: 0,
-        seconds: 0.0,
-        first_batch_seconds: 0.0,
-        adapt_seconds,
-        batch_shapes: Vec::new(),
-    };
-    for batch in ds.iter() {
-        if steps.is_some_and(|s| report.batches >= s) {
-            break;
+    let mut reports = Vec::new();
+    for epoch in 0..epochs.max(1) {
+        let start = Instant::now();
+        let mut report = BenchReport {
+            split,
+            epoch,
+            batches: 0,
+            elements: 0,
+            seconds: 0.0,
+            first_batch_seconds: 0.0,
+            adapt_seconds: if epoch == 0 { adapt_seconds } else { 0.0 },
+            batch_shapes: Vec::new(),
+            stats: PipelineStats {
+                elapsed: Default::default(),
+                elements: 0,
+                waited: Default::default(),
+                stages: Vec::new(),
+            },
+        };
+        let mut it = ds.iter();
+        // Stop before pulling a batch past `steps` (so the statistics count what was used).
+        while steps.is_none_or(|s| report.batches < s) {
+            let Some(batch) = it.next() else { break };
+            let batch = batch?;
+            if report.batches == 0 {
+                report.first_batch_seconds = start.elapsed().as_secs_f64();
+                report.batch_shapes = batch
+                    .iter()
+                    .map(|(n, a)| (n.to_string(), a.dtype(), a.shape().to_vec()))
+                    .collect();
+            }
+            report.batches += 1;
+            report.elements += batch
+                .get(FEATURES)
+                .and_then(|a| a.shape().first().copied())
+                .unwrap_or(1) as u64;
         }
-        let batch = batch?;
-        if report.batches == 0 {
-            report.first_batch_seconds = start.elapsed().as_secs_f64();
-            report.batch_shapes = batch
-                .iter()
-                .map(|(n, a)| (n.to_string(), a.dtype(), a.shape().to_vec()))
-                .collect();
-        }
-        report.batches += 1;
-        report.elements += batch
-            .get(FEATURES)
-            .and_then(|a| a.shape().first().copied())
-            .unwrap_or(1) as u64;
+        report.seconds = start.elapsed().as_secs_f64();
+        report.stats = it.stats();
+        reports.push(report);
     }
-    report.seconds = start.elapsed().as_secs_f64();
-    Ok(report)
+    Ok(reports)
 }
 
 #[cfg(test)]

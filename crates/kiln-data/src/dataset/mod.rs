@@ -204,6 +204,18 @@ impl Dataset {
     }
 }
 
+impl Dataset {
+    /// Starts an iteration of this dataset as part of the iteration being built — the calling
+    /// thread's current pipeline — for nodes that wrap a whole `Dataset` (`map_with_rng`'s
+    /// numbering, TFRecord parsing, the image folder's error skipping). Unlike
+    /// [`Dataset::iter`], which starts a separate iteration with its own budgets and
+    /// statistics, the stages inside join the outer iteration: they share its CPU and RAM
+    /// budgets and appear in its [`DatasetIter::stats`].
+    pub(crate) fn iter_within(&self) -> BoxIter {
+        self.node.iter()
+    }
+}
+
 impl IntoIterator for &Dataset {
     type Item = Result<Element>;
     type IntoIter = DatasetIter;

@@ -124,6 +124,40 @@ pub fn flip(x: &Array, horizontal: bool, vertical: bool) -> Result<Array> {
     })
 }
 
+/// [`flip`] of an owned image, in place: no new buffer.
+pub(crate) fn flip_owned(mut x: Array, horizontal: bool, vertical: bool) -> Result<Array> {
+    let (h, w, c) = check_image(&x)?;
+    macro_rules! swap {
+        ($v:expr) => {{
+            let v = $v;
+            let row = w * c;
+            if vertical {
+                for y in 0..h / 2 {
+                    let (upper, lower) = v.split_at_mut((h - 1 - y) * row);
+                    upper[y * row..(y + 1) * row].swap_with_slice(&mut lower[..row]);
+                }
+            }
+            if horizontal {
+                for r in v.chunks_exact_mut(row) {
+                    for xx in 0..w / 2 {
+                        let (left, right) = r.split_at_mut((w - 1 - xx) * c);
+                        left[xx * c..(xx + 1) * c].swap_with_slice(&mut right[..c]);
+                    }
+                }
+            }
+        }};
+    }
+    match x.data_mut() {
+        Buffer::U8(v) => swap!(v),
+        Buffer::I32(v) => swap!(v),
+        Buffer::I64(v) => swap!(v),
+        Buffer::F32(v) => swap!(v),
+        Buffer::F64(v) => swap!(v),
+        Buffer::String(v) => swap!(v),
+    }
+    Ok(x)
+}
+
 /// `tf.image.crop_to_bounding_box(x, top, left, height, width)`: the `height × width` window
 /// whose top-left pixel is `(top, left)`; channels and dtype are kept.
 ///
@@ -163,6 +197,13 @@ fn taps(out: usize, input: usize) -> Vec<(usize, usize, f32)> {
 /// rounded, as TensorFlow returns them. Resizing `[[0, 1], [2, 3]]` to 4x4 gives rows
 /// `[0, 0.25, 0.75, 1]`, `[0.5, 0.75, 1.25, 1.5]`, `[1.5, 1.75, 2.25, 2.5]`, `[2, 2.25, 2.75, 3]`.
 ///
+/// Computed separably, as TensorFlow's kernel (`tensorflow/core/kernels/image/
+/// resize_bilinear_op.cc`): each input row that an output row needs is interpolated along
+/// the width once (`top = a + (b - a) · dx`), then output rows blend two such rows
+/// (`top + (bottom - top) · dy`) — the same arithmetic, value for value, as interpolating
+/// each output pixel from its four neighbours, without converting the image to `float32`
+/// first.
+///
 /// # Errors
 /// [`DataError::InvalidArgument`] when `x` is not a numeric image, either size is 0, or the
 /// image is empty.
@@ -178,21 +219,94 @@ pub fn resize_bilinear(x: &Array, height: usize, width: usize) -> Result<Array> 
             "cannot resize an empty {h}x{w} image"
         )));
     }
-    let src = x.data().try_to_f32()?;
-    let (ys, xs) = (taps(height, h), taps(width, w));
-    let mut out = Vec::with_capacity(height * width * c);
-    for &(y0, y1, dy) in &ys {
-        for &(x0, x1, dx) in &xs {
-            for ch in 0..c {
-                let at = |y: usize, xx: usize| src[(y * w + xx) * c + ch];
-                let top = at(y0, x0) + (at(y0, x1) - at(y0, x0)) * dx;
-                let bottom = at(y1, x0) + (at(y1, x1) - at(y1, x0)) * dx;
-                out.push(top + (bottom - top) * dy);
-            }
+    let size = Size {
+        h,
+        w,
+        c,
+        height,
+        width,
+    };
+    let out = match x.data() {
+        Buffer::U8(v) => resize_rows(v, size, f32::from),
+        Buffer::F32(v) => resize_rows(v, size, |a| a),
+        Buffer::I32(v) => resize_rows(v, size, |a| a as f32),
+        Buffer::I64(v) => resize_rows(v, size, |a| a as f32),
+        Buffer::F64(v) => resize_rows(v, size, |a| a as f32),
+        Buffer::String(_) => {
+            return Err(DataError::InvalidArgument(
+                "cannot convert string values to float32 (resize needs numbers)".into(),
+            ));
         }
-    }
+    };
     let mut shape = x.shape().to_vec();
     shape[0] = height;
     shape[1] = width;
     Array::new(shape, Buffer::F32(out))
+}
+
+/// Input `h × w × c` and output `height × width` of [`resize_bilinear`].
+#[derive(Clone, Copy)]
+struct Size {
+    h: usize,
+    w: usize,
+    c: usize,
+    height: usize,
+    width: usize,
+}
+
+/// [`resize_bilinear`]'s loops over `src` (`h × w × c` values, converted by `to_f32`).
+fn resize_rows<T: Copy>(src: &[T], size: Size, to_f32: impl Fn(T) -> f32) -> Vec<f32> {
+    let Size {
+        h,
+        w,
+        c,
+        height,
+        width,
+    } = size;
+    let ys = taps(height, h);
+    // Per output column: the offsets of its two input pixels in a row, and the weight.
+    let xs: Vec<(usize, usize, f32)> = taps(width, w)
+        .into_iter()
+        .map(|(x0, x1, dx)| (x0 * c, x1 * c, dx))
+        .collect();
+    let row_len = width * c;
+    // Input row `y` interpolated along the width into `dst` (`row_len` values).
+    let interpolate = |y: usize, dst: &mut [f32]| {
+        let row = &src[y * w * c..(y + 1) * w * c];
+        for (o, &(x0, x1, dx)) in dst.chunks_exact_mut(c).zip(&xs) {
+            for ch in 0..c {
+                let a = to_f32(row[x0 + ch]);
+                let b = to_f32(row[x1 + ch]);
+                o[ch] = a + (b - a) * dx;
+            }
+        }
+    };
+    // The two most recent interpolated rows, with their input row numbers: consecutive
+    // output rows mostly reuse them.
+    let mut rows = [
+        (usize::MAX, vec![0f32; row_len]),
+        (usize::MAX, vec![0f32; row_len]),
+    ];
+    let mut out = vec![0f32; height * row_len];
+    for (dst, &(y0, y1, dy)) in out.chunks_exact_mut(row_len).zip(&ys) {
+        let find = |rows: &[(usize, Vec<f32>); 2], y: usize| rows.iter().position(|r| r.0 == y);
+        // Row y0 goes where it does not evict row y1; row y1 where it does not evict y0.
+        let i0 = find(&rows, y0).unwrap_or_else(|| {
+            let slot = usize::from(rows[0].0 == y1);
+            interpolate(y0, &mut rows[slot].1);
+            rows[slot].0 = y0;
+            slot
+        });
+        let i1 = find(&rows, y1).unwrap_or_else(|| {
+            let slot = 1 - i0;
+            interpolate(y1, &mut rows[slot].1);
+            rows[slot].0 = y1;
+            slot
+        });
+        let (top, bottom) = (&rows[i0].1, &rows[i1].1);
+        for ((o, &t), &b) in dst.iter_mut().zip(top).zip(bottom) {
+            *o = t + (b - t) * dy;
+        }
+    }
+    out
 }

@@ -7,6 +7,7 @@
 //! | [`Normalization`] | `keras.layers.Normalization(axis, mean, variance)` + `adapt` | numeric | `float32`, same shape |
 //! | [`one_hot`] | `tf.one_hot(indices, depth)` / `CategoryEncoding(output_mode="one_hot")` | integer `[...]` | `float32 [..., depth]` |
 //! | [`cast`] | `tf.cast(x, dtype)` | numeric | `dtype` |
+//! | [`decode_raw`] | `tf.io.decode_raw(x, out_type, little_endian)` | `string` `[...]` | `out_type [..., n]` |
 //! | [`reshape`] | `tf.reshape(x, shape)` (one `-1` allowed) | any | same dtype |
 //! | [`flip`] (random) | `keras.layers.RandomFlip(mode)` | image | same dtype |
 //! | [`crop`] (random) | `keras.layers.RandomCrop(height, width)` | image | same dtype |
@@ -29,6 +30,7 @@
 //! first axis, `-1` its last).
 
 mod cast;
+mod decode_raw;
 mod image;
 mod normalize;
 mod one_hot;
@@ -41,6 +43,7 @@ mod stack;
 mod tests;
 
 pub use cast::cast;
+pub use decode_raw::decode_raw;
 pub use image::{FlipMode, crop, flip, resize_bilinear};
 pub use normalize::Normalization;
 pub use one_hot::one_hot;
@@ -93,6 +96,15 @@ pub enum Preprocess {
         /// Target dtype.
         dtype: DType,
     },
+    /// [`decode_raw`]: the bytes of each `string` value as `out_type` values.
+    DecodeRaw {
+        /// Component to transform (`string` values of one length).
+        component: String,
+        /// The numeric dtype the bytes hold.
+        out_type: DType,
+        /// Byte order of multi-byte values (TensorFlow's default `true`).
+        little_endian: bool,
+    },
     /// [`reshape`] to `shape` (one entry may be `-1`).
     Reshape {
         /// Component to transform.
@@ -137,13 +149,14 @@ pub enum Preprocess {
 
 impl Preprocess {
     /// The op's name as configs spell it: `rescale`, `normalize`, `one_hot`, `cast`,
-    /// `reshape`, `random_flip`, `random_crop`, `resize`, `stack`.
+    /// `decode_raw`, `reshape`, `random_flip`, `random_crop`, `resize`, `stack`.
     pub fn name(&self) -> &'static str {
         match self {
             Preprocess::Rescale { .. } => "rescale",
             Preprocess::Normalize { .. } => "normalize",
             Preprocess::OneHot { .. } => "one_hot",
             Preprocess::Cast { .. } => "cast",
+            Preprocess::DecodeRaw { .. } => "decode_raw",
             Preprocess::Reshape { .. } => "reshape",
             Preprocess::RandomFlip { .. } => "random_flip",
             Preprocess::RandomCrop { .. } => "random_crop",
@@ -159,6 +172,7 @@ impl Preprocess {
             | Preprocess::Normalize { component, .. }
             | Preprocess::OneHot { component, .. }
             | Preprocess::Cast { component, .. }
+            | Preprocess::DecodeRaw { component, .. }
             | Preprocess::Reshape { component, .. }
             | Preprocess::RandomFlip { component, .. }
             | Preprocess::RandomCrop { component, .. }
@@ -202,23 +216,32 @@ impl Preprocess {
             return Ok(element);
         }
         let name = self.component();
-        let x = element.require(name)?;
+        // The component is taken out and its result put back in its place: ops that only
+        // relabel or rearrange values (reshape, decode_raw of bytes, a cast to the same dtype,
+        // flip) reuse its buffer instead of copying it.
+        let x = element.take(name)?;
         let out = match self {
-            Preprocess::Rescale { scale, offset, .. } => rescale(x, *scale, *offset),
-            Preprocess::Normalize { normalization, .. } => normalization.apply(x),
-            Preprocess::OneHot { depth, .. } => one_hot(x, *depth),
-            Preprocess::Cast { dtype, .. } => cast(x, *dtype),
-            Preprocess::Reshape { shape, .. } => reshape(x, shape),
+            Preprocess::Rescale { scale, offset, .. } => rescale(&x, *scale, *offset),
+            Preprocess::Normalize { normalization, .. } => normalization.apply(&x),
+            Preprocess::OneHot { depth, .. } => one_hot(&x, *depth),
+            Preprocess::Cast { dtype, .. } if x.dtype() == *dtype => Ok(x),
+            Preprocess::Cast { dtype, .. } => cast(&x, *dtype),
+            Preprocess::DecodeRaw {
+                out_type,
+                little_endian,
+                ..
+            } => decode_raw::decode_raw_owned(x, *out_type, *little_endian),
+            Preprocess::Reshape { shape, .. } => reshape::reshape_owned(x, shape),
             Preprocess::RandomFlip { mode, .. } => match rng {
                 Some(rng) => {
                     let horizontal = mode.horizontal() && rng.random_bool(0.5);
                     let vertical = mode.vertical() && rng.random_bool(0.5);
-                    flip(x, horizontal, vertical)
+                    image::flip_owned(x, horizontal, vertical)
                 }
-                None => image::check_image(x).map(|_| x.clone()),
+                None => image::check_image(&x).map(|_| x),
             },
             Preprocess::RandomCrop { height, width, .. } => {
-                image::check_image(x).and_then(|(h, w, _)| {
+                image::check_image(&x).and_then(|(h, w, _)| {
                     if *height > h || *width > w {
                         return Err(DataError::InvalidArgument(format!(
                             "the image is {h}x{w} (height x width), smaller than the \
@@ -232,10 +255,10 @@ impl Preprocess {
                         ),
                         None => ((h - *height) / 2, (w - *width) / 2),
                     };
-                    crop(x, top, left, *height, *width)
+                    crop(&x, top, left, *height, *width)
                 })
             }
-            Preprocess::Resize { height, width, .. } => resize_bilinear(x, *height, *width),
+            Preprocess::Resize { height, width, .. } => resize_bilinear(&x, *height, *width),
             Preprocess::Stack { .. } => unreachable!("handled above"),
         }
         .map_err(|e| self.error(e))?;

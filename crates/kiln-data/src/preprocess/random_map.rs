@@ -81,7 +81,7 @@ impl Node for RngMapNode {
             },
             self.parallelism,
         );
-        Box::new(mapped.iter())
+        mapped.iter_within()
     }
 
     fn cardinality(&self) -> Cardinality {
@@ -103,7 +103,7 @@ struct NumberNode {
 
 impl Node for NumberNode {
     fn iter(&self) -> BoxIter {
-        Box::new(self.input.iter().enumerate().map(|(i, r)| {
+        Box::new(self.input.iter_within().enumerate().map(|(i, r)| {
             r.map(|mut e| {
                 e.insert(
                     RNG_INDEX,

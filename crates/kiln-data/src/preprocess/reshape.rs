@@ -11,6 +11,17 @@ use crate::error::{DataError, Result};
 /// [`DataError::InvalidArgument`] for an entry below `-1`, two `-1`s, or a shape whose element
 /// count differs from `x`'s (naming both).
 pub fn reshape(x: &Array, shape: &[i64]) -> Result<Array> {
+    x.clone().reshape(reshaped(x, shape)?)
+}
+
+/// [`reshape`] of an owned array: no copy of the values.
+pub(crate) fn reshape_owned(x: Array, shape: &[i64]) -> Result<Array> {
+    let out = reshaped(&x, shape)?;
+    x.reshape(out)
+}
+
+/// The shape [`reshape`] gives `x`.
+fn reshaped(x: &Array, shape: &[i64]) -> Result<Vec<usize>> {
     let n = x.len();
     let mut unknown = None;
     let mut known: usize = 1;
@@ -46,5 +57,5 @@ pub fn reshape(x: &Array, shape: &[i64]) -> Result<Array> {
             x.shape()
         )));
     }
-    x.clone().reshape(out)
+    Ok(out)
 }

@@ -2,6 +2,8 @@
 
 // Expected values are copied as Keras prints them (-1.4142135 = -sqrt(2) in float32).
 #![allow(clippy::approx_constant)]
+// TensorFlow's float32 results are copied with the digits Python prints.
+#![allow(clippy::excessive_precision)]
 
 use super::*;
 use crate::element::{Array, Buffer, DType, Element};
@@ -489,4 +491,296 @@ fn deterministic_ops_chain_in_order() {
     assert_eq!(image.shape(), &[4]);
     close(&f32s(image), &[-2.0, -1.0, 0.0, 1.0]);
     assert_eq!(f32s(e.get("label").unwrap()), vec![0.0, 1.0]);
+}
+
+#[test]
+fn decode_raw_is_tf_io_decode_raw() {
+    // Known answers from tests/reference/decode_raw_reference.py (TensorFlow 2.21).
+    let b = Array::string_scalar(vec![1, 0, 0, 0, 0, 1, 0, 0, 255, 255, 255, 255]);
+    let y = decode_raw(&b, DType::I32, true).unwrap();
+    assert_eq!(
+        (y.shape(), y.data()),
+        (&[3][..], &Buffer::I32(vec![1, 256, -1]))
+    );
+    let y = decode_raw(&b, DType::I32, false).unwrap();
+    assert_eq!(y.data(), &Buffer::I32(vec![16_777_216, 65_536, -1]));
+    // A [2] string array gives [2, 1].
+    let two = arr(
+        &[2],
+        Buffer::String(vec![vec![0, 0, 0x80, 0x3f], vec![0, 0, 0, 0xc0]]),
+    );
+    let y = decode_raw(&two, DType::F32, true).unwrap();
+    assert_eq!(
+        (y.shape(), y.data()),
+        (&[2, 1][..], &Buffer::F32(vec![1.0, -2.0]))
+    );
+    let y = decode_raw(&Array::string_scalar(vec![7, 8, 9]), DType::U8, true).unwrap();
+    assert_eq!(
+        (y.shape(), y.data()),
+        (&[3][..], &Buffer::U8(vec![7, 8, 9]))
+    );
+    // TensorFlow refuses a length that is not a multiple, and values of different lengths.
+    let e = decode_raw(&Array::string_scalar(vec![7, 8, 9]), DType::I32, true).unwrap_err();
+    assert!(
+        e.to_string().contains("3 bytes, not a multiple of 4"),
+        "{e}"
+    );
+    let uneven = arr(&[2], Buffer::String(vec![b"ab".to_vec(), b"abcd".to_vec()]));
+    let e = decode_raw(&uneven, DType::U8, true).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("value 1 has 4 bytes but value 0 has 2"),
+        "{e}"
+    );
+    // A rank-1 uint8 array is one value's bytes (kiln's parse of a bytes feature).
+    let y = decode_raw(&arr(&[4], Buffer::U8(vec![0, 1, 0, 0])), DType::I32, true).unwrap();
+    assert_eq!((y.shape(), y.data()), (&[1][..], &Buffer::I32(vec![256])));
+    assert!(decode_raw(&arr(&[1, 1], Buffer::U8(vec![1])), DType::U8, true).is_err());
+    assert!(decode_raw(&arr(&[1], Buffer::F32(vec![1.0])), DType::U8, true).is_err());
+    assert!(decode_raw(&b, DType::String, true).is_err());
+    // Through Preprocess, with the op and component in the error.
+    let op = Preprocess::DecodeRaw {
+        component: "image".into(),
+        out_type: DType::U8,
+        little_endian: true,
+    };
+    let e = Element::new().with("image", Array::string_scalar(vec![1, 2, 3, 4]));
+    let out = op.apply(e, None).unwrap();
+    assert_eq!(
+        out.get("image").unwrap().data(),
+        &Buffer::U8(vec![1, 2, 3, 4])
+    );
+    let e = Element::new().with("image", arr(&[1], Buffer::F32(vec![1.0])));
+    let err = op.apply(e, None).unwrap_err().to_string();
+    assert!(err.contains("decode_raw") && err.contains("image"), "{err}");
+}
+
+/// The per-pixel definition of bilinear resizing that `resize_bilinear` computes separably:
+/// each output value from its four neighbours (`taps` as in image.rs).
+fn resize_by_pixel(x: &Array, height: usize, width: usize) -> Vec<f32> {
+    let (h, w, c) = match *x.shape() {
+        [h, w] => (h, w, 1),
+        [h, w, c] => (h, w, c),
+        _ => unreachable!(),
+    };
+    let taps = |out: usize, input: usize| -> Vec<(usize, usize, f32)> {
+        let scale = input as f64 / out as f64;
+        (0..out)
+            .map(|o| {
+                let x = ((o as f64 + 0.5) * scale - 0.5).max(0.0);
+                let lo = (x.floor() as usize).min(input - 1);
+                (lo, (lo + 1).min(input - 1), (x - x.floor()) as f32)
+            })
+            .collect()
+    };
+    let src = x.data().to_f32();
+    let mut out = Vec::new();
+    for &(y0, y1, dy) in &taps(height, h) {
+        for &(x0, x1, dx) in &taps(width, w) {
+            for ch in 0..c {
+                let at = |y: usize, xx: usize| src[(y * w + xx) * c + ch];
+                let top = at(y0, x0) + (at(y0, x1) - at(y0, x0)) * dx;
+                let bottom = at(y1, x0) + (at(y1, x1) - at(y1, x0)) * dx;
+                out.push(top + (bottom - top) * dy);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn resize_matches_tf_on_a_multichannel_pattern() {
+    // tests/reference/resize_reference.py: pixel (y, x, ch) = (7y + 13x + 29ch) % 256 of a
+    // 3x5x2 uint8 image, tf.image.resize to 4x7 and 2x3 (TensorFlow 2.21).
+    let (h, w, c) = (3, 5, 2);
+    let px: Vec<u8> = (0..h * w * c)
+        .map(|i| ((7 * (i / (w * c)) + 13 * (i / c % w) + 29 * (i % c)) % 256) as u8)
+        .collect();
+    let x = arr(&[h, w, c], Buffer::U8(px));
+    let up = [
+        0.0,
+        29.0,
+        7.428_570_7,
+        36.428_57,
+        16.714_287,
+        45.714_287,
+        26.0,
+        55.0,
+        35.285_717,
+        64.285_713,
+        44.571_43,
+        73.571_426,
+        52.0,
+        81.0,
+        4.375,
+        33.375,
+        11.803_571,
+        40.803_57,
+        21.089_287,
+        50.089_287,
+        30.375,
+        59.375,
+        39.660_717,
+        68.660_713,
+        48.946_43,
+        77.946_426,
+        56.375,
+        85.375,
+        9.625,
+        38.625,
+        17.053_57,
+        46.053_57,
+        26.339_287,
+        55.339_287,
+        35.625,
+        64.625,
+        44.910_717,
+        73.910_713,
+        54.196_43,
+        83.196_426,
+        61.625,
+        90.625,
+        14.0,
+        43.0,
+        21.428_57,
+        50.428_57,
+        30.714_287,
+        59.714_287,
+        40.0,
+        69.0,
+        49.285_717,
+        78.285_713,
+        58.571_43,
+        87.571_426,
+        66.0,
+        95.0,
+    ];
+    close(&f32s(&resize_bilinear(&x, 4, 7).unwrap()), &up);
+    let down = [
+        6.083_333, 35.083_332, 27.75, 56.75, 49.416_664, 78.416_664, 16.583_332, 45.583_332, 38.25,
+        67.25, 59.916_664, 88.916_664,
+    ];
+    close(&f32s(&resize_bilinear(&x, 2, 3).unwrap()), &down);
+}
+
+#[test]
+fn separable_resize_equals_the_per_pixel_definition_exactly() {
+    // Up, down, mixed and identity sizes, for uint8, float32 and int64 inputs, rank 2 and 3.
+    let pattern = |n: usize| {
+        (0..n)
+            .map(|i| ((i * 37 + 11) % 251) as u8)
+            .collect::<Vec<u8>>()
+    };
+    let images = [
+        arr(&[32, 32, 3], Buffer::U8(pattern(32 * 32 * 3))),
+        arr(&[7, 5], Buffer::U8(pattern(35))),
+        arr(
+            &[9, 4, 2],
+            Buffer::F32(pattern(72).iter().map(|&v| f32::from(v) / 7.0).collect()),
+        ),
+        arr(
+            &[6, 6, 1],
+            Buffer::I64(pattern(36).iter().map(|&v| i64::from(v) - 100).collect()),
+        ),
+    ];
+    for x in &images {
+        for (oh, ow) in [
+            (64, 64),
+            (3, 2),
+            (11, 3),
+            (1, 1),
+            (x.shape()[0], x.shape()[1]),
+        ] {
+            let got = resize_bilinear(x, oh, ow).unwrap();
+            let mut shape = x.shape().to_vec();
+            (shape[0], shape[1]) = (oh, ow);
+            assert_eq!(got.shape(), &shape[..]);
+            let want = resize_by_pixel(x, oh, ow);
+            // Bit for bit: the same float operations in the same order.
+            assert_eq!(f32s(&got), want, "{:?} -> {oh}x{ow}", x.shape());
+        }
+    }
+}
+
+#[test]
+fn ops_that_reuse_the_buffer_give_what_the_ops_give() {
+    // Preprocess::apply moves the component into reshape, decode_raw, same-dtype cast and
+    // flip (no copy); the results equal the borrowing functions', and the component keeps
+    // its place among the others.
+    let image = arr(&[3, 4, 2], Buffer::F32((0..24).map(|v| v as f32).collect()));
+    let element = || {
+        Element::new()
+            .with("a", Array::scalar(Buffer::I64(vec![1])).unwrap())
+            .with("image", image.clone())
+            .with("z", Array::scalar(Buffer::I64(vec![2])).unwrap())
+    };
+    let c = || "image".to_string();
+    let apply = |op: Preprocess, rng: Option<&mut StdRng>| {
+        let out = op.apply(element(), rng).unwrap();
+        assert_eq!(out.names().collect::<Vec<_>>(), ["a", "image", "z"]);
+        out.get("image").unwrap().clone()
+    };
+    let shape = vec![4, -1, 3];
+    let op = Preprocess::Reshape {
+        component: c(),
+        shape: shape.clone(),
+    };
+    assert_eq!(apply(op, None), reshape(&image, &shape).unwrap());
+    let op = Preprocess::Cast {
+        component: c(),
+        dtype: DType::F32,
+    };
+    assert_eq!(apply(op, None), image);
+    // Every flip: the in-place swap equals flip's gather, for odd and even sizes.
+    for (h, w) in [(3, 4), (4, 5), (1, 1)] {
+        let x = arr(&[h, w, 2], Buffer::U8((0..(h * w * 2) as u8).collect()));
+        for (horizontal, vertical) in [(true, false), (false, true), (true, true), (false, false)] {
+            assert_eq!(
+                image::flip_owned(x.clone(), horizontal, vertical).unwrap(),
+                flip(&x, horizontal, vertical).unwrap(),
+                "{h}x{w} h={horizontal} v={vertical}"
+            );
+        }
+    }
+    let mut rng = <StdRng as rand::SeedableRng>::seed_from_u64(5);
+    let op = Preprocess::RandomFlip {
+        component: c(),
+        mode: FlipMode::HorizontalAndVertical,
+    };
+    let flipped = apply(op, Some(&mut rng));
+    let candidates: Vec<Array> = [(false, false), (true, false), (false, true), (true, true)]
+        .iter()
+        .map(|&(hz, vt)| flip(&image, hz, vt).unwrap())
+        .collect();
+    assert!(candidates.contains(&flipped));
+    // decode_raw of one value's bytes to uint8 is those bytes; to int32 it decodes.
+    let bytes = arr(&[8], Buffer::U8(vec![1, 0, 0, 0, 2, 0, 0, 0]));
+    let e = Element::new().with("image", bytes.clone());
+    let op = Preprocess::DecodeRaw {
+        component: c(),
+        out_type: DType::U8,
+        little_endian: true,
+    };
+    assert_eq!(
+        op.apply(e.clone(), None).unwrap().get("image"),
+        Some(&bytes)
+    );
+    let op = Preprocess::DecodeRaw {
+        component: c(),
+        out_type: DType::I32,
+        little_endian: true,
+    };
+    assert_eq!(
+        op.apply(e, None).unwrap().get("image").unwrap().data(),
+        &Buffer::I32(vec![1, 2])
+    );
+    // A missing component is still the MissingComponent error.
+    let op = Preprocess::Reshape {
+        component: "nope".into(),
+        shape: vec![-1],
+    };
+    assert!(matches!(
+        op.apply(element(), None),
+        Err(DataError::MissingComponent { .. })
+    ));
 }

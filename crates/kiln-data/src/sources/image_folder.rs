@@ -354,7 +354,7 @@ struct SkipErrorsNode {
 impl Node for SkipErrorsNode {
     fn iter(&self) -> BoxIter {
         let skipped = self.skipped.clone();
-        Box::new(self.input.iter().filter_map(move |r| match r {
+        Box::new(self.input.iter_within().filter_map(move |r| match r {
             Ok(e) => Some(Ok(e)),
             Err(err) => {
                 skipped.skip(&err);

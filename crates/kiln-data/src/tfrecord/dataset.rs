@@ -148,7 +148,7 @@ struct NumberNode {
 
 impl Node for NumberNode {
     fn iter(&self) -> BoxIter {
-        Box::new(self.input.iter().enumerate().map(|(i, r)| {
+        Box::new(self.input.iter_within().enumerate().map(|(i, r)| {
             r.map(|mut e| {
                 let index = Array::scalar(Buffer::I64(vec![i as i64])).expect("scalar");
                 e.insert(RECORD_INDEX, index);

@@ -195,6 +195,18 @@ pub enum OpConfig {
         /// `"uint8"`, `"int32"`, `"int64"`, `"float32"` or `"float64"`.
         dtype: String,
     },
+    /// `tf.io.decode_raw(out_type, little_endian)`: the bytes of a `string` feature as
+    /// numbers (a raw pixel buffer); follow it with `reshape`.
+    DecodeRaw {
+        /// Component (default: the pipeline's `x`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        component: Option<String>,
+        /// `"uint8"`, `"int32"`, `"int64"`, `"float32"` or `"float64"`.
+        out_type: String,
+        /// Byte order of multi-byte values (default `true`, as TensorFlow).
+        #[serde(default = "yes")]
+        little_endian: bool,
+    },
     /// `tf.reshape(shape)` of one example (one `-1` allowed).
     Reshape {
         /// Component (default: the pipeline's `x`).
@@ -261,6 +273,7 @@ impl OpConfig {
             OpConfig::Normalize { .. } => "normalize",
             OpConfig::OneHot { .. } => "one_hot",
             OpConfig::Cast { .. } => "cast",
+            OpConfig::DecodeRaw { .. } => "decode_raw",
             OpConfig::Reshape { .. } => "reshape",
             OpConfig::RandomFlip { .. } => "random_flip",
             OpConfig::RandomCrop { .. } => "random_crop",
@@ -276,6 +289,7 @@ impl OpConfig {
             | OpConfig::Normalize { component, .. }
             | OpConfig::OneHot { component, .. }
             | OpConfig::Cast { component, .. }
+            | OpConfig::DecodeRaw { component, .. }
             | OpConfig::Reshape { component, .. }
             | OpConfig::RandomFlip { component, .. }
             | OpConfig::RandomCrop { component, .. }
@@ -327,6 +341,17 @@ impl OpConfig {
             OpConfig::OneHot { depth, .. } => {
                 if *depth == 0 {
                     return bad("depth", "must be at least 1 (the number of classes)".into());
+                }
+            }
+            OpConfig::DecodeRaw { out_type, .. } => {
+                if parse_dtype(out_type).is_none() {
+                    return bad(
+                        "out_type",
+                        format!(
+                            "unknown dtype \"{out_type}\"; allowed: uint8, int32, int64, \
+                             float32, float64"
+                        ),
+                    );
                 }
             }
             OpConfig::Cast { dtype, .. } => {
@@ -419,6 +444,17 @@ impl OpConfig {
                 component,
                 dtype: parse_dtype(dtype)
                     .ok_or_else(|| KilnError::config(key, format!("unknown dtype \"{dtype}\"")))?,
+            },
+            OpConfig::DecodeRaw {
+                out_type,
+                little_endian,
+                ..
+            } => Preprocess::DecodeRaw {
+                component,
+                out_type: parse_dtype(out_type).ok_or_else(|| {
+                    KilnError::config(key, format!("unknown dtype \"{out_type}\""))
+                })?,
+                little_endian: *little_endian,
             },
             OpConfig::Reshape { shape, .. } => Preprocess::Reshape {
                 component,

@@ -251,6 +251,14 @@ fn pipeline_errors_name_the_key() {
         "{e}"
     );
     let e = error(
+        &(TRAIN.to_string() + "map = [{ op = \"decode_raw\", out_type = \"string\" }]\n"),
+        "",
+    );
+    assert!(
+        e.starts_with("data.train.map[0].out_type: unknown dtype \"string\""),
+        "{e}"
+    );
+    let e = error(
         &(TRAIN.to_string() + "map = [{ op = \"random_flip\", mode = \"diagonal\" }]\n"),
         "",
     );

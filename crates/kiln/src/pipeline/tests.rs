@@ -218,6 +218,47 @@ fn tfrecord_features_are_parsed() {
 }
 
 #[test]
+fn tfrecord_raw_images_are_decoded_reshaped_and_flipped() {
+    use kiln_data::tfrecord::{Example, Feature, TfRecordWriter};
+    let s = Scratch::new("tfrecord-raw");
+    let mut w = TfRecordWriter::create(s.0.join("raw.tfrecord"), Compression::None).unwrap();
+    // Image i: 2x3x1 pixels 10 i .. 10 i + 5, as a bytes feature (tf.io.decode_raw's input).
+    let pixels = |i: u8| -> Vec<u8> { (0..6).map(|p| 10 * i + p).collect() };
+    for i in 0..8u8 {
+        let e = Example::new()
+            .with("image", Feature::bytes([pixels(i)]))
+            .with("label", Feature::int64(vec![i64::from(i)]));
+        w.write(&e.to_bytes()).unwrap();
+    }
+    w.finish().unwrap();
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"tfrecord\"\nfiles = \"raw.tfrecord\"\nx = \"image\"\ny = \"label\"\nbatch_size = 8\nmap = [{ op = \"decode_raw\", out_type = \"uint8\" }, { op = \"reshape\", shape = [2, 3, 1] }, { op = \"cast\", dtype = \"float32\" }, { op = \"random_flip\", mode = \"horizontal\" }]\n[data.train.features]\nimage = { dtype = \"string\" }\nlabel = { dtype = \"int64\" }\n",
+    );
+    let b = batches(&build(&cfg, Split::Train).unwrap());
+    let x = b[0].get("x").unwrap();
+    assert_eq!((x.shape(), x.dtype()), (&[8, 2, 3, 1][..], DType::F32));
+    let values = f32s(x);
+    let mut flipped = 0;
+    for (i, image) in values.chunks(6).enumerate() {
+        let original: Vec<f32> = pixels(i as u8).iter().map(|&p| f32::from(p)).collect();
+        // Left-right flip of each row of 3.
+        let mirrored: Vec<f32> = original
+            .chunks(3)
+            .flat_map(|row| row.iter().rev().copied())
+            .collect();
+        assert!(image == original || image == mirrored, "{i}: {image:?}");
+        flipped += usize::from(image == mirrored);
+    }
+    // Seed 3 flips some of the 8 images and keeps others.
+    assert!(flipped > 0 && flipped < 8, "{flipped} of 8 flipped");
+    assert_eq!(
+        b[0].get("y").unwrap().data(),
+        &Buffer::I64((0..8).collect())
+    );
+}
+
+#[test]
 fn missing_components_and_files_are_clear_errors() {
     let s = Scratch::new("errors");
     write_npy(&s.0);
@@ -286,4 +327,28 @@ fn bench_counts_batches_and_examples() {
     let r = bench(&cfg, Split::Train, Some(1)).unwrap();
     assert_eq!((r.batches, r.elements), (1, 4));
     assert!(r.elements_per_second() > 0.0);
+    // Three fresh iterations; each report carries its own iteration's statistics: the caller
+    // got 2 batches, and the last stage (prefetch) handed over both.
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"npy\"\nfiles = [\"x.npy\", \"y.npy\"]\nbatch_size = 4\nmap = [{ op = \"rescale\", scale = 0.5 }]\nnum_parallel_calls = 2\nprefetch = 1\n",
+    );
+    let rs = bench_epochs(&cfg, Split::Train, None, 3).unwrap();
+    assert_eq!(
+        rs.iter().map(|r| r.epoch).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    for r in &rs {
+        assert_eq!((r.batches, r.elements, r.stats.elements), (2, 6, 2));
+        let names: Vec<&str> = r.stats.stages.iter().map(|st| st.name).collect();
+        assert_eq!(names, vec!["map", "map", "prefetch"], "{}", r.stats);
+        // The rescale map: 6 examples on 2 workers; the select map runs inline; prefetch
+        // keeps one batch.
+        let (rescale, select, prefetch) =
+            (&r.stats.stages[0], &r.stats.stages[1], &r.stats.stages[2]);
+        assert_eq!((rescale.elements, rescale.parallelism), (6, 2));
+        assert_eq!((select.elements, select.parallelism), (6, 0));
+        assert_eq!((prefetch.elements, prefetch.buffer), (2, 1));
+    }
+    assert_eq!(bench_epochs(&cfg, Split::Train, None, 0).unwrap().len(), 1);
 }

@@ -29,7 +29,8 @@
 //!   - *grow* by one worker when `waited > 10 %` of the window **and** `busy ≥ 0.5 · n` windows
 //!     (the consumer is starved while the workers are busy, so one more would produce more),
 //!     if the CPU budget has a free slot and — for map, whose in-flight window is `2 · n`
-//!     elements — the RAM budget holds `2 · (n + 1)` elements; interleave also stops at
+//!     jobs of `k` elements (`k` set from the function's measured cost, see `map.rs`) — the
+//!     RAM budget holds `2 · (n + 1) · k` elements; interleave also stops at
 //!     `cycle_length` (more would have nothing to run);
 //!   - *shrink* by one when `waited < 2 %` **and** `busy < 0.6 · (n − 1)` windows (the
 //!     consumer is satisfied and the work fits in one fewer worker), or when growing element
@@ -63,7 +64,7 @@ mod system;
 mod tests;
 
 pub(crate) use pipeline::{Pipeline, StageHandle, current, enter};
-pub(crate) use policy::{Step, Window, buffer_size, parallelism_step};
+pub(crate) use policy::{Step, Window, buffer_size, elements_per_job, parallelism_step};
 pub(crate) use stats::Stage;
 pub use stats::{PipelineStats, StageStats};
 

@@ -87,6 +87,28 @@ pub(crate) fn buffer_size(s: &Sample, filled: bool, capacity: usize, ram_capacit
     wanted.min(ram_capacity).clamp(1, MAX_PREFETCH)
 }
 
+/// A parallel map hands its workers jobs of several consecutive elements so that each job
+/// takes about this long: handing a job to a thread and its result back costs a few
+/// microseconds (more on a busy machine, where it means a context switch), which would
+/// dominate maps of cheap functions on small elements if every element were its own job.
+pub(crate) const TARGET_JOB: Duration = Duration::from_micros(200);
+/// The most elements in one job.
+pub(crate) const MAX_JOB: usize = 64;
+
+/// Elements per job of a parallel map whose function takes `cost` per element (measured;
+/// `None` before the first job returns): enough for a job of [`TARGET_JOB`], at most
+/// [`MAX_JOB`] and at most `ram_limit` (the elements the RAM budget lets one job of the
+/// in-flight window hold); never below 1. One element per job until something is measured.
+pub(crate) fn elements_per_job(cost: Option<Duration>, ram_limit: usize) -> usize {
+    let Some(cost) = cost else { return 1 };
+    let wanted = if cost.is_zero() {
+        MAX_JOB
+    } else {
+        (TARGET_JOB.as_secs_f64() / cost.as_secs_f64()).ceil() as usize
+    };
+    wanted.min(MAX_JOB).min(ram_limit).max(1)
+}
+
 /// The start of the current tuning window: the clock and the stage's cumulative times.
 pub(crate) struct Window {
     start: Instant,
@@ -179,6 +201,27 @@ mod tests {
         assert_eq!(buffer(&sample(90, 0, 5), 1000, usize::MAX), MAX_PREFETCH);
         // A stall in the previous window counts.
         assert_eq!(buffer_size(&sample(40, 0, 0), true, 4, usize::MAX), 8);
+    }
+
+    #[test]
+    fn jobs_hold_about_200_microseconds_of_work() {
+        let us = Duration::from_micros;
+        assert_eq!(
+            elements_per_job(None, usize::MAX),
+            1,
+            "nothing measured yet"
+        );
+        assert_eq!(elements_per_job(Some(us(10)), usize::MAX), 20);
+        assert_eq!(elements_per_job(Some(us(30)), usize::MAX), 7); // ceil(6.67)
+        assert_eq!(elements_per_job(Some(us(500)), usize::MAX), 1);
+        assert_eq!(
+            elements_per_job(Some(Duration::from_nanos(100)), usize::MAX),
+            MAX_JOB
+        );
+        assert_eq!(elements_per_job(Some(Duration::ZERO), usize::MAX), MAX_JOB);
+        // The RAM budget bounds a job; never below one element.
+        assert_eq!(elements_per_job(Some(us(1)), 5), 5);
+        assert_eq!(elements_per_job(Some(us(1)), 0), 1);
     }
 
     #[test]

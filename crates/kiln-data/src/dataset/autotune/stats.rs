@@ -43,7 +43,7 @@ pub struct StageStats {
     /// The largest `parallelism` the stage has had.
     pub peak_parallelism: usize,
     /// Elements the stage may hold now (or when the stage finished): the in-flight window of
-    /// a parallel `map` (`2 × parallelism`), the buffer capacity of `prefetch`,
+    /// a parallel `map` (`2 × parallelism × elements per job`), the buffer capacity of `prefetch`,
     /// `cycle_length × block_length` for a parallel `interleave`, 0 when inline.
     pub buffer: usize,
     /// The largest `buffer` the stage has had.

@@ -237,21 +237,26 @@ fn fixed_stages_report_their_settings_and_repeats_add_up() {
         .prefetch(5);
     let (out, stats) = run(&ds);
     assert_eq!(out.len(), 30);
-    let s: Vec<(&str, bool, u64, usize, usize)> = stats
+    let s: Vec<(&str, bool, u64, usize)> = stats
         .stages
         .iter()
-        .map(|s| (s.name, s.autotuned, s.elements, s.parallelism, s.buffer))
+        .map(|s| (s.name, s.autotuned, s.elements, s.parallelism))
         .collect();
     // In start order: `repeat` starts its input at the first `next` (on the prefetch thread),
     // after the stages downstream of it were built.
     assert_eq!(
         s,
         [
-            ("map", false, 30, 0, 0),
-            ("prefetch", false, 30, 1, 5),
-            ("map", false, 30, 2, 4)
+            ("map", false, 30, 0),
+            ("prefetch", false, 30, 1),
+            ("map", false, 30, 2)
         ]
     );
+    // Buffers: none inline, the prefetch's 5, and the parallel map's window of 2 jobs per
+    // worker, of 1 to 64 elements each (the job size follows the measured cost).
+    assert_eq!((stats.stages[0].buffer, stats.stages[1].buffer), (0, 5));
+    let window = stats.stages[2].buffer;
+    assert!(window % 4 == 0 && (4..=4 * 64).contains(&window), "{stats}");
     // A sequential map's consumer does the work itself.
     assert_eq!(stats.stages[0].busy, stats.stages[0].waited);
 }
@@ -329,4 +334,52 @@ fn interleave_autotunes_within_budget_and_keeps_the_order() {
     let (out, stats) = run(&one);
     assert_eq!(out.len(), 48);
     assert_eq!(stage(&stats, "interleave").peak_parallelism, 1, "{stats}");
+}
+
+#[test]
+fn stages_inside_wrapping_nodes_join_the_iteration() {
+    use crate::tfrecord::{Example, ExampleSpec, Feature, FeatureDType, FeatureSpec, RECORD};
+    // map_with_rng and parse_example wrap a whole Dataset; the stages inside them (and
+    // upstream of them) belong to the outer iteration: listed in its statistics, and
+    // limited by its budgets (one CPU slot: every autotuned map keeps its single worker).
+    let records: Vec<Element> = (0..20)
+        .map(|i| {
+            let bytes = Example::new().with("v", Feature::int64(vec![i])).to_bytes();
+            let n = bytes.len();
+            Element::new().with(RECORD, Array::new(vec![n], Buffer::U8(bytes)).unwrap())
+        })
+        .collect();
+    let spec = ExampleSpec::new().with("v", FeatureSpec::fixed_len(vec![], FeatureDType::Int64));
+    let ds = Dataset::from_elements(records)
+        .parse_example(spec, AUTOTUNE)
+        .map(
+            |mut e| {
+                let v = e.remove("v").unwrap();
+                Ok(Element::new().with("x", v))
+            },
+            Parallelism::Fixed(2),
+        )
+        .map_with_rng(7, |e, _rng| Ok(e), AUTOTUNE)
+        .prefetch(AUTOTUNE)
+        .with_autotune(budgets(1, None));
+    let (out, stats) = run(&ds);
+    assert_eq!(out, (0..20).collect::<Vec<_>>());
+    let names: Vec<(&str, bool)> = stats.stages.iter().map(|s| (s.name, s.autotuned)).collect();
+    assert_eq!(
+        names,
+        vec![
+            ("map", true),
+            ("map", false),
+            ("map", true),
+            ("prefetch", true)
+        ],
+        "{stats}"
+    );
+    for s in &stats.stages {
+        assert_eq!(s.elements, 20, "{stats}");
+        if s.autotuned && s.name == "map" {
+            assert_eq!(s.peak_parallelism, 1, "{stats}");
+        }
+    }
+    assert_eq!(stats.stages[1].parallelism, 2);
 }
