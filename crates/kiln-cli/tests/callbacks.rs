@@ -4,9 +4,10 @@
 //! CSV file) instead of starting them over.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-const DATA: &str = "/usr/share/datasets/fashion-mnist";
+mod common;
+use common::{DATA, require_data, train_command};
 
 /// A small MLP on 2048 Fashion-MNIST examples (32 batches of 64), validated on 1000 test
 /// examples. EarlyStopping watches `loss` with patience 0 and a min_delta no change can beat:
@@ -77,31 +78,18 @@ const HEADER: &str =
     "epoch,accuracy,input_wait_seconds,loss,samples_per_second,val_accuracy,val_loss";
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-callbacks-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch(&format!("callbacks-{name}"))
 }
 
 fn write_config(dir: &Path) -> PathBuf {
-    assert!(
-        Path::new(DATA).join("train-images-idx3-ubyte.gz").is_file(),
-        "Fashion-MNIST is missing: run scripts/setup.sh"
-    );
+    require_data();
     let path = dir.join("callbacks.toml");
     std::fs::write(&path, CONFIG.replace("DATA", DATA)).unwrap();
     path
 }
 
 fn train(config: &Path, run: &Path, extra: &[&str]) -> Output {
-    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("train")
-        .arg(config)
-        .arg("--run-dir")
-        .arg(run)
-        .args(extra)
-        .output()
-        .unwrap();
+    let o = train_command(config, run, extra).output().unwrap();
     assert!(
         o.status.success(),
         "{}\n{}",

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const DATA: &str = "/usr/share/datasets/fashion-mnist";
+mod common;
+use common::{DATA, require_data, scratch};
 
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fashion-mnist")
@@ -23,20 +24,6 @@ fn stdout(o: &Output) -> String {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn require_data() {
-    assert!(
-        Path::new(DATA).join("t10k-labels-idx1-ubyte.gz").is_file(),
-        "Fashion-MNIST is missing: run scripts/setup.sh"
-    );
 }
 
 /// The line `Test accuracy: 0.xxxx` of `kiln train`.

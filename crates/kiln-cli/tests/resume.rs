@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const DATA: &str = "/usr/share/datasets/fashion-mnist";
+mod common;
+use common::{DATA, require_data, train_command};
 
 /// A seeded MLP with dropout on 8192 shuffled Fashion-MNIST examples (128 batches of 64 per
 /// epoch), 3 epochs: every source of randomness that a resume must replay is on.
@@ -43,10 +44,7 @@ epochs = 3
 "#;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-resume-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch(&format!("resume-{name}"))
 }
 
 fn config(dir: &Path, take: usize) -> PathBuf {
@@ -59,14 +57,9 @@ fn config(dir: &Path, take: usize) -> PathBuf {
 }
 
 fn command(config: &Path, run: &Path, extra: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
-    c.arg("train")
-        .arg(config)
-        .arg("--run-dir")
-        .arg(run)
-        .args(extra)
-        // One thread: summation orders then do not depend on how work is split.
-        .env("RAYON_NUM_THREADS", "1");
+    let mut c = train_command(config, run, extra);
+    // One thread: summation orders then do not depend on how work is split.
+    c.env("RAYON_NUM_THREADS", "1");
     c
 }
 
@@ -127,10 +120,7 @@ fn resumed_ok(config: &Path, run: &Path) -> Output {
 
 #[test]
 fn killed_runs_resume_to_bit_identical_weights() {
-    assert!(
-        Path::new(DATA).join("train-images-idx3-ubyte.gz").is_file(),
-        "Fashion-MNIST is missing: run scripts/setup.sh"
-    );
+    require_data();
     let dir = scratch("kill");
     let cfg = config(&dir, 8192);
 
