@@ -27,3 +27,7 @@ echo "== interop: TFRecord + tf.train.Example with TensorFlow"
 
 echo "== interop: TensorBoard event files with the tensorboard package"
 "$py" tests/interop/tensorboard_interop.py --tb-write "$CARGO_TARGET_DIR/release/examples/tb_write"
+
+echo "== interop: a real kiln train stopped with SIGTERM and resumed; TensorBoard steps continue"
+cargo build --release -q --workspace --bins --examples
+"$py" tests/interop/tensorboard_resume_interop.py --kiln "$CARGO_TARGET_DIR/release/kiln"

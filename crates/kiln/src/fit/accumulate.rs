@@ -24,6 +24,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 
+use super::grad_norms::GradNormTrend;
 use super::profile::StepProfile;
 use super::step::{StepOutput, apply_gradients, compute_gradients};
 use crate::batch::DeviceBatch;
@@ -37,6 +38,8 @@ pub struct GradientAccumulation {
     steps: usize,
     sum: Option<GradientsParams>,
     seen: usize,
+    /// The sampled global gradient norms of the last batches (the NaN report's trend).
+    pub grad_norms: GradNormTrend,
 }
 
 impl GradientAccumulation {
@@ -46,6 +49,7 @@ impl GradientAccumulation {
             steps: steps.max(1),
             sum: None,
             seen: 0,
+            grad_norms: GradNormTrend::default(),
         }
     }
 
@@ -80,6 +84,7 @@ impl GradientAccumulation {
         let (net, grads, pending) =
             compute_gradients(net, spec, compiled, batch, profile.as_deref_mut());
         let out = pending.read(profile.as_deref_mut());
+        self.grad_norms.observe(&net, &grads);
         if let Some(before) = before
             && !out.loss.is_finite()
         {

@@ -72,3 +72,21 @@ impl History {
         self.history.get(name).and_then(|v| v.last().copied())
     }
 }
+
+/// `x` rounded to 6 significant digits for messages: a learning rate cut by 0.1 three times
+/// prints as `0.01`, not `0.010000000000000002`.
+pub fn short(x: f64) -> String {
+    let rounded: f64 = format!("{x:.5e}").parse().unwrap_or(x);
+    format!("{rounded}")
+}
+
+#[cfg(test)]
+mod short_tests {
+    #[test]
+    fn rounds_to_six_significant_digits() {
+        assert_eq!(super::short(10.0 * 0.1 * 0.1 * 0.1), "0.01");
+        assert_eq!(super::short(1234567.0), "1234570");
+        assert_eq!(super::short(f64::NAN), "NaN");
+        assert_eq!(super::short(0.001), "0.001");
+    }
+}

@@ -3,6 +3,7 @@
 mod accumulate;
 mod callback;
 mod class_weight;
+mod grad_norms;
 mod input_cursor;
 mod logs;
 pub mod nan_report;
@@ -14,6 +15,7 @@ mod step;
 pub use accumulate::GradientAccumulation;
 pub use callback::{Callback, FitContext, ManualContext, NamedWeight, WeightsSnapshot};
 pub use class_weight::ClassWeight;
+pub use grad_norms::{GradNormSample, GradNormTrend};
 pub use logs::{History, Logs};
 pub use options::{Backup, FitOptions, Interrupt, OnNan, SaveFreq};
 pub use profile::StepProfile;
@@ -419,6 +421,7 @@ impl Model {
                 self.device.seed(step_seed(self.seed, control.iterations));
                 let net = std::mem::replace(&mut self.net, Network { layers: Vec::new() });
                 let guarded = opts.on_nan != OnNan::Continue;
+                accumulation.grad_norms.at_step(control.iterations);
                 let (net, out, applied) = accumulation.train_step(
                     net,
                     &mut self.optim,
@@ -433,6 +436,7 @@ impl Model {
                 control.iterations += 1;
                 if !applied {
                     // A non-finite loss; the network is as before the batch.
+                    state.recent_grad_norms = accumulation.grad_norms.samples();
                     let action = self.on_non_finite(
                         opts,
                         &mut control,

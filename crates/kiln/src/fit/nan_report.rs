@@ -21,6 +21,7 @@ use burn::tensor::{DType, Gradients};
 use kiln_data::{Array, Buffer, Element};
 use serde::Serialize;
 
+use super::GradNormSample;
 use crate::compile::{Compiled, LossKind};
 use crate::error::{KilnError, Result};
 use crate::model::{Act, LayerParams, ModelSpec, Network};
@@ -37,9 +38,9 @@ pub struct StepInfo {
     pub step: u64,
     /// The learning rate the step used.
     pub learning_rate: f64,
-    /// Global gradient norms `sqrt(sum of squares of every gradient)` of the last steps,
-    /// oldest first (the trend before the failure).
-    pub recent_grad_norms: Vec<f64>,
+    /// Sampled global gradient norms `sqrt(sum of squares of every gradient)` of the last
+    /// steps, oldest first (the trend up to the failure; see [`super::GradNormTrend`]).
+    pub recent_grad_norms: Vec<GradNormSample>,
     /// The optimizer's `global_clipnorm`, if set.
     pub global_clipnorm: Option<f64>,
 }
@@ -179,9 +180,10 @@ pub struct NanReport {
     pub step: u64,
     /// The learning rate the step used.
     pub learning_rate: f64,
-    /// Global gradient norms of the steps before, oldest first (JSON `null` for a non-finite
-    /// one).
-    pub recent_grad_norms: Vec<f64>,
+    /// Sampled global gradient norms of the last steps, oldest first, the failing step last
+    /// when it was sampled (JSON `null` for a non-finite one: float32's sum of squares
+    /// overflows for norms above about 1.8e19).
+    pub recent_grad_norms: Vec<GradNormSample>,
     /// The replayed step's loss.
     pub loss: f64,
     /// The replayed step's global gradient norm (NaN when some gradient is not finite, or
@@ -537,17 +539,26 @@ fn remedies(
     out
 }
 
-/// `0.52, 0.61, 48 (x92 over 3 steps)`: the norms and the growth from the first to the last.
-fn trend(norms: &[f64]) -> String {
-    let list: Vec<String> = norms.iter().map(|n| format!("{n:.3e}")).collect();
+/// `step 0: 5.200e-1, step 1: 6.100e-1, step 2: 4.800e1 (x92.308 from step 0 to step 2)`: the
+/// sampled norms and the growth from the first to the last.
+fn trend(samples: &[GradNormSample]) -> String {
+    let list: Vec<String> = samples
+        .iter()
+        .map(|s| format!("step {}: {:.3e}", s.step, s.norm))
+        .collect();
     let mut s = list.join(", ");
-    if let (Some(&a), Some(&b)) = (norms.first(), norms.last())
-        && norms.len() > 1
-        && a > 0.0
-        && a.is_finite()
-        && b.is_finite()
+    if let (Some(a), Some(b)) = (samples.first(), samples.last())
+        && samples.len() > 1
+        && a.norm > 0.0
+        && a.norm.is_finite()
+        && b.norm.is_finite()
     {
-        s += &format!(" (x{:.3} over {} steps)", b / a, norms.len());
+        s += &format!(
+            " (x{:.3} from step {} to step {})",
+            b.norm / a.norm,
+            a.step,
+            b.step
+        );
     }
     s
 }
@@ -572,12 +583,13 @@ impl fmt::Display for NanReport {
         writeln!(
             f,
             "  learning rate {}; replayed gradient global norm {}",
-            self.learning_rate, self.grad_norm
+            super::logs::short(self.learning_rate),
+            self.grad_norm
         )?;
         if !self.recent_grad_norms.is_empty() {
             writeln!(
                 f,
-                "  gradient global norms before (oldest first): {}",
+                "  recent gradient global norms (oldest first): {}",
                 trend(&self.recent_grad_norms)
             )?;
         }

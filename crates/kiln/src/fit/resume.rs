@@ -38,6 +38,8 @@ pub(super) struct LoopState {
     pub(super) rollbacks: u32,
     /// Batches skipped for a NaN loss in the epoch (`on_nan = "skip_step"`).
     pub(super) skipped_nan_steps: u64,
+    /// The sampled gradient norms before the last non-finite loss, oldest first.
+    pub(super) recent_grad_norms: Vec<super::GradNormSample>,
 }
 
 /// What the loop does after a non-finite loss.
@@ -184,7 +186,7 @@ impl Model {
              run) with learning rate {}",
             state.epoch + 1,
             control.iterations,
-            control.learning_rate
+            super::logs::short(control.learning_rate)
         );
         if opts.on_nan == OnNan::SkipStep {
             state.skipped_nan_steps += 1;
@@ -231,7 +233,7 @@ impl Model {
                     ckpt.path.display(),
                     state.epoch + 1,
                     state.acc.batches,
-                    control.learning_rate
+                    super::logs::short(control.learning_rate)
                 );
                 input.reposition(position)?;
                 Ok(NanAction::Restart)
@@ -257,7 +259,7 @@ impl Model {
             epoch: state.epoch,
             step,
             learning_rate: control.learning_rate,
-            recent_grad_norms: Vec::new(),
+            recent_grad_norms: state.recent_grad_norms.clone(),
             global_clipnorm: self.compiled.gradients.global_clipnorm,
         };
         match super::nan_report::diagnose(&self.net, &self.spec, &self.compiled, batch, &info, &dir)

@@ -70,7 +70,9 @@ fn info() -> StepInfo {
         epoch: 2,
         step: 41,
         learning_rate: 0.5,
-        recent_grad_norms: vec![0.5, 2.0, 50.0],
+        recent_grad_norms: [(38, 0.5), (39, 2.0), (40, 50.0)]
+            .map(|(step, norm)| GradNormSample { step, norm })
+            .to_vec(),
         global_clipnorm: None,
     }
 }
@@ -158,7 +160,7 @@ fn names_the_layer_whose_output_overflows_first() {
         "{text}"
     );
     assert!(
-        text.contains("5.000e-1, 2.000e0, 5.000e1 (x100.000 over 3 steps)"),
+        text.contains("step 38: 5.000e-1, step 39: 2.000e0, step 40: 5.000e1 (x100.000 from step 38 to step 40)"),
         "{text}"
     );
 
