@@ -205,7 +205,10 @@ fn main() -> ExitCode {
             };
             let code = match e.downcast_ref::<KilnError>() {
                 // The shell's convention for a process ended by a signal: 128 + its number.
-                Some(KilnError::Interrupted { signal, .. }) => 128 + *signal as u8,
+                Some(
+                    KilnError::Interrupted { signal, .. }
+                    | KilnError::InterruptedAfterTraining { signal, .. },
+                ) => 128 + *signal as u8,
                 _ if config => 2,
                 _ => 1,
             };
@@ -294,14 +297,21 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             if let Some(p) = &report.history.profile {
                 print!("{}", p.table());
             }
-            let epochs_run = report.history.epoch.len();
-            let total: f64 = report.history.epoch_time_s.iter().sum();
+            // Only the epochs this process trained (a resumed run's history holds the earlier
+            // ones too).
+            let h = &report.history;
+            let first = report.epochs_before.min(h.epoch.len());
+            let epochs_run = h.epoch.len() - first;
+            let total: f64 = h.epoch_time_s.iter().skip(first).sum();
             let sps =
-                report.history.samples_per_second.iter().sum::<f64>() / epochs_run.max(1) as f64;
+                h.samples_per_second.iter().skip(first).sum::<f64>() / epochs_run.max(1) as f64;
             let plural = if epochs_run == 1 { "" } else { "s" };
-            println!(
-                "Trained {epochs_run} epoch{plural} in {total:.1}s ({sps:.0} samples/s on average)."
-            );
+            if epochs_run > 0 {
+                println!(
+                    "Trained {epochs_run} epoch{plural} in {total:.1}s ({sps:.0} samples/s on \
+                     average)."
+                );
+            }
             if report.test.0.is_empty() {
                 println!("Test: no [data.test] table, not evaluated");
             } else {

@@ -63,6 +63,15 @@ pub enum KilnError {
         /// The checkpoint written on the way out.
         checkpoint: Option<PathBuf>,
     },
+    /// A signal (SIGINT, SIGTERM) arrived after training had finished, during the final
+    /// evaluation: the weights, history and config were already saved.
+    #[error("interrupted by signal {signal} after training finished; the trained model is saved in {}: `kiln evaluate {}` evaluates it", run_dir.display(), run_dir.display())]
+    InterruptedAfterTraining {
+        /// The signal number (2 = SIGINT, 15 = SIGTERM).
+        signal: i32,
+        /// The run directory holding the saved model.
+        run_dir: PathBuf,
+    },
     /// A training step produced a NaN or infinite loss and the NaN policy stopped the run; the
     /// message is the NaN report (what went non-finite first, and remedies).
     #[error("{0}")]
@@ -129,6 +138,14 @@ pub(crate) fn humanize(message: &str) -> String {
         ("expected f64", "expected a number"),
         ("expected f32", "expected a number"),
         ("expected a boolean", "expected true or false"),
+        (
+            "data did not match any variant of untagged enum SaveFreq",
+            "expected \"epoch\" or a number of batches (an integer of at least 1)",
+        ),
+        (
+            "wanted string or table",
+            "expected one of the option names as a quoted string (see docs/config.md)",
+        ),
     ] {
         m = m.replace(rust, words);
     }

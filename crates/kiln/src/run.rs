@@ -81,6 +81,9 @@ pub struct TrainReport {
     pub test: Logs,
     /// Where everything was written.
     pub run_dir: PathBuf,
+    /// Epochs finished before this call (a resumed run's checkpoint epoch; 0 for a fresh run):
+    /// `history` holds them too, so this process trained `history.epoch.len() - epochs_before`.
+    pub epochs_before: usize,
 }
 
 /// How [`train_with`] treats an earlier run in the same directory, and outside stop requests.
@@ -227,19 +230,32 @@ pub fn train_with(
                 opts,
                 ckpt_dir.path(),
             )?;
-            (opts.notes)(&format!(
-                "Resuming from {} (epoch {}, batch {} of it, step {} of the run)",
-                ckpt.path.display(),
-                ckpt.manifest.epoch + 1,
-                ckpt.manifest.step_in_epoch,
-                ckpt.manifest.iterations
-            ));
+            if ckpt.manifest.epoch >= cfg.fit.epochs {
+                (opts.notes)(&format!(
+                    "The run in {} already trained its {} epoch{} ({}): nothing left to train, \
+                     evaluating it again. Raise --epochs to train further, or pass \
+                     --no-resume to train anew.",
+                    dir.path().display(),
+                    ckpt.manifest.epoch,
+                    if ckpt.manifest.epoch == 1 { "" } else { "s" },
+                    ckpt.path.display(),
+                ));
+            } else {
+                (opts.notes)(&format!(
+                    "Resuming from {} (epoch {}, batch {} of it, step {} of the run)",
+                    ckpt.path.display(),
+                    ckpt.manifest.epoch + 1,
+                    ckpt.manifest.step_in_epoch,
+                    ckpt.manifest.iterations
+                ));
+            }
         }
         latest
     } else {
         ckpt_dir.clear()?;
         None
     };
+    let epochs_before = resume.as_ref().map_or(0, |c| c.manifest.epoch);
     let fit_opts = FitOptions {
         epochs: cfg.fit.epochs,
         initial_epoch: cfg.fit.initial_epoch,
@@ -260,6 +276,16 @@ pub fn train_with(
     model.save_weights(&dir.weights())?;
     dir.save_config(&cfg.to_toml())?;
     dir.save_history(&history)?;
+    let stopped = || {
+        let signal = opts.interrupt.as_ref().and_then(|i| i.requested());
+        signal.map_or(Ok(()), |signal| {
+            Err(KilnError::InterruptedAfterTraining {
+                signal,
+                run_dir: dir.path().to_path_buf(),
+            })
+        })
+    };
+    stopped()?;
     let test_logs = match &test {
         Some(test) => {
             let logs = model.evaluate(test)?;
@@ -268,6 +294,8 @@ pub fn train_with(
         }
         None => Logs::default(),
     };
+    // A signal during the evaluation: its metrics are saved, and the exit says so.
+    stopped()?;
     if cfg.backup.delete_checkpoint {
         ckpt_dir.clear()?;
     }
@@ -276,6 +304,7 @@ pub fn train_with(
         history,
         test: test_logs,
         run_dir: dir.path().to_path_buf(),
+        epochs_before,
     })
 }
 

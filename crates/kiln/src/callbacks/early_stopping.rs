@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::monitor::{Mode, Monitor};
+use super::monitor::{Mode, Monitor, warn_missing_once};
 use super::state::{self, opt_float};
 use crate::error::Result;
 use crate::fit::{Callback, FitContext, Logs, WeightsSnapshot};
@@ -62,6 +62,7 @@ pub struct EarlyStopping {
     baseline: Option<f64>,
     restore_best_weights: bool,
     start_from_epoch: usize,
+    warned_missing: bool,
     // State, reset by `on_train_begin`.
     test: Option<Monitor>,
     wait: usize,
@@ -105,6 +106,7 @@ impl EarlyStopping {
             baseline: None,
             restore_best_weights: false,
             start_from_epoch: 0,
+            warned_missing: false,
             test: None,
             wait: 0,
             best: None,
@@ -220,18 +222,11 @@ impl Callback for EarlyStopping {
             }
         };
         let Some(current) = logs.get(&self.monitor) else {
-            if self.verbose {
-                eprintln!(
-                    "Early stopping conditioned on metric `{}` which is not available. \
-                     Available metrics are: {}",
-                    self.monitor,
-                    logs.0
-                        .iter()
-                        .map(|(k, _)| k.as_str())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                );
-            }
+            let what = format!(
+                "Early stopping conditioned on metric `{}` which is not available.",
+                self.monitor
+            );
+            warn_missing_once(&mut self.warned_missing, &what, logs);
             return Ok(());
         };
         if epoch < self.start_from_epoch {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::monitor::{Mode, Monitor};
+use super::monitor::{Mode, Monitor, warn_missing_once};
 use super::path_format::{FormatValue, PathTemplate};
 use super::state::{self, opt_float};
 use crate::error::{KilnError, Result};
@@ -303,19 +303,12 @@ impl ModelCheckpoint {
             return Ok(true);
         }
         let Some(current) = logs.get(&self.monitor) else {
-            if !self.warned_missing {
-                eprintln!(
-                    "warning: ModelCheckpoint: Can save best model only with {} available. \
-                     (Saving anyway, as Keras 3 does; the logs have: {}.)",
-                    self.monitor,
-                    logs.0
-                        .iter()
-                        .map(|(k, _)| k.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                self.warned_missing = true;
-            }
+            let what = format!(
+                "ModelCheckpoint: Can save best model only with {} available (saving anyway, \
+                 as Keras 3 does).",
+                self.monitor
+            );
+            warn_missing_once(&mut self.warned_missing, &what, logs);
             return Ok(true);
         };
         let test = self.monitor_test()?;

@@ -144,6 +144,21 @@ impl Monitor {
     }
 }
 
+/// Prints `warning: <message> Available metrics are: <keys of logs>` once (`*warned` keeps
+/// track), as Keras' callbacks warn when their monitored value is missing from the logs
+/// (`warnings.warn`, shown once per place): a mistyped `monitor` must not go unnoticed.
+pub fn warn_missing_once(warned: &mut bool, message: &str, logs: &crate::fit::Logs) {
+    if *warned {
+        return;
+    }
+    *warned = true;
+    let keys: Vec<&str> = logs.0.iter().map(|(k, _)| k.as_str()).collect();
+    eprintln!(
+        "warning: {message} Available metrics are: {}.",
+        keys.join(", ")
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::monitor::{Mode, Monitor};
+use super::monitor::{Mode, Monitor, warn_missing_once};
 use super::state::{self, opt_float};
 use super::{as_keras_lr, set_keras_lr};
 use crate::error::{KilnError, Result};
@@ -36,6 +36,7 @@ pub struct ReduceLROnPlateau {
     min_delta: f64,
     cooldown: usize,
     min_lr: f64,
+    warned_missing: bool,
     test: Option<Monitor>,
     best: Option<f64>,
     wait: usize,
@@ -74,6 +75,7 @@ impl ReduceLROnPlateau {
             min_delta: 1e-4,
             cooldown: 0,
             min_lr: 0.0,
+            warned_missing: false,
             test: None,
             best: None,
             wait: 0,
@@ -161,6 +163,11 @@ impl Callback for ReduceLROnPlateau {
         let old_lr = as_keras_lr(ctx.learning_rate());
         logs.set("learning_rate", old_lr);
         let Some(current) = logs.get(&self.monitor) else {
+            let what = format!(
+                "Learning rate reduction is conditioned on metric `{}` which is not available.",
+                self.monitor
+            );
+            warn_missing_once(&mut self.warned_missing, &what, logs);
             return Ok(());
         };
         if self.in_cooldown() {

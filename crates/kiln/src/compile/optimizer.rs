@@ -112,15 +112,75 @@ impl OptimizerSpec {
             toml::Value::Table(table)
                 .try_into()
                 .map_err(|e: toml::de::Error| {
-                    KilnError::config(key, crate::error::humanize(e.message()))
+                    let mut message = crate::error::humanize(e.message());
+                    if message.contains("unknown field") {
+                        message += &format!(
+                            " (every optimizer also takes {})",
+                            super::GradientOptions::KEYS.join(", ")
+                        );
+                    }
+                    KilnError::config(key, message)
                 })?;
-        if spec.learning_rate() <= 0.0 || !spec.learning_rate().is_finite() {
-            return Err(KilnError::config(
-                format!("{key}.learning_rate"),
-                format!("must be a positive number, got {}", spec.learning_rate()),
-            ));
-        }
+        spec.check_ranges(key)?;
         Ok(spec)
+    }
+
+    /// Refuses hyperparameters outside their meaningful range: a learning rate that is not a
+    /// positive number, `momentum` outside `[0, 1]` (Keras' SGD raises the same), `beta_1` /
+    /// `beta_2` outside `[0, 1)` (at 1 Adam's bias correction `1 - β^t` divides by zero), a
+    /// negative `epsilon` or `weight_decay`, and any non-finite value.
+    fn check_ranges(&self, key: &str) -> Result<()> {
+        let bad = |field: &str, value: f64, want: &str| -> Result<()> {
+            Err(KilnError::config(
+                format!("{key}.{field}"),
+                format!("must be {want}, got {value}"),
+            ))
+        };
+        let lr = self.learning_rate();
+        if lr <= 0.0 || !lr.is_finite() {
+            return bad("learning_rate", lr, "a positive number");
+        }
+        let (betas, epsilon, decay) = match *self {
+            OptimizerSpec::Sgd { momentum, .. } => {
+                if !(0.0..=1.0).contains(&momentum) {
+                    return bad("momentum", momentum, "between 0 and 1 (Keras' range)");
+                }
+                return Ok(());
+            }
+            OptimizerSpec::Adam {
+                beta_1,
+                beta_2,
+                epsilon,
+                ..
+            } => ([beta_1, beta_2], epsilon, 0.0),
+            OptimizerSpec::AdamW {
+                beta_1,
+                beta_2,
+                epsilon,
+                weight_decay,
+                ..
+            } => ([beta_1, beta_2], epsilon, weight_decay),
+        };
+        for (field, beta) in ["beta_1", "beta_2"].into_iter().zip(betas) {
+            if !(0.0..1.0).contains(&beta) {
+                return bad(field, beta, "at least 0 and below 1 (e.g. 0.9 and 0.999)");
+            }
+        }
+        if !(epsilon >= 0.0 && epsilon.is_finite()) {
+            return bad(
+                "epsilon",
+                epsilon,
+                "a small non-negative number (Keras: 1e-7)",
+            );
+        }
+        if !(decay >= 0.0 && decay.is_finite()) {
+            return bad(
+                "weight_decay",
+                decay,
+                "a non-negative number (Keras: 0.004)",
+            );
+        }
+        Ok(())
     }
 
     /// The (constant) learning rate.
@@ -204,5 +264,43 @@ mod tests {
             .clone();
         let e = OptimizerSpec::from_toml(&v).unwrap_err();
         assert!(e.to_string().contains("unknown field `lr`"), "{e}");
+        assert!(e.to_string().contains("also takes clipnorm"), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_hyperparameters_name_the_key() {
+        for (table, key, got) in [
+            ("{ type = \"sgd\", momentum = -0.1 }", "momentum", "-0.1"),
+            ("{ type = \"adam\", beta_1 = 1.0 }", "beta_1", "1"),
+            ("{ type = \"adamw\", beta_2 = 1.5 }", "beta_2", "1.5"),
+            (
+                "{ type = \"adam\", epsilon = -1e-7 }",
+                "epsilon",
+                "-0.0000001",
+            ),
+            (
+                "{ type = \"adamw\", weight_decay = -0.01 }",
+                "weight_decay",
+                "-0.01",
+            ),
+            (
+                "{ type = \"adamw\", learning_rate = 0.0 }",
+                "learning_rate",
+                "0",
+            ),
+        ] {
+            let v: toml::Value =
+                toml::from_str::<toml::Table>(&format!("o = {table}")).unwrap()["o"].clone();
+            let e = OptimizerSpec::from_toml(&v).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("compile.optimizer.{key}"))
+                    && e.contains(&format!("got {got}")),
+                "{table}: {e}"
+            );
+        }
+        let ok: toml::Value =
+            toml::from_str::<toml::Table>("o = { type = \"sgd\", momentum = 0.9 }").unwrap()["o"]
+                .clone();
+        assert!(OptimizerSpec::from_toml(&ok).is_ok());
     }
 }
