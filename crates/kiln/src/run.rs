@@ -383,9 +383,13 @@ fn check_unchanged(
         .filter(|(k, _)| is(k, "data"))
         .map(|(k, v)| format!("  {k}: {v}"))
         .collect();
+    let seed = changes.iter().find(|(k, _)| k == "seed");
     for (split, fp) in fingerprints {
-        match manifest.data_fingerprints.get(split) {
-            Some(old) if old != fp && data.is_empty() => data.push(format!(
+        match (manifest.data_fingerprints.get(split), seed) {
+            (Some(old), Some((_, v))) if old != fp && data.is_empty() => data.push(format!(
+                "  seed: {v} (the {split} data's shuffle order and random maps follow the seed)"
+            )),
+            (Some(old), None) if old != fp && data.is_empty() => data.push(format!(
                 "  the {split} data: the files or the pipeline it reads changed (fingerprint {old} -> {fp})"
             )),
             _ => {}
@@ -414,6 +418,7 @@ fn check_unchanged(
     let others: Vec<String> = changes
         .iter()
         .filter(|(k, _)| !is(k, "model") && !is(k, "data"))
+        .filter(|(k, _)| !(k == "seed" && !data.is_empty()))
         .map(|(k, v)| format!("  {k}: {v}"))
         .collect();
     if !data.is_empty() {
