@@ -84,6 +84,10 @@ enum Command {
         /// Resume even though the data or its pipeline changed since the checkpoint.
         #[arg(long)]
         allow_changed_data: bool,
+        /// Override precision: float32, mixed_float16 or mixed_bfloat16 (also 32, 16-mixed,
+        /// bf16-mixed).
+        #[arg(long)]
+        precision: Option<String>,
     },
     /// Evaluate a trained run on its test split.
     Evaluate {
@@ -262,13 +266,18 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             profile,
             no_resume,
             allow_changed_data,
+            precision,
         } => {
             let mut cfg = RunConfig::load(&config)?;
+            let precision = precision
+                .map(|p| kiln::Precision::parse(&p, "--precision"))
+                .transpose()?;
             cfg.apply(&Overrides {
                 epochs,
                 batch_size,
                 seed,
                 data_dir,
+                precision,
             })?;
             let dev = device::resolve(device.into())?;
             let run_dir = run_dir.unwrap_or_else(|| cfg.default_run_dir());

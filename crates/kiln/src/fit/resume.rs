@@ -38,6 +38,8 @@ pub(super) struct LoopState {
     pub(super) rollbacks: u32,
     /// Batches skipped for a NaN loss in the epoch (`on_nan = "skip_step"`).
     pub(super) skipped_nan_steps: u64,
+    /// The loss scale's state (mixed_float16), as of the last step.
+    pub(super) loss_scale: Option<crate::precision::LossScale>,
 }
 
 /// What the loop does after a non-finite loss.
@@ -137,6 +139,7 @@ impl Model {
             config: backup.config.clone(),
             data_fingerprints: backup.data_fingerprints.clone(),
             files: Vec::new(),
+            loss_scale: state.loss_scale,
         };
         let files = self.checkpoint_files()?;
         let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
@@ -160,6 +163,9 @@ impl Model {
         state.acc = Accumulator::from_sums(&m.epoch_sums, m.step_in_epoch);
         state.history = m.history.clone();
         state.rollbacks = m.rollbacks;
+        if m.loss_scale.is_some() {
+            state.loss_scale = m.loss_scale;
+        }
         for (i, c) in callbacks.iter_mut().enumerate() {
             if let Some(s) = m.callbacks.get(&callback_key(i)) {
                 c.restore_state(s)?;

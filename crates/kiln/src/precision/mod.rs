@@ -24,7 +24,7 @@
 mod loss_scale;
 pub mod round;
 
-pub use loss_scale::{LossScale, LossScaleOptions};
+pub use loss_scale::{LossScale, LossScaleOptions, ScaleUpdate, unscale};
 
 use burn::tensor::FloatDType;
 use serde::{Deserialize, Serialize};
