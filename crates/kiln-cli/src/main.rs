@@ -167,6 +167,9 @@ enum DataCommand {
 fn main() -> ExitCode {
     // A bug must still end in one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
+        if kiln::fit::is_out_of_memory(info.payload()) {
+            return; // the training step catches it, retries and says so (kiln::fit::oom)
+        }
         let msg = info
             .payload()
             .downcast_ref::<&str>()
@@ -191,7 +194,23 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run_command(cli.command) {
+    // An out-of-memory panic the training step did not catch (evaluation, the optimizer
+    // update) ends in one line too; the hook above stays quiet for those.
+    let result = match std::panic::catch_unwind(|| run_command(cli.command)) {
+        Ok(r) => r,
+        Err(p) if kiln::fit::is_out_of_memory(&*p) => {
+            let what = p
+                .downcast_ref::<String>()
+                .and_then(|s| s.lines().next().map(str::to_string))
+                .unwrap_or_else(|| "allocation failure".into());
+            eprintln!(
+                "kiln: error: out of memory ({what}); lower fit.batch_size or use precision = \"mixed_float16\""
+            );
+            return ExitCode::from(1);
+        }
+        Err(p) => std::panic::resume_unwind(p),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let config = e

@@ -227,7 +227,10 @@ impl GradientAccumulation {
             }
             self.parts = parts * 2;
             eprintln!(
-                "warning: out of memory in training batch {} ({} examples in {parts} part(s) of                  up to {per_part}: {message}); memory released, retrying it in {} parts of up                  to {} with their gradients accumulated (same batch size, same update); later                  batches too",
+                "warning: out of memory in training batch {} ({} examples in {parts} part(s) of \
+                 up to {per_part}: {message}); memory released, retrying it in {} parts of up \
+                 to {} with their gradients accumulated (same batch size, same update); later \
+                 batches too",
                 self.calls,
                 batch.size,
                 self.parts,
