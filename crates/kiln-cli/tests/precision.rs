@@ -37,7 +37,8 @@ fn dtypes(path: &Path) -> Vec<String> {
 fn mixed_precision_mlp_reaches_float32_accuracy() {
     require_data();
     let dir = scratch("precision");
-    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fashion-mnist/mlp.toml");
+    let config =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fashion-mnist/mlp.toml");
     let mut accuracy = Vec::new();
     for policy in ["float32", "bf16-mixed", "mixed_float16"] {
         let run = dir.join(policy);
@@ -55,7 +56,11 @@ fn mixed_precision_mlp_reaches_float32_accuracy() {
             String::from_utf8_lossy(&o.stderr),
         );
         assert!(o.status.success(), "{policy}: {out}\n{err}");
-        assert_eq!(out.contains("loss_scale: "), policy == "mixed_float16", "{out}");
+        assert_eq!(
+            out.contains("loss_scale: "),
+            policy == "mixed_float16",
+            "{out}"
+        );
         if policy == "mixed_float16" {
             assert!(
                 err.contains("out of memory in training batch 5 (128 examples")

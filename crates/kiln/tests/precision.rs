@@ -5,11 +5,11 @@ mod common;
 
 use burn::prelude::Device;
 use burn::tensor::DType;
+use kiln::Model;
 use kiln::checkpoint::CheckpointDir;
 use kiln::compile::{Compiled, LossKind, LossSpec, OptimizerSpec};
 use kiln::fit::{Backup, FitOptions, SaveFreq};
 use kiln::precision::{LossScale, LossScaleOptions, Precision};
-use kiln::Model;
 use kiln_data::{Array, Buffer, Dataset, Element};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -66,7 +66,11 @@ fn options(epochs: usize, dir: &CheckpointDir, resume: bool) -> FitOptions {
         backup: Some(Backup {
             dir: dir.clone(),
             save_freq: SaveFreq::Epoch,
-            resume: if resume { dir.latest().unwrap().0 } else { None },
+            resume: if resume {
+                dir.latest().unwrap().0
+            } else {
+                None
+            },
             config: String::new(),
             data_fingerprints: Default::default(),
         }),
@@ -95,7 +99,13 @@ fn weight_bits(m: &Model) -> Vec<u32> {
 }
 
 fn loss_scale(dir: &CheckpointDir) -> LossScale {
-    dir.latest().unwrap().0.unwrap().manifest.loss_scale.unwrap()
+    dir.latest()
+        .unwrap()
+        .0
+        .unwrap()
+        .manifest
+        .loss_scale
+        .unwrap()
 }
 
 #[test]
@@ -107,7 +117,9 @@ fn the_loss_scale_is_logged_checkpointed_and_continued_on_resume() {
     // Two epochs in one go.
     let whole = CheckpointDir::new(tmp.path().join("whole"), 3);
     let mut a = model(Precision::MixedFloat16);
-    let history = a.fit_with(&data, None, &options(2, &whole, false), &mut []).unwrap();
+    let history = a
+        .fit_with(&data, None, &options(2, &whole, false), &mut [])
+        .unwrap();
     let scales = &history.history["loss_scale"];
     assert_eq!(scales.len(), 2);
     for s in scales {
@@ -135,7 +147,11 @@ fn the_loss_scale_is_logged_checkpointed_and_continued_on_resume() {
     c.fit_with(&blobs(), None, &options(2, &split, true), &mut [])
         .unwrap();
     assert_eq!(loss_scale(&split), end);
-    assert_eq!(weight_bits(&c), weight_bits(&a), "resume changed the weights");
+    assert_eq!(
+        weight_bits(&c),
+        weight_bits(&a),
+        "resume changed the weights"
+    );
 }
 
 /// mixed_bfloat16 has no loss scale (Keras wraps only mixed_float16) and trains the blobs as

@@ -383,13 +383,20 @@ fn precision_keys_parse_round_trip_and_name_the_key() {
     assert_eq!(cfg.model.layer_precision(0), Precision::Float32);
     assert_eq!(cfg.compile.loss_scale, Some(LossScaleOptions::default()));
     let written = cfg.to_toml();
-    assert!(written.contains("precision = \"mixed_float16\""), "{written}");
+    assert!(
+        written.contains("precision = \"mixed_float16\""),
+        "{written}"
+    );
     let again = RunConfig::from_toml_str(&written).unwrap();
     assert_eq!(again.model, cfg.model);
     assert_eq!(again.compile, cfg.compile);
 
     // bfloat16: no loss scale, unless the config asks for one.
-    let bf16 = minimal("").replacen("name = \"t\"", "name = \"t\"\nprecision = \"bf16-mixed\"", 1);
+    let bf16 = minimal("").replacen(
+        "name = \"t\"",
+        "name = \"t\"\nprecision = \"bf16-mixed\"",
+        1,
+    );
     let cfg = RunConfig::from_toml_str(&bf16).unwrap();
     assert_eq!(cfg.compile.loss_scale, None);
     let custom = bf16.replace(
@@ -415,7 +422,10 @@ fn precision_keys_parse_round_trip_and_name_the_key() {
     assert!(e.starts_with("precision: unknown precision \"fp8\""), "{e}");
     let bad = text.replace("dtype = \"float32\"", "dtype = \"int8\"");
     let e = RunConfig::from_toml_str(&bad).unwrap_err().to_string();
-    assert!(e.starts_with("model.layers[1].dtype: unknown precision"), "{e}");
+    assert!(
+        e.starts_with("model.layers[1].dtype: unknown precision"),
+        "{e}"
+    );
     let bad = custom.replace("initial_scale = 1024.0", "initial_scale = -1.0");
     let e = RunConfig::from_toml_str(&bad).unwrap_err().to_string();
     assert!(e.contains("compile.loss_scale.initial_scale"), "{e}");

@@ -202,7 +202,15 @@ impl GradientAccumulation {
                 if inject {
                     std::panic::panic_any(oom::InjectedOom);
                 }
-                gradients_in_parts(net.clone(), spec, compiled, batch, parts, scale, profile.as_deref_mut())
+                gradients_in_parts(
+                    net.clone(),
+                    spec,
+                    compiled,
+                    batch,
+                    parts,
+                    scale,
+                    profile.as_deref_mut(),
+                )
             }));
             let payload = match attempt {
                 Ok(r) => return Ok(r),

@@ -39,7 +39,9 @@ fn classifier(precision: Precision) -> (ModelSpec, Compiled) {
 }
 
 fn class_batch(device: &Device) -> DeviceBatch {
-    let x: Vec<f32> = (0..24).map(|i| ((i * 7) % 11) as f32 / 11.0 - 0.4).collect();
+    let x: Vec<f32> = (0..24)
+        .map(|i| ((i * 7) % 11) as f32 / 11.0 - 0.4)
+        .collect();
     let y = vec![0i64, 1, 2, 0, 1, 2];
     DeviceBatch {
         x: Act::Flat(Tensor::from_data(TensorData::new(x, [6, 4]), device)),
@@ -77,8 +79,17 @@ fn an_overflow_skips_the_update_and_halves_the_scale() {
     let mut optim = compiled.optimizer.build();
     let mut acc = GradientAccumulation::new(1).with_loss_scale(compiled.loss_scale);
     let step = |acc: &mut GradientAccumulation, optim: &mut ModuleOptimizer, net| {
-        acc.train_step(net, optim, &spec, &compiled, class_batch(&device), 0.01, true, None)
-            .unwrap()
+        acc.train_step(
+            net,
+            optim,
+            &spec,
+            &compiled,
+            class_batch(&device),
+            0.01,
+            true,
+            None,
+        )
+        .unwrap()
     };
     // A normal first step, so that AdamW has state (step 1, moments).
     let (net, out, applied) = step(&mut acc, &mut optim, net);
@@ -105,7 +116,11 @@ fn an_overflow_skips_the_update_and_halves_the_scale() {
     );
     assert_eq!(acc.take_overflow_skips(), 1);
     assert_eq!(bits(&spec, &net), w0, "weights changed on a skipped step");
-    assert_eq!(optimizer_bytes(&optim), s0, "optimizer state changed on a skipped step");
+    assert_eq!(
+        optimizer_bytes(&optim),
+        s0,
+        "optimizer state changed on a skipped step"
+    );
 
     // Back to a sane scale: the update happens (and AdamW's state moves on).
     acc.restore_loss_scale(LossScale::new(compiled.loss_scale.unwrap()));
@@ -191,11 +206,18 @@ fn gradients_that_underflow_in_float16_survive_with_loss_scaling() {
     let f32_update = run(Precision::Float32, false);
     assert!((f32_update[0] + 1.75).abs() < 1e-4 && (f32_update[1] - 1.75).abs() < 1e-4);
     let unscaled = run(Precision::MixedFloat16, false);
-    assert_eq!(unscaled, vec![0.0, 0.0], "float16 should lose these gradients");
+    assert_eq!(
+        unscaled,
+        vec![0.0, 0.0],
+        "float16 should lose these gradients"
+    );
     let scaled = run(Precision::MixedFloat16, true);
     for (s, f) in scaled.iter().zip(&f32_update) {
         // Two float16 roundings (output gradient, kernel gradient): relative error < 2^-10.
-        assert!((s - f).abs() <= 1e-3 * f.abs(), "{scaled:?} vs {f32_update:?}");
+        assert!(
+            (s - f).abs() <= 1e-3 * f.abs(),
+            "{scaled:?} vs {f32_update:?}"
+        );
     }
 }
 
@@ -215,7 +237,16 @@ fn an_out_of_memory_step_is_retried_in_halves_with_the_same_update() {
         let mut losses = Vec::new();
         for _ in 0..3 {
             let (n, out, _) = acc
-                .train_step(net, &mut optim, &spec, &compiled, class_batch(&device), 0.01, true, None)
+                .train_step(
+                    net,
+                    &mut optim,
+                    &spec,
+                    &compiled,
+                    class_batch(&device),
+                    0.01,
+                    true,
+                    None,
+                )
                 .unwrap();
             net = n;
             losses.push(out.loss);
@@ -244,7 +275,14 @@ fn an_out_of_memory_step_is_retried_in_halves_with_the_same_update() {
         .train_step(net, &mut optim, &spec, &compiled, one, 0.01, true, None)
         .unwrap_err();
     assert!(
-        matches!(e, crate::KilnError::OutOfMemory { step: 0, batch_size: 1, .. }),
+        matches!(
+            e,
+            crate::KilnError::OutOfMemory {
+                step: 0,
+                batch_size: 1,
+                ..
+            }
+        ),
         "{e}"
     );
     assert!(e.to_string().contains("Lower fit.batch_size"), "{e}");

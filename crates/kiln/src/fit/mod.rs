@@ -16,9 +16,9 @@ pub use accumulate::GradientAccumulation;
 pub use callback::{Callback, FitContext, ManualContext, NamedWeight, WeightsSnapshot};
 pub use class_weight::ClassWeight;
 pub use logs::{History, Logs};
+pub use oom::{INJECT_ENV as OOM_INJECT_ENV, is_out_of_memory};
 pub use options::{Backup, FitOptions, Interrupt, OnNan, SaveFreq};
 pub use profile::StepProfile;
-pub use oom::{INJECT_ENV as OOM_INJECT_ENV, is_out_of_memory};
 pub use step::{
     PendingOutput, StepOutput, apply_gradients, compute_gradients, compute_gradients_scaled,
     eval_step, train_step,

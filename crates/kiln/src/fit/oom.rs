@@ -56,9 +56,14 @@ pub fn is_out_of_memory(payload: &(dyn std::any::Any + Send)) -> bool {
         .or_else(|| payload.downcast_ref::<&str>().copied())
         .unwrap_or("")
         .to_ascii_lowercase();
-    ["out of memory", "out-of-memory", "out of device memory", "outofmemory"]
-        .iter()
-        .any(|k| text.contains(k))
+    [
+        "out of memory",
+        "out-of-memory",
+        "out of device memory",
+        "outofmemory",
+    ]
+    .iter()
+    .any(|k| text.contains(k))
 }
 
 /// The device of a batch's features.
@@ -106,7 +111,11 @@ pub fn split(batch: &DeviceBatch, parts: usize) -> Vec<DeviceBatch> {
                 Labels::Sparse(t) => Labels::Sparse(t.clone().slice(r.clone())),
                 Labels::Dense(t) => Labels::Dense(t.clone().slice(r.clone())),
             }),
-            classes: batch.classes.get(r.clone()).map(<[i64]>::to_vec).unwrap_or_default(),
+            classes: batch
+                .classes
+                .get(r.clone())
+                .map(<[i64]>::to_vec)
+                .unwrap_or_default(),
             targets: batch
                 .targets
                 .get(r.start * units..r.end * units)
@@ -159,7 +168,9 @@ mod tests {
     fn out_of_memory_panics_are_recognised() {
         let cubecl = String::from("out of device memory allocating 1073741824 bytes\n");
         assert!(is_out_of_memory(&cubecl));
-        assert!(is_out_of_memory(&"An out-of-memory error happened during launch"));
+        assert!(is_out_of_memory(
+            &"An out-of-memory error happened during launch"
+        ));
         assert!(is_out_of_memory(&InjectedOom));
         assert!(!is_out_of_memory(&"index out of bounds"));
         assert!(!is_out_of_memory(&42u8));

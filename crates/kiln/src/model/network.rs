@@ -16,8 +16,8 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::init::glorot_uniform;
-use crate::precision::round::{round_act, round_params};
 use super::spec::{Activation, LayerKind, ModelSpec, Padding};
+use crate::precision::round::{round_act, round_params};
 
 /// Parameters of one layer; which fields are set depends on the layer's kind.
 #[derive(Module, Debug)]

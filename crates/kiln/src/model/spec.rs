@@ -674,7 +674,9 @@ impl ModelSpec {
                 }
             }
             let dtype = match table.remove("dtype") {
-                Some(toml::Value::String(s)) => Some(Precision::parse(&s, &format!("{key}.dtype"))?),
+                Some(toml::Value::String(s)) => {
+                    Some(Precision::parse(&s, &format!("{key}.dtype"))?)
+                }
                 Some(other) => {
                     return Err(KilnError::config(
                         format!("{key}.dtype"),

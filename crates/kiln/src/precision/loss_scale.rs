@@ -134,7 +134,11 @@ impl LossScale {
 /// Divides every gradient of `module`'s parameters by `scale` and says whether all of them are
 /// finite (one device read for the whole model: the sum over all gradients of `g * 0`, which is
 /// NaN exactly when some element is NaN or ±Inf).
-pub fn unscale<M: Module>(module: &M, grads: GradientsParams, scale: f64) -> (GradientsParams, bool) {
+pub fn unscale<M: Module>(
+    module: &M,
+    grads: GradientsParams,
+    scale: f64,
+) -> (GradientsParams, bool) {
     let mut visitor = Unscale {
         grads,
         inverse: 1.0 / scale,
@@ -225,7 +229,10 @@ mod tests {
         }
         .validate()
         .unwrap_err();
-        assert!(e.to_string().contains("compile.loss_scale.initial_scale"), "{e}");
+        assert!(
+            e.to_string().contains("compile.loss_scale.initial_scale"),
+            "{e}"
+        );
         let e = LossScaleOptions {
             initial_scale: 1.0,
             dynamic_growth_steps: 0,

@@ -148,7 +148,10 @@ mod tests {
             assert_eq!(Precision::parse(name, "precision").unwrap(), p, "{name}");
         }
         let e = Precision::parse("float8", "precision").unwrap_err();
-        assert!(e.to_string().contains("unknown precision \"float8\""), "{e}");
+        assert!(
+            e.to_string().contains("unknown precision \"float8\""),
+            "{e}"
+        );
         assert!(e.to_string().starts_with("precision:"), "{e}");
     }
 
@@ -163,7 +166,10 @@ mod tests {
         );
         assert_eq!(Precision::MixedBFloat16.default_loss_scale(), None);
         assert_eq!(Precision::Float32.default_loss_scale(), None);
-        assert_eq!(Precision::MixedBFloat16.compute_dtype(), Some(FloatDType::BF16));
+        assert_eq!(
+            Precision::MixedBFloat16.compute_dtype(),
+            Some(FloatDType::BF16)
+        );
     }
 
     #[test]

@@ -32,7 +32,10 @@ pub fn round_act(x: Act, dtype: FloatDType) -> Act {
     }
 }
 
-fn round_param<const D: usize>(p: &Option<Param<Tensor<D>>>, dtype: FloatDType) -> Option<Param<Tensor<D>>> {
+fn round_param<const D: usize>(
+    p: &Option<Param<Tensor<D>>>,
+    dtype: FloatDType,
+) -> Option<Param<Tensor<D>>> {
     p.as_ref()
         .map(|p| Param::initialized(p.id, round(p.val(), dtype)))
 }
@@ -70,7 +73,10 @@ mod tests {
         // 65504 is float16's largest; 65520 rounds up to Inf; 1e-8 is below the smallest
         // subnormal (5.96e-8 / 2) and flushes to 0; 1/3 keeps 11 significant bits.
         let x = vec1(&[65504.0, 65520.0, -1e6, 1e-8, 1.0 / 3.0], &d);
-        let y = round(x, FloatDType::F16).into_data().try_to_vec::<f32>().unwrap();
+        let y = round(x, FloatDType::F16)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
         assert_eq!(y[0], 65504.0);
         assert_eq!(y[1], f32::INFINITY);
         assert_eq!(y[2], f32::NEG_INFINITY);
@@ -78,7 +84,10 @@ mod tests {
         assert_eq!(y[4], 0.333_251_95);
         // bfloat16 keeps float32's range with 8 significant bits.
         let x = vec1(&[1e30, 1e-30, 1.0 / 3.0], &d);
-        let y = round(x, FloatDType::BF16).into_data().try_to_vec::<f32>().unwrap();
+        let y = round(x, FloatDType::BF16)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
         assert!((y[0] / 1e30 - 1.0).abs() < 4e-3 && (y[1] / 1e-30 - 1.0).abs() < 4e-3);
         assert_eq!(y[2], 0.333_984_38);
     }
@@ -92,6 +101,9 @@ mod tests {
         let c = vec1(&[1e-8, 1e5], &d);
         let loss = (round(w.clone(), FloatDType::F16) * c).sum();
         let g = w.grad(&loss.backward()).unwrap();
-        assert_eq!(g.into_data().try_to_vec::<f32>().unwrap(), vec![0.0, f32::INFINITY]);
+        assert_eq!(
+            g.into_data().try_to_vec::<f32>().unwrap(),
+            vec![0.0, f32::INFINITY]
+        );
     }
 }
