@@ -287,3 +287,53 @@ fn an_out_of_memory_step_is_retried_in_halves_with_the_same_update() {
     );
     assert!(e.to_string().contains("Lower fit.batch_size"), "{e}");
 }
+
+/// With `gradient_accumulation_steps = 2`, a micro-batch whose gradients overflow is left out
+/// of the window (as Keras' inner optimizer never sees it): the update waits for the next
+/// finite micro-batch, and equals the update of the two finite ones alone.
+#[test]
+fn an_overflowing_micro_batch_is_left_out_of_the_accumulated_mean() {
+    let (spec, compiled) = classifier(Precision::MixedFloat16);
+    let device = Device::flex().autodiff();
+    let overflow = LossScale {
+        scale: 2f64.powi(40),
+        finite_steps: 0,
+        growth_steps: 2000,
+    };
+    let run = |with_overflow: bool| {
+        let mut net = Network::init(&spec, 3, &device);
+        let mut optim = compiled.optimizer.build();
+        let mut acc = GradientAccumulation::new(2).with_loss_scale(compiled.loss_scale);
+        let normal = LossScale::new(compiled.loss_scale.unwrap());
+        let scales = if with_overflow {
+            vec![normal, overflow, normal]
+        } else {
+            vec![normal, normal]
+        };
+        let mut pending = Vec::new();
+        for scale in scales {
+            acc.restore_loss_scale(scale);
+            let (n, _, _) = acc
+                .train_step(
+                    net,
+                    &mut optim,
+                    &spec,
+                    &compiled,
+                    class_batch(&device),
+                    0.01,
+                    true,
+                    None,
+                )
+                .unwrap();
+            net = n;
+            pending.push(acc.pending());
+        }
+        (bits(&spec, &net), pending)
+    };
+    let (plain, pending) = run(false);
+    assert_eq!(pending, vec![1, 0]);
+    let (skipped, pending) = run(true);
+    // Micro-batch 1 overflowed: still one pending after it, the update after micro-batch 2.
+    assert_eq!(pending, vec![1, 1, 0]);
+    assert_eq!(skipped, plain);
+}
