@@ -84,6 +84,10 @@ enum Command {
         /// Resume even though the data or its pipeline changed since the checkpoint.
         #[arg(long)]
         allow_changed_data: bool,
+        /// Override precision: float32, mixed_float16 or mixed_bfloat16 (also 32, 16-mixed,
+        /// bf16-mixed).
+        #[arg(long)]
+        precision: Option<String>,
     },
     /// Evaluate a trained run on its test split.
     Evaluate {
@@ -163,6 +167,9 @@ enum DataCommand {
 fn main() -> ExitCode {
     // A bug must still end in one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
+        if kiln::fit::is_out_of_memory(info.payload()) {
+            return; // the training step catches it, retries and says so (kiln::fit::oom)
+        }
         let msg = info
             .payload()
             .downcast_ref::<&str>()
@@ -187,7 +194,23 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run_command(cli.command) {
+    // An out-of-memory panic the training step did not catch (evaluation, the optimizer
+    // update) ends in one line too; the hook above stays quiet for those.
+    let result = match std::panic::catch_unwind(|| run_command(cli.command)) {
+        Ok(r) => r,
+        Err(p) if kiln::fit::is_out_of_memory(&*p) => {
+            let what = p
+                .downcast_ref::<String>()
+                .and_then(|s| s.lines().next().map(str::to_string))
+                .unwrap_or_else(|| "allocation failure".into());
+            eprintln!(
+                "kiln: error: out of memory ({what}); lower fit.batch_size or use precision = \"mixed_float16\""
+            );
+            return ExitCode::from(1);
+        }
+        Err(p) => std::panic::resume_unwind(p),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let config = e
@@ -265,13 +288,18 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             profile,
             no_resume,
             allow_changed_data,
+            precision,
         } => {
             let mut cfg = RunConfig::load(&config)?;
+            let precision = precision
+                .map(|p| kiln::Precision::parse(&p, "--precision"))
+                .transpose()?;
             cfg.apply(&Overrides {
                 epochs,
                 batch_size,
                 seed,
                 data_dir,
+                precision,
             })?;
             let dev = device::resolve(device.into())?;
             let run_dir = run_dir.unwrap_or_else(|| cfg.default_run_dir());

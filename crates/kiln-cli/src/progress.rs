@@ -24,7 +24,13 @@ pub fn format_logs(logs: &Logs) -> String {
     parts.sort_by_key(|(n, _)| n.starts_with("val_"));
     parts
         .iter()
-        .map(|(n, v)| format!("{n}: {v:.4}"))
+        .map(|(n, v)| {
+            if n == kiln::fit::LOSS_SCALE {
+                format!("{n}: {v}") // a power of two: 32768, 0.5
+            } else {
+                format!("{n}: {v:.4}")
+            }
+        })
         .collect::<Vec<_>>()
         .join(" - ")
 }

@@ -79,6 +79,19 @@ pub enum KilnError {
     /// A resume found that the config or the data changed since the checkpoint was written.
     #[error("{0}")]
     Changed(String),
+    /// A training step ran out of memory (a GPU allocation failure, or an injected one on CPU
+    /// builds, see `crate::fit` `oom`) even with its batch computed one example at a time.
+    #[error(
+        "out of memory in training batch {step} (batch of {batch_size} examples, computed in parts of down to 1 example): {message}. Lower fit.batch_size, use precision = \"mixed_float16\" or \"mixed_bfloat16\", or check the sizes with `kiln estimate`"
+    )]
+    OutOfMemory {
+        /// The training batch (0-based, counted from the start of `fit`).
+        step: u64,
+        /// Examples in the batch.
+        batch_size: usize,
+        /// The allocation failure as the backend reported it.
+        message: String,
+    },
     /// A callback ended training (`TerminateOnNaN(raise_error=True)`) or cannot work with
     /// the run (a monitored metric whose direction is unknown, a foreign weights snapshot).
     #[error("{callback}: {message}")]

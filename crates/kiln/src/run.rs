@@ -26,6 +26,8 @@ pub struct Overrides {
     pub seed: Option<u64>,
     /// `data.data_dir`.
     pub data_dir: Option<PathBuf>,
+    /// `precision` (`kiln train --precision`).
+    pub precision: Option<crate::precision::Precision>,
 }
 
 impl RunConfig {
@@ -65,7 +67,23 @@ impl RunConfig {
         if let Some(v) = &o.data_dir {
             self.data.data_dir = v.clone();
         }
+        if let Some(p) = o.precision {
+            self.set_precision(p);
+        }
         self.fit.validate()
+    }
+}
+
+impl RunConfig {
+    /// Sets the global dtype policy, and the loss scaling that goes with it when the config
+    /// left it to the policy (`mixed_float16`: Keras' defaults; other policies: none). A
+    /// `[compile] loss_scale` given in the config is kept.
+    pub fn set_precision(&mut self, precision: crate::precision::Precision) {
+        let was_default = self.compile.loss_scale == self.model.precision().default_loss_scale();
+        self.model = self.model.clone().with_precision(precision);
+        if was_default {
+            self.compile.loss_scale = precision.default_loss_scale();
+        }
     }
 }
 

@@ -84,4 +84,7 @@ pub struct Manifest {
     pub data_fingerprints: BTreeMap<String, String>,
     /// The files, checked on load.
     pub files: Vec<FileEntry>,
+    /// The loss scale's state (`mixed_float16` runs), so a resume continues it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<crate::precision::LossScale>,
 }

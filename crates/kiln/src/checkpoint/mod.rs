@@ -301,6 +301,11 @@ mod tests {
             config: String::new(),
             data_fingerprints: Default::default(),
             files: Vec::new(),
+            loss_scale: Some(crate::precision::LossScale {
+                scale: 16384.0,
+                finite_steps: iterations,
+                growth_steps: 2000,
+            }),
         }
     }
 
@@ -328,6 +333,7 @@ mod tests {
         let c = c.unwrap();
         assert!(warnings.is_empty());
         assert_eq!(c.manifest.iterations, 30);
+        assert_eq!(c.manifest.loss_scale.unwrap().finite_steps, 30);
         assert_eq!(c.file("model.bpk").unwrap(), &[30u8; 100][..]);
         assert_eq!(c.file("optimizer.bpk").unwrap(), b"opt");
         assert_eq!(c.manifest.files[0].bytes, 100);

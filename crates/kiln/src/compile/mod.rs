@@ -55,6 +55,10 @@ pub struct Compiled {
     /// Clipping and gradient accumulation (Keras' optimizer arguments `clipnorm`, `clipvalue`,
     /// `global_clipnorm`, `gradient_accumulation_steps`); none by default.
     pub gradients: GradientOptions,
+    /// Dynamic loss scaling (Keras' `LossScaleOptimizer` around the optimizer): set by
+    /// [`Compiled::new`] when the model's precision is `mixed_float16`, as Keras' `compile`
+    /// does; [`Compiled::with_loss_scale`] changes it.
+    pub loss_scale: Option<crate::precision::LossScaleOptions>,
 }
 
 impl Compiled {
@@ -103,7 +107,24 @@ impl Compiled {
             loss,
             metrics,
             gradients: GradientOptions::default(),
+            loss_scale: model.precision().default_loss_scale(),
         })
+    }
+
+    /// Sets the loss scaling (Keras: `compile(optimizer=LossScaleOptimizer(inner,
+    /// initial_scale, dynamic_growth_steps))`); `None` turns it off.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] as [`crate::precision::LossScaleOptions::validate`].
+    pub fn with_loss_scale(
+        mut self,
+        loss_scale: Option<crate::precision::LossScaleOptions>,
+    ) -> Result<Compiled> {
+        if let Some(o) = &loss_scale {
+            o.validate()?;
+        }
+        self.loss_scale = loss_scale;
+        Ok(self)
     }
 
     /// Sets the optimizer's gradient options (Keras: `clipnorm=`, `clipvalue=`,

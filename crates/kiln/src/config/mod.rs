@@ -75,6 +75,8 @@ struct RawConfig {
     name: String,
     #[serde(default = "default_seed")]
     seed: u64,
+    #[serde(default)]
+    precision: Option<String>,
     data: DataConfig,
     model: toml::Table,
     compile: RawCompile,
@@ -95,6 +97,8 @@ struct RawCompile {
     loss: toml::Value,
     #[serde(default)]
     metrics: Vec<String>,
+    #[serde(default)]
+    loss_scale: Option<crate::precision::LossScaleOptions>,
 }
 
 /// 1-based line of byte `offset` in `text`.
@@ -125,12 +129,19 @@ impl RunConfig {
                 ),
             ));
         }
-        let model = ModelSpec::from_toml(&raw.model)?;
+        let precision = match &raw.precision {
+            Some(p) => crate::precision::Precision::parse(p, "precision")?,
+            None => Default::default(),
+        };
+        let model = ModelSpec::from_toml(&raw.model)?.with_precision(precision);
         let optimizer = OptimizerSpec::from_toml(&raw.compile.optimizer)?;
         let loss = LossSpec::from_toml(&raw.compile.loss)?;
         let gradients = GradientOptions::from_toml(&raw.compile.optimizer)?;
-        let compile = Compiled::new(&model, optimizer, loss, &raw.compile.metrics)?
+        let mut compile = Compiled::new(&model, optimizer, loss, &raw.compile.metrics)?
             .with_gradients(gradients)?;
+        if raw.compile.loss_scale.is_some() {
+            compile = compile.with_loss_scale(raw.compile.loss_scale)?;
+        }
         raw.fit.validate()?;
         crate::fit::ClassWeight::from_config(&raw.fit.class_weight, model.output_shape()[0])?;
         let mut data = raw.data;
@@ -186,6 +197,9 @@ impl RunConfig {
         let mut t = toml::Table::new();
         t.insert("name".into(), self.name.clone().into());
         t.insert("seed".into(), toml::Value::Integer(self.seed as i64));
+        if self.model.precision() != crate::precision::Precision::Float32 {
+            t.insert("precision".into(), self.model.precision().name().into());
+        }
         let mut data = toml::Value::try_from(&self.data).expect("data config serializes");
         if self.data.uses_pipelines()
             && let Some(table) = data.as_table_mut()
@@ -205,6 +219,14 @@ impl RunConfig {
             o.extend(g);
         }
         c.insert("optimizer".into(), optimizer);
+        if self.compile.loss_scale != self.model.precision().default_loss_scale()
+            && let Some(ls) = self.compile.loss_scale
+        {
+            c.insert(
+                "loss_scale".into(),
+                toml::Value::try_from(ls).expect("loss scale serializes"),
+            );
+        }
         c.insert(
             "loss".into(),
             toml::Value::try_from(self.compile.loss).expect("loss serializes"),

@@ -366,3 +366,67 @@ fn gradient_and_class_weight_errors_name_the_key() {
         "{e}"
     );
 }
+
+/// `precision` (top level, as Keras' global policy), a layer's `dtype` and
+/// `[compile] loss_scale`: parsed, defaulted as Keras' `compile` does, written back, and
+/// refused with the key when wrong; `--precision` switches the loss scale with the policy.
+#[test]
+fn precision_keys_parse_round_trip_and_name_the_key() {
+    use crate::precision::{LossScaleOptions, Precision};
+    let text = minimal("").replacen("name = \"t\"", "name = \"t\"\nprecision = \"16-mixed\"", 1);
+    let text = text.replace(
+        "{ type = \"Dense\", units = 3 }",
+        "{ type = \"Dense\", units = 3, dtype = \"float32\" }",
+    );
+    let cfg = RunConfig::from_toml_str(&text).unwrap();
+    assert_eq!(cfg.model.precision(), Precision::MixedFloat16);
+    assert_eq!(cfg.model.layer_precision(0), Precision::Float32);
+    assert_eq!(cfg.compile.loss_scale, Some(LossScaleOptions::default()));
+    let written = cfg.to_toml();
+    assert!(
+        written.contains("precision = \"mixed_float16\""),
+        "{written}"
+    );
+    let again = RunConfig::from_toml_str(&written).unwrap();
+    assert_eq!(again.model, cfg.model);
+    assert_eq!(again.compile, cfg.compile);
+
+    // bfloat16: no loss scale, unless the config asks for one.
+    let bf16 = minimal("").replacen(
+        "name = \"t\"",
+        "name = \"t\"\nprecision = \"bf16-mixed\"",
+        1,
+    );
+    let cfg = RunConfig::from_toml_str(&bf16).unwrap();
+    assert_eq!(cfg.compile.loss_scale, None);
+    let custom = bf16.replace(
+        "metrics = [\"accuracy\"]",
+        "metrics = [\"accuracy\"]\nloss_scale = { initial_scale = 1024.0 }",
+    );
+    let mut cfg = RunConfig::from_toml_str(&custom).unwrap();
+    let ls = cfg.compile.loss_scale.unwrap();
+    assert_eq!((ls.initial_scale, ls.dynamic_growth_steps), (1024.0, 2000));
+    let again = RunConfig::from_toml_str(&cfg.to_toml()).unwrap();
+    assert_eq!(again.compile, cfg.compile);
+    // An explicit loss scale survives --precision; a policy's default follows it.
+    cfg.set_precision(Precision::Float32);
+    assert_eq!(cfg.compile.loss_scale.unwrap().initial_scale, 1024.0);
+    let mut plain = RunConfig::from_toml_str(&minimal("")).unwrap();
+    plain.set_precision(Precision::MixedFloat16);
+    assert_eq!(plain.compile.loss_scale, Some(LossScaleOptions::default()));
+    plain.set_precision(Precision::MixedBFloat16);
+    assert_eq!(plain.compile.loss_scale, None);
+
+    let bad = minimal("").replacen("name = \"t\"", "name = \"t\"\nprecision = \"fp8\"", 1);
+    let e = RunConfig::from_toml_str(&bad).unwrap_err().to_string();
+    assert!(e.starts_with("precision: unknown precision \"fp8\""), "{e}");
+    let bad = text.replace("dtype = \"float32\"", "dtype = \"int8\"");
+    let e = RunConfig::from_toml_str(&bad).unwrap_err().to_string();
+    assert!(
+        e.starts_with("model.layers[1].dtype: unknown precision"),
+        "{e}"
+    );
+    let bad = custom.replace("initial_scale = 1024.0", "initial_scale = -1.0");
+    let e = RunConfig::from_toml_str(&bad).unwrap_err().to_string();
+    assert!(e.contains("compile.loss_scale.initial_scale"), "{e}");
+}

@@ -20,19 +20,31 @@
 //! Keras. Learning-rate changes made by callbacks between micro-batches take effect at the
 //! next update.
 
+//!
+//! Mixed precision and memory (see [`crate::precision`] and `oom`): the accumulation also
+//! holds the step's [`LossScale`] (Keras' `LossScaleOptimizer`: with accumulation, every
+//! micro-batch is one of its steps, and a micro-batch with non-finite gradients is left out of
+//! the mean) and the number of parts a batch is computed in after an out-of-memory failure.
+
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 
 use super::grad_norms::GradNormTrend;
+use super::oom;
 use super::profile::StepProfile;
-use super::step::{StepOutput, apply_gradients, compute_gradients};
+use super::step::{PendingOutput, StepOutput, apply_gradients, compute_gradients_scaled};
 use crate::batch::DeviceBatch;
 use crate::compile::Compiled;
+use crate::error::{KilnError, Result};
 use crate::model::{ModelSpec, Network};
+use crate::precision::{LossScale, LossScaleOptions, ScaleUpdate, unscale};
 
 /// Accumulates gradients over `N` batches and applies the optimizer once per `N` (`N = 1`: an
-/// update after every batch, nothing is held).
+/// update after every batch, nothing is held). Also the step's loss scale and out-of-memory
+/// recovery (see the module docs).
 #[derive(Debug)]
 pub struct GradientAccumulation {
     steps: usize,
@@ -40,6 +52,11 @@ pub struct GradientAccumulation {
     seen: usize,
     /// The sampled global gradient norms of the last batches (the NaN report's trend).
     pub grad_norms: GradNormTrend,
+    loss_scale: Option<LossScale>,
+    overflow_skips: u64,
+    parts: usize,
+    calls: u64,
+    inject_oom_at: Option<u64>,
 }
 
 impl GradientAccumulation {
@@ -50,7 +67,49 @@ impl GradientAccumulation {
             sum: None,
             seen: 0,
             grad_norms: GradNormTrend::default(),
+            loss_scale: None,
+            overflow_skips: 0,
+            parts: 1,
+            calls: 0,
+            inject_oom_at: None,
         }
+    }
+
+    /// With Keras' dynamic loss scaling (`None`: without), starting at
+    /// `options.initial_scale`.
+    pub fn with_loss_scale(mut self, options: Option<LossScaleOptions>) -> GradientAccumulation {
+        self.loss_scale = options.map(LossScale::new);
+        self
+    }
+
+    /// The loss scale's state (`None` without loss scaling), for logs and checkpoints.
+    pub fn loss_scale(&self) -> Option<LossScale> {
+        self.loss_scale
+    }
+
+    /// Continues from a saved loss-scale state (a resume); ignored without loss scaling.
+    pub fn restore_loss_scale(&mut self, state: LossScale) {
+        if self.loss_scale.is_some() {
+            self.loss_scale = Some(state);
+        }
+    }
+
+    /// Steps skipped for non-finite gradients (loss-scale overflows) since the last call.
+    pub fn take_overflow_skips(&mut self) -> u64 {
+        std::mem::take(&mut self.overflow_skips)
+    }
+
+    /// The number of parts each batch is computed in (1, or more after out-of-memory
+    /// failures).
+    pub fn parts(&self) -> usize {
+        self.parts
+    }
+
+    /// Makes the first attempt of training batch `step` (0-based, counted over this
+    /// accumulation's `train_step` calls) fail as if it ran out of memory: the test hook of
+    /// the recovery path (also `KILN_TEST_OOM_AT_STEP`).
+    pub fn inject_oom_at(&mut self, step: Option<u64>) {
+        self.inject_oom_at = step;
     }
 
     /// Micro-batches whose gradients wait for the next update.
@@ -61,11 +120,20 @@ impl GradientAccumulation {
     /// Trains on one batch: computes its gradients and reads its loss; on every `N`-th batch,
     /// applies the mean of the last `N` batches' gradients (clipped with `compiled`'s
     /// clipping) with `learning_rate`. Returns the network, the batch's loss and outputs, and
-    /// whether the batch's gradients were used.
+    /// `false` when a non-finite loss dropped the batch (`skip_non_finite`).
     ///
     /// With `skip_non_finite`, a batch whose loss is NaN or infinite changes nothing: its
     /// gradients are dropped and the network is returned as it was before the batch (moving
     /// statistics included), so the caller can report or roll back from a clean state.
+    ///
+    /// With a loss scale, the loss is multiplied by the scale before backward and the
+    /// gradients divided by it; when one of them is not finite (an overflow), the batch's
+    /// gradients are dropped, the network is returned as before the batch (moving statistics
+    /// included), the scale is halved, and the batch still counts in the metrics (`true`), as
+    /// Keras' `LossScaleOptimizer` skips only the update.
+    ///
+    /// # Errors
+    /// [`KilnError::OutOfMemory`] when the batch does not fit even one example at a time.
     #[allow(clippy::too_many_arguments)]
     pub fn train_step(
         &mut self,
@@ -77,19 +145,26 @@ impl GradientAccumulation {
         learning_rate: f64,
         skip_non_finite: bool,
         mut profile: Option<&mut StepProfile>,
-    ) -> (Network, StepOutput, bool) {
-        // Parameters are shared, not copied; the copy is dropped before the update so that the
+    ) -> Result<(Network, StepOutput, bool)> {
+        // Parameters are shared, not copied; `before` is dropped before the update so that the
         // optimizer still updates them in place.
-        let before = skip_non_finite.then(|| net.clone());
-        let (net, grads, pending) =
-            compute_gradients(net, spec, compiled, batch, profile.as_deref_mut());
+        let before = net;
+        let (net, grads, pending, finite) =
+            self.gradients(&before, spec, compiled, &batch, profile.as_deref_mut())?;
+        self.calls += 1;
         let out = pending.read(profile.as_deref_mut());
+        // Unscaled gradients (mixed_float16 divides them by the loss scale first).
         self.grad_norms.observe(&net, &grads);
-        if let Some(before) = before
-            && !out.loss.is_finite()
-        {
-            return (before, out, false);
+        if skip_non_finite && !out.loss.is_finite() {
+            return Ok((before, out, false));
         }
+        if let Some(scale) = self.loss_scale.as_mut()
+            && scale.update(finite) == ScaleUpdate::SkipAndShrink
+        {
+            self.overflow_skips += 1;
+            return Ok((before, out, true));
+        }
+        drop(before);
         let net = if self.steps == 1 {
             let clip = compiled.gradients.clipping();
             apply_gradients(
@@ -108,7 +183,74 @@ impl GradientAccumulation {
                 net
             }
         };
-        (net, out, true)
+        Ok((net, out, true))
+    }
+
+    /// The batch's unscaled gradients, computed in `self.parts` parts, retrying in more parts
+    /// after an out-of-memory failure; and whether they are all finite (checked only with a
+    /// loss scale, `true` otherwise).
+    fn gradients(
+        &mut self,
+        net: &Network,
+        spec: &ModelSpec,
+        compiled: &Compiled,
+        batch: &DeviceBatch,
+        mut profile: Option<&mut StepProfile>,
+    ) -> Result<(Network, GradientsParams, PendingOutput, bool)> {
+        let scale = self.loss_scale.map(|s| s.scale);
+        loop {
+            let inject = self.inject_oom_at == Some(self.calls);
+            if inject {
+                self.inject_oom_at = None;
+            }
+            let parts = self.parts;
+            let attempt = catch_unwind(AssertUnwindSafe(|| {
+                if inject {
+                    std::panic::panic_any(oom::InjectedOom);
+                }
+                gradients_in_parts(
+                    net.clone(),
+                    spec,
+                    compiled,
+                    batch,
+                    parts,
+                    scale,
+                    profile.as_deref_mut(),
+                )
+            }));
+            let payload = match attempt {
+                Ok(r) => return Ok(r),
+                Err(p) if oom::is_out_of_memory(&*p) => p,
+                Err(p) => resume_unwind(p),
+            };
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "allocation failure".into());
+            let message = message.lines().next().unwrap_or("").to_string();
+            drop(payload);
+            oom::device_of(batch).memory_cleanup();
+            let per_part = batch.size.div_ceil(parts);
+            if per_part <= 1 {
+                return Err(KilnError::OutOfMemory {
+                    step: self.calls,
+                    batch_size: batch.size,
+                    message,
+                });
+            }
+            self.parts = parts * 2;
+            eprintln!(
+                "warning: out of memory in training batch {} ({} examples in {parts} part(s) of \
+                 up to {per_part}: {message}); memory released, retrying it in {} parts of up \
+                 to {} with their gradients accumulated (same batch size, same update); later \
+                 batches too",
+                self.calls,
+                batch.size,
+                self.parts,
+                batch.size.div_ceil(self.parts)
+            );
+        }
     }
 
     /// Applies what is accumulated, averaged over the micro-batches seen (end of an epoch, or
@@ -129,16 +271,7 @@ impl GradientAccumulation {
     /// Adds one batch's gradients of `module`'s parameters to the sum.
     fn add<M: Module>(&mut self, module: &M, grads: GradientsParams) {
         self.seen += 1;
-        self.sum = Some(match self.sum.take() {
-            None => grads,
-            Some(mut sum) => {
-                module.visit(&mut AddInto {
-                    sum: &mut sum,
-                    new: grads,
-                });
-                sum
-            }
-        });
+        self.sum = Some(add_grads(module, self.sum.take(), grads));
     }
 
     /// The accumulated gradients divided by the micro-batches seen (`None` when none), and
@@ -172,6 +305,69 @@ impl GradientAccumulation {
             }
             None => net,
         }
+    }
+}
+
+/// `sum + grads` parameter by parameter (`grads` when there is no sum yet).
+fn add_grads<M: Module>(
+    module: &M,
+    sum: Option<GradientsParams>,
+    grads: GradientsParams,
+) -> GradientsParams {
+    match sum {
+        None => grads,
+        Some(mut sum) => {
+            module.visit(&mut AddInto {
+                sum: &mut sum,
+                new: grads,
+            });
+            sum
+        }
+    }
+}
+
+/// The gradients of `batch`'s mean loss computed in `parts` parts (each part's loss weighted by
+/// its share of the examples, the gradients summed), multiplied by `scale` during backward and
+/// divided by it after; with a scale, whether they are all finite.
+fn gradients_in_parts(
+    net: Network,
+    spec: &ModelSpec,
+    compiled: &Compiled,
+    batch: &DeviceBatch,
+    parts: usize,
+    scale: Option<f64>,
+    mut profile: Option<&mut StepProfile>,
+) -> (Network, GradientsParams, PendingOutput, bool) {
+    let factor = scale.unwrap_or(1.0);
+    let (net, grads, pending) = if parts <= 1 {
+        let whole = oom::split(batch, 1).pop().expect("one part");
+        compute_gradients_scaled(net, spec, compiled, whole, factor, profile)
+    } else {
+        let total = batch.size.max(1) as f64;
+        let (mut net, mut sum, mut outs) = (net, None, Vec::new());
+        for part in oom::split(batch, parts) {
+            let share = part.size as f64 / total;
+            let (n, g, p) = compute_gradients_scaled(
+                net,
+                spec,
+                compiled,
+                part,
+                factor * share,
+                profile.as_deref_mut(),
+            );
+            sum = Some(add_grads(&n, sum, g));
+            outs.push((p, share));
+            net = n;
+        }
+        let grads = sum.expect("at least one part");
+        (net, grads, PendingOutput::combine(outs))
+    };
+    match scale {
+        Some(s) => {
+            let (grads, finite) = unscale(&net, grads, s);
+            (net, grads, pending, finite)
+        }
+        None => (net, grads, pending, true),
     }
 }
 
@@ -294,3 +490,7 @@ mod tests {
         assert_eq!(got.try_to_vec::<f32>().unwrap(), vec![2.0, 1.0, 0.0, 1.5]);
     }
 }
+
+#[cfg(test)]
+#[path = "accumulate_precision_tests.rs"]
+mod precision_tests;

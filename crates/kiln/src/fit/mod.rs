@@ -7,6 +7,7 @@ mod grad_norms;
 mod input_cursor;
 mod logs;
 pub mod nan_report;
+mod oom;
 mod options;
 mod profile;
 mod resume;
@@ -17,11 +18,16 @@ pub use callback::{Callback, FitContext, ManualContext, NamedWeight, WeightsSnap
 pub use class_weight::ClassWeight;
 pub use grad_norms::{GradNormSample, GradNormTrend};
 pub use logs::{History, Logs};
+pub use oom::{INJECT_ENV as OOM_INJECT_ENV, is_out_of_memory};
 pub use options::{Backup, FitOptions, Interrupt, OnNan, SaveFreq};
 pub use profile::StepProfile;
 pub use step::{
-    PendingOutput, StepOutput, apply_gradients, compute_gradients, eval_step, train_step,
+    PendingOutput, StepOutput, apply_gradients, compute_gradients, compute_gradients_scaled,
+    eval_step, train_step,
 };
+
+/// Epoch and batch logs key: the loss scale (`mixed_float16`; TensorBoard `epoch_loss_scale`).
+pub const LOSS_SCALE: &str = "loss_scale";
 
 use std::path::Path;
 use std::time::Instant;
@@ -163,6 +169,8 @@ pub struct Model {
     seed: u64,
     profiling: bool,
     check_numerics: CheckNumerics,
+    /// Test hook: the training batch whose first attempt fails as out of memory.
+    oom_test_step: Option<u64>,
 }
 
 impl std::fmt::Debug for Model {
@@ -209,6 +217,7 @@ impl Model {
             seed,
             profiling: false,
             check_numerics: CheckNumerics::default(),
+            oom_test_step: None,
         }
     }
 
@@ -238,6 +247,14 @@ impl Model {
     /// check_numerics`, see [`crate::guards`]; default raise).
     pub fn set_check_numerics(&mut self, mode: CheckNumerics) {
         self.check_numerics = mode;
+    }
+
+    /// Test hook of the out-of-memory recovery: the first attempt of training batch `step`
+    /// (0-based, counted from the start of each `fit` call) fails as if it ran out of memory
+    /// and is retried in two parts (the environment variable `KILN_TEST_OOM_AT_STEP` does the
+    /// same for `kiln train`). `None` turns it off.
+    pub fn inject_oom_at_step(&mut self, step: Option<u64>) {
+        self.oom_test_step = step;
     }
 
     /// The model's layer spec.
@@ -350,13 +367,19 @@ impl Model {
             };
         }
         let mut accumulation =
-            GradientAccumulation::new(self.compiled.gradients.gradient_accumulation_steps);
+            GradientAccumulation::new(self.compiled.gradients.gradient_accumulation_steps)
+                .with_loss_scale(self.compiled.loss_scale);
+        accumulation.inject_oom_at(self.oom_test_step.or_else(oom::injection_from_env));
         let mut checkpoint_due = false;
         hooks!(|c, ctx| c.on_train_begin(ctx));
         let mut last = Logs::default();
         let mut guard = NumericsGuard::new(self.check_numerics, DataSplit::Train);
         'epochs: while state.epoch < opts.epochs {
             let epoch = state.epoch;
+            if let Some(scale) = state.loss_scale {
+                // From a resume or a NaN rollback (otherwise the value it already has).
+                accumulation.restore_loss_scale(scale);
+            }
             guard.begin_epoch(epoch);
             hooks!(|c, ctx| c.on_epoch_begin(epoch, opts.epochs, steps, ctx));
             let started = Instant::now();
@@ -431,8 +454,9 @@ impl Model {
                     control.learning_rate,
                     guarded,
                     profile.as_mut(),
-                );
+                )?;
                 self.net = net;
+                state.loss_scale = accumulation.loss_scale();
                 control.iterations += 1;
                 if !applied {
                     // A non-finite loss; the network is as before the batch.
@@ -458,7 +482,10 @@ impl Model {
                 if let Some(p) = profile.as_mut() {
                     p.metrics_s += clock.elapsed().as_secs_f64();
                 }
-                let logs = state.acc.logs(&self.compiled);
+                let mut logs = state.acc.logs(&self.compiled);
+                if let Some(ls) = state.loss_scale {
+                    logs.set(LOSS_SCALE, ls.scale);
+                }
                 hooks!(|c, ctx| c.on_train_batch_end(step, &logs, ctx));
                 // Checkpoints (and stops on a signal) fall on optimizer-update boundaries: the
                 // gradients of a partial accumulation window are not checkpointed, so a stop
@@ -508,6 +535,9 @@ impl Model {
             }
             let train_time = started.elapsed().as_secs_f64();
             let mut logs = state.acc.logs(&self.compiled);
+            if let Some(ls) = state.loss_scale {
+                logs.set(LOSS_SCALE, ls.scale);
+            }
             guard.report(&mut logs);
             // Throughput and time blocked on the input pipeline, for TensorBoard
             // (`epoch_samples_per_second`, `epoch_input_wait_seconds`), CSVLogger and the display.

@@ -40,6 +40,8 @@ pub(super) struct LoopState {
     pub(super) skipped_nan_steps: u64,
     /// The sampled gradient norms before the last non-finite loss, oldest first.
     pub(super) recent_grad_norms: Vec<super::GradNormSample>,
+    /// The loss scale's state (mixed_float16), as of the last step.
+    pub(super) loss_scale: Option<crate::precision::LossScale>,
 }
 
 /// What the loop does after a non-finite loss.
@@ -139,6 +141,7 @@ impl Model {
             config: backup.config.clone(),
             data_fingerprints: backup.data_fingerprints.clone(),
             files: Vec::new(),
+            loss_scale: state.loss_scale,
         };
         let files = self.checkpoint_files()?;
         let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
@@ -162,6 +165,9 @@ impl Model {
         state.acc = Accumulator::from_sums(&m.epoch_sums, m.step_in_epoch);
         state.history = m.history.clone();
         state.rollbacks = m.rollbacks;
+        if m.loss_scale.is_some() {
+            state.loss_scale = m.loss_scale;
+        }
         for (i, c) in callbacks.iter_mut().enumerate() {
             if let Some(s) = m.callbacks.get(&callback_key(i)) {
                 c.restore_state(s)?;

@@ -67,6 +67,26 @@ pub struct PendingOutput {
 }
 
 impl PendingOutput {
+    /// The output of a batch computed in parts (`(part, its share of the batch's examples)`,
+    /// in order): the loss is the shares' weighted sum (the batch's mean, as the losses are
+    /// means over their parts), the outputs the parts' rows one after the other.
+    pub fn combine(parts: Vec<(PendingOutput, f64)>) -> PendingOutput {
+        let mut loss: Option<Tensor<1>> = None;
+        let mut outputs = Vec::with_capacity(parts.len());
+        for (p, share) in parts {
+            let l = p.loss.mul_scalar(share);
+            loss = Some(match loss {
+                Some(acc) => acc + l,
+                None => l,
+            });
+            outputs.push(p.outputs);
+        }
+        PendingOutput {
+            loss: loss.expect("at least one part"),
+            outputs: Tensor::cat(outputs, 0),
+        }
+    }
+
     /// Reads the loss and outputs back (time counted as `metrics_s` in `profile`).
     pub fn read(self, profile: Option<&mut StepProfile>) -> StepOutput {
         let clock = Instant::now();
@@ -95,6 +115,20 @@ pub fn compute_gradients(
     spec: &ModelSpec,
     compiled: &Compiled,
     batch: DeviceBatch,
+    profile: Option<&mut StepProfile>,
+) -> (Network, GradientsParams, PendingOutput) {
+    compute_gradients_scaled(net, spec, compiled, batch, 1.0, profile)
+}
+
+/// [`compute_gradients`] of the loss multiplied by `loss_factor` (a loss scale, and/or the
+/// share of a part of a batch): the gradients are `loss_factor` times the loss's; the pending
+/// loss is the batch's own, unscaled.
+pub fn compute_gradients_scaled(
+    net: Network,
+    spec: &ModelSpec,
+    compiled: &Compiled,
+    batch: DeviceBatch,
+    loss_factor: f64,
     mut profile: Option<&mut StepProfile>,
 ) -> (Network, GradientsParams, PendingOutput) {
     let mut clock = Instant::now();
@@ -121,7 +155,12 @@ pub fn compute_gradients(
         batch.sample_weight.as_ref(),
     );
     lap(|p| &mut p.loss_s, &mut profile);
-    let grads = GradientsParams::from_grads(loss.backward(), &net);
+    let scaled = if loss_factor == 1.0 {
+        loss.clone()
+    } else {
+        loss.clone().mul_scalar(loss_factor)
+    };
+    let grads = GradientsParams::from_grads(scaled.backward(), &net);
     lap(|p| &mut p.backward_s, &mut profile);
     let net = net.update_moving_stats(spec, fwd.batch_stats);
     lap(|p| &mut p.optimizer_s, &mut profile);

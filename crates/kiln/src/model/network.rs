@@ -17,6 +17,7 @@ use rand::rngs::StdRng;
 
 use super::init::glorot_uniform;
 use super::spec::{Activation, LayerKind, ModelSpec, Padding};
+use crate::precision::round::{round_act, round_params};
 
 /// Parameters of one layer; which fields are set depends on the layer's kind.
 #[derive(Module, Debug)]
@@ -197,8 +198,27 @@ impl Network {
         let mut logits = None;
         let mut batch_stats = Vec::new();
         let last = spec.layers().len() - 1;
+        // Mixed precision (crate::precision::round): the 16-bit type `x` is rounded to.
+        let mut rounded_to = None;
         for (i, (layer, p)) in spec.layers().iter().zip(&self.layers).enumerate() {
             let started = std::time::Instant::now();
+            let compute = spec.layer_precision(i).compute_dtype();
+            let rounded_params;
+            let p = match compute {
+                Some(dt) => {
+                    if rounded_to != Some(dt) {
+                        x = round_act(x, dt);
+                    }
+                    rounded_params = round_params(p, dt);
+                    &rounded_params
+                }
+                None => p,
+            };
+            // A non-linear activation after a Dense or Conv2D sees the rounded affine output.
+            let pre = |a: Act, act: Activation| match compute {
+                Some(dt) if act != Activation::Linear => round_act(a, dt),
+                _ => a,
+            };
             x = match &layer.kind {
                 LayerKind::Input { .. } => x,
                 LayerKind::Dense { activation, .. } => {
@@ -206,7 +226,7 @@ impl Network {
                     if *activation == Activation::Relu {
                         dense(x, p, true)
                     } else {
-                        let y = dense(x, p, false);
+                        let y = pre(dense(x, p, false), *activation);
                         if i == last && *activation == Activation::Softmax {
                             logits = Some(flat(y.clone()));
                         }
@@ -241,7 +261,7 @@ impl Network {
                     if relu {
                         Act::Image(y)
                     } else {
-                        apply_activation(Act::Image(y), *activation)
+                        apply_activation(pre(Act::Image(y), *activation), *activation)
                     }
                 }
                 LayerKind::MaxPooling2D {
@@ -295,6 +315,7 @@ impl Network {
                     apply_activation(x, *activation)
                 }
             };
+            (x, rounded_to) = round_output(x, &layer.kind, compute, rounded_to);
             observe(i, started.elapsed(), &x);
         }
         Forward {
@@ -328,6 +349,40 @@ impl Network {
             p.moving_variance = blend(p.moving_variance.take(), var);
         }
         self
+    }
+}
+
+/// A layer's output under its compute dtype `compute` (its input having been rounded to
+/// `rounded_to`), and the 16-bit type the output is rounded to: Keras' layers return their
+/// compute dtype, except that softmax stays float32. Input, Flatten and MaxPooling2D outputs
+/// are values of their input, rounded when it was.
+fn round_output(
+    x: Act,
+    kind: &LayerKind,
+    compute: Option<burn::tensor::FloatDType>,
+    rounded_to: Option<burn::tensor::FloatDType>,
+) -> (Act, Option<burn::tensor::FloatDType>) {
+    let softmax = matches!(
+        kind,
+        LayerKind::Activation {
+            activation: Activation::Softmax
+        } | LayerKind::Dense {
+            activation: Activation::Softmax,
+            ..
+        } | LayerKind::Conv2D {
+            activation: Activation::Softmax,
+            ..
+        }
+    );
+    let preserves = matches!(
+        kind,
+        LayerKind::Input { .. } | LayerKind::Flatten {} | LayerKind::MaxPooling2D { .. }
+    );
+    match compute {
+        _ if softmax => (x, None),
+        _ if preserves => (x, compute.or(rounded_to)),
+        Some(dt) => (round_act(x, dt), Some(dt)),
+        None => (x, None),
     }
 }
 

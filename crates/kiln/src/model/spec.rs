@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{KilnError, Result};
+use crate::precision::Precision;
 
 /// Element-wise activations (Keras' `activation=` names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -471,6 +472,10 @@ pub struct ModelSpec {
     input_shape: Vec<usize>,
     layers: Vec<LayerSpec>,
     shapes: Vec<Vec<usize>>,
+    /// The global dtype policy (see [`crate::precision`]).
+    precision: Precision,
+    /// Per-layer dtype policies (Keras' `dtype=` layer argument), by layer name.
+    layer_dtypes: std::collections::BTreeMap<String, Precision>,
 }
 
 /// Builds a [`ModelSpec`] in Rust, as `keras.Sequential([...])`.
@@ -599,6 +604,8 @@ impl ModelSpec {
             input_shape,
             layers: named,
             shapes,
+            precision: Precision::default(),
+            layer_dtypes: Default::default(),
         })
     }
 
@@ -624,6 +631,7 @@ impl ModelSpec {
                 )
             })?;
         let mut parsed = Vec::new();
+        let mut dtypes = Vec::new();
         for (i, value) in layers.iter().enumerate() {
             let key = format!("model.layers[{i}]");
             let mut table = value.as_table().cloned().ok_or_else(|| {
@@ -665,6 +673,19 @@ impl ModelSpec {
                     ));
                 }
             }
+            let dtype = match table.remove("dtype") {
+                Some(toml::Value::String(s)) => {
+                    Some(Precision::parse(&s, &format!("{key}.dtype"))?)
+                }
+                Some(other) => {
+                    return Err(KilnError::config(
+                        format!("{key}.dtype"),
+                        format!("must be a string such as \"float32\", got {other}"),
+                    ));
+                }
+                None => None,
+            };
+            dtypes.push(dtype);
             let name = match table.remove("name") {
                 Some(toml::Value::String(s)) => Some(s),
                 Some(other) => {
@@ -696,7 +717,15 @@ impl ModelSpec {
                 ));
             }
         };
-        ModelSpec::new(input_shape, iter.collect())
+        let mut spec = ModelSpec::new(input_shape, iter.collect())?;
+        // dtypes[0] belongs to the Input layer, which computes nothing.
+        for (i, dtype) in dtypes.into_iter().enumerate().skip(1) {
+            if let Some(d) = dtype {
+                let name = spec.layers[i - 1].name.clone();
+                spec.layer_dtypes.insert(name, d);
+            }
+        }
+        Ok(spec)
     }
 
     /// The spec as the `[model]` TOML table (with resolved names), for the run directory.
@@ -711,12 +740,53 @@ impl ModelSpec {
             let mut v = toml::Value::try_from(&layer.kind).expect("layer specs serialize");
             if let toml::Value::Table(t) = &mut v {
                 t.insert("name".into(), toml::Value::String(layer.name.clone()));
+                if let Some(d) = self.layer_dtypes.get(&layer.name) {
+                    t.insert("dtype".into(), toml::Value::String(d.name().into()));
+                }
             }
             layers.push(v);
         }
         let mut t = toml::Table::new();
         t.insert("layers".into(), toml::Value::Array(layers));
         t
+    }
+
+    /// The model with the global dtype policy `precision` (Keras'
+    /// `keras.mixed_precision.set_global_policy`): layers without their own `dtype` compute in
+    /// its compute dtype. See [`crate::precision`].
+    pub fn with_precision(mut self, precision: Precision) -> ModelSpec {
+        self.precision = precision;
+        self
+    }
+
+    /// The global dtype policy (default float32).
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// The model with layer `name`'s own dtype policy (Keras' `Dense(10, dtype="float32")`;
+    /// TOML: `dtype = "float32"` in the layer's table), which wins over the global one.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming `model.layers` when no layer has that name.
+    pub fn with_layer_dtype(mut self, name: &str, dtype: Precision) -> Result<ModelSpec> {
+        if !self.layers.iter().any(|l| l.name == name) {
+            return Err(KilnError::config(
+                "model.layers",
+                format!("no layer is named \"{name}\" (dtype override)"),
+            ));
+        }
+        self.layer_dtypes.insert(name.to_string(), dtype);
+        Ok(self)
+    }
+
+    /// The dtype policy layer `i` (index into [`Self::layers`]) computes with: its own
+    /// `dtype`, else the global policy.
+    pub fn layer_precision(&self, i: usize) -> Precision {
+        self.layer_dtypes
+            .get(&self.layers[i].name)
+            .copied()
+            .unwrap_or(self.precision)
     }
 
     /// Shape of one example (no batch axis).
