@@ -60,9 +60,10 @@ enum Command {
         /// Override fit.epochs.
         #[arg(long)]
         epochs: Option<usize>,
-        /// Override fit.batch_size.
+        /// Override fit.batch_size: a number, or auto (the largest that fits the memory
+        /// budget, from the estimate).
         #[arg(long)]
-        batch_size: Option<usize>,
+        batch_size: Option<String>,
         /// cpu, or gpu (the GPU backend compiled in).
         #[arg(long, value_enum, default_value = "cpu")]
         device: DeviceArg,
@@ -117,6 +118,25 @@ enum Command {
         /// cpu or gpu.
         #[arg(long, value_enum, default_value = "cpu")]
         device: DeviceArg,
+    },
+    /// Estimate the memory of training CONFIG: per layer and in total, the largest batch for
+    /// --memory, and which common GPU sizes fit.
+    Estimate {
+        /// A TOML run config.
+        config: PathBuf,
+        /// Batch size (default: fit.batch_size).
+        #[arg(long)]
+        batch_size: Option<usize>,
+        /// float32, mixed_float16 or mixed_bfloat16 (Lightning's 32-true, 16-mixed, bf16-mixed
+        /// accepted).
+        #[arg(long, default_value = "float32")]
+        precision: String,
+        /// Memory to fit, e.g. 16GiB or 12GB: prints the largest batch that fits it.
+        #[arg(long)]
+        memory: Option<String>,
+        /// Override data.data_dir (the dataset's size is added when its files are found).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
     },
     /// Look into data files and input pipelines.
     #[command(subcommand)]
@@ -251,6 +271,34 @@ fn stop_on_signals() -> anyhow::Result<kiln::fit::Interrupt> {
 fn run_command(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Data(data) => run_data(data),
+        Command::Estimate {
+            config,
+            batch_size,
+            precision,
+            memory,
+            data_dir,
+        } => {
+            let mut cfg = RunConfig::load(&config)?;
+            cfg.apply(&Overrides {
+                data_dir,
+                ..Default::default()
+            })?;
+            let precision: kiln::estimate::Precision = precision.parse()?;
+            let memory = memory
+                .map(|m| kiln::estimate::parse_bytes(&m, "--memory"))
+                .transpose()?;
+            let host = kiln::estimate::host::host_data(&cfg);
+            let at = |b: usize| {
+                let e = kiln::estimate::estimate(&cfg.model, &cfg.compile.optimizer, b, precision);
+                match &host {
+                    Some(h) => e.with_host(h, &cfg),
+                    None => e,
+                }
+            };
+            let e = at(batch_size.unwrap_or(cfg.fit.batch_size));
+            print!("{}", kiln::estimate::report(&e, memory, &at));
+            Ok(())
+        }
         Command::Train {
             config,
             epochs,
@@ -264,12 +312,34 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             allow_changed_data,
         } => {
             let mut cfg = RunConfig::load(&config)?;
+            let auto = batch_size.as_deref() == Some("auto");
+            let batch_size = match batch_size.filter(|_| !auto) {
+                Some(b) => Some(b.parse::<usize>().ok().filter(|&b| b > 0).ok_or_else(|| {
+                    KilnError::config(
+                        "--batch-size",
+                        format!("\"{b}\" is not a positive integer or auto"),
+                    )
+                })?),
+                None => None,
+            };
             cfg.apply(&Overrides {
                 epochs,
                 batch_size,
                 seed,
                 data_dir,
             })?;
+            if auto {
+                cfg.fit.batch_size = kiln::config::AUTO_BATCH_SIZE;
+            }
+            // batch_size = "auto" is chosen here; a CPU run that cannot fit is refused here.
+            if let Some(chosen) = kiln::estimate::resolve_batch_size(
+                &mut cfg,
+                device.into(),
+                kiln::estimate::Precision::Float32,
+                None,
+            )? {
+                println!("{}", chosen.reason);
+            }
             let dev = device::resolve(device.into())?;
             let run_dir = run_dir.unwrap_or_else(|| cfg.default_run_dir());
             let mut progress = progress::Progress::new();

@@ -10,11 +10,11 @@ mod summary;
 pub mod weights;
 
 pub use network::{Act, Forward, LayerParams, Network};
-pub use network_ext::weight_names;
 pub use spec::{
     Activation, LAYER_TYPES, LayerKind, LayerSpec, ModelSpec, NodeRef, Padding, Pads2, Pair,
     RawNode, SequentialBuilder, keras_shape,
 };
+pub use spec_ext::attention_dims;
 pub use summary::{summary, thousands};
 
 #[cfg(test)]

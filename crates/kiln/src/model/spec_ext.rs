@@ -103,7 +103,7 @@ pub(super) fn output_shape(kind: &LayerKind, inputs: &[&[usize]]) -> Option<Shap
 
 /// Sizes of a multi-head attention's projections: `(features, value features, heads,
 /// key_dim, value_dim)`.
-pub(crate) fn attention_dims(kind: &LayerKind, inputs: &[&[usize]]) -> [usize; 5] {
+pub fn attention_dims(kind: &LayerKind, inputs: &[&[usize]]) -> [usize; 5] {
     let f = inputs.first().and_then(|s| s.last()).copied().unwrap_or(0);
     match kind {
         LayerKind::MultiHeadAttention {
