@@ -133,6 +133,20 @@ fn extras(spec: &ModelSpec, i: usize) -> (f64, f64) {
     }
 }
 
+/// The tensor whose memory `r`'s output uses: a Flatten of a `(steps, features)` or flat
+/// input is a view of its input (no copy); images are permuted to Keras' order, a copy.
+fn view_source(spec: &ModelSpec, mut r: NodeRef) -> NodeRef {
+    while let NodeRef::Layer(j) = r {
+        let l = &spec.layers()[j];
+        if matches!(l.kind, LayerKind::Flatten {}) && spec.shape_before(j).len() < 3 {
+            r = l.inputs[0];
+        } else {
+            break;
+        }
+    }
+    r
+}
+
 /// Per layer, what it adds to the activations kept for backward (values per example), and
 /// the values of the model's inputs kept (when their first consumer saves them).
 pub fn per_layer(spec: &ModelSpec) -> (Vec<LayerActivations>, f64) {
@@ -145,15 +159,18 @@ pub fn per_layer(spec: &ModelSpec) -> (Vec<LayerActivations>, f64) {
         }
         if saves_input(&l.kind) {
             for r in &l.inputs {
-                match r {
-                    NodeRef::Input(k) => kept_in[*k] = true,
-                    NodeRef::Layer(j) => kept_out[*j] = true,
+                match view_source(spec, *r) {
+                    NodeRef::Input(k) => kept_in[k] = true,
+                    NodeRef::Layer(j) => kept_out[j] = true,
                 }
             }
         }
     }
     let output = spec.output_layer();
-    kept_out[output] = true;
+    match view_source(spec, NodeRef::Layer(output)) {
+        NodeRef::Input(k) => kept_in[k] = true,
+        NodeRef::Layer(j) => kept_out[j] = true,
+    }
     let mut layers = Vec::with_capacity(n);
     for (i, kept) in kept_out.iter().enumerate() {
         let out = size(spec.shape_after(i));

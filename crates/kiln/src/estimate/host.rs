@@ -9,7 +9,7 @@ use crate::config::RunConfig;
 
 /// Bytes of bookkeeping per element in the shuffle buffer beyond its values (an `Element` map,
 /// two `Array`s with their shapes, allocator rounding), measured with `bench/estimate.sh`.
-pub const ELEMENT_OVERHEAD: u64 = 400;
+pub const ELEMENT_OVERHEAD: u64 = 900;
 
 /// The in-memory dataset of a `[data]` arrays config (IDX/NPY files read whole).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
