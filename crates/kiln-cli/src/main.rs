@@ -331,6 +331,22 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             if auto {
                 cfg.fit.batch_size = kiln::config::AUTO_BATCH_SIZE;
             }
+            let run_dir = run_dir.unwrap_or_else(|| cfg.default_run_dir());
+            // A resumed "auto" run keeps the batch size its first start chose.
+            if cfg.fit.batch_size == kiln::config::AUTO_BATCH_SIZE
+                && !no_resume
+                && let Ok(saved) = RunConfig::load(&run_dir.join("config.toml"))
+                && saved.fit.batch_size != kiln::config::AUTO_BATCH_SIZE
+            {
+                println!(
+                    "batch_size = \"auto\": resuming with the run's batch size {}",
+                    saved.fit.batch_size
+                );
+                cfg.apply(&Overrides {
+                    batch_size: Some(saved.fit.batch_size),
+                    ..Default::default()
+                })?;
+            }
             // batch_size = "auto" is chosen here; a CPU run that cannot fit is refused here.
             if let Some(chosen) = kiln::estimate::resolve_batch_size(
                 &mut cfg,
@@ -341,7 +357,6 @@ fn run_command(command: Command) -> anyhow::Result<()> {
                 println!("{}", chosen.reason);
             }
             let dev = device::resolve(device.into())?;
-            let run_dir = run_dir.unwrap_or_else(|| cfg.default_run_dir());
             let mut progress = progress::Progress::new();
             // The config's [[callbacks]] run after the progress display, in their order.
             let mut from_config = cfg.build_callbacks(&run_dir)?;
