@@ -295,7 +295,22 @@ fn run_command(command: Command) -> anyhow::Result<()> {
                     None => e,
                 }
             };
-            let e = at(batch_size.unwrap_or(cfg.fit.batch_size));
+            let batch = match batch_size {
+                Some(b) => b,
+                // "auto": the batch `kiln train` would choose on this machine's CPU.
+                None if cfg.fit.batch_size == kiln::config::AUTO_BATCH_SIZE => {
+                    let mut resolved = cfg.clone();
+                    kiln::estimate::resolve_batch_size(
+                        &mut resolved,
+                        kiln::DeviceKind::Cpu,
+                        precision,
+                        None,
+                    )?;
+                    resolved.fit.batch_size
+                }
+                None => cfg.fit.batch_size,
+            };
+            let e = at(batch);
             print!("{}", kiln::estimate::report(&e, memory, &at));
             Ok(())
         }

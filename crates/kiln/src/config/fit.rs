@@ -15,7 +15,7 @@ fn default_batch_size() -> usize {
 }
 
 /// `fit.batch_size` before `"auto"` is resolved.
-pub const AUTO_BATCH_SIZE: usize = 0;
+pub const AUTO_BATCH_SIZE: usize = usize::MAX;
 
 /// A positive integer or `"auto"` ([`AUTO_BATCH_SIZE`]).
 fn batch_size_or_auto<'de, D: serde::Deserializer<'de>>(
@@ -28,7 +28,7 @@ fn batch_size_or_auto<'de, D: serde::Deserializer<'de>>(
         Text(String),
     }
     match Raw::deserialize(d) {
-        Ok(Raw::Number(n)) if n >= 1 => Ok(n as usize),
+        Ok(Raw::Number(n)) if n >= 0 => Ok(n as usize),
         Ok(Raw::Text(t)) if t == "auto" => Ok(AUTO_BATCH_SIZE),
         _ => Err(serde::de::Error::custom(
             "fit.batch_size must be a positive integer or \"auto\"",
@@ -205,6 +205,9 @@ impl FitConfig {
                     self.rollback_factor
                 ),
             ));
+        }
+        if self.batch_size == 0 {
+            return Err(KilnError::config("fit.batch_size", "must be at least 1"));
         }
         if let Some(m) = &self.memory_budget {
             crate::estimate::parse_bytes(m, "fit.memory_budget")?;

@@ -218,6 +218,17 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(bad.contains("positive integer or \"auto\""), "{bad}");
+        assert!(bad.contains("fit.batch_size: must be at least 1"), "{bad}");
+        let bad = RunConfig::from_toml_str(
+            &std::fs::read_to_string(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../examples/fashion-mnist/mlp.toml"),
+            )
+            .unwrap()
+            .replace("batch_size = 128", "batch_size = \"big\""),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(bad.contains("a positive integer or \"auto\""), "{bad}");
     }
 }
