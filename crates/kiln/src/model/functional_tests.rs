@@ -391,3 +391,42 @@ fn resnet_small_trains_a_few_steps() {
     let loss = &h.history["loss"];
     assert!(loss[3] < loss[0], "{loss:?}");
 }
+
+#[test]
+fn sequence_layers_match_keras() {
+    // tests/reference/attention_reference.py: the same weights (by formula, per Keras name),
+    // token ids [1, 4, 2], Keras 3.15's output.
+    let spec = parse(
+        r#"
+        layers = [
+          { type = "Input", name = "ids", shape = [3] },
+          { type = "Embedding", name = "tok", input_dim = 5, output_dim = 4 },
+          { type = "PositionEmbedding", name = "pos", sequence_length = 6 },
+          { type = "Add", name = "emb", inputs = ["tok", "pos"] },
+          { type = "MultiHeadAttention", name = "mha", num_heads = 2, key_dim = 2 },
+          { type = "Add", name = "res", inputs = ["emb", "mha"] },
+          { type = "LayerNormalization", name = "ln" },
+          { type = "TransformerEncoder", name = "enc", intermediate_dim = 6, num_heads = 2, activation = "gelu" },
+        ]"#,
+    )
+    .unwrap();
+    let values = |name: &str, shape: &[usize]| -> crate::error::Result<Vec<f32>> {
+        let n: usize = shape.iter().product();
+        let seed: u32 = name.bytes().map(u32::from).sum();
+        Ok((0..n)
+            .map(|i| (0.5 * (0.37 * i as f64 + 0.11 * seed as f64).sin()) as f32)
+            .collect())
+    };
+    let device = Device::flex();
+    let net = weights::load_with(&spec, &device, &values).unwrap();
+    let ids = Tensor::from_data(TensorData::new(vec![1.0f32, 4.0, 2.0], [1, 3]), &device);
+    let out = net.forward(&spec, Act::Flat(ids), false).output;
+    let got = out.into_data().try_to_vec::<f32>().unwrap();
+    let want = [
+        0.428692, 0.673046, 0.323670, -0.184659, 0.428672, 0.673340, 0.321339, -0.182475, 0.449500,
+        0.343872, 0.310309, 1.047438,
+    ];
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() < 2e-5, "{got:?} vs {want:?}");
+    }
+}
