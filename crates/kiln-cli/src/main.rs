@@ -289,6 +289,7 @@ fn run_command(command: Command) -> anyhow::Result<()> {
                 .transpose()?;
             let host = kiln::estimate::host::host_data(&cfg);
             let at = |b: usize| {
+                let b = kiln::estimate::host::effective_batch(host.as_ref(), &cfg, b);
                 let e = kiln::estimate::estimate(&cfg.model, &cfg.compile.optimizer, b, precision);
                 match &host {
                     Some(h) => e.with_host(h, &cfg),
@@ -329,7 +330,7 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             let mut cfg = RunConfig::load(&config)?;
             let auto = batch_size.as_deref() == Some("auto");
             let batch_size = match batch_size.filter(|_| !auto) {
-                Some(b) => Some(b.parse::<usize>().ok().filter(|&b| b > 0).ok_or_else(|| {
+                Some(b) => Some(b.parse::<usize>().ok().ok_or_else(|| {
                     KilnError::config(
                         "--batch-size",
                         format!("\"{b}\" is not a positive integer or auto"),

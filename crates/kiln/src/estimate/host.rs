@@ -54,6 +54,18 @@ pub fn input_bytes(d: &HostData, cfg: &RunConfig, batch: usize) -> u64 {
     arrays + split + shuffle + in_flight
 }
 
+/// The batch a run really uses: `input::pipeline` cuts batches of at most the training set's
+/// size (after `validation_split`), when that size is known.
+pub fn effective_batch(data: Option<&HostData>, cfg: &RunConfig, batch: usize) -> usize {
+    match data {
+        Some(d) => {
+            let train = ((d.train_examples as f64) * (1.0 - cfg.fit.validation_split)) as usize;
+            batch.min(train.max(1))
+        }
+        None => batch,
+    }
+}
+
 /// Reads the dataset sizes of a `[data]` arrays config from the IDX or NPY headers (gzip
 /// allowed), without reading the data. `None` for pipeline configs or when a file is missing
 /// or unreadable (the estimate then covers the model only).

@@ -46,6 +46,7 @@ pub fn resolve_batch_size(
         DeviceKind::Gpu => None,
     };
     let at = |cfg: &RunConfig, b: usize| {
+        let b = host::effective_batch(data.as_ref(), cfg, b);
         let e = estimate(&cfg.model, &cfg.compile.optimizer, b, precision);
         match &data {
             Some(d) => e.with_host(d, cfg),
@@ -90,10 +91,11 @@ pub fn resolve_batch_size(
         let e = at(cfg, cfg.fit.batch_size);
         if e.total_bytes() > available {
             let fits = max_batch_size(available, cfg.fit.batch_size, |b| at(cfg, b).total_bytes());
+            let batch = host::effective_batch(data.as_ref(), cfg, cfg.fit.batch_size);
             let mixed = estimate(
                 &cfg.model,
                 &cfg.compile.optimizer,
-                cfg.fit.batch_size,
+                batch,
                 Precision::MixedBfloat16,
             );
             return Err(KilnError::OutOfMemory(format!(
@@ -101,7 +103,7 @@ pub fn resolve_batch_size(
                  {}, activations {}{}) but {} is available (MemAvailable); {}use \
                  precision = \"mixed_bfloat16\" (about {} for the model), or batch_size = \
                  \"auto\" (kiln estimate {{config}} shows the breakdown)",
-                cfg.fit.batch_size,
+                batch,
                 format_bytes(e.total_bytes()),
                 format_bytes(e.weight_bytes()),
                 format_bytes(e.gradient_bytes()),
