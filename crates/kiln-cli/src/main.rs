@@ -60,9 +60,10 @@ enum Command {
         /// Override fit.epochs.
         #[arg(long)]
         epochs: Option<usize>,
-        /// Override fit.batch_size.
+        /// Override fit.batch_size: a number, or auto (the largest that fits the memory
+        /// budget, from the estimate).
         #[arg(long)]
-        batch_size: Option<usize>,
+        batch_size: Option<String>,
         /// cpu, or gpu (the GPU backend compiled in).
         #[arg(long, value_enum, default_value = "cpu")]
         device: DeviceArg,
@@ -121,6 +122,26 @@ enum Command {
         /// cpu or gpu.
         #[arg(long, value_enum, default_value = "cpu")]
         device: DeviceArg,
+    },
+    /// Estimate the memory of training CONFIG: per layer and in total, the largest batch for
+    /// --memory, and which common GPU sizes fit.
+    Estimate {
+        /// A TOML run config.
+        config: PathBuf,
+        /// Batch size (default: fit.batch_size).
+        #[arg(long)]
+        batch_size: Option<usize>,
+        /// float32, mixed_float16 or mixed_bfloat16 (Lightning's 32-true, 16-mixed, bf16-mixed
+        /// accepted).
+        /// (default: the config's `precision`).
+        #[arg(long)]
+        precision: Option<String>,
+        /// Memory to fit, e.g. 16GiB or 12GB: prints the largest batch that fits it.
+        #[arg(long)]
+        memory: Option<String>,
+        /// Override data.data_dir (the dataset's size is added when its files are found).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
     },
     /// Look into data files and input pipelines.
     #[command(subcommand)]
@@ -277,6 +298,53 @@ fn stop_on_signals() -> anyhow::Result<kiln::fit::Interrupt> {
 fn run_command(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Data(data) => run_data(data),
+        Command::Estimate {
+            config,
+            batch_size,
+            precision,
+            memory,
+            data_dir,
+        } => {
+            let mut cfg = RunConfig::load(&config)?;
+            cfg.apply(&Overrides {
+                data_dir,
+                ..Default::default()
+            })?;
+            let precision = match precision {
+                Some(p) => kiln::Precision::parse(&p, "--precision")?,
+                None => cfg.model.precision(),
+            };
+            let memory = memory
+                .map(|m| kiln::estimate::parse_bytes(&m, "--memory"))
+                .transpose()?;
+            let host = kiln::estimate::host::host_data(&cfg);
+            let at = |b: usize| {
+                let b = kiln::estimate::host::effective_batch(host.as_ref(), &cfg, b);
+                let e = kiln::estimate::estimate(&cfg.model, &cfg.compile.optimizer, b, precision);
+                match &host {
+                    Some(h) => e.with_host(h, &cfg),
+                    None => e,
+                }
+            };
+            let batch = match batch_size {
+                Some(b) => b,
+                // "auto": the batch `kiln train` would choose on this machine's CPU.
+                None if cfg.fit.batch_size == kiln::config::AUTO_BATCH_SIZE => {
+                    let mut resolved = cfg.clone();
+                    kiln::estimate::resolve_batch_size(
+                        &mut resolved,
+                        kiln::DeviceKind::Cpu,
+                        precision,
+                        None,
+                    )?;
+                    resolved.fit.batch_size
+                }
+                None => cfg.fit.batch_size,
+            };
+            let e = at(batch);
+            print!("{}", kiln::estimate::report(&e, memory, &at));
+            Ok(())
+        }
         Command::Train {
             config,
             epochs,
@@ -294,6 +362,16 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             let precision = precision
                 .map(|p| kiln::Precision::parse(&p, "--precision"))
                 .transpose()?;
+            let auto = batch_size.as_deref() == Some("auto");
+            let batch_size = match batch_size.filter(|_| !auto) {
+                Some(b) => Some(b.parse::<usize>().ok().ok_or_else(|| {
+                    KilnError::config(
+                        "--batch-size",
+                        format!("\"{b}\" is not a positive integer or auto"),
+                    )
+                })?),
+                None => None,
+            };
             cfg.apply(&Overrides {
                 epochs,
                 batch_size,
@@ -301,8 +379,36 @@ fn run_command(command: Command) -> anyhow::Result<()> {
                 data_dir,
                 precision,
             })?;
-            let dev = device::resolve(device.into())?;
+            if auto {
+                cfg.fit.batch_size = kiln::config::AUTO_BATCH_SIZE;
+            }
             let run_dir = run_dir.unwrap_or_else(|| cfg.default_run_dir());
+            // A resumed "auto" run keeps the batch size its first start chose.
+            if cfg.fit.batch_size == kiln::config::AUTO_BATCH_SIZE
+                && !no_resume
+                && let Ok(saved) = RunConfig::load(&run_dir.join("config.toml"))
+                && saved.fit.batch_size != kiln::config::AUTO_BATCH_SIZE
+            {
+                println!(
+                    "batch_size = \"auto\": resuming with the run's batch size {}",
+                    saved.fit.batch_size
+                );
+                cfg.apply(&Overrides {
+                    batch_size: Some(saved.fit.batch_size),
+                    ..Default::default()
+                })?;
+            }
+            // batch_size = "auto" is chosen here; a CPU run that cannot fit is refused here.
+            let run_precision = cfg.model.precision();
+            if let Some(chosen) = kiln::estimate::resolve_batch_size(
+                &mut cfg,
+                device.into(),
+                run_precision,
+                None,
+            )? {
+                println!("{}", chosen.reason);
+            }
+            let dev = device::resolve(device.into())?;
             let mut progress = progress::Progress::new();
             // The config's [[callbacks]] run after the progress display, in their order.
             let mut from_config = cfg.build_callbacks(&run_dir)?;

@@ -45,6 +45,14 @@ pub struct DeviceBatch {
 /// # Errors
 /// [`KilnError::Shape`] when an example does not have `spec.input_shape()`'s element count.
 pub fn features(x: &Array, spec: &ModelSpec, device: &Device) -> Result<(Act, usize)> {
+    if spec.inputs().len() > 1 {
+        let names: Vec<&str> = spec.inputs().iter().map(|(n, _)| n.as_str()).collect();
+        return Err(KilnError::Shape(format!(
+            "the model has {} inputs ({}) but kiln's fit, evaluate and predict feed one (the \"{FEATURES}\" component); give the model one Input, or size it with `kiln estimate`, which handles several",
+            names.len(),
+            names.join(", ")
+        )));
+    }
     let shape = x.shape();
     let want = spec.input_shape();
     let per: usize = want.iter().product();

@@ -76,6 +76,10 @@ pub enum KilnError {
     /// message is the NaN report (what went non-finite first, and remedies).
     #[error("{0}")]
     NanLoss(String),
+    /// The run's estimated memory exceeds what is available (refused before training), with
+    /// the numbers and the remedies.
+    #[error("{0}")]
+    InsufficientMemory(String),
     /// A resume found that the config or the data changed since the checkpoint was written.
     #[error("{0}")]
     Changed(String),

@@ -24,6 +24,7 @@ pub mod compile;
 pub mod config;
 pub mod device;
 pub mod error;
+pub mod estimate;
 pub mod fit;
 pub mod guards;
 pub mod input;

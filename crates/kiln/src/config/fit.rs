@@ -13,6 +13,36 @@ fn default_epochs() -> usize {
 fn default_batch_size() -> usize {
     32
 }
+
+/// `fit.batch_size` before `"auto"` is resolved.
+pub const AUTO_BATCH_SIZE: usize = usize::MAX;
+
+/// A positive integer or `"auto"` ([`AUTO_BATCH_SIZE`]).
+fn batch_size_or_auto<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<usize, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Number(i64),
+        Text(String),
+    }
+    match Raw::deserialize(d) {
+        Ok(Raw::Number(n)) if n >= 0 => Ok(n as usize),
+        Ok(Raw::Text(t)) if t == "auto" => Ok(AUTO_BATCH_SIZE),
+        _ => Err(serde::de::Error::custom(
+            "fit.batch_size must be a positive integer or \"auto\"",
+        )),
+    }
+}
+
+fn write_batch_size<S: serde::Serializer>(v: &usize, s: S) -> std::result::Result<S::Ok, S::Error> {
+    if *v == AUTO_BATCH_SIZE {
+        s.serialize_str("auto")
+    } else {
+        s.serialize_u64(*v as u64)
+    }
+}
 fn default_true() -> bool {
     true
 }
@@ -49,9 +79,18 @@ pub struct FitConfig {
     /// Passes over the training data.
     #[serde(default = "default_epochs")]
     pub epochs: usize,
-    /// Examples per gradient step.
-    #[serde(default = "default_batch_size")]
+    /// Examples per gradient step; [`AUTO_BATCH_SIZE`] (TOML `"auto"`) until
+    /// [`crate::estimate::resolve_batch_size`] chooses it from the memory estimate.
+    #[serde(
+        default = "default_batch_size",
+        deserialize_with = "batch_size_or_auto",
+        serialize_with = "write_batch_size"
+    )]
     pub batch_size: usize,
+    /// Memory `batch_size = "auto"` fits into (`"8GiB"`, `"16GB"`); default 90% of the
+    /// available memory (on the CPU, `MemAvailable` of `/proc/meminfo`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_budget: Option<String>,
     /// Fraction of the training data held out for validation: the *last* examples, taken before
     /// shuffling, as Keras does.
     #[serde(default)]
@@ -98,6 +137,7 @@ impl Default for FitConfig {
         FitConfig {
             epochs: default_epochs(),
             batch_size: default_batch_size(),
+            memory_budget: None,
             validation_split: 0.0,
             validation_data: None,
             shuffle: true,
@@ -168,6 +208,9 @@ impl FitConfig {
         }
         if self.batch_size == 0 {
             return Err(KilnError::config("fit.batch_size", "must be at least 1"));
+        }
+        if let Some(m) = &self.memory_budget {
+            crate::estimate::parse_bytes(m, "fit.memory_budget")?;
         }
         if !(0.0..1.0).contains(&self.validation_split) {
             return Err(KilnError::config(

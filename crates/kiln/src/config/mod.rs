@@ -33,7 +33,7 @@ pub use callbacks::{
     ModelCheckpointSpec, ReduceLROnPlateauSpec, TensorBoardSpec, TerminateOnNaNSpec,
 };
 pub use data::{ARRAY_FORM_KEYS, DataConfig, PIPELINE_KEYS};
-pub use fit::{FitConfig, OnNanConfig};
+pub use fit::{AUTO_BATCH_SIZE, FitConfig, OnNanConfig};
 pub use pipeline::{
     AxisConfig, ColumnRef, FeatureConfig, OneOrMany, OpConfig, PipelineConfig, ShuffleConfig,
     Source,

@@ -3,16 +3,21 @@
 
 mod init;
 mod network;
+pub mod network_ext;
 mod spec;
+mod spec_ext;
 mod summary;
 pub mod weights;
 
 pub use network::{Act, Forward, LayerParams, Network};
 pub use spec::{
-    Activation, LAYER_TYPES, LayerKind, LayerSpec, ModelSpec, Padding, Pair, SequentialBuilder,
-    keras_shape,
+    Activation, LAYER_TYPES, LayerKind, LayerSpec, ModelSpec, NodeRef, Padding, Pads2, Pair,
+    RawNode, SequentialBuilder, keras_shape,
 };
+pub use spec_ext::attention_dims;
 pub use summary::{summary, thousands};
 
+#[cfg(test)]
+mod functional_tests;
 #[cfg(test)]
 mod keras_parity_tests;

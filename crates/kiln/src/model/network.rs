@@ -37,6 +37,12 @@ pub struct LayerParams {
     pub moving_mean: Option<Param<Tensor<1>>>,
     /// BatchNormalization moving variance, `[channels]` (not trained by gradients).
     pub moving_variance: Option<Param<Tensor<1>>>,
+    /// Further 2-D kernels (Embedding tables, attention and feed-forward projections), in the
+    /// order `network_ext::weight_names` lists them.
+    pub kernels: Vec<Param<Tensor<2>>>,
+    /// Further vectors (attention biases, an encoder's LayerNormalization and feed-forward
+    /// vectors), in the order `network_ext::weight_names` lists them.
+    pub vectors: Vec<Param<Tensor<1>>>,
 }
 
 impl LayerParams {
@@ -49,6 +55,8 @@ impl LayerParams {
             beta: None,
             moving_mean: None,
             moving_variance: None,
+            kernels: Vec::new(),
+            vectors: Vec::new(),
         }
     }
 }
@@ -152,7 +160,13 @@ impl Network {
                         p.moving_mean = Some(filled(cin, 0.0, device, false));
                         p.moving_variance = Some(filled(cin, 1.0, device, false));
                     }
-                    _ => {}
+                    other => super::network_ext::init(
+                        other,
+                        &spec.shapes_before(i),
+                        &mut rng,
+                        device,
+                        &mut p,
+                    ),
                 }
                 p
             })
@@ -194,134 +208,232 @@ impl Network {
         training: bool,
         observe: &mut dyn FnMut(usize, std::time::Duration, &Act),
     ) -> Forward {
-        let mut x = input;
+        self.forward_graph(spec, vec![input], training, observe)
+    }
+
+    /// [`Network::forward_observed`] for a model with several `Input`s: `inputs` in the order
+    /// of [`ModelSpec::inputs`]. Layers run in the spec's order; each output is dropped once
+    /// its last consumer has run, so only what autodiff keeps stays alive.
+    pub fn forward_graph(
+        &self,
+        spec: &ModelSpec,
+        inputs: Vec<Act>,
+        training: bool,
+        observe: &mut dyn FnMut(usize, std::time::Duration, &Act),
+    ) -> Forward {
+        use super::spec::NodeRef;
         let mut logits = None;
         let mut batch_stats = Vec::new();
-        let last = spec.layers().len() - 1;
-        // Mixed precision (crate::precision::round): the 16-bit type `x` is rounded to.
-        let mut rounded_to = None;
+        let last = spec.output_layer();
+        let n = spec.layers().len();
+        // Remaining consumers of each input and layer output.
+        let mut uses_in = vec![0usize; spec.inputs().len()];
+        let mut uses = vec![0usize; n];
+        for l in spec.layers() {
+            for r in &l.inputs {
+                match r {
+                    NodeRef::Input(k) => uses_in[*k] += 1,
+                    NodeRef::Layer(j) => uses[*j] += 1,
+                }
+            }
+        }
+        let mut values_in: Vec<Option<Act>> = inputs.into_iter().map(Some).collect();
+        let mut values: Vec<Option<Act>> = (0..n).map(|_| None).collect();
+        // Mixed precision (crate::precision::round): the 16-bit type each layer's output is
+        // already rounded to.
+        let mut rounded: Vec<Option<burn::tensor::FloatDType>> = vec![None; n];
         for (i, (layer, p)) in spec.layers().iter().zip(&self.layers).enumerate() {
             let started = std::time::Instant::now();
             let compute = spec.layer_precision(i).compute_dtype();
+            let mut xs = Vec::with_capacity(layer.inputs.len());
+            let mut input_rounded = None;
+            for r in &layer.inputs {
+                let (slot, left, was) = match r {
+                    NodeRef::Input(k) => (&mut values_in[*k], &mut uses_in[*k], None),
+                    NodeRef::Layer(j) => (&mut values[*j], &mut uses[*j], rounded[*j]),
+                };
+                *left -= 1;
+                let v = if *left == 0 {
+                    slot.take()
+                } else {
+                    slot.clone()
+                };
+                let mut v = v.expect("inputs are computed before their consumers");
+                if let Some(dt) = compute
+                    && was != Some(dt)
+                {
+                    v = round_act(v, dt);
+                }
+                input_rounded = was;
+                xs.push(v);
+            }
             let rounded_params;
             let p = match compute {
                 Some(dt) => {
-                    if rounded_to != Some(dt) {
-                        x = round_act(x, dt);
-                    }
                     rounded_params = round_params(p, dt);
                     &rounded_params
                 }
                 None => p,
             };
-            // A non-linear activation after a Dense or Conv2D sees the rounded affine output.
-            let pre = |a: Act, act: Activation| match compute {
-                Some(dt) if act != Activation::Linear => round_act(a, dt),
-                _ => a,
+            let x = match &layer.kind {
+                LayerKind::Dense { .. }
+                | LayerKind::Conv2D { .. }
+                | LayerKind::MaxPooling2D { .. }
+                | LayerKind::AveragePooling2D { .. }
+                | LayerKind::Flatten {}
+                | LayerKind::Dropout { .. }
+                | LayerKind::BatchNormalization { .. }
+                | LayerKind::Activation { .. }
+                | LayerKind::Input { .. } => {
+                    let x = xs.pop().expect("one input");
+                    self.layer_forward(
+                        i,
+                        i == last,
+                        &layer.kind,
+                        p,
+                        x,
+                        training,
+                        compute,
+                        &mut logits,
+                        &mut batch_stats,
+                    )
+                }
+                other => super::network_ext::forward(other, p, xs),
             };
-            x = match &layer.kind {
-                LayerKind::Input { .. } => x,
-                LayerKind::Dense { activation, .. } => {
-                    // A ReLU is fused into the layer; other activations follow it.
-                    if *activation == Activation::Relu {
-                        dense(x, p, true)
-                    } else {
-                        let y = pre(dense(x, p, false), *activation);
-                        if i == last && *activation == Activation::Softmax {
-                            logits = Some(flat(y.clone()));
-                        }
-                        apply_activation(y, *activation)
-                    }
-                }
-                LayerKind::Conv2D {
-                    strides,
-                    padding,
-                    activation,
-                    kernel_size,
-                    ..
-                } => {
-                    let x4 = image(x);
-                    let [_, _, h, w] = x4.dims();
-                    let (_, ph) = padding
-                        .resolve(h, kernel_size.0[0], strides.0[0])
-                        .expect("shape checked");
-                    let (_, pw) = padding
-                        .resolve(w, kernel_size.0[1], strides.0[1])
-                        .expect("shape checked");
-                    // A ReLU is fused into the convolution; other activations follow it.
-                    let relu = *activation == Activation::Relu;
-                    let y = crate::ops::conv2d(
-                        x4,
-                        p.conv_kernel.as_ref().expect("conv kernel").val(),
-                        p.bias.as_ref().map(|b| b.val()),
-                        strides.0,
-                        [ph, pw],
-                        relu,
-                    );
-                    if relu {
-                        Act::Image(y)
-                    } else {
-                        apply_activation(pre(Act::Image(y), *activation), *activation)
-                    }
-                }
-                LayerKind::MaxPooling2D {
-                    pool_size,
-                    strides,
-                    padding,
-                } => {
-                    let x4 = image(x);
-                    let s = strides.unwrap_or(*pool_size).0;
-                    let pads = pool_padding(&x4, *padding, pool_size.0, s);
-                    Act::Image(crate::ops::max_pool2d(x4, pool_size.0, s, pads))
-                }
-                LayerKind::AveragePooling2D {
-                    pool_size,
-                    strides,
-                    padding,
-                } => {
-                    let x4 = image(x);
-                    let s = strides.unwrap_or(*pool_size).0;
-                    let pads = pool_padding(&x4, *padding, pool_size.0, s);
-                    let options = AvgPoolOptions::new(pool_size.0)
-                        .with_stride(s)
-                        .with_padding_pairs(pads)
-                        .with_count_include_pad(false);
-                    Act::Image(avg_pool2d(x4, options))
-                }
-                LayerKind::Flatten {} => Act::Flat(match x {
-                    Act::Flat(t) => t,
-                    Act::Seq(t) => t.flatten(1, 2),
-                    // Keras flattens channels-last: [b, h, w, c].
-                    Act::Image(t) => t.permute([0, 2, 3, 1]).flatten(1, 3),
-                }),
-                LayerKind::Dropout { rate } => {
-                    if training && *rate > 0.0 {
-                        dropout(x, *rate)
-                    } else {
-                        x
-                    }
-                }
-                LayerKind::BatchNormalization { epsilon, .. } => {
-                    let (y, stats) = batch_normalization(x, p, *epsilon, training);
-                    if let Some((mean, var)) = stats {
-                        batch_stats.push((i, mean, var));
-                    }
-                    y
-                }
-                LayerKind::Activation { activation } => {
-                    if i == last && *activation == Activation::Softmax {
-                        logits = Some(flat(x.clone()));
-                    }
-                    apply_activation(x, *activation)
-                }
+            let input_rounded = if layer.inputs.len() == 1 {
+                input_rounded
+            } else {
+                None
             };
-            (x, rounded_to) = round_output(x, &layer.kind, compute, rounded_to);
+            let (x, r) = round_output(x, &layer.kind, compute, input_rounded);
+            rounded[i] = r;
             observe(i, started.elapsed(), &x);
+            values[i] = Some(x);
         }
+        let x = values[last].take().expect("the output layer ran");
         Forward {
             output: flat(x),
             logits,
             batch_stats,
+        }
+    }
+
+    /// One layer of the original (Sequential) kinds on its single input.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_forward(
+        &self,
+        i: usize,
+        is_last: bool,
+        kind: &LayerKind,
+        p: &LayerParams,
+        x: Act,
+        training: bool,
+        compute: Option<burn::tensor::FloatDType>,
+        logits: &mut Option<Tensor<2>>,
+        batch_stats: &mut Vec<(usize, Tensor<1>, Tensor<1>)>,
+    ) -> Act {
+        // Mixed precision: a non-linear activation after a Dense or Conv2D sees the rounded
+        // affine output.
+        let pre = |a: Act, act: Activation| match compute {
+            Some(dt) if act != Activation::Linear => round_act(a, dt),
+            _ => a,
+        };
+        match kind {
+            LayerKind::Input { .. } => x,
+            LayerKind::Dense { activation, .. } => {
+                // A ReLU is fused into the layer; other activations follow it.
+                if *activation == Activation::Relu {
+                    dense(x, p, true)
+                } else {
+                    let y = pre(dense(x, p, false), *activation);
+                    if is_last && *activation == Activation::Softmax {
+                        *logits = Some(flat(y.clone()));
+                    }
+                    apply_activation(y, *activation)
+                }
+            }
+            LayerKind::Conv2D {
+                strides,
+                padding,
+                activation,
+                kernel_size,
+                ..
+            } => {
+                let x4 = image(x);
+                let [_, _, h, w] = x4.dims();
+                let (_, ph) = padding
+                    .resolve(h, kernel_size.0[0], strides.0[0])
+                    .expect("shape checked");
+                let (_, pw) = padding
+                    .resolve(w, kernel_size.0[1], strides.0[1])
+                    .expect("shape checked");
+                // A ReLU is fused into the convolution; other activations follow it.
+                let relu = *activation == Activation::Relu;
+                let y = crate::ops::conv2d(
+                    x4,
+                    p.conv_kernel.as_ref().expect("conv kernel").val(),
+                    p.bias.as_ref().map(|b| b.val()),
+                    strides.0,
+                    [ph, pw],
+                    relu,
+                );
+                if relu {
+                    Act::Image(y)
+                } else {
+                    apply_activation(pre(Act::Image(y), *activation), *activation)
+                }
+            }
+            LayerKind::MaxPooling2D {
+                pool_size,
+                strides,
+                padding,
+            } => {
+                let x4 = image(x);
+                let s = strides.unwrap_or(*pool_size).0;
+                let pads = pool_padding(&x4, *padding, pool_size.0, s);
+                Act::Image(crate::ops::max_pool2d(x4, pool_size.0, s, pads))
+            }
+            LayerKind::AveragePooling2D {
+                pool_size,
+                strides,
+                padding,
+            } => {
+                let x4 = image(x);
+                let s = strides.unwrap_or(*pool_size).0;
+                let pads = pool_padding(&x4, *padding, pool_size.0, s);
+                let options = AvgPoolOptions::new(pool_size.0)
+                    .with_stride(s)
+                    .with_padding_pairs(pads)
+                    .with_count_include_pad(false);
+                Act::Image(avg_pool2d(x4, options))
+            }
+            LayerKind::Flatten {} => Act::Flat(match x {
+                Act::Flat(t) => t,
+                Act::Seq(t) => t.flatten(1, 2),
+                // Keras flattens channels-last: [b, h, w, c].
+                Act::Image(t) => t.permute([0, 2, 3, 1]).flatten(1, 3),
+            }),
+            LayerKind::Dropout { rate } => {
+                if training && *rate > 0.0 {
+                    dropout(x, *rate)
+                } else {
+                    x
+                }
+            }
+            LayerKind::BatchNormalization { epsilon, .. } => {
+                let (y, stats) = batch_normalization(x, p, *epsilon, training);
+                if let Some((mean, var)) = stats {
+                    batch_stats.push((i, mean, var));
+                }
+                y
+            }
+            LayerKind::Activation { activation } => {
+                if is_last && *activation == Activation::Softmax {
+                    *logits = Some(flat(x.clone()));
+                }
+                apply_activation(x, *activation)
+            }
+            other => unreachable!("{} is run by network_ext.rs", other.class_name()),
         }
     }
 

@@ -209,6 +209,123 @@ pub enum LayerKind {
         /// The function.
         activation: Activation,
     },
+    /// `keras.layers.ZeroPadding2D(padding=1)`: zero rows and columns around `(h, w, c)` images.
+    ZeroPadding2D {
+        /// An integer, `[rows, cols]` or `[[top, bottom], [left, right]]`.
+        #[serde(default = "default_pads")]
+        padding: Pads2,
+    },
+    /// `keras.layers.Cropping1D(cropping=1)`: drops steps at the start and end of
+    /// `(steps, features)` inputs.
+    Cropping1D {
+        /// An integer or `[start, end]`.
+        #[serde(default = "default_crop")]
+        cropping: Pair,
+    },
+    /// `keras.layers.Add()`: the element-wise sum of two or more inputs of one shape.
+    Add {},
+    /// `keras.layers.GlobalAveragePooling2D()`: `(h, w, c)` to `(c,)`, the mean over positions.
+    GlobalAveragePooling2D {},
+    /// `keras.layers.Embedding(input_dim, output_dim)`: integer ids `(steps,)` to vectors
+    /// `(steps, output_dim)`; ids are clamped to `[0, input_dim)`.
+    Embedding {
+        /// Vocabulary size.
+        input_dim: usize,
+        /// Vector size.
+        output_dim: usize,
+    },
+    /// `keras_hub.layers.PositionEmbedding(sequence_length)`: a trainable
+    /// `[sequence_length, features]` table whose first `steps` rows it returns for a
+    /// `(steps, features)` input (the input's values are not used; add the result to it with
+    /// `Add`).
+    PositionEmbedding {
+        /// Longest sequence the table covers.
+        sequence_length: usize,
+    },
+    /// `keras.layers.LayerNormalization(epsilon=0.001)` over the last axis, with `gamma` and
+    /// `beta`.
+    LayerNormalization {
+        /// Added to the variance before the square root.
+        #[serde(default = "default_bn_epsilon")]
+        epsilon: f64,
+    },
+    /// `keras.layers.MultiHeadAttention(num_heads, key_dim, value_dim=None, use_bias=True)`
+    /// called as `layer(query, value)` (`inputs = [query]` is self-attention,
+    /// `inputs = [query, value]` uses `value` as key and value); no mask, no dropout. Output:
+    /// the query's shape.
+    MultiHeadAttention {
+        /// Attention heads.
+        num_heads: usize,
+        /// Size of each head's query and key.
+        key_dim: usize,
+        /// Size of each head's value; `key_dim` when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value_dim: Option<usize>,
+        /// Biases in the four projections.
+        #[serde(default = "default_true")]
+        use_bias: bool,
+    },
+    /// `keras_hub.layers.TransformerEncoder(intermediate_dim, num_heads, activation="relu",
+    /// layer_norm_epsilon=1e-5, normalize_first=False)`, BERT's block: self-attention
+    /// (`key_dim = features / num_heads`), add and LayerNormalization, then
+    /// `Dense(intermediate_dim, activation)`, `Dense(features)`, add and LayerNormalization.
+    /// No dropout, no mask.
+    TransformerEncoder {
+        /// Units of the feed-forward network's hidden layer.
+        intermediate_dim: usize,
+        /// Attention heads; must divide the feature size.
+        num_heads: usize,
+        /// The feed-forward activation.
+        #[serde(default = "default_relu")]
+        activation: Activation,
+        /// Epsilon of both LayerNormalizations.
+        #[serde(default = "default_ln_epsilon")]
+        layer_norm_epsilon: f64,
+    },
+}
+
+/// `[[top, bottom], [left, right]]` zero padding; TOML accepts an integer, `[rows, cols]` or the
+/// full form, as Keras' `ZeroPadding2D(padding=)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pads2(pub [[usize; 2]; 2]);
+
+impl Serialize for Pads2 {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Pads2 {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            One(usize),
+            Two([usize; 2]),
+            Four([[usize; 2]; 2]),
+        }
+        match Raw::deserialize(d) {
+            Ok(Raw::One(v)) => Ok(Pads2([[v, v], [v, v]])),
+            Ok(Raw::Two([h, w])) => Ok(Pads2([[h, h], [w, w]])),
+            Ok(Raw::Four(v)) => Ok(Pads2(v)),
+            Err(_) => Err(serde::de::Error::custom(
+                "expected an integer, [rows, cols] or [[top, bottom], [left, right]]",
+            )),
+        }
+    }
+}
+
+fn default_pads() -> Pads2 {
+    Pads2([[1, 1], [1, 1]])
+}
+fn default_crop() -> Pair {
+    Pair([1, 1])
+}
+fn default_relu() -> Activation {
+    Activation::Relu
+}
+fn default_ln_epsilon() -> f64 {
+    1e-5
 }
 
 /// The Keras class names kiln knows, for error messages.
@@ -222,6 +339,15 @@ pub const LAYER_TYPES: &[&str] = &[
     "Dropout",
     "BatchNormalization",
     "Activation",
+    "ZeroPadding2D",
+    "Cropping1D",
+    "Add",
+    "GlobalAveragePooling2D",
+    "Embedding",
+    "PositionEmbedding",
+    "LayerNormalization",
+    "MultiHeadAttention",
+    "TransformerEncoder",
 ];
 
 impl LayerKind {
@@ -237,6 +363,15 @@ impl LayerKind {
             LayerKind::Dropout { .. } => "Dropout",
             LayerKind::BatchNormalization { .. } => "BatchNormalization",
             LayerKind::Activation { .. } => "Activation",
+            LayerKind::ZeroPadding2D { .. } => "ZeroPadding2D",
+            LayerKind::Cropping1D { .. } => "Cropping1D",
+            LayerKind::Add {} => "Add",
+            LayerKind::GlobalAveragePooling2D {} => "GlobalAveragePooling2D",
+            LayerKind::Embedding { .. } => "Embedding",
+            LayerKind::PositionEmbedding { .. } => "PositionEmbedding",
+            LayerKind::LayerNormalization { .. } => "LayerNormalization",
+            LayerKind::MultiHeadAttention { .. } => "MultiHeadAttention",
+            LayerKind::TransformerEncoder { .. } => "TransformerEncoder",
         }
     }
 
@@ -252,12 +387,41 @@ impl LayerKind {
             LayerKind::Dropout { .. } => "dropout",
             LayerKind::BatchNormalization { .. } => "batch_normalization",
             LayerKind::Activation { .. } => "activation",
+            LayerKind::ZeroPadding2D { .. } => "zero_padding2d",
+            LayerKind::Cropping1D { .. } => "cropping1d",
+            LayerKind::Add {} => "add",
+            LayerKind::GlobalAveragePooling2D {} => "global_average_pooling2d",
+            LayerKind::Embedding { .. } => "embedding",
+            LayerKind::PositionEmbedding { .. } => "position_embedding",
+            LayerKind::LayerNormalization { .. } => "layer_normalization",
+            LayerKind::MultiHeadAttention { .. } => "multi_head_attention",
+            LayerKind::TransformerEncoder { .. } => "transformer_encoder",
+        }
+    }
+
+    /// How many inputs the layer takes: `(least, most)`.
+    pub fn arity(&self) -> (usize, usize) {
+        match self {
+            LayerKind::Input { .. } => (0, 0),
+            LayerKind::Add {} => (2, usize::MAX),
+            LayerKind::MultiHeadAttention { .. } => (1, 2),
+            _ => (1, 1),
         }
     }
 
     /// Output shape for an input of `input` (Keras shapes, no batch axis), or a message saying
     /// why the layer cannot take that input.
     pub fn output_shape(&self, input: &[usize]) -> std::result::Result<Vec<usize>, String> {
+        self.output_shape_of(&[input])
+    }
+
+    /// Output shape for the inputs `inputs` (one per inbound layer, Keras shapes), or a message
+    /// saying why the layer cannot take them.
+    pub fn output_shape_of(&self, inputs: &[&[usize]]) -> std::result::Result<Vec<usize>, String> {
+        let input = inputs.first().copied().unwrap_or(&[]);
+        if let Some(out) = super::spec_ext::output_shape(self, inputs) {
+            return out;
+        }
         match self {
             LayerKind::Input { shape } => Ok(shape.clone()),
             LayerKind::Dense { units, .. } => {
@@ -300,13 +464,24 @@ impl LayerKind {
             LayerKind::Dropout { .. }
             | LayerKind::Activation { .. }
             | LayerKind::BatchNormalization { .. } => Ok(input.to_vec()),
+            _ => unreachable!("handled by spec_ext::output_shape"),
         }
     }
 
     /// `(trainable, non_trainable)` parameter counts for an input of `input`, as Keras counts
     /// them (BatchNormalization's moving mean and variance are non-trainable).
     pub fn param_count(&self, input: &[usize]) -> (usize, usize) {
+        self.param_count_of(&[input])
+    }
+
+    /// [`LayerKind::param_count`] for a layer with several inputs (MultiHeadAttention's
+    /// `value` sets the key and value projections' input size).
+    pub fn param_count_of(&self, inputs: &[&[usize]]) -> (usize, usize) {
+        let input = inputs.first().copied().unwrap_or(&[]);
         let last = input.last().copied().unwrap_or(0);
+        if let Some(n) = super::spec_ext::param_count(self, inputs) {
+            return (n, 0);
+        }
         match self {
             LayerKind::Dense {
                 units, use_bias, ..
@@ -392,6 +567,7 @@ impl LayerKind {
                 Ok(())
             }
             LayerKind::Flatten {} | LayerKind::Activation { .. } => Ok(()),
+            other => super::spec_ext::validate(other),
         }
     }
 }
@@ -436,7 +612,8 @@ pub const MAX_ELEMENTS: u128 = 1 << 31;
 
 /// Rejects layers whose parameter count would exceed [`MAX_ELEMENTS`] (computed without
 /// overflow, before anything is allocated).
-fn check_size(kind: &LayerKind, input: &[usize]) -> std::result::Result<(), String> {
+fn check_size(kind: &LayerKind, inputs: &[&[usize]]) -> std::result::Result<(), String> {
+    let input = inputs.first().copied().unwrap_or(&[]);
     let last = input.last().copied().unwrap_or(0) as u128;
     let params = match kind {
         LayerKind::Dense { units, .. } => (last + 1) * *units as u128,
@@ -445,7 +622,7 @@ fn check_size(kind: &LayerKind, input: &[usize]) -> std::result::Result<(), Stri
             kernel_size,
             ..
         } => (kernel_size.0[0] as u128 * kernel_size.0[1] as u128 * last + 1) * *filters as u128,
-        _ => 0,
+        other => super::spec_ext::param_count_u128(other, inputs).unwrap_or(0),
     };
     if params > MAX_ELEMENTS {
         return Err(format!(
@@ -456,6 +633,15 @@ fn check_size(kind: &LayerKind, input: &[usize]) -> std::result::Result<(), Stri
     Ok(())
 }
 
+/// Where a layer's input comes from: one of the model's `Input`s or an earlier layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeRef {
+    /// The model's `k`-th `Input`.
+    Input(usize),
+    /// The output of layer `i` (an index into [`ModelSpec::layers`]).
+    Layer(usize),
+}
+
 /// A named layer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LayerSpec {
@@ -463,19 +649,26 @@ pub struct LayerSpec {
     pub name: String,
     /// Class and arguments.
     pub kind: LayerKind,
+    /// Where its inputs come from, in call order (Keras' inbound layers); always earlier in
+    /// the model, so layers run in their listed order.
+    pub inputs: Vec<NodeRef>,
 }
 
-/// A Keras `Sequential` model: `Input` then layers. Built with [`ModelSpec::builder`] or read
-/// from the `[model]` table of a config ([`ModelSpec::from_toml`]).
+/// A model: one or more `Input`s and layers, as a Keras `Sequential` stack (each layer takes
+/// the previous one's output) or a Keras functional graph (layers name their `inputs`, for
+/// residual connections and several inputs). Built with [`ModelSpec::builder`] or read from
+/// the `[model]` table of a config ([`ModelSpec::from_toml`]); both give the same type, which
+/// [`crate::model::Network`] runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelSpec {
-    input_shape: Vec<usize>,
+    inputs: Vec<(String, Vec<usize>)>,
     layers: Vec<LayerSpec>,
     shapes: Vec<Vec<usize>>,
     /// The global dtype policy (see [`crate::precision`]).
     precision: Precision,
     /// Per-layer dtype policies (Keras' `dtype=` layer argument), by layer name.
     layer_dtypes: std::collections::BTreeMap<String, Precision>,
+    output: usize,
 }
 
 /// Builds a [`ModelSpec`] in Rust, as `keras.Sequential([...])`.
@@ -514,8 +707,32 @@ impl SequentialBuilder {
     /// [`KilnError::Config`] naming `model.layers[i]` when a layer's arguments are out of range
     /// or it cannot take its input's shape.
     pub fn build(self) -> Result<ModelSpec> {
-        ModelSpec::new(self.input_shape, self.layers)
+        let mut nodes = vec![RawNode {
+            name: None,
+            kind: LayerKind::Input {
+                shape: self.input_shape,
+            },
+            inputs: None,
+        }];
+        nodes.extend(self.layers.into_iter().map(|(name, kind)| RawNode {
+            name,
+            kind,
+            inputs: None,
+        }));
+        ModelSpec::from_nodes(nodes, None)
     }
+}
+
+/// One entry of `[model] layers` before names are resolved: `inputs` names earlier entries
+/// (`None`: the previous entry, as in a Sequential stack).
+#[derive(Debug, Clone)]
+pub struct RawNode {
+    /// Explicit name.
+    pub name: Option<String>,
+    /// Class and arguments (`Input` included).
+    pub kind: LayerKind,
+    /// Names of the inbound entries.
+    pub inputs: Option<Vec<String>>,
 }
 
 impl ModelSpec {
@@ -527,42 +744,38 @@ impl ModelSpec {
         }
     }
 
-    fn new(input_shape: Vec<usize>, layers: Vec<(Option<String>, LayerKind)>) -> Result<ModelSpec> {
-        let key = |i: usize| format!("model.layers[{i}]");
-        LayerKind::Input {
-            shape: input_shape.clone(),
-        }
-        .validate()
-        .map_err(|m| KilnError::config("model.layers[0] (Input)", m))?;
+    /// Builds a model from `[model] layers` entries in order (entry 0 must be an `Input`),
+    /// with `outputs` naming the output layer (the last entry when `None`).
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming `model.layers[i]` (or `model.outputs`) for bad arguments,
+    /// shapes, names or inputs.
+    pub fn from_nodes(nodes: Vec<RawNode>, outputs: Option<&str>) -> Result<ModelSpec> {
+        let key = |i: usize, kind: &LayerKind| format!("model.layers[{i}] ({})", kind.class_name());
         let mut counts = std::collections::HashMap::<&str, usize>::new();
-        let mut named = Vec::new();
-        let mut shapes = Vec::new();
-        let mut shape = input_shape.clone();
-        for (i, (name, kind)) in layers.into_iter().enumerate() {
-            let i = i + 1; // index 0 is the Input layer
+        // Every entry (inputs too) by name -> node.
+        let mut by_name = std::collections::HashMap::<String, NodeRef>::new();
+        let mut inputs: Vec<(String, Vec<usize>)> = Vec::new();
+        let mut layers: Vec<LayerSpec> = Vec::new();
+        let mut shapes: Vec<Vec<usize>> = Vec::new();
+        let mut previous: Option<NodeRef> = None;
+        if !matches!(
+            nodes.first().map(|n| &n.kind),
+            Some(LayerKind::Input { .. })
+        ) {
+            return Err(KilnError::config(
+                "model.layers[0]",
+                "the first layer must be `{ type = \"Input\", shape = [...] }`",
+            ));
+        }
+        for (i, node) in nodes.into_iter().enumerate() {
+            let RawNode {
+                name,
+                kind,
+                inputs: wanted,
+            } = node;
             kind.validate()
-                .map_err(|m| KilnError::config(format!("{} ({})", key(i), kind.class_name()), m))?;
-            if matches!(kind, LayerKind::Input { .. }) {
-                return Err(KilnError::config(
-                    key(i),
-                    "`Input` may only be the first layer",
-                ));
-            }
-            check_size(&kind, &shape)
-                .map_err(|m| KilnError::config(format!("{} ({})", key(i), kind.class_name()), m))?;
-            shape = kind
-                .output_shape(&shape)
-                .map_err(|m| KilnError::config(format!("{} ({})", key(i), kind.class_name()), m))?;
-            let elements: u128 = shape.iter().map(|&d| d as u128).product();
-            if elements > MAX_ELEMENTS {
-                return Err(KilnError::config(
-                    format!("{} ({})", key(i), kind.class_name()),
-                    format!(
-                        "its output {} has {elements} values per example; kiln's limit is {MAX_ELEMENTS}",
-                        keras_shape(&shape)
-                    ),
-                ));
-            }
+                .map_err(|m| KilnError::config(key(i, &kind), m))?;
             let name = match name {
                 Some(n) => n,
                 None => {
@@ -579,48 +792,194 @@ impl ModelSpec {
             };
             if name.is_empty() || name.contains(['/', ' ']) {
                 return Err(KilnError::config(
-                    format!("{}.name", key(i)),
+                    format!("model.layers[{i}].name"),
                     format!(
                         "\"{name}\" is not a valid layer name: use letters, digits, '_' or '-' (no '/', which separates layer and weight names)"
                     ),
                 ));
             }
-            if named.iter().any(|l: &LayerSpec| l.name == name) {
+            if by_name.contains_key(&name) {
                 return Err(KilnError::config(
-                    format!("{}.name", key(i)),
+                    format!("model.layers[{i}].name"),
                     format!("layer name \"{name}\" is used twice; names must be unique"),
                 ));
             }
-            named.push(LayerSpec { name, kind });
-            shapes.push(shape.clone());
+            if let LayerKind::Input { shape } = &kind {
+                if wanted.is_some() {
+                    return Err(KilnError::config(
+                        format!("model.layers[{i}].inputs"),
+                        "an `Input` takes no inputs",
+                    ));
+                }
+                let node = NodeRef::Input(inputs.len());
+                inputs.push((name.clone(), shape.clone()));
+                by_name.insert(name, node);
+                previous = Some(node);
+                continue;
+            }
+            let refs: Vec<NodeRef> = match wanted {
+                None => vec![previous.expect("entry 0 is an Input")],
+                Some(names) => names
+                    .iter()
+                    .map(|n| {
+                        by_name.get(n).copied().ok_or_else(|| {
+                            KilnError::config(
+                                format!("model.layers[{i}].inputs"),
+                                format!(
+                                    "\"{n}\" is not the name of an earlier layer; list layers so \
+                                     that each comes after its inputs"
+                                ),
+                            )
+                        })
+                    })
+                    .collect::<Result<_>>()?,
+            };
+            let (least, most) = kind.arity();
+            if refs.len() < least || refs.len() > most {
+                return Err(KilnError::config(
+                    format!("model.layers[{i}].inputs"),
+                    format!(
+                        "{} takes {} input(s), got {}",
+                        kind.class_name(),
+                        if most == usize::MAX {
+                            format!("{least} or more")
+                        } else if least == most {
+                            least.to_string()
+                        } else {
+                            format!("{least} to {most}")
+                        },
+                        refs.len()
+                    ),
+                ));
+            }
+            let in_shapes: Vec<&[usize]> = refs
+                .iter()
+                .map(|r| match r {
+                    NodeRef::Input(k) => inputs[*k].1.as_slice(),
+                    NodeRef::Layer(j) => shapes[*j].as_slice(),
+                })
+                .collect();
+            check_size(&kind, &in_shapes).map_err(|m| KilnError::config(key(i, &kind), m))?;
+            let shape = kind
+                .output_shape_of(&in_shapes)
+                .map_err(|m| KilnError::config(key(i, &kind), m))?;
+            let elements: u128 = shape.iter().map(|&d| d as u128).product();
+            if elements > MAX_ELEMENTS {
+                return Err(KilnError::config(
+                    key(i, &kind),
+                    format!(
+                        "its output {} has {elements} values per example; kiln's limit is {MAX_ELEMENTS}",
+                        keras_shape(&shape)
+                    ),
+                ));
+            }
+            let node = NodeRef::Layer(layers.len());
+            by_name.insert(name.clone(), node);
+            previous = Some(node);
+            layers.push(LayerSpec {
+                name,
+                kind,
+                inputs: refs,
+            });
+            shapes.push(shape);
         }
-        if named.is_empty() {
+        if layers.is_empty() {
             return Err(KilnError::config(
                 "model.layers",
                 "the model has no layers after `Input`; add at least one (e.g. Dense)",
             ));
         }
-        Ok(ModelSpec {
-            input_shape,
-            layers: named,
+        let output = match outputs {
+            None => layers.len() - 1,
+            Some(n) => match by_name.get(n) {
+                Some(NodeRef::Layer(j)) => *j,
+                _ => {
+                    return Err(KilnError::config(
+                        "model.outputs",
+                        format!("\"{n}\" is not the name of a layer of the model"),
+                    ));
+                }
+            },
+        };
+        let spec = ModelSpec {
+            inputs,
+            layers,
             shapes,
+            output,
             precision: Precision::default(),
             layer_dtypes: Default::default(),
-        })
+        };
+        spec.check_connected()?;
+        Ok(spec)
     }
 
-    /// Reads `[model]` from a config: `layers = [{ type = "Input", shape = [...] }, ...]`.
+    /// Every layer and input must lead to the output (Keras would silently drop the others;
+    /// here they are almost always a wrong `inputs` name).
+    fn check_connected(&self) -> Result<()> {
+        let mut used = vec![false; self.layers.len()];
+        let mut used_inputs = vec![false; self.inputs.len()];
+        used[self.output] = true;
+        for j in (0..self.layers.len()).rev() {
+            if !used[j] {
+                continue;
+            }
+            for r in &self.layers[j].inputs {
+                match r {
+                    NodeRef::Input(k) => used_inputs[*k] = true,
+                    NodeRef::Layer(i) => used[*i] = true,
+                }
+            }
+        }
+        if let Some(j) = used.iter().position(|u| !u) {
+            return Err(KilnError::config(
+                "model.layers",
+                format!(
+                    "layer \"{}\" does not lead to the model's output \"{}\"; fix the `inputs` \
+                     that should name it, or remove it",
+                    self.layers[j].name, self.layers[self.output].name
+                ),
+            ));
+        }
+        if let Some(k) = used_inputs.iter().position(|u| !u) {
+            return Err(KilnError::config(
+                "model.layers",
+                format!("Input \"{}\" is not used by any layer", self.inputs[k].0),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads `[model]` from a config: `layers = [{ type = "Input", shape = [...] }, ...]`, and
+    /// for a functional model `inputs = ["name", ...]` on layers and `outputs = ["name"]`.
     ///
     /// # Errors
     /// [`KilnError::Config`] naming the key (`model.layers[3].type`), the bad value and the
     /// allowed values.
     pub fn from_toml(model: &toml::Table) -> Result<ModelSpec> {
-        if let Some(k) = model.keys().find(|k| k.as_str() != "layers") {
+        if let Some(k) = model
+            .keys()
+            .find(|k| k.as_str() != "layers" && k.as_str() != "outputs")
+        {
             return Err(KilnError::config(
                 format!("model.{k}"),
-                "unknown key; `[model]` takes `layers` only",
+                "unknown key; `[model]` takes `layers` and `outputs`",
             ));
         }
+        let outputs = match model.get("outputs") {
+            None => None,
+            Some(v) => {
+                let names = string_list(v).ok_or_else(|| {
+                    KilnError::config("model.outputs", "must be a layer name or a list of one")
+                })?;
+                if names.len() != 1 {
+                    return Err(KilnError::config(
+                        "model.outputs",
+                        format!("kiln models have one output, got {} names", names.len()),
+                    ));
+                }
+                names.into_iter().next()
+            }
+        };
         let layers = model
             .get("layers")
             .and_then(|v| v.as_array())
@@ -664,6 +1023,9 @@ impl ModelSpec {
                 ),
                 ("padding", &["valid", "same"][..]),
             ] {
+                if type_name == "ZeroPadding2D" && arg == "padding" {
+                    continue;
+                }
                 if let Some(v) = table.get(arg)
                     && !v.as_str().is_some_and(|s| allowed.contains(&s))
                 {
@@ -696,6 +1058,15 @@ impl ModelSpec {
                 }
                 None => None,
             };
+            let inputs = match table.remove("inputs") {
+                None => None,
+                Some(v) => Some(string_list(&v).ok_or_else(|| {
+                    KilnError::config(
+                        format!("{key}.inputs"),
+                        format!("must be a layer name or a list of names, got {v}"),
+                    )
+                })?),
+            };
             let kind: LayerKind =
                 toml::Value::Table(table)
                     .try_into()
@@ -705,37 +1076,57 @@ impl ModelSpec {
                             crate::error::humanize(e.message()),
                         )
                     })?;
-            parsed.push((name, kind));
+            parsed.push(RawNode { name, kind, inputs });
         }
-        let mut iter = parsed.into_iter();
-        let input_shape = match iter.next() {
-            Some((_, LayerKind::Input { shape })) => shape,
-            _ => {
-                return Err(KilnError::config(
-                    "model.layers[0]",
-                    "the first layer must be `{ type = \"Input\", shape = [...] }`",
-                ));
-            }
-        };
-        let mut spec = ModelSpec::new(input_shape, iter.collect())?;
-        // dtypes[0] belongs to the Input layer, which computes nothing.
-        for (i, dtype) in dtypes.into_iter().enumerate().skip(1) {
+        // dtypes[i] belongs to parsed[i]; Inputs compute nothing, so only layers keep theirs.
+        let layer_dtypes: Vec<Option<Precision>> = parsed
+            .iter()
+            .zip(dtypes)
+            .filter(|(node, _)| !matches!(node.kind, LayerKind::Input { .. }))
+            .map(|(_, d)| d)
+            .collect();
+        let mut spec = ModelSpec::from_nodes(parsed, outputs.as_deref())?;
+        for (j, dtype) in layer_dtypes.into_iter().enumerate() {
             if let Some(d) = dtype {
-                let name = spec.layers[i - 1].name.clone();
+                let name = spec.layers[j].name.clone();
                 spec.layer_dtypes.insert(name, d);
             }
         }
         Ok(spec)
     }
 
-    /// The spec as the `[model]` TOML table (with resolved names), for the run directory.
-    pub fn to_toml(&self) -> toml::Table {
-        let mut layers = vec![
-            toml::Value::try_from(LayerKind::Input {
-                shape: self.input_shape.clone(),
+    /// True when every layer takes the previous entry's output and the last layer is the
+    /// output (a Keras `Sequential` stack).
+    pub fn is_sequential(&self) -> bool {
+        self.inputs.len() == 1
+            && self.output == self.layers.len() - 1
+            && self.layers.iter().enumerate().all(|(j, l)| {
+                l.inputs
+                    == [if j == 0 {
+                        NodeRef::Input(0)
+                    } else {
+                        NodeRef::Layer(j - 1)
+                    }]
             })
-            .expect("layer specs serialize"),
-        ];
+    }
+
+    /// The spec as the `[model]` TOML table (with resolved names), for the run directory.
+    /// Sequential stacks are written without `inputs`, as before functional models existed.
+    pub fn to_toml(&self) -> toml::Table {
+        let sequential = self.is_sequential();
+        let mut layers = Vec::new();
+        for (k, (name, shape)) in self.inputs.iter().enumerate() {
+            let mut v = toml::Value::try_from(LayerKind::Input {
+                shape: shape.clone(),
+            })
+            .expect("layer specs serialize");
+            if (!sequential || k > 0 || name != "input_layer")
+                && let toml::Value::Table(t) = &mut v
+            {
+                t.insert("name".into(), toml::Value::String(name.clone()));
+            }
+            layers.push(v);
+        }
         for layer in &self.layers {
             let mut v = toml::Value::try_from(&layer.kind).expect("layer specs serialize");
             if let toml::Value::Table(t) = &mut v {
@@ -743,11 +1134,25 @@ impl ModelSpec {
                 if let Some(d) = self.layer_dtypes.get(&layer.name) {
                     t.insert("dtype".into(), toml::Value::String(d.name().into()));
                 }
+                if !sequential {
+                    let names = layer
+                        .inputs
+                        .iter()
+                        .map(|r| toml::Value::String(self.node_name(*r).to_string()))
+                        .collect();
+                    t.insert("inputs".into(), toml::Value::Array(names));
+                }
             }
             layers.push(v);
         }
         let mut t = toml::Table::new();
         t.insert("layers".into(), toml::Value::Array(layers));
+        if !sequential {
+            t.insert(
+                "outputs".into(),
+                toml::Value::Array(vec![self.layers[self.output].name.clone().into()]),
+            );
+        }
         t
     }
 
@@ -789,9 +1194,30 @@ impl ModelSpec {
             .unwrap_or(self.precision)
     }
 
-    /// Shape of one example (no batch axis).
+    /// The name of an input or layer.
+    pub fn node_name(&self, r: NodeRef) -> &str {
+        match r {
+            NodeRef::Input(k) => &self.inputs[k].0,
+            NodeRef::Layer(j) => &self.layers[j].name,
+        }
+    }
+
+    /// Shape of an input or of a layer's output (no batch axis).
+    pub fn node_shape(&self, r: NodeRef) -> &[usize] {
+        match r {
+            NodeRef::Input(k) => &self.inputs[k].1,
+            NodeRef::Layer(j) => &self.shapes[j],
+        }
+    }
+
+    /// The model's `Input`s: `(name, shape of one example)`.
+    pub fn inputs(&self) -> &[(String, Vec<usize>)] {
+        &self.inputs
+    }
+
+    /// Shape of one example of the first input (no batch axis).
     pub fn input_shape(&self) -> &[usize] {
-        &self.input_shape
+        &self.inputs[0].1
     }
 
     /// The layers after `Input`, in order.
@@ -804,31 +1230,47 @@ impl ModelSpec {
         &self.shapes[i]
     }
 
-    /// Input shape of layer `i`.
+    /// Input shape of layer `i` (its first input's).
     pub fn shape_before(&self, i: usize) -> &[usize] {
-        if i == 0 {
-            &self.input_shape
-        } else {
-            &self.shapes[i - 1]
-        }
+        self.node_shape(self.layers[i].inputs[0])
+    }
+
+    /// Shapes of all of layer `i`'s inputs, in call order.
+    pub fn shapes_before(&self, i: usize) -> Vec<&[usize]> {
+        self.layers[i]
+            .inputs
+            .iter()
+            .map(|r| self.node_shape(*r))
+            .collect()
+    }
+
+    /// Index of the output layer.
+    pub fn output_layer(&self) -> usize {
+        self.output
     }
 
     /// The model's output shape.
     pub fn output_shape(&self) -> &[usize] {
-        self.shapes.last().expect("a model has at least one layer")
+        &self.shapes[self.output]
     }
 
-    /// `(trainable, non_trainable)` parameter totals.
+    /// `(trainable, non_trainable)` parameters of layer `i`.
+    pub fn layer_params(&self, i: usize) -> (usize, usize) {
+        self.layers[i].kind.param_count_of(&self.shapes_before(i))
+    }
+
+    /// `(trainable, non_trainable)` parameter totals, counted from the spec (nothing is
+    /// allocated).
     pub fn param_count(&self) -> (usize, usize) {
         (0..self.layers.len())
-            .map(|i| self.layers[i].kind.param_count(self.shape_before(i)))
+            .map(|i| self.layer_params(i))
             .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
     }
 
-    /// True when the last layer ends in a softmax (its outputs are probabilities).
+    /// True when the output layer ends in a softmax (its outputs are probabilities).
     pub fn ends_in_softmax(&self) -> bool {
         matches!(
-            self.layers.last().map(|l| &l.kind),
+            self.layers.get(self.output).map(|l| &l.kind),
             Some(LayerKind::Dense {
                 activation: Activation::Softmax,
                 ..
@@ -839,5 +1281,14 @@ impl ModelSpec {
                 ..
             })
         )
+    }
+}
+
+/// A string or an array of strings.
+fn string_list(v: &toml::Value) -> Option<Vec<String>> {
+    match v {
+        toml::Value::String(s) => Some(vec![s.clone()]),
+        toml::Value::Array(a) => a.iter().map(|x| x.as_str().map(String::from)).collect(),
+        _ => None,
     }
 }

@@ -35,7 +35,7 @@ pub fn summary(name: &str, spec: &ModelSpec) -> String {
         .iter()
         .enumerate()
         .map(|(i, l)| {
-            let (t, n) = l.kind.param_count(spec.shape_before(i));
+            let (t, n) = spec.layer_params(i);
             [
                 format!("{} ({})", l.name, l.kind.class_name()),
                 keras_shape(spec.shape_after(i)),

@@ -63,8 +63,18 @@ fn host<const D: usize>(p: &Param<Tensor<D>>) -> (Vec<f32>, [usize; D]) {
 /// Every weight as `(name, Keras shape, values)`, in layer order.
 pub fn keras_weights(spec: &ModelSpec, net: &Network) -> Vec<(String, Vec<usize>, Vec<f32>)> {
     let mut out = Vec::new();
-    for (layer, p) in spec.layers().iter().zip(&net.layers) {
+    for (i, (layer, p)) in spec.layers().iter().zip(&net.layers).enumerate() {
         let name = &layer.name;
+        let (kernel_names, vector_names) =
+            super::network_ext::weight_names(&layer.kind, &spec.shapes_before(i));
+        for ((suffix, shape), k) in kernel_names.iter().zip(&p.kernels) {
+            let (v, _) = host(k);
+            out.push((format!("{name}/{suffix}"), shape.clone(), v));
+        }
+        for ((suffix, shape), k) in vector_names.iter().zip(&p.vectors) {
+            let (v, _) = host(k);
+            out.push((format!("{name}/{suffix}"), shape.clone(), v));
+        }
         if let Some(k) = &p.dense_kernel {
             let (v, d) = host(k);
             out.push((format!("{name}/kernel"), d.to_vec(), v));
@@ -163,7 +173,19 @@ pub fn load(spec: &ModelSpec, path: &Path, device: &Device) -> Result<Network> {
 /// Whatever `get` returns for a missing or mismatched tensor.
 pub fn load_with(spec: &ModelSpec, device: &Device, get: &WeightSource) -> Result<Network> {
     let mut net = Network::init(spec, 0, device);
-    for (layer, p) in spec.layers().iter().zip(net.layers.iter_mut()) {
+    for (i, (layer, p)) in spec.layers().iter().zip(net.layers.iter_mut()).enumerate() {
+        let (kernel_names, vector_names) =
+            super::network_ext::weight_names(&layer.kind, &spec.shapes_before(i));
+        for ((suffix, shape), k) in kernel_names.iter().zip(p.kernels.iter_mut()) {
+            let d = k.val().dims();
+            let v = get(&format!("{}/{suffix}", layer.name), shape)?;
+            *k = Param::from_tensor(Tensor::from_data(TensorData::new(v, d), device));
+        }
+        for ((suffix, shape), k) in vector_names.iter().zip(p.vectors.iter_mut()) {
+            let d = k.val().dims();
+            let v = get(&format!("{}/{suffix}", layer.name), shape)?;
+            *k = Param::from_tensor(Tensor::from_data(TensorData::new(v, d), device));
+        }
         load_layer(&layer.name, p, device, get)?;
     }
     Ok(net)

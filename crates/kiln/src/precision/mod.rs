@@ -86,12 +86,6 @@ impl Precision {
         }
     }
 
-    /// Bytes per activation value under this policy (4, or 2 for the mixed policies), for
-    /// memory estimates.
-    pub fn compute_bytes(self) -> usize {
-        if self.compute_dtype().is_some() { 2 } else { 4 }
-    }
-
     /// The loss scale Keras' `compile` wraps the optimizer in under this policy: dynamic with
     /// Keras' defaults for `mixed_float16`, none otherwise
     /// (`keras/src/trainers/trainer.py`, `Trainer.compile`).

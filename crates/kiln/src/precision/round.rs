@@ -56,6 +56,15 @@ pub fn round_params(p: &LayerParams, dtype: FloatDType) -> LayerParams {
         beta: p.beta.clone(),
         moving_mean: p.moving_mean.clone(),
         moving_variance: p.moving_variance.clone(),
+        // The functional layers' matrices (Embedding, MultiHeadAttention, TransformerEncoder
+        // projections) are rounded; their vectors (LayerNormalization's gamma/beta, which Keras
+        // computes in float32, and projection biases) stay float32.
+        kernels: p
+            .kernels
+            .iter()
+            .map(|k| Param::initialized(k.id, round(k.val(), dtype)))
+            .collect(),
+        vectors: p.vectors.clone(),
     }
 }
 

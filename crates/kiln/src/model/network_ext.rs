@@ -1,0 +1,297 @@
+//! Parameters, initialization and forward passes of the layers residual networks and
+//! transformers need (see `spec_ext.rs` for their shapes). Every operation is a Burn tensor
+//! operation (or kiln's Dense op), so autodiff records it: no custom kernels.
+//!
+//! Layouts: 2-D kernels are stored as `[inputs, outputs]`, the row-major memory of Keras'
+//! `EinsumDense` kernels (`query/kernel [features, heads, key_dim]` is `[features,
+//! heads * key_dim]` here); [`weight_names`] gives the Keras names and shapes.
+
+use burn::module::Param;
+use burn::prelude::*;
+use burn::tensor::activation;
+use burn::tensor::module::{embedding, layer_norm};
+use rand::Rng;
+
+use super::init::glorot_uniform;
+use super::network::{Act, LayerParams, apply_activation};
+use super::spec::LayerKind;
+use super::spec_ext::attention_dims;
+
+/// Keras' names (after `layer_name/`) and shapes of a layer's `kernels` and `vectors`, in
+/// their storage order.
+pub type WeightNames = (Vec<(String, Vec<usize>)>, Vec<(String, Vec<usize>)>);
+
+fn attention_names(prefix: &str, dims: [usize; 5], bias: bool) -> WeightNames {
+    let [f, fv, h, kd, vd] = dims;
+    let kernels = vec![
+        (format!("{prefix}query/kernel"), vec![f, h, kd]),
+        (format!("{prefix}key/kernel"), vec![fv, h, kd]),
+        (format!("{prefix}value/kernel"), vec![fv, h, vd]),
+        (format!("{prefix}attention_output/kernel"), vec![h, vd, f]),
+    ];
+    let vectors = if bias {
+        vec![
+            (format!("{prefix}query/bias"), vec![h, kd]),
+            (format!("{prefix}key/bias"), vec![h, kd]),
+            (format!("{prefix}value/bias"), vec![h, vd]),
+            (format!("{prefix}attention_output/bias"), vec![f]),
+        ]
+    } else {
+        Vec::new()
+    };
+    (kernels, vectors)
+}
+
+/// The Keras names and shapes of `kind`'s `kernels` and `vectors` for inputs of `inputs`
+/// (Keras' `keras/src/layers/attention/multi_head_attention.py` names; keras_hub's
+/// `TransformerEncoder` sublayer names).
+pub fn weight_names(kind: &LayerKind, inputs: &[&[usize]]) -> WeightNames {
+    let last = inputs.first().and_then(|s| s.last()).copied().unwrap_or(0);
+    match kind {
+        LayerKind::Embedding {
+            input_dim,
+            output_dim,
+        } => (
+            vec![("embeddings".into(), vec![*input_dim, *output_dim])],
+            vec![],
+        ),
+        LayerKind::PositionEmbedding { sequence_length } => (
+            vec![("embeddings".into(), vec![*sequence_length, last])],
+            vec![],
+        ),
+        LayerKind::MultiHeadAttention { use_bias, .. } => {
+            attention_names("", attention_dims(kind, inputs), *use_bias)
+        }
+        LayerKind::TransformerEncoder {
+            intermediate_dim, ..
+        } => {
+            let (mut k, mut v) =
+                attention_names("self_attention_layer/", attention_dims(kind, inputs), true);
+            let i = *intermediate_dim;
+            k.push((
+                "feedforward_intermediate_dense/kernel".into(),
+                vec![last, i],
+            ));
+            k.push(("feedforward_output_dense/kernel".into(), vec![i, last]));
+            v.extend([
+                ("self_attention_layer_norm/gamma".into(), vec![last]),
+                ("self_attention_layer_norm/beta".into(), vec![last]),
+                ("feedforward_intermediate_dense/bias".into(), vec![i]),
+                ("feedforward_output_dense/bias".into(), vec![last]),
+                ("feedforward_layer_norm/gamma".into(), vec![last]),
+                ("feedforward_layer_norm/beta".into(), vec![last]),
+            ]);
+            (k, v)
+        }
+        _ => (vec![], vec![]),
+    }
+}
+
+/// The stored `[inputs, outputs]` shape of a kernel with Keras name `name` and shape `shape`:
+/// the attention output projection `[heads, value_dim, features]` takes its first two axes as
+/// inputs; every other kernel its first axis.
+pub fn kernel_2d(name: &str, shape: &[usize]) -> [usize; 2] {
+    let split = if name.ends_with("attention_output/kernel") {
+        2
+    } else {
+        1
+    };
+    [
+        shape[..split].iter().product(),
+        shape[split..].iter().product(),
+    ]
+}
+
+fn param2(values: Vec<f32>, shape: [usize; 2], device: &Device) -> Param<Tensor<2>> {
+    Param::from_tensor(Tensor::from_data(TensorData::new(values, shape), device))
+}
+
+fn param1(n: usize, value: f32, device: &Device) -> Param<Tensor<1>> {
+    Param::from_tensor(Tensor::from_data(
+        TensorData::new(vec![value; n], [n]),
+        device,
+    ))
+}
+
+/// Keras' fans of a kernel of any rank (`keras/src/initializers/random_initializers.py`
+/// `compute_fans`): the receptive field is the product of all axes but the last two.
+fn fans(shape: &[usize]) -> (usize, usize) {
+    let rf: usize = shape[..shape.len() - 2].iter().product();
+    (shape[shape.len() - 2] * rf, shape[shape.len() - 1] * rf)
+}
+
+/// Initializes the `kernels` and `vectors` (and LayerNormalization's `gamma`/`beta`) of the
+/// layers this file covers, as Keras does: Embedding `uniform(-0.05, 0.05)`, other kernels
+/// `glorot_uniform` on their Keras shape, biases and `beta` zeros, `gamma` ones.
+pub(super) fn init(
+    kind: &LayerKind,
+    inputs: &[&[usize]],
+    rng: &mut impl Rng,
+    device: &Device,
+    p: &mut LayerParams,
+) {
+    let last = inputs.first().and_then(|s| s.last()).copied().unwrap_or(0);
+    if let LayerKind::LayerNormalization { .. } = kind {
+        p.gamma = Some(param1(last, 1.0, device));
+        p.beta = Some(param1(last, 0.0, device));
+        return;
+    }
+    let (kernels, vectors) = weight_names(kind, inputs);
+    for (name, shape) in kernels {
+        let [rows, cols] = kernel_2d(&name, &shape);
+        let values = if matches!(kind, LayerKind::Embedding { .. }) {
+            (0..rows * cols)
+                .map(|_| rng.random_range(-0.05f32..=0.05))
+                .collect()
+        } else {
+            let (fan_in, fan_out) = fans(&shape);
+            glorot_uniform(rng, rows * cols, fan_in, fan_out)
+        };
+        p.kernels.push(param2(values, [rows, cols], device));
+    }
+    for (name, shape) in vectors {
+        let n = shape.iter().product();
+        let one = name.ends_with("gamma");
+        p.vectors
+            .push(param1(n, if one { 1.0 } else { 0.0 }, device));
+    }
+}
+
+fn seq(x: Act) -> Tensor<3> {
+    match x {
+        Act::Seq(t) => t,
+        other => panic!("spec shape checks guarantee a 3-D input here, got {other:?}"),
+    }
+}
+
+/// `x [n, s, f] · w [f, u] + b` on the rows (kiln's Dense op), `[n, s, u]`.
+fn dense3(x: Tensor<3>, w: Tensor<2>, b: Option<Tensor<1>>) -> Tensor<3> {
+    let [n, s, f] = x.dims();
+    let y = crate::ops::dense(x.reshape([n * s, f]), w, b, false);
+    let u = y.dims()[1];
+    y.reshape([n, s, u])
+}
+
+/// Scaled dot-product attention over `heads` with the four projections `k[0..4]`, biases
+/// `b[0..4]` when present: `softmax(Q Kᵀ / sqrt(key_dim)) V`, then the output projection
+/// (Vaswani et al. 2017; Keras' `MultiHeadAttention._compute_attention`).
+fn attention(
+    query: Tensor<3>,
+    value: Tensor<3>,
+    k: &[Param<Tensor<2>>],
+    b: &[Param<Tensor<1>>],
+    heads: usize,
+) -> Tensor<3> {
+    let bias = |i: usize| b.get(i).map(|p| p.val());
+    let [n, sq, _] = query.dims();
+    let sv = value.dims()[1];
+    let q = dense3(query, k[0].val(), bias(0));
+    let kk = dense3(value.clone(), k[1].val(), bias(1));
+    let v = dense3(value, k[2].val(), bias(2));
+    let kd = q.dims()[2] / heads;
+    let vd = v.dims()[2] / heads;
+    let split = |t: Tensor<3>, s: usize, d: usize| t.reshape([n, s, heads, d]).swap_dims(1, 2);
+    let q = split(q, sq, kd) * (1.0 / (kd as f64).sqrt());
+    let kk = split(kk, sv, kd);
+    let v = split(v, sv, vd);
+    let scores = q.matmul(kk.swap_dims(2, 3)); // [n, heads, sq, sv]
+    let weights = activation::softmax(scores, 3);
+    let context = weights
+        .matmul(v)
+        .swap_dims(1, 2)
+        .reshape([n, sq, heads * vd]);
+    dense3(context, k[3].val(), bias(3))
+}
+
+/// Runs one of the layers this file covers on its inputs (in call order).
+pub(super) fn forward(kind: &LayerKind, p: &LayerParams, mut xs: Vec<Act>) -> Act {
+    match kind {
+        LayerKind::ZeroPadding2D { padding } => match xs.remove(0) {
+            Act::Image(t) => Act::Image(t.pad(
+                [
+                    (padding.0[0][0], padding.0[0][1]),
+                    (padding.0[1][0], padding.0[1][1]),
+                ],
+                burn::tensor::ops::PadMode::Constant(0.0),
+            )),
+            other => panic!("spec shape checks guarantee a 4-D input here, got {other:?}"),
+        },
+        LayerKind::Cropping1D { cropping } => {
+            let t = seq(xs.remove(0));
+            let [_, s, _] = t.dims();
+            Act::Seq(t.narrow(1, cropping.0[0], s - cropping.0[0] - cropping.0[1]))
+        }
+        LayerKind::Add {} => {
+            let mut it = xs.into_iter();
+            let first = it.next().expect("Add has inputs");
+            it.fold(first, |acc, x| match (acc, x) {
+                (Act::Flat(a), Act::Flat(b)) => Act::Flat(a + b),
+                (Act::Seq(a), Act::Seq(b)) => Act::Seq(a + b),
+                (Act::Image(a), Act::Image(b)) => Act::Image(a + b),
+                (a, b) => panic!("spec shape checks guarantee equal ranks, got {a:?} + {b:?}"),
+            })
+        }
+        LayerKind::GlobalAveragePooling2D {} => match xs.remove(0) {
+            Act::Image(t) => {
+                let [n, c, _, _] = t.dims();
+                Act::Flat(t.flatten::<3>(2, 3).mean_dim(2).reshape([n, c]))
+            }
+            other => panic!("spec shape checks guarantee a 4-D input here, got {other:?}"),
+        },
+        LayerKind::Embedding { input_dim, .. } => {
+            let ids = match xs.remove(0) {
+                Act::Flat(t) => t,
+                other => panic!("spec shape checks guarantee a 2-D input here, got {other:?}"),
+            };
+            // Ids arrive as float32 (exact up to 2^24); out-of-range ids are clamped.
+            let ids = ids.detach().clamp(0.0, (*input_dim - 1) as f64).int();
+            Act::Seq(embedding(p.kernels[0].val(), ids))
+        }
+        LayerKind::PositionEmbedding { .. } => {
+            let [n, s, _] = seq(xs.remove(0)).dims();
+            let table = p.kernels[0].val().narrow(0, 0, s);
+            Act::Seq(table.unsqueeze_dim::<3>(0).repeat_dim(0, n))
+        }
+        LayerKind::LayerNormalization { epsilon } => {
+            let gamma = p.gamma.as_ref().expect("gamma").val();
+            let beta = p.beta.as_ref().expect("beta").val();
+            match xs.remove(0) {
+                Act::Flat(t) => Act::Flat(layer_norm(t, gamma, Some(beta), *epsilon)),
+                Act::Seq(t) => Act::Seq(layer_norm(t, gamma, Some(beta), *epsilon)),
+                // Keras normalizes the last (channel) axis: NCHW -> NHWC and back.
+                Act::Image(t) => Act::Image(
+                    layer_norm(t.permute([0, 2, 3, 1]), gamma, Some(beta), *epsilon)
+                        .permute([0, 3, 1, 2]),
+                ),
+            }
+        }
+        LayerKind::MultiHeadAttention { num_heads, .. } => {
+            let query = seq(xs.remove(0));
+            let value = if xs.is_empty() {
+                query.clone()
+            } else {
+                seq(xs.remove(0))
+            };
+            Act::Seq(attention(query, value, &p.kernels, &p.vectors, *num_heads))
+        }
+        LayerKind::TransformerEncoder {
+            num_heads,
+            activation: act,
+            layer_norm_epsilon: eps,
+            ..
+        } => {
+            let x = seq(xs.remove(0));
+            let v = &p.vectors;
+            let a = attention(x.clone(), x.clone(), &p.kernels[..4], &v[..4], *num_heads);
+            let x = layer_norm(x + a, v[4].val(), Some(v[5].val()), *eps);
+            let h = dense3(x.clone(), p.kernels[4].val(), Some(v[6].val()));
+            let h = match apply_activation(Act::Seq(h), *act) {
+                Act::Seq(t) => t,
+                _ => unreachable!("activations keep the rank"),
+            };
+            let f = dense3(h, p.kernels[5].val(), Some(v[7].val()));
+            Act::Seq(layer_norm(x + f, v[8].val(), Some(v[9].val()), *eps))
+        }
+        other => unreachable!("{} is run by network.rs", other.class_name()),
+    }
+}
