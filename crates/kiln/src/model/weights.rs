@@ -1,7 +1,11 @@
 //! Weights files: safetensors (https://github.com/huggingface/safetensors) with one tensor per
 //! layer weight, named and laid out as Keras names and lays them out:
 //! `dense/kernel [in, units]`, `dense/bias [units]`, `conv2d/kernel [kh, kw, in, filters]`,
-//! `batch_normalization/{gamma, beta, moving_mean, moving_variance} [channels]`.
+//! `batch_normalization/{gamma, beta, moving_mean, moving_variance} [channels]`,
+//! `embedding/embeddings [input_dim, output_dim]`, `multi_head_attention/query/kernel
+//! [features, heads, key_dim]` … `attention_output/bias [features]`, and keras_hub's sublayer
+//! names inside a `TransformerEncoder` (`transformer_encoder/self_attention_layer/query/kernel`,
+//! `…/feedforward_layer_norm/gamma`; see `network_ext::weight_names`).
 //! Files are written to a temporary name and renamed, so a crash never leaves a torn file.
 
 use std::collections::HashMap;
