@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 success, 2 usage or configuration error, 1 runtime error.
 
+mod deploy;
 mod progress;
 
 // Training allocates and frees tensors of many megabytes every step; glibc's allocator hands
@@ -121,6 +122,10 @@ enum Command {
     /// Look into data files and input pipelines.
     #[command(subcommand)]
     Data(DataCommand),
+    /// Export a trained run as a numbered version directory (ONNX, weights, signature).
+    Export(deploy::ExportArgs),
+    /// Serve exported models over TF Serving's REST API (until SIGTERM).
+    Serve(deploy::ServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -251,6 +256,8 @@ fn stop_on_signals() -> anyhow::Result<kiln::fit::Interrupt> {
 fn run_command(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Data(data) => run_data(data),
+        Command::Export(args) => deploy::export(args),
+        Command::Serve(args) => deploy::serve(args),
         Command::Train {
             config,
             epochs,

@@ -96,7 +96,8 @@ pub struct Exported {
 }
 
 /// Checks a model name as TF Serving clients and `kiln serve` use it in URLs: 1 to 255
-/// characters from `[A-Za-z0-9_.-]`, not `.` or `..`.
+/// characters from `[A-Za-z0-9_.-]`, without `..` (so a name can never climb out of a
+/// directory) and not `.`.
 ///
 /// # Errors
 /// A message saying what is wrong.
@@ -107,8 +108,10 @@ pub fn check_model_name(name: &str) -> std::result::Result<(), String> {
             name.len()
         ));
     }
-    if name == "." || name == ".." {
-        return Err(format!("model name \"{name}\" is not allowed"));
+    if name == "." || name.contains("..") {
+        return Err(format!(
+            "model name {name:?} is not allowed: it must not be \".\" or contain \"..\""
+        ));
     }
     if let Some(c) = name
         .chars()

@@ -282,7 +282,7 @@ fn names_and_versions_are_checked() {
     for ok in ["mnist", "a.b-c_1", "X"] {
         assert!(check_model_name(ok).is_ok(), "{ok}");
     }
-    for bad in ["", ".", "..", "a/b", "a b", "é", "a\\b", "../etc"] {
+    for bad in ["", ".", "..", "a..b", "a/b", "a b", "é", "a\\b", "../etc"] {
         assert!(check_model_name(bad).is_err(), "{bad:?}");
     }
     assert_eq!(parse_version("12"), Some(12));
