@@ -502,9 +502,9 @@ mod tests {
         );
         let e = parse(&body).unwrap_err();
         assert_eq!(e.status, 400);
-        // Also inside an ignored key (serde_json's own recursion limit).
+        // Also inside an ignored key (serde_json skips it without recursing).
         let body = format!("{{\"x\": {}{}}}", "[".repeat(1_000_000), "]".repeat(1_000_000));
-        assert!(parse(&body).unwrap_err().message.contains("recursion limit"));
+        assert!(parse(&body).unwrap_err().message.contains("Missing"));
     }
 
     #[test]
