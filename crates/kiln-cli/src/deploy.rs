@@ -65,6 +65,9 @@ pub struct ServeArgs {
     /// Threads running requests when batching is off (default: CPUs, at most 8).
     #[arg(long)]
     pub num_request_threads: Option<usize>,
+    /// Requests waiting for a thread when batching is off before new ones get 429.
+    #[arg(long, default_value_t = 1000)]
+    pub max_enqueued_requests: usize,
     /// cpu or gpu (the GPU backend compiled in).
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -114,6 +117,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         host: args.host,
         port: args.rest_api_port,
         max_body_bytes: args.max_body_bytes,
+        max_enqueued_requests: args.max_enqueued_requests,
         device: args.device.parse()?,
         ..Default::default()
     };

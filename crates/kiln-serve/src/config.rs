@@ -73,16 +73,16 @@ pub struct BatchingConfig {
 
 impl Default for BatchingConfig {
     /// `max_batch_size` 64, `batch_timeout_micros` 0, `max_enqueued_batches` 100,
-    /// `num_batch_threads` 2. (TF Serving's defaults are 1000, 0, 1000000 and the number of
+    /// `num_batch_threads` 1. (TF Serving's defaults are 1000, 0, 1000000 and the number of
     /// CPUs; kiln bounds the queue tighter so that overload gives 429s rather than
-    /// latencies of minutes, and uses few batch threads because each forward pass is already
-    /// multi-threaded.)
+    /// latencies of minutes, and runs one batch at a time because each forward pass is
+    /// already multi-threaded: requests that arrive meanwhile make the next batch larger.)
     fn default() -> BatchingConfig {
         BatchingConfig {
             max_batch_size: 64,
             batch_timeout_micros: 0,
             max_enqueued_batches: 100,
-            num_batch_threads: 2,
+            num_batch_threads: 1,
         }
     }
 }
