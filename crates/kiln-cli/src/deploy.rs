@@ -133,7 +133,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .into());
     }
     cfg.poll_interval = std::time::Duration::from_secs_f64(args.file_system_poll_wait_seconds);
-    match (args.model_config_file, args.model_name, args.model_base_path) {
+    match (
+        args.model_config_file,
+        args.model_name,
+        args.model_base_path,
+    ) {
         (Some(file), None, None) => {
             cfg.models = ServeConfig::models_from_toml(&file).map_err(usage)?
         }

@@ -174,11 +174,9 @@ fn assign(
     value: &str,
     bad: &dyn Fn(String) -> ServeError,
 ) -> Result<(), ServeError> {
-    let n: u64 = value.parse().map_err(|_| {
-        bad(format!(
-            "`{key}`: {value:?} is not a non-negative integer"
-        ))
-    })?;
+    let n: u64 = value
+        .parse()
+        .map_err(|_| bad(format!("`{key}`: {value:?} is not a non-negative integer")))?;
     match key {
         "max_batch_size" => cfg.max_batch_size = n as usize,
         "batch_timeout_micros" => cfg.batch_timeout_micros = n,
@@ -319,10 +317,13 @@ impl ServeConfig {
             key: format!("{}: {key}", path.display()),
             message,
         };
-        let table: toml::Table = toml::from_str(&text)
-            .map_err(|e| err("models".into(), e.message().to_string()))?;
+        let table: toml::Table =
+            toml::from_str(&text).map_err(|e| err("models".into(), e.message().to_string()))?;
         if let Some(k) = table.keys().find(|k| k.as_str() != "models") {
-            return Err(err(k.clone(), "unknown key; the file holds `[[models]]`".into()));
+            return Err(err(
+                k.clone(),
+                "unknown key; the file holds `[[models]]`".into(),
+            ));
         }
         let list = table
             .get("models")
@@ -358,12 +359,15 @@ impl ServeConfig {
                 .ok_or_else(|| err(key("base_path"), "missing (a directory)".into()))?;
             let mut cfg = ModelConfig::new(name, dir.join(base));
             if let Some(p) = t.get("model_version_policy") {
-                cfg.version_policy = parse_policy(p)
-                    .map_err(|m| err(key("model_version_policy"), m))?;
+                cfg.version_policy =
+                    parse_policy(p).map_err(|m| err(key("model_version_policy"), m))?;
             }
             if let Some(l) = t.get("version_labels") {
                 let l = l.as_table().ok_or_else(|| {
-                    err(key("version_labels"), "must be a table label = version".into())
+                    err(
+                        key("version_labels"),
+                        "must be a table label = version".into(),
+                    )
                 })?;
                 for (label, v) in l {
                     let v = v.as_integer().filter(|&v| v >= 1).ok_or_else(|| {
@@ -484,9 +488,18 @@ mod tests {
         assert_eq!(models[0].version_policy, VersionPolicy::Latest(2));
         assert_eq!(models[0].version_labels["stable"], 1);
         assert_eq!(models[1].base_path, PathBuf::from("/abs/b"));
-        assert_eq!(models[1].version_policy, VersionPolicy::Specific(vec![3, 1]));
-        std::fs::write(&path, "[[models]]\nname = \"a\"\nbase_path = \"x\"\nfoo = 1\n").unwrap();
-        let e = ServeConfig::models_from_toml(&path).unwrap_err().to_string();
+        assert_eq!(
+            models[1].version_policy,
+            VersionPolicy::Specific(vec![3, 1])
+        );
+        std::fs::write(
+            &path,
+            "[[models]]\nname = \"a\"\nbase_path = \"x\"\nfoo = 1\n",
+        )
+        .unwrap();
+        let e = ServeConfig::models_from_toml(&path)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("models[0].foo"), "{e}");
     }
 
@@ -501,7 +514,10 @@ mod tests {
             ..Default::default()
         };
         assert!(cfg.validate().is_err());
-        cfg.models = vec![ModelConfig::new("ok", "/tmp"), ModelConfig::new("ok", "/tmp")];
+        cfg.models = vec![
+            ModelConfig::new("ok", "/tmp"),
+            ModelConfig::new("ok", "/tmp"),
+        ];
         assert!(cfg.validate().unwrap_err().to_string().contains("twice"));
     }
 }

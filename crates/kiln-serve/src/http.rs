@@ -15,13 +15,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
 use http_body_util::BodyExt;
 use serde_json::json;
 
@@ -164,7 +164,8 @@ pub fn parse_target(path: &str) -> Result<Target, ApiError> {
     };
     segments.push(last);
     let check_name = |n: &str| {
-        kiln::export::check_model_name(n).map_err(|m| ApiError::bad_request(format!("invalid model name: {m}")))
+        kiln::export::check_model_name(n)
+            .map_err(|m| ApiError::bad_request(format!("invalid model name: {m}")))
     };
     let model = segments[0];
     check_name(model)?;
@@ -178,7 +179,8 @@ pub fn parse_target(path: &str) -> Result<Target, ApiError> {
             tail,
         ),
         Some(["labels", l, tail @ ..]) => {
-            crate::config::check_label(l).map_err(|m| ApiError::bad_request(format!("invalid label: {m}")))?;
+            crate::config::check_label(l)
+                .map_err(|m| ApiError::bad_request(format!("invalid label: {m}")))?;
             (Selector::Label(l.to_string()), tail)
         }
         Some(tail) => (Selector::Latest, tail),
@@ -312,7 +314,8 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Vec<
     let mut seen = 0usize;
     let mut over = declared.is_some_and(|n| n > limit);
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ApiError::bad_request(format!("cannot read the body: {e}")))?;
+        let frame =
+            frame.map_err(|e| ApiError::bad_request(format!("cannot read the body: {e}")))?;
         if let Ok(data) = frame.into_data() {
             seen += data.len();
             if seen > limit {
@@ -375,9 +378,10 @@ async fn predict(state: &AppState, target: &Target, request: Request) -> Outcome
             fail(match e {
                 SubmitError::QueueFull => ApiError {
                     status: StatusCode::TOO_MANY_REQUESTS,
-                    message: "The batch scheduling queue to which this task was submitted is full; \
+                    message:
+                        "The batch scheduling queue to which this task was submitted is full; \
                               retry later"
-                        .into(),
+                            .into(),
                 },
                 SubmitError::ShuttingDown => ApiError::unavailable("the server is shutting down"),
             })
@@ -409,7 +413,10 @@ mod tests {
     #[test]
     fn paths_parse_and_bad_names_are_400() {
         let t = parse_target("/v1/models/mnist:predict").unwrap();
-        assert_eq!((t.model.as_str(), &t.selector, t.op), ("mnist", &Selector::Latest, Op::Predict));
+        assert_eq!(
+            (t.model.as_str(), &t.selector, t.op),
+            ("mnist", &Selector::Latest, Op::Predict)
+        );
         let t = parse_target("/v1/models/mnist/versions/12/metadata").unwrap();
         assert_eq!((&t.selector, t.op), (&Selector::Version(12), Op::Metadata));
         let t = parse_target("/v1/models/m.v-2_x/labels/stable:predict").unwrap();
@@ -428,7 +435,11 @@ mod tests {
         ] {
             assert_eq!(parse_target(bad).unwrap_err().status, 400, "{bad}");
         }
-        for unknown in ["/v1/models/m/other", "/v2/models/m", "/v1/models/m/versions/1/x/y"] {
+        for unknown in [
+            "/v1/models/m/other",
+            "/v2/models/m",
+            "/v1/models/m/versions/1/x/y",
+        ] {
             assert_eq!(parse_target(unknown).unwrap_err().status, 404, "{unknown}");
         }
     }

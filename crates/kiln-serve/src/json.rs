@@ -459,8 +459,8 @@ mod tests {
         .unwrap();
         assert_eq!(named.data, row.data);
         assert_eq!(named.signature_name.as_deref(), Some("serving_default"));
-        let col = parse(r#"{"inputs": [[[1, 2], [3, 4]], [[5, 6], [7, 8.5]]], "x": {"y": 1}}"#)
-            .unwrap();
+        let col =
+            parse(r#"{"inputs": [[[1, 2], [3, 4]], [[5, 6], [7, 8.5]]], "x": {"y": 1}}"#).unwrap();
         assert_eq!((col.format, &col.data), (Format::Columnar, &row.data));
         let col_named =
             parse(r#"{"inputs": {"input_layer": [[[1, 2], [3, 4]], [[5, 6], [7, 8.5]]]}}"#)
@@ -477,14 +477,29 @@ mod tests {
             (r#"{"instances": [[[1, 2], [3]]]}"#, "ragged"),
             (r#"{"instances": [[[1, 2], 3]]}"#, "ragged"),
             (r#"{"instances": [[[1, 2], [3, 1e40]]]}"#, "float32"),
-            (r#"{"instances": [[1, 2, 3, 4]]}"#, "expects shape [-1, 2, 2]"),
+            (
+                r#"{"instances": [[1, 2, 3, 4]]}"#,
+                "expects shape [-1, 2, 2]",
+            ),
             (r#"{"instances": []}"#, "no examples"),
-            (r#"{"instances": [[[1, 2], [3, 4]]], "inputs": [1]}"#, "Only one of"),
-            (r#"{"signature_name": "serving_default"}"#, "Missing 'inputs' or 'instances'"),
+            (
+                r#"{"instances": [[[1, 2], [3, 4]]], "inputs": [1]}"#,
+                "Only one of",
+            ),
+            (
+                r#"{"signature_name": "serving_default"}"#,
+                "Missing 'inputs' or 'instances'",
+            ),
             (r#"[1, 2]"#, "invalid request"),
-            (r#"{"instances": [{"other": [[1, 2], [3, 4]]}]}"#, "unknown input"),
+            (
+                r#"{"instances": [{"other": [[1, 2], [3, 4]]}]}"#,
+                "unknown input",
+            ),
             (r#"{"instances": [[[1, 2], [3, null]]]}"#, "null"),
-            (r#"{"instances": [[[1, 2], [3, 4]]]} trailing"#, "malformed JSON"),
+            (
+                r#"{"instances": [[[1, 2], [3, 4]]]} trailing"#,
+                "malformed JSON",
+            ),
         ];
         for (body, want) in cases {
             let e = parse(body).unwrap_err();
@@ -503,7 +518,11 @@ mod tests {
         let e = parse(&body).unwrap_err();
         assert_eq!(e.status, 400);
         // Also inside an ignored key (serde_json skips it without recursing).
-        let body = format!("{{\"x\": {}{}}}", "[".repeat(1_000_000), "]".repeat(1_000_000));
+        let body = format!(
+            "{{\"x\": {}{}}}",
+            "[".repeat(1_000_000),
+            "]".repeat(1_000_000)
+        );
         assert!(parse(&body).unwrap_err().message.contains("Missing"));
     }
 

@@ -126,7 +126,8 @@ impl Metrics {
     pub fn render(&self) -> String {
         let m = self.lock();
         let mut out = String::new();
-        out += "# HELP kiln_serve_requests_total Requests by model, version and HTTP status code.\n";
+        out +=
+            "# HELP kiln_serve_requests_total Requests by model, version and HTTP status code.\n";
         out += "# TYPE kiln_serve_requests_total counter\n";
         for ((model, version, code), n) in &m.requests {
             let _ = writeln!(
@@ -183,8 +184,14 @@ mod tests {
         m.batch("mnist", 3);
         m.batch("mnist", 40);
         let text = m.render();
-        assert!(text.contains("kiln_serve_requests_total{model=\"mnist\",version=\"2\",code=\"200\"} 2"));
-        assert!(text.contains("kiln_serve_requests_total{model=\"mnist\",version=\"\",code=\"404\"} 1"));
+        assert!(
+            text.contains(
+                "kiln_serve_requests_total{model=\"mnist\",version=\"2\",code=\"200\"} 2"
+            )
+        );
+        assert!(
+            text.contains("kiln_serve_requests_total{model=\"mnist\",version=\"\",code=\"404\"} 1")
+        );
         assert!(text.contains("kiln_serve_batch_size_bucket{model=\"mnist\",le=\"2\"} 0"));
         assert!(text.contains("kiln_serve_batch_size_bucket{model=\"mnist\",le=\"4\"} 1"));
         assert!(text.contains("kiln_serve_batch_size_bucket{model=\"mnist\",le=\"64\"} 2"));

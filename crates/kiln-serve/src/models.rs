@@ -129,13 +129,22 @@ fn wanted(policy: &VersionPolicy, candidates: &BTreeSet<u64>) -> BTreeSet<u64> {
     match policy {
         VersionPolicy::Latest(n) => candidates.iter().rev().take(*n).copied().collect(),
         VersionPolicy::All => candidates.clone(),
-        VersionPolicy::Specific(v) => v.iter().filter(|v| candidates.contains(v)).copied().collect(),
+        VersionPolicy::Specific(v) => v
+            .iter()
+            .filter(|v| candidates.contains(v))
+            .copied()
+            .collect(),
     }
 }
 
 impl Registry {
     /// A registry for `models`, loading onto `device`; `log` prints load and unload events.
-    pub fn new(models: &[ModelConfig], device: Device, metrics: Arc<Metrics>, log: fn(&str)) -> Registry {
+    pub fn new(
+        models: &[ModelConfig],
+        device: Device,
+        metrics: Arc<Metrics>,
+        log: fn(&str),
+    ) -> Registry {
         let models = models
             .iter()
             .map(|c| {
@@ -183,10 +192,12 @@ impl Registry {
         let candidates: BTreeSet<u64> = on_disk
             .iter()
             .copied()
-            .filter(|v| match model.versions.get(v).and_then(|e| e.failed.as_ref()) {
-                Some(fp) => *fp != fingerprint(&base.join(v.to_string())),
-                None => true,
-            })
+            .filter(
+                |v| match model.versions.get(v).and_then(|e| e.failed.as_ref()) {
+                    Some(fp) => *fp != fingerprint(&base.join(v.to_string())),
+                    None => true,
+                },
+            )
             .collect();
         let want = wanted(&model.config.version_policy, &candidates);
         Some((base, on_disk, want))
@@ -228,7 +239,9 @@ impl Registry {
             let entry = model.versions.get_mut(&v).expect("inserted above");
             match loaded {
                 Ok(s) => {
-                    (self.log)(&format!("kiln serve: model {name} version {v} is AVAILABLE"));
+                    (self.log)(&format!(
+                        "kiln serve: model {name} version {v} is AVAILABLE"
+                    ));
                     entry.state = State::Available;
                     entry.servable = Some(Arc::new(s));
                     entry.error = None;
@@ -255,9 +268,12 @@ impl Registry {
         let Some(model) = models.get_mut(name) else {
             return;
         };
-        let all_wanted_up = want
-            .iter()
-            .all(|v| model.versions.get(v).is_some_and(|e| e.state == State::Available));
+        let all_wanted_up = want.iter().all(|v| {
+            model
+                .versions
+                .get(v)
+                .is_some_and(|e| e.state == State::Available)
+        });
         for (v, entry) in model.versions.iter_mut() {
             if entry.state == State::Available && !want.contains(v) && all_wanted_up {
                 (self.log)(&format!("kiln serve: model {name} version {v} unloaded"));
@@ -282,11 +298,17 @@ impl Registry {
     /// # Errors
     /// 404 for an unknown model, version or label; 503 when the model (or the version asked
     /// for) has no loaded version, with the reason.
-    pub fn resolve(&self, name: &str, selector: &Selector) -> Result<(u64, Arc<Servable>), ApiError> {
+    pub fn resolve(
+        &self,
+        name: &str,
+        selector: &Selector,
+    ) -> Result<(u64, Arc<Servable>), ApiError> {
         let models = self.read();
-        let model = models
-            .get(name)
-            .ok_or_else(|| ApiError::not_found(format!("Servable not found for request: Latest({name}): no model named {name:?} is served")))?;
+        let model = models.get(name).ok_or_else(|| {
+            ApiError::not_found(format!(
+                "Servable not found for request: Latest({name}): no model named {name:?} is served"
+            ))
+        })?;
         let version = match selector {
             Selector::Latest => {
                 let newest = model
@@ -316,7 +338,10 @@ impl Registry {
             Some(e) => Err(ApiError::unavailable(format!(
                 "version {version} of model {name:?} is not available (state {}){}",
                 e.state.name(),
-                e.error.as_ref().map(|m| format!(": {m}")).unwrap_or_default()
+                e.error
+                    .as_ref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
             ))),
             None => Err(ApiError::not_found(format!(
                 "Servable not found for request: Specific({name}, {version})"
@@ -330,9 +355,9 @@ impl Registry {
     /// 404 for an unknown model or version, or a model with no version directory.
     pub fn status(&self, name: &str, selector: &Selector) -> Result<Vec<VersionStatus>, ApiError> {
         let models = self.read();
-        let model = models
-            .get(name)
-            .ok_or_else(|| ApiError::not_found(format!("Could not find any versions of model {name}")))?;
+        let model = models.get(name).ok_or_else(|| {
+            ApiError::not_found(format!("Could not find any versions of model {name}"))
+        })?;
         let one = match selector {
             Selector::Latest => None,
             Selector::Version(v) => Some(*v),
@@ -365,11 +390,9 @@ impl Registry {
 
     /// True when every model has an available version.
     pub fn ready(&self) -> bool {
-        self.read().values().all(|m| {
-            m.versions
-                .values()
-                .any(|e| e.state == State::Available)
-        })
+        self.read()
+            .values()
+            .all(|m| m.versions.values().any(|e| e.state == State::Available))
     }
 }
 
@@ -378,7 +401,11 @@ fn failures(model: &Model) -> String {
     let msgs: Vec<String> = model
         .versions
         .iter()
-        .filter_map(|(v, e)| e.error.as_ref().map(|m| format!("version {v} failed to load: {m}")))
+        .filter_map(|(v, e)| {
+            e.error
+                .as_ref()
+                .map(|m| format!("version {v} failed to load: {m}"))
+        })
         .collect();
     if msgs.is_empty() {
         format!(

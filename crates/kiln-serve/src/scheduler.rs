@@ -248,9 +248,8 @@ fn run(s: &Shared, batch: Batch) {
         x
     };
     s.metrics.batch(&model, size);
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        servable.predict(x, size)
-    }));
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| servable.predict(x, size)));
     match result {
         Ok(Ok(out)) => {
             let units = out.len() / size.max(1);

@@ -37,10 +37,7 @@ fn raw(server: &kiln_serve::Server, request: &str) -> (u16, String) {
 fn status_metadata_and_predict_in_both_formats() {
     let dir = scratch("basic");
     let v1 = export(&dir, "cnn", 1, 1);
-    let server = start(config(
-        vec![ModelConfig::new("cnn", dir.join("cnn"))],
-        None,
-    ));
+    let server = start(config(vec![ModelConfig::new("cnn", dir.join("cnn"))], None));
     let c = client();
 
     let (code, body) = get(&c, &url(&server, "/v1/models/cnn"));
@@ -92,14 +89,19 @@ fn status_metadata_and_predict_in_both_formats() {
     assert_eq!(rows(&body, "predictions"), expected);
 
     // Metrics count the requests by model, version and code.
-    let text = c.get(&url(&server, "/monitoring/prometheus/metrics")).text();
+    let text = c
+        .get(&url(&server, "/monitoring/prometheus/metrics"))
+        .text();
     // Metadata and three predictions name their version; the status requests do not.
     assert!(
         text.contains("kiln_serve_requests_total{model=\"cnn\",version=\"1\",code=\"200\"} 4"),
         "{text}"
     );
     assert!(text.contains("kiln_serve_requests_total{model=\"cnn\",version=\"\",code=\"200\"} 2"));
-    assert!(text.contains("kiln_serve_batch_size_count{model=\"cnn\"} 3"), "{text}");
+    assert!(
+        text.contains("kiln_serve_batch_size_count{model=\"cnn\"} 3"),
+        "{text}"
+    );
     assert!(text.contains("kiln_serve_model_versions_available{model=\"cnn\"} 1"));
     assert_eq!(get(&c, &url(&server, "/v2/health/live")).0, 200);
     assert_eq!(get(&c, &url(&server, "/v2/health/ready")).0, 200);
@@ -110,23 +112,35 @@ fn status_metadata_and_predict_in_both_formats() {
 fn errors_have_tf_servings_bodies_and_codes() {
     let dir = scratch("errors");
     export(&dir, "cnn", 1, 1);
-    let server = start(config(
-        vec![ModelConfig::new("cnn", dir.join("cnn"))],
-        None,
-    ));
+    let server = start(config(vec![ModelConfig::new("cnn", dir.join("cnn"))], None));
     let c = client();
     let predict = url(&server, "/v1/models/cnn:predict");
     let send = |body: &str| {
         let r = c.post(&predict, body.to_string());
-        (r.status, r.json()["error"].as_str().unwrap_or_default().to_string())
+        (
+            r.status,
+            r.json()["error"].as_str().unwrap_or_default().to_string(),
+        )
     };
     let good = json!({"instances": instances(&examples(1, 0), 1)}).to_string();
     let cases = [
         (&good[..good.len() - 3], 400, "malformed JSON"),
         (r#"{"instances": [NaN]}"#, 400, "malformed JSON"),
-        (r#"{"instances": [[1, 2]], "inputs": [[1, 2]]}"#, 400, "Only one of"),
-        (r#"{"signature_name": "serving_default"}"#, 400, "Missing 'inputs' or 'instances'"),
-        (r#"{"instances": [[1, 2, 3]]}"#, 400, "expects shape [-1, 6, 5, 2]"),
+        (
+            r#"{"instances": [[1, 2]], "inputs": [[1, 2]]}"#,
+            400,
+            "Only one of",
+        ),
+        (
+            r#"{"signature_name": "serving_default"}"#,
+            400,
+            "Missing 'inputs' or 'instances'",
+        ),
+        (
+            r#"{"instances": [[1, 2, 3]]}"#,
+            400,
+            "expects shape [-1, 6, 5, 2]",
+        ),
         (r#"{"instances": [["a"]]}"#, 400, "DT_FLOAT"),
     ];
     for (body, code, msg) in cases {
@@ -134,17 +148,34 @@ fn errors_have_tf_servings_bodies_and_codes() {
         assert_eq!(got, code, "{body}: {error}");
         assert!(error.contains(msg), "{body}: {error}");
     }
-    let (code, error) = send(&good.replace("{\"instances\"", "{\"signature_name\": \"x\", \"instances\""));
-    assert_eq!((code, error.contains("\"x\" not found")), (400, true), "{error}");
+    let (code, error) = send(&good.replace(
+        "{\"instances\"",
+        "{\"signature_name\": \"x\", \"instances\"",
+    ));
+    assert_eq!(
+        (code, error.contains("\"x\" not found")),
+        (400, true),
+        "{error}"
+    );
     // 10^6 nested lists: an error, and the server lives on.
-    let deep = format!("{{\"instances\": {}{}}}", "[".repeat(1_000_000), "]".repeat(1_000_000));
+    let deep = format!(
+        "{{\"instances\": {}{}}}",
+        "[".repeat(1_000_000),
+        "]".repeat(1_000_000)
+    );
     assert_eq!(send(&deep).0, 400);
     // A 100 MB body: 413, read back by the client.
     let big = vec![b' '; 100 << 20];
     let r = c.post(&predict, big);
     assert_eq!(r.status, 413);
     let v = r.json();
-    assert!(v["error"].as_str().unwrap().contains("larger than the limit"), "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("larger than the limit"),
+        "{v}"
+    );
     assert_eq!(send(&good).0, 200, "still serving");
 
     // 404: unknown model, version, label, path.
@@ -175,7 +206,11 @@ fn errors_have_tf_servings_bodies_and_codes() {
         "/v1/models/c%00nn",
         "/v1/models/cnn/versions/01",
     ] {
-        let method = if path.ends_with(":predict") { "POST" } else { "GET" };
+        let method = if path.ends_with(":predict") {
+            "POST"
+        } else {
+            "GET"
+        };
         let (code, body) = raw(
             &server,
             &format!(
@@ -187,9 +222,14 @@ fn errors_have_tf_servings_bodies_and_codes() {
     }
     // Wrong method.
     assert_eq!(c.get(&predict).status, 405);
-    let text = c.get(&url(&server, "/monitoring/prometheus/metrics")).text();
+    let text = c
+        .get(&url(&server, "/monitoring/prometheus/metrics"))
+        .text();
     assert!(text.contains("code=\"413\"} 1"), "{text}");
-    assert!(text.contains("model=\"other\",version=\"\",code=\"404\"} 2"), "{text}");
+    assert!(
+        text.contains("model=\"other\",version=\"\",code=\"404\"} 2"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -269,7 +309,8 @@ fn batched_requests_return_exactly_what_they_return_alone() {
             std::thread::spawn(move || {
                 let n = 1 + i % 3;
                 let x = examples(n, i);
-                let (code, body) = post(&client(), &predict, &json!({"instances": instances(&x, n)}));
+                let (code, body) =
+                    post(&client(), &predict, &json!({"instances": instances(&x, n)}));
                 assert_eq!(code, 200, "{body}");
                 (x, n, rows(&body, "predictions"))
             })
@@ -277,10 +318,16 @@ fn batched_requests_return_exactly_what_they_return_alone() {
         .collect();
     for t in threads {
         let (x, n, got) = t.join().unwrap();
-        assert_eq!(got, local_predict(&v1, &x, n), "a batched request, bit for bit");
+        assert_eq!(
+            got,
+            local_predict(&v1, &x, n),
+            "a batched request, bit for bit"
+        );
     }
     // They did share forward passes: fewer batches than requests.
-    let text = client().get(&url(&server, "/monitoring/prometheus/metrics")).text();
+    let text = client()
+        .get(&url(&server, "/monitoring/prometheus/metrics"))
+        .text();
     let count: usize = text
         .lines()
         .find_map(|l| l.strip_prefix("kiln_serve_batch_size_count{model=\"cnn\"} "))
@@ -318,8 +365,7 @@ fn no_version_is_503_and_a_broken_version_never_replaces_a_working_one() {
     std::fs::rename(v2.join("model.safetensors"), staging.join("weights-2")).unwrap();
     std::fs::rename(&v2, base.join("2")).unwrap();
     wait_until("version 2's failure", || {
-        get(&c, &url(&server, "/v1/models/cnn")).1["model_version_status"][0]["status"]
-            ["error_code"]
+        get(&c, &url(&server, "/v1/models/cnn")).1["model_version_status"][0]["status"]["error_code"]
             == "UNKNOWN"
     });
     let (_, status) = get(&c, &url(&server, "/v1/models/cnn"));
@@ -327,14 +373,24 @@ fn no_version_is_503_and_a_broken_version_never_replaces_a_working_one() {
     assert_eq!(list[0]["version"], "2");
     assert_eq!(list[0]["state"], "END");
     assert!(
-        list[0]["status"]["error_message"].as_str().unwrap().contains("model.safetensors"),
+        list[0]["status"]["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("model.safetensors"),
         "{status}"
     );
-    assert_eq!((&list[1]["version"], &list[1]["state"]), (&json!("1"), &json!("AVAILABLE")));
+    assert_eq!(
+        (&list[1]["version"], &list[1]["state"]),
+        (&json!("1"), &json!("AVAILABLE"))
+    );
     let (code, got) = post(&c, &predict, &body);
     assert_eq!(code, 200);
     assert_eq!(rows(&got, "predictions"), want1);
-    let (code, v) = post(&c, &url(&server, "/v1/models/cnn/versions/2:predict"), &body);
+    let (code, v) = post(
+        &c,
+        &url(&server, "/v1/models/cnn/versions/2:predict"),
+        &body,
+    );
     assert_eq!(code, 503, "{v}");
 
     // Its weights arrive: it loads, then version 1 is unloaded.
@@ -347,7 +403,15 @@ fn no_version_is_503_and_a_broken_version_never_replaces_a_working_one() {
     wait_until("version 1 unloaded", || {
         get(&c, &url(&server, "/v1/models/cnn")).1["model_version_status"][1]["state"] == "END"
     });
-    assert_eq!(post(&c, &url(&server, "/v1/models/cnn/versions/1:predict"), &body).0, 503);
+    assert_eq!(
+        post(
+            &c,
+            &url(&server, "/v1/models/cnn/versions/1:predict"),
+            &body
+        )
+        .0,
+        503
+    );
 }
 
 #[test]
@@ -379,15 +443,24 @@ fn hot_reload_under_load_fails_no_request() {
     assert_ne!(want1, want2);
     let clients: Vec<_> = (0..4)
         .map(|_| {
-            let (predict, stop, ok, failed, saw2) =
-                (predict.clone(), stop.clone(), ok.clone(), failed.clone(), saw2.clone());
+            let (predict, stop, ok, failed, saw2) = (
+                predict.clone(),
+                stop.clone(),
+                ok.clone(),
+                failed.clone(),
+                saw2.clone(),
+            );
             let (want1, want2) = (want1.clone(), want2.clone());
             let body = json!({"instances": instances(&x, 1)});
             std::thread::spawn(move || {
                 let c = client();
                 while !stop.load(Ordering::Relaxed) {
                     let (code, v) = post(&c, &predict, &body);
-                    let got = if code == 200 { rows(&v, "predictions") } else { vec![] };
+                    let got = if code == 200 {
+                        rows(&v, "predictions")
+                    } else {
+                        vec![]
+                    };
                     if got == want1 {
                         ok.fetch_add(1, Ordering::Relaxed);
                     } else if got == want2 {
@@ -408,7 +481,11 @@ fn hot_reload_under_load_fails_no_request() {
     for t in clients {
         t.join().unwrap();
     }
-    assert_eq!(failed.load(Ordering::Relaxed), 0, "failed requests during the reload");
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "failed requests during the reload"
+    );
     assert!(ok.load(Ordering::Relaxed) > 40);
     let (_, status) = get(&client(), &url(&server, "/v1/models/cnn"));
     assert_eq!(status["model_version_status"][0]["state"], "AVAILABLE");
@@ -438,5 +515,8 @@ fn stopping_lets_requests_in_flight_finish() {
     let (code, body) = in_flight.join().unwrap();
     assert_eq!(code, 200, "{body}");
     assert_eq!(rows(&body, "predictions"), local_predict(&v1, &x, 1));
-    assert!(std::net::TcpStream::connect(addr).is_err(), "no longer listening");
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "no longer listening"
+    );
 }

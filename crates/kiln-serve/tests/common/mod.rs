@@ -42,7 +42,13 @@ pub fn run_dir(dir: &Path, name: &str, layers: &str, seed: u64) -> PathBuf {
          loss = \"sparse_categorical_crossentropy\"\n"
     );
     let cfg = kiln::RunConfig::from_toml_str(&text).unwrap();
-    let model = kiln::Model::new(name, cfg.model.clone(), cfg.compile.clone(), seed, Device::flex());
+    let model = kiln::Model::new(
+        name,
+        cfg.model.clone(),
+        cfg.compile.clone(),
+        seed,
+        Device::flex(),
+    );
     model.save_weights(&run.join("model.safetensors")).unwrap();
     std::fs::write(run.join("config.toml"), cfg.to_toml()).unwrap();
     run
@@ -103,7 +109,12 @@ pub fn rows(body: &serde_json::Value, key: &str) -> Vec<f32> {
         .as_array()
         .unwrap_or_else(|| panic!("no {key} in {body}"))
         .iter()
-        .flat_map(|r| r.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
+        .flat_map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+        })
         .collect()
 }
 
@@ -142,9 +153,8 @@ pub struct Reply {
 impl Reply {
     /// The body as JSON (panics with the body when it is not).
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body))
-        })
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
     /// The body as text.
@@ -214,7 +224,10 @@ pub fn client() -> Client {
 pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let start = std::time::Instant::now();
     while !f() {
-        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

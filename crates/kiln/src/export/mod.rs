@@ -166,7 +166,11 @@ pub fn export(run_dir: &Path, opts: &ExportOptions) -> Result<Exported> {
     let name = opts.name.clone().unwrap_or_else(|| cfg.name.clone());
     check_model_name(&name).map_err(|m| {
         KilnError::config(
-            if opts.name.is_some() { "--name" } else { "name" },
+            if opts.name.is_some() {
+                "--name"
+            } else {
+                "name"
+            },
             format!("{m} (pass --name to export under another name)"),
         )
     })?;
@@ -250,8 +254,8 @@ fn write_version(
     );
     std::fs::write(dir.join(MODEL_SPEC_FILE), text).map_err(|e| KilnError::io(dir, e))?;
     files.push(MODEL_SPEC_FILE);
-    let sig = serde_json::to_vec_pretty(&SignatureDefMap::for_spec(spec))
-        .expect("signatures serialize");
+    let sig =
+        serde_json::to_vec_pretty(&SignatureDefMap::for_spec(spec)).expect("signatures serialize");
     std::fs::write(dir.join(SIGNATURE_FILE), sig).map_err(|e| KilnError::io(dir, e))?;
     files.push(SIGNATURE_FILE);
     // fsync the files before the rename makes the version visible.

@@ -421,9 +421,7 @@ pub fn model_proto(
         graph: Some(graph),
         metadata_props: vec![StringStringEntryProto {
             key: Some("kiln.model".into()),
-            value: Some(
-                toml::to_string(&spec.to_toml()).expect("model specs serialize to TOML"),
-            ),
+            value: Some(toml::to_string(&spec.to_toml()).expect("model specs serialize to TOML")),
         }],
     })
 }

@@ -32,8 +32,7 @@ pub fn regular_file(dir: &Path, name: &str) -> Result<(PathBuf, u64)> {
         .map_err(|e| bad(format!("cannot read it ({e}); export the model again")))?;
     if meta.file_type().is_symlink() {
         return Err(bad(
-            "is a symbolic link; kiln reads only regular files inside the version directory"
-                .into(),
+            "is a symbolic link; kiln reads only regular files inside the version directory".into(),
         ));
     }
     if !meta.is_file() {
@@ -85,8 +84,8 @@ impl Servable {
             path: path.to_path_buf(),
             message,
         };
-        let text = String::from_utf8(text)
-            .map_err(|_| corrupt(&spec_path, "is not UTF-8 text".into()))?;
+        let text =
+            String::from_utf8(text).map_err(|_| corrupt(&spec_path, "is not UTF-8 text".into()))?;
         let table: toml::Table = toml::from_str(&text)
             .map_err(|e| corrupt(&spec_path, format!("is not valid TOML: {}", e.message())))?;
         let name = table

@@ -16,7 +16,13 @@ fn run_dir(tag: &str, layers: &str) -> PathBuf {
          loss = {{ type = \"sparse_categorical_crossentropy\", from_logits = true }}\n"
     );
     let cfg = RunConfig::from_toml_str(&text).unwrap();
-    let model = crate::Model::new("t", cfg.model.clone(), cfg.compile.clone(), 7, Device::flex());
+    let model = crate::Model::new(
+        "t",
+        cfg.model.clone(),
+        cfg.compile.clone(),
+        7,
+        Device::flex(),
+    );
     model.save_weights(&dir.join("model.safetensors")).unwrap();
     std::fs::write(dir.join("config.toml"), cfg.to_toml()).unwrap();
     dir
@@ -221,7 +227,9 @@ fn outputs_do_not_depend_on_the_batch() {
     )
     .unwrap();
     let s = Servable::load(&e.dir, Device::flex()).unwrap();
-    let x: Vec<f32> = (0..n * 784).map(|i| ((i * 31) % 255) as f32 / 255.0).collect();
+    let x: Vec<f32> = (0..n * 784)
+        .map(|i| ((i * 31) % 255) as f32 / 255.0)
+        .collect();
     let all = s.predict(x.clone(), n).unwrap();
     for (i, chunk) in x.chunks(784).enumerate() {
         let alone = s.predict(chunk.to_vec(), 1).unwrap();
@@ -265,7 +273,11 @@ fn a_broken_version_directory_is_refused_with_the_file_named() {
     assert!(err(&d).contains("does not match"), "{}", err(&d));
 
     let d = copy("spec");
-    std::fs::write(d.join(MODEL_SPEC_FILE), "name = \"x\"\n[model]\nlayers = 3\n").unwrap();
+    std::fs::write(
+        d.join(MODEL_SPEC_FILE),
+        "name = \"x\"\n[model]\nlayers = 3\n",
+    )
+    .unwrap();
     assert!(err(&d).contains("model.toml"), "{}", err(&d));
 
     #[cfg(unix)]
@@ -286,7 +298,16 @@ fn names_and_versions_are_checked() {
         assert!(check_model_name(bad).is_err(), "{bad:?}");
     }
     assert_eq!(parse_version("12"), Some(12));
-    for bad in ["0", "012", "-1", "+1", "1a", "", ".tmp-1-2", "99999999999999999999"] {
+    for bad in [
+        "0",
+        "012",
+        "-1",
+        "+1",
+        "1a",
+        "",
+        ".tmp-1-2",
+        "99999999999999999999",
+    ] {
         assert_eq!(parse_version(bad), None, "{bad:?}");
     }
 }

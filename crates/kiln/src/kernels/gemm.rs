@@ -120,20 +120,36 @@ mod tests {
             let w: Vec<f32> = (0..k * n)
                 .map(|v| ((v * 7919) % 1001) as f32 / 5000.0 - 0.1)
                 .collect();
-            let x: Vec<f32> = (0..40 * k).map(|v| ((v * 31) % 255) as f32 / 255.0).collect();
+            let x: Vec<f32> = (0..40 * k)
+                .map(|v| ((v * 31) % 255) as f32 / 255.0)
+                .collect();
             let mut all = vec![0.0; 40 * n];
             matmul(View::new(&x, 40, k), View::new(&w, k, n), &mut all, false);
             for (m, start) in [(1, 0), (1, 17), (2, 5), (9, 30)] {
                 let mut y = vec![0.0; m * n];
                 let rows = &x[start * k..(start + m) * k];
                 matmul(View::new(rows, m, k), View::new(&w, k, n), &mut y, false);
-                assert_eq!(y, all[start * n..(start + m) * n], "{m} rows from {start}, k={k}");
+                assert_eq!(
+                    y,
+                    all[start * n..(start + m) * n],
+                    "{m} rows from {start}, k={k}"
+                );
             }
             // Accumulating into a single row: the same as the row of a two-row accumulation.
             let mut one = vec![1.0; n];
-            matmul(View::new(&x[..k], 1, k), View::new(&w, k, n), &mut one, true);
+            matmul(
+                View::new(&x[..k], 1, k),
+                View::new(&w, k, n),
+                &mut one,
+                true,
+            );
             let mut two = vec![1.0; 2 * n];
-            matmul(View::new(&x[..2 * k], 2, k), View::new(&w, k, n), &mut two, true);
+            matmul(
+                View::new(&x[..2 * k], 2, k),
+                View::new(&w, k, n),
+                &mut two,
+                true,
+            );
             assert_eq!(one, two[..n]);
         }
     }
