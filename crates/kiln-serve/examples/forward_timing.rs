@@ -4,7 +4,9 @@
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let dir = args.next().expect("usage: forward_timing VERSION_DIR [1,8,64]");
+    let dir = args
+        .next()
+        .expect("usage: forward_timing VERSION_DIR [1,8,64]");
     let sizes: Vec<usize> = args
         .next()
         .unwrap_or_else(|| "1,8,64".into())
@@ -25,6 +27,9 @@ fn main() {
             s.predict(x.clone(), n).unwrap();
         }
         let ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
-        println!("batch {n}: {ms:.3} ms per batch, {:.4} ms per example", ms / n as f64);
+        println!(
+            "batch {n}: {ms:.3} ms per batch, {:.4} ms per example",
+            ms / n as f64
+        );
     }
 }

@@ -253,7 +253,7 @@ impl ServeConfig {
         let mut seen = std::collections::HashSet::new();
         for m in &self.models {
             kiln::export::check_model_name(&m.name)
-                .map_err(|e| ServeError::config("model name", e))?;
+                .map_err(|e| ServeError::config("--model-name", e))?;
             if !seen.insert(&m.name) {
                 return Err(ServeError::config(
                     format!("models.{}", m.name),

@@ -15,12 +15,12 @@ pub enum ServeError {
         message: String,
     },
     /// The address could not be bound (in use, not permitted).
-    #[error("cannot listen on {addr}: {source}; pick another --rest-api-port or --host")]
+    #[error("cannot listen on {addr}: {reason}; pick another --rest-api-port or --host")]
     Bind {
         /// `host:port`.
         addr: String,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error (in the message, not a separate cause).
+        reason: std::io::Error,
     },
     /// Another I/O failure (the runtime, the signal handlers).
     #[error("{0}")]

@@ -202,9 +202,9 @@ fn run(
     let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
-            .map_err(|source| ServeError::Bind {
+            .map_err(|reason| ServeError::Bind {
                 addr: addr.clone(),
-                source,
+                reason,
             })?;
         on_ready(listener.local_addr()?);
         axum::serve(listener, router(state))
