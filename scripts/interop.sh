@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Interop tests against the real Python packages kiln's formats come from: TensorFlow reads
-# and writes TFRecord / tf.train.Example files with kiln, and the tensorboard package reads kiln's
-# event files (tests/interop/*.py). Creates, once, a
-# virtual environment with tensorflow-cpu and tensorboard under the build cache
+# and writes TFRecord / tf.train.Example files with kiln, the tensorboard package reads kiln's
+# event files, onnxruntime runs kiln's ONNX exports and `requests` talks to `kiln serve`
+# (tests/interop/*.py). Creates, once, a
+# virtual environment with tensorflow-cpu, tensorboard, onnx, onnxruntime and requests under the build cache
 # (${KILN_CACHE_DIR:-~/.cache/kiln}/tfvenv), builds the small kiln tools the scripts drive, and
 # runs every script. Called by scripts/test.sh.
 set -euo pipefail
@@ -17,11 +18,15 @@ if ! "$venv/bin/python" -c "import tensorflow, tensorboard" >/dev/null 2>&1; the
   "$venv/bin/pip" install -q --upgrade pip
   "$venv/bin/pip" install -q "tensorflow-cpu==2.21.0" tensorboard numpy
 fi
+if ! "$venv/bin/python" -c "import onnx, onnxruntime, requests" >/dev/null 2>&1; then
+  echo "interop: adding onnx, onnxruntime and requests to $venv"
+  "$venv/bin/pip" install -q onnx onnxruntime requests
+fi
 py="$venv/bin/python"
 
 # Built with the whole workspace's features (as `cargo test --workspace` builds them), so that
 # Burn is not compiled a second time with another feature set.
-cargo build --release -q --workspace --examples
+cargo build --release -q --workspace --bins --examples
 echo "== interop: TFRecord + tf.train.Example with TensorFlow"
 "$py" tests/interop/tfrecord_interop.py --kiln-tool "$CARGO_TARGET_DIR/release/examples/tfrecord_tool"
 
@@ -31,3 +36,6 @@ echo "== interop: TensorBoard event files with the tensorboard package"
 echo "== interop: a real kiln train stopped with SIGTERM and resumed; TensorBoard steps continue"
 cargo build --release -q --workspace --bins --examples
 "$py" tests/interop/tensorboard_resume_interop.py --kiln "$CARGO_TARGET_DIR/release/kiln"
+
+echo "== interop: ONNX exports with onnxruntime, kiln serve with requests"
+"$py" tests/interop/onnx_serving_interop.py --kiln "$CARGO_TARGET_DIR/release/kiln"

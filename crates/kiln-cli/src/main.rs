@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 success, 2 usage or configuration error, 1 runtime error.
 
+mod deploy;
 mod progress;
 
 // Training allocates and frees tensors of many megabytes every step; glibc's allocator hands
@@ -146,6 +147,10 @@ enum Command {
     /// Look into data files and input pipelines.
     #[command(subcommand)]
     Data(DataCommand),
+    /// Export a trained run as a numbered version directory (ONNX, weights, signature).
+    Export(deploy::ExportArgs),
+    /// Serve exported models over TF Serving's REST API (until SIGTERM).
+    Serve(deploy::ServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -345,6 +350,8 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             print!("{}", kiln::estimate::report(&e, memory, &at));
             Ok(())
         }
+        Command::Export(args) => deploy::export(args),
+        Command::Serve(args) => deploy::serve(args),
         Command::Train {
             config,
             epochs,

@@ -7,7 +7,8 @@
 //! ([`run_dir`]); [`run`] strings these together as the `kiln` command does. [`pipeline`]
 //! builds the tf.data pipelines of a config's `[data.train]` / `[data.validation]` /
 //! `[data.test]` tables. Keras' callbacks are in [`callbacks`], TensorBoard event files in
-//! [`summary`], crash-safe training checkpoints (BackupAndRestore, resume) in [`checkpoint`].
+//! [`summary`], crash-safe training checkpoints (BackupAndRestore, resume) in [`checkpoint`],
+//! ONNX export and the version directories `kiln serve` loads in [`export`].
 //!
 //! ## Cargo features
 //! - `vulkan`: GPUs through Burn's wgpu backend with SPIR-V kernels (`--device gpu`).
@@ -25,6 +26,7 @@ pub mod config;
 pub mod device;
 pub mod error;
 pub mod estimate;
+pub mod export;
 pub mod fit;
 pub mod guards;
 pub mod input;

@@ -63,6 +63,23 @@ pub fn matmul(a: View<'_>, b: View<'_>, dst: &mut [f32], accumulate: bool) {
         }
         return;
     }
+    if m == 1 && n > 1 {
+        // The gemm crate's single-row path sums in another order than its general kernel, so
+        // a row would get other low bits alone than with company. Computing it as one row of
+        // a two-row product makes every row's result independent of how many rows share the
+        // call: a batched `kiln serve` request returns exactly what it gets alone.
+        let mut a2 = Vec::with_capacity(2 * k);
+        for _ in 0..2 {
+            a2.extend((0..k).map(|j| a.data[j * a.col_stride]));
+        }
+        let mut d2 = vec![0.0f32; 2 * n];
+        if accumulate {
+            d2[..n].copy_from_slice(&dst[..n]);
+        }
+        matmul(View::new(&a2, 2, k), b, &mut d2, accumulate);
+        dst[..n].copy_from_slice(&d2[..n]);
+        return;
+    }
     // SAFETY: the asserts above keep every index the kernel reads in bounds of `a.data` and
     // `b.data`, and every index it writes (`i * n + j` for i < m, j < n) in bounds of `dst`; the
     // three slices do not overlap (`dst` is a unique borrow).
@@ -94,6 +111,48 @@ pub fn matmul(a: View<'_>, b: View<'_>, dst: &mut [f32], accumulate: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rows_result_does_not_depend_on_the_number_of_rows() {
+        // Shapes of the Fashion-MNIST models' Dense layers, where the gemm crate's one-row
+        // path differs in the last bits from its general kernel.
+        for (k, n) in [(784, 512), (3136, 128), (128, 10)] {
+            let w: Vec<f32> = (0..k * n)
+                .map(|v| ((v * 7919) % 1001) as f32 / 5000.0 - 0.1)
+                .collect();
+            let x: Vec<f32> = (0..40 * k)
+                .map(|v| ((v * 31) % 255) as f32 / 255.0)
+                .collect();
+            let mut all = vec![0.0; 40 * n];
+            matmul(View::new(&x, 40, k), View::new(&w, k, n), &mut all, false);
+            for (m, start) in [(1, 0), (1, 17), (2, 5), (9, 30)] {
+                let mut y = vec![0.0; m * n];
+                let rows = &x[start * k..(start + m) * k];
+                matmul(View::new(rows, m, k), View::new(&w, k, n), &mut y, false);
+                assert_eq!(
+                    y,
+                    all[start * n..(start + m) * n],
+                    "{m} rows from {start}, k={k}"
+                );
+            }
+            // Accumulating into a single row: the same as the row of a two-row accumulation.
+            let mut one = vec![1.0; n];
+            matmul(
+                View::new(&x[..k], 1, k),
+                View::new(&w, k, n),
+                &mut one,
+                true,
+            );
+            let mut two = vec![1.0; 2 * n];
+            matmul(
+                View::new(&x[..2 * k], 2, k),
+                View::new(&w, k, n),
+                &mut two,
+                true,
+            );
+            assert_eq!(one, two[..n]);
+        }
+    }
 
     #[test]
     fn products_with_transposed_views_match_a_naive_loop() {

@@ -1,0 +1,271 @@
+//! Export: a trained run as a numbered version directory that `kiln serve` (TF Serving's
+//! layout) and ONNX runtimes read.
+//!
+//! `export(run_dir, opts)` writes `OUT/<name>/<version>/`:
+//!
+//! | file | content |
+//! |---|---|
+//! | `model.onnx` | the inference graph, ONNX opset 17 ([`onnx`]); `--format onnx` only |
+//! | `model.safetensors` | the weights (Keras names and layouts, as the run directory's) |
+//! | `model.toml` | `name` and the `[model]` table (the layer spec) |
+//! | `signature.json` | the `serving_default` signature, as a SavedModel's ([`signature`]) |
+//!
+//! The model is the Keras model alone: preprocessing of the run's input pipeline (`rescale`,
+//! `map` ops) is not part of it, and a `from_logits` model outputs logits, as a Keras model
+//! exported with `model.export()` does. The directory is written under a temporary name and
+//! renamed into place, so a server polling `OUT/<name>/` never sees half a version.
+
+pub mod onnx;
+pub mod onnx_proto;
+pub mod servable;
+pub mod signature;
+
+use std::path::{Path, PathBuf};
+
+use burn::prelude::Device;
+
+use crate::config::RunConfig;
+use crate::error::{KilnError, Result};
+use crate::model::weights;
+use crate::run_dir::RunDir;
+
+pub use servable::Servable;
+pub use signature::SignatureDefMap;
+
+/// File name of the ONNX graph in a version directory.
+pub const ONNX_FILE: &str = "model.onnx";
+/// File name of the weights in a version directory.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+/// File name of the model spec in a version directory.
+pub const MODEL_SPEC_FILE: &str = "model.toml";
+/// File name of the signature in a version directory.
+pub const SIGNATURE_FILE: &str = "signature.json";
+
+/// What `kiln export` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExportFormat {
+    /// `model.onnx` plus the files `kiln serve` reads.
+    #[default]
+    Onnx,
+    /// Only the files `kiln serve` reads (weights, spec, signature).
+    Safetensors,
+}
+
+impl std::str::FromStr for ExportFormat {
+    type Err = KilnError;
+    fn from_str(s: &str) -> Result<ExportFormat> {
+        match s {
+            "onnx" => Ok(ExportFormat::Onnx),
+            "safetensors" => Ok(ExportFormat::Safetensors),
+            other => Err(KilnError::config(
+                "--format",
+                format!("unknown export format \"{other}\"; allowed: onnx, safetensors"),
+            )),
+        }
+    }
+}
+
+/// Options of [`export`].
+#[derive(Debug, Clone, Default)]
+pub struct ExportOptions {
+    /// What to write.
+    pub format: ExportFormat,
+    /// The version number (a positive integer); default: one more than the largest version
+    /// already in `OUT/<name>/`, or 1.
+    pub version: Option<u64>,
+    /// The base directory `OUT`; default: `<run_dir>/export`.
+    pub out: Option<PathBuf>,
+    /// The model name (the directory under `OUT` and the name clients use); default: the
+    /// run's `name`.
+    pub name: Option<String>,
+}
+
+/// What [`export`] wrote.
+#[derive(Debug, Clone)]
+pub struct Exported {
+    /// The model name.
+    pub name: String,
+    /// The version number.
+    pub version: u64,
+    /// `OUT/<name>` (the `--model-base-path` for `kiln serve`).
+    pub base_path: PathBuf,
+    /// `OUT/<name>/<version>`.
+    pub dir: PathBuf,
+    /// The files written, in the version directory.
+    pub files: Vec<PathBuf>,
+}
+
+/// Checks a model name as TF Serving clients and `kiln serve` use it in URLs: 1 to 255
+/// characters from `[A-Za-z0-9_.-]`, without `..` (so a name can never climb out of a
+/// directory) and not `.`.
+///
+/// # Errors
+/// A message saying what is wrong.
+pub fn check_model_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() || name.len() > 255 {
+        return Err(format!(
+            "model name must have 1 to 255 characters, got {}",
+            name.len()
+        ));
+    }
+    if name == "." || name.contains("..") {
+        return Err(format!(
+            "model name {name:?} is not allowed: it must not be \".\" or contain \"..\""
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
+        return Err(format!(
+            "model name {name:?} has the character {c:?}; use only letters, digits, '_', '.' and '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// The numbered version directories in `base` (names that are decimal integers ≥ 1 without
+/// leading zeros), sorted; other entries are ignored. An absent `base` has none.
+///
+/// # Errors
+/// [`KilnError::Io`] when `base` exists but cannot be listed.
+pub fn versions_in(base: &Path) -> Result<Vec<u64>> {
+    let entries = match std::fs::read_dir(base) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(KilnError::io(base, e)),
+    };
+    let mut out: Vec<u64> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| parse_version(&e.file_name().to_string_lossy()))
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// A version directory's number: a decimal integer ≥ 1 without a sign or leading zeros.
+pub fn parse_version(name: &str) -> Option<u64> {
+    if name.is_empty() || name.len() > 19 || name.starts_with('0') {
+        return None;
+    }
+    if !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok()
+}
+
+/// Exports the run in `run_dir` as `OUT/<name>/<version>/` (see the module docs).
+///
+/// # Errors
+/// [`KilnError::MissingData`] when `run_dir` is not a run directory; config and weights errors
+/// of the run; [`KilnError::Config`] for an invalid name or version, or a version that already
+/// exists (`--version`); [`KilnError::Io`] when the directory cannot be written.
+pub fn export(run_dir: &Path, opts: &ExportOptions) -> Result<Exported> {
+    let dir = RunDir::open(run_dir)?;
+    let cfg = RunConfig::load(&dir.config())?;
+    let name = opts.name.clone().unwrap_or_else(|| cfg.name.clone());
+    check_model_name(&name).map_err(|m| {
+        KilnError::config(
+            if opts.name.is_some() {
+                "--name"
+            } else {
+                "name"
+            },
+            format!("{m} (pass --name to export under another name)"),
+        )
+    })?;
+    let out = opts
+        .out
+        .clone()
+        .unwrap_or_else(|| dir.path().join("export"));
+    let base = out.join(&name);
+    let version = match opts.version {
+        Some(0) => return Err(KilnError::config("--version", "must be at least 1")),
+        Some(v) => v,
+        None => versions_in(&base)?.last().map_or(1, |v| v + 1),
+    };
+    let target = base.join(version.to_string());
+    if target.exists() {
+        return Err(KilnError::config(
+            "--version",
+            format!(
+                "{} already exists; versions are never overwritten (a server may be serving \
+                 it): pass another --version, or leave it out for the next number",
+                target.display()
+            ),
+        ));
+    }
+
+    let spec = cfg.model.clone();
+    let net = weights::load(&spec, &dir.weights(), &Device::flex())?;
+    let keras = weights::keras_weights(&spec, &net);
+
+    std::fs::create_dir_all(&base).map_err(|e| KilnError::io(&base, e))?;
+    // Not a version name (it starts with '.'), so a polling server ignores it until the rename.
+    let tmp = base.join(format!(".tmp-{version}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir(&tmp).map_err(|e| KilnError::io(&tmp, e))?;
+    let written = write_version(&tmp, &name, &spec, &net, &keras, version, opts.format);
+    let files = match written {
+        Ok(files) => files,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+    };
+    std::fs::rename(&tmp, &target).map_err(|e| {
+        let _ = std::fs::remove_dir_all(&tmp);
+        KilnError::io(&target, e)
+    })?;
+    Ok(Exported {
+        name,
+        version,
+        base_path: base,
+        files: files.iter().map(|f| target.join(f)).collect(),
+        dir: target,
+    })
+}
+
+/// Writes the files of one version into `dir`; returns their names.
+fn write_version(
+    dir: &Path,
+    name: &str,
+    spec: &crate::model::ModelSpec,
+    net: &crate::model::Network,
+    keras: &[(String, Vec<usize>, Vec<f32>)],
+    version: u64,
+    format: ExportFormat,
+) -> Result<Vec<&'static str>> {
+    let mut files = Vec::new();
+    if format == ExportFormat::Onnx {
+        let bytes = onnx::to_bytes(name, spec, keras, version as i64)?;
+        std::fs::write(dir.join(ONNX_FILE), bytes).map_err(|e| KilnError::io(dir, e))?;
+        files.push(ONNX_FILE);
+    }
+    weights::save(spec, net, &dir.join(WEIGHTS_FILE))?;
+    files.push(WEIGHTS_FILE);
+    let mut t = toml::Table::new();
+    t.insert("name".into(), name.into());
+    t.insert("model".into(), toml::Value::Table(spec.to_toml()));
+    let text = format!(
+        "# Exported by kiln {}: the model spec `kiln serve` loads with model.safetensors.\n{}",
+        env!("CARGO_PKG_VERSION"),
+        toml::to_string(&t).expect("model specs serialize")
+    );
+    std::fs::write(dir.join(MODEL_SPEC_FILE), text).map_err(|e| KilnError::io(dir, e))?;
+    files.push(MODEL_SPEC_FILE);
+    let sig =
+        serde_json::to_vec_pretty(&SignatureDefMap::for_spec(spec)).expect("signatures serialize");
+    std::fs::write(dir.join(SIGNATURE_FILE), sig).map_err(|e| KilnError::io(dir, e))?;
+    files.push(SIGNATURE_FILE);
+    // fsync the files before the rename makes the version visible.
+    for f in &files {
+        std::fs::File::open(dir.join(f))
+            .and_then(|f| f.sync_all())
+            .map_err(|e| KilnError::io(dir.join(f), e))?;
+    }
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,313 @@
+use std::path::{Path, PathBuf};
+
+use burn::prelude::Device;
+use prost::Message;
+
+use super::onnx_proto::{DimValue, ModelProto};
+use super::*;
+
+/// A run directory with `config.toml` (the `[model]` layers given) and seeded weights.
+fn run_dir(tag: &str, layers: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kiln-export-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = format!(
+        "name = \"tiny-{tag}\"\n[data]\n[model]\nlayers = {layers}\n[compile]\noptimizer = \"sgd\"\n\
+         loss = {{ type = \"sparse_categorical_crossentropy\", from_logits = true }}\n"
+    );
+    let cfg = RunConfig::from_toml_str(&text).unwrap();
+    let model = crate::Model::new(
+        "t",
+        cfg.model.clone(),
+        cfg.compile.clone(),
+        7,
+        Device::flex(),
+    );
+    model.save_weights(&dir.join("model.safetensors")).unwrap();
+    std::fs::write(dir.join("config.toml"), cfg.to_toml()).unwrap();
+    dir
+}
+
+const CNN: &str = r#"[
+  { type = "Input", shape = [6, 5, 2] },
+  { type = "Conv2D", filters = 3, kernel_size = 3, padding = "same", activation = "relu" },
+  { type = "BatchNormalization" },
+  { type = "MaxPooling2D", pool_size = 2, padding = "same" },
+  { type = "AveragePooling2D", pool_size = 2, strides = 1 },
+  { type = "Dropout", rate = 0.5 },
+  { type = "Flatten" },
+  { type = "Dense", units = 4, activation = "gelu" },
+  { type = "Dense", units = 3, activation = "softmax" },
+]"#;
+
+fn ops(model: &ModelProto) -> Vec<String> {
+    model
+        .graph
+        .as_ref()
+        .unwrap()
+        .node
+        .iter()
+        .map(|n| n.op_type.clone().unwrap())
+        .collect()
+}
+
+#[test]
+fn export_writes_a_version_directory_that_decodes_and_loads() {
+    let run = run_dir("cnn", CNN);
+    let out = run.join("out");
+    let opts = ExportOptions {
+        out: Some(out.clone()),
+        ..Default::default()
+    };
+    let first = export(&run, &opts).unwrap();
+    assert_eq!(first.version, 1);
+    assert_eq!(first.dir, out.join("tiny-cnn").join("1"));
+    let second = export(&run, &opts).unwrap();
+    assert_eq!(second.version, 2, "the next number by default");
+    let again = export(
+        &run,
+        &ExportOptions {
+            version: Some(2),
+            ..opts.clone()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(again.contains("already exists"), "{again}");
+    // No temporary directory is left behind.
+    let names: Vec<String> = std::fs::read_dir(out.join("tiny-cnn"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+
+    let bytes = std::fs::read(first.dir.join(ONNX_FILE)).unwrap();
+    let model = ModelProto::decode(bytes.as_slice()).unwrap();
+    assert_eq!(model.ir_version, Some(8));
+    assert_eq!(model.opset_import[0].version, Some(17));
+    assert_eq!(
+        ops(&model),
+        [
+            "Transpose", // NHWC -> NCHW
+            "Conv",
+            "Relu",
+            "BatchNormalization",
+            "MaxPool",
+            "AveragePool",
+            "Transpose", // Flatten in channels-last order
+            "Flatten",
+            "MatMul",
+            "Add",
+            "Div", // GELU
+            "Erf",
+            "Add",
+            "Mul",
+            "Mul",
+            "MatMul",
+            "Add",
+            "Softmax",
+            "Identity",
+        ]
+    );
+    let graph = model.graph.unwrap();
+    let dims: Vec<Option<DimValue>> = graph.input[0]
+        .r#type
+        .as_ref()
+        .unwrap()
+        .tensor_type
+        .as_ref()
+        .unwrap()
+        .shape
+        .as_ref()
+        .unwrap()
+        .dim
+        .iter()
+        .map(|d| d.value.clone())
+        .collect();
+    assert_eq!(
+        dims,
+        [
+            Some(DimValue::DimParam("batch".into())),
+            Some(DimValue::DimValue(6)),
+            Some(DimValue::DimValue(5)),
+            Some(DimValue::DimValue(2)),
+        ]
+    );
+    assert_eq!(graph.input[0].name.as_deref(), Some("input_layer"));
+    assert_eq!(graph.output[0].name.as_deref(), Some("output_0"));
+    // TensorFlow's "same" padding of a 3x3 window: one on each side; a 2x2 pool with stride 2
+    // over 6x5 pads the width by one at the end (right).
+    let attr = |op: &str, name: &str| {
+        graph
+            .node
+            .iter()
+            .find(|n| n.op_type.as_deref() == Some(op))
+            .unwrap()
+            .attribute
+            .iter()
+            .find(|a| a.name.as_deref() == Some(name))
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(attr("Conv", "pads").ints, [1, 1, 1, 1]);
+    assert_eq!(attr("MaxPool", "pads").ints, [0, 0, 0, 1]);
+    assert_eq!(attr("AveragePool", "count_include_pad").i, Some(0));
+    // The conv kernel is stored [out, in, kh, kw].
+    let kernel = graph
+        .initializer
+        .iter()
+        .find(|t| t.name.as_deref() == Some("conv2d/kernel"))
+        .unwrap();
+    assert_eq!(kernel.dims, [3, 2, 3, 3]);
+    assert_eq!(kernel.raw_data.as_ref().unwrap().len(), 3 * 2 * 3 * 3 * 4);
+
+    // The servable loads, and its outputs are the run's model's outputs.
+    let servable = Servable::load(&first.dir, Device::flex()).unwrap();
+    assert_eq!(servable.name(), "tiny-cnn");
+    assert_eq!(servable.input_shape(), &[6, 5, 2]);
+    let x: Vec<f32> = (0..3 * 60).map(|i| ((i * 37) % 11) as f32 / 11.0).collect();
+    let y = servable.predict(x.clone(), 3).unwrap();
+    assert_eq!(y.len(), 9);
+    let (cfg, model) =
+        crate::run::load_run(&run, &crate::run::Overrides::default(), Device::flex()).unwrap();
+    let ds = kiln_data::Dataset::from_tensor_slices(kiln_data::Element::new().with(
+        "x",
+        kiln_data::Array::new(vec![3, 6, 5, 2], kiln_data::Buffer::F32(x)).unwrap(),
+    ))
+    .unwrap()
+    .batch(3, false);
+    let (expected, units) = model.predict(&ds).unwrap();
+    assert_eq!(units, 3);
+    assert_eq!(cfg.name, "tiny-cnn");
+    assert_eq!(y, expected);
+    for row in y.chunks(3) {
+        assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5, "softmax rows");
+    }
+}
+
+/// Each example's output is the same whether it is predicted alone or in a batch with
+/// others, bit for bit: what `kiln serve`'s request batching relies on.
+#[test]
+fn outputs_do_not_depend_on_the_batch() {
+    let run = run_dir("batch", CNN);
+    let e = export(
+        &run,
+        &ExportOptions {
+            format: ExportFormat::Safetensors,
+            out: Some(run.join("out")),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(!e.dir.join(ONNX_FILE).exists());
+    let s = Servable::load(&e.dir, Device::flex()).unwrap();
+    let n = 70;
+    let x: Vec<f32> = (0..n * 60)
+        .map(|i| (((i * 7919) % 101) as f32 - 50.0) / 25.0)
+        .collect();
+    let all = s.predict(x.clone(), n).unwrap();
+    for (i, chunk) in x.chunks(60).enumerate() {
+        let alone = s.predict(chunk.to_vec(), 1).unwrap();
+        assert_eq!(alone, all[i * 3..i * 3 + 3], "example {i}");
+    }
+    // A batch of 5 starting at 13 too.
+    let part = s.predict(x[13 * 60..18 * 60].to_vec(), 5).unwrap();
+    assert_eq!(part, all[13 * 3..18 * 3]);
+
+    // The Fashion-MNIST MLP's shapes (wide Dense layers: GEMMs of many row counts).
+    let mlp = r#"[{ type = "Input", shape = [28, 28] }, { type = "Flatten" },
+        { type = "Dense", units = 512, activation = "relu" }, { type = "Dense", units = 10 }]"#;
+    let run = run_dir("batch-mlp", mlp);
+    let e = export(
+        &run,
+        &ExportOptions {
+            out: Some(run.join("out")),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let s = Servable::load(&e.dir, Device::flex()).unwrap();
+    let x: Vec<f32> = (0..n * 784)
+        .map(|i| ((i * 31) % 255) as f32 / 255.0)
+        .collect();
+    let all = s.predict(x.clone(), n).unwrap();
+    for (i, chunk) in x.chunks(784).enumerate() {
+        let alone = s.predict(chunk.to_vec(), 1).unwrap();
+        assert_eq!(alone, all[i * 10..i * 10 + 10], "MLP example {i}");
+    }
+}
+
+#[test]
+fn a_broken_version_directory_is_refused_with_the_file_named() {
+    let run = run_dir("broken", CNN);
+    let out = run.join("out");
+    let e = export(
+        &run,
+        &ExportOptions {
+            out: Some(out.clone()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let copy = |to: &str| -> PathBuf {
+        let d = out.join(to);
+        std::fs::create_dir_all(&d).unwrap();
+        for f in [WEIGHTS_FILE, MODEL_SPEC_FILE, SIGNATURE_FILE] {
+            std::fs::copy(e.dir.join(f), d.join(f)).unwrap();
+        }
+        d
+    };
+    let err = |d: &Path| Servable::load(d, Device::flex()).unwrap_err().to_string();
+
+    let d = copy("missing");
+    std::fs::remove_file(d.join(WEIGHTS_FILE)).unwrap();
+    assert!(err(&d).contains("model.safetensors"), "{}", err(&d));
+
+    let d = copy("truncated");
+    let w = std::fs::read(d.join(WEIGHTS_FILE)).unwrap();
+    std::fs::write(d.join(WEIGHTS_FILE), &w[..w.len() / 2]).unwrap();
+    assert!(err(&d).contains("safetensors"), "{}", err(&d));
+
+    let d = copy("signature");
+    std::fs::write(d.join(SIGNATURE_FILE), "{\"signature_def\": {}}").unwrap();
+    assert!(err(&d).contains("does not match"), "{}", err(&d));
+
+    let d = copy("spec");
+    std::fs::write(
+        d.join(MODEL_SPEC_FILE),
+        "name = \"x\"\n[model]\nlayers = 3\n",
+    )
+    .unwrap();
+    assert!(err(&d).contains("model.toml"), "{}", err(&d));
+
+    #[cfg(unix)]
+    {
+        let d = copy("link");
+        std::fs::remove_file(d.join(WEIGHTS_FILE)).unwrap();
+        std::os::unix::fs::symlink(e.dir.join(WEIGHTS_FILE), d.join(WEIGHTS_FILE)).unwrap();
+        assert!(err(&d).contains("symbolic link"), "{}", err(&d));
+    }
+}
+
+#[test]
+fn names_and_versions_are_checked() {
+    for ok in ["mnist", "a.b-c_1", "X"] {
+        assert!(check_model_name(ok).is_ok(), "{ok}");
+    }
+    for bad in ["", ".", "..", "a..b", "a/b", "a b", "é", "a\\b", "../etc"] {
+        assert!(check_model_name(bad).is_err(), "{bad:?}");
+    }
+    assert_eq!(parse_version("12"), Some(12));
+    for bad in [
+        "0",
+        "012",
+        "-1",
+        "+1",
+        "1a",
+        "",
+        ".tmp-1-2",
+        "99999999999999999999",
+    ] {
+        assert_eq!(parse_version(bad), None, "{bad:?}");
+    }
+}
