@@ -297,6 +297,7 @@ fn csv_source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset>
             num_epochs: Some(1),
             shuffle: false,
             prefetch_buffer_size: 0,
+            compression_type: compression_of(p, key)?,
             ..MakeCsvOptions::default()
         })
     };
@@ -348,6 +349,16 @@ fn csv_source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset>
     out.ok_or_else(|| KilnError::config(format!("{key}.files"), "no files given"))
 }
 
+/// The table's `compression_type` (none when absent).
+fn compression_of(p: &PipelineConfig, key: &str) -> Result<Compression> {
+    match &p.compression_type {
+        Some(c) => {
+            compression(c).map_err(|m| KilnError::config(format!("{key}.compression_type"), m))
+        }
+        None => Ok(Compression::None),
+    }
+}
+
 /// The pipeline's source, before any transformation.
 fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset> {
     Ok(match p.source {
@@ -355,11 +366,7 @@ fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset> {
         Source::Csv => csv_source(cfg, p, key)?,
         Source::Tfrecord => {
             let files = resolve_files(cfg, p, key)?;
-            let c = match &p.compression_type {
-                Some(c) => compression(c)
-                    .map_err(|m| KilnError::config(format!("{key}.compression_type"), m))?,
-                None => Compression::None,
-            };
+            let c = compression_of(p, key)?;
             let mut spec = ExampleSpec::new();
             for (name, f) in p.features.iter().flatten() {
                 spec = spec.with(
@@ -370,7 +377,9 @@ fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset> {
             }
             Dataset::tfrecord(files, c).parse_example(spec, p.parallelism())
         }
-        Source::Text => Dataset::text_line_dataset(resolve_files(cfg, p, key)?),
+        Source::Text => {
+            Dataset::text_line_dataset_with(resolve_files(cfg, p, key)?, compression_of(p, key)?)
+        }
         Source::ImageFolder => {
             let dir = resolve_files(cfg, p, key)?
                 .into_iter()
@@ -422,6 +431,17 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
         .ok_or_else(|| KilnError::config(key, format!("this run has no [{key}] table")))?;
     let training = split == Split::Train;
     let par = p.parallelism();
+    let deterministic = p.deterministic.unwrap_or(true);
+    if p.repeat == Some(-1) && !(training && cfg.fit.steps_per_epoch.is_some()) {
+        return Err(KilnError::config(
+            format!("{key}.repeat"),
+            if training {
+                "-1 repeats forever: set fit.steps_per_epoch so that an epoch ends".to_string()
+            } else {
+                format!("-1 repeats forever, so {key} would never end; give a count")
+            },
+        ));
+    }
     let mut ds = source(cfg, p, key)?;
     if let Some(n) = p.skip {
         ds = ds.skip(n);
@@ -431,11 +451,12 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
     }
     let run_ops = |ds: Dataset, ops: Vec<Preprocess>| -> Dataset {
         if training {
-            ds.preprocess(ops, cfg.seed, par)
+            ds.preprocess_with(ops, cfg.seed, par, deterministic)
         } else {
-            ds.map(
+            ds.map_with(
                 move |e| kiln_data::preprocess::apply_all(&ops, e, None),
                 par,
+                deterministic,
             )
         }
     };
@@ -458,6 +479,11 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
                 Some(s.seed.unwrap_or(cfg.seed)),
                 s.reshuffle_each_iteration,
             );
+        }
+        match p.repeat {
+            None | Some(1) => {}
+            Some(n) if n < 0 => ds = ds.repeat(None),
+            Some(n) => ds = ds.repeat(Some(n as u64)),
         }
     }
     ds = run_ops(ds, to_ops(p, after, split_at, key)?);
