@@ -199,10 +199,10 @@ fn is_glob(pattern: &str) -> bool {
     pattern.contains(['*', '?', '['])
 }
 
-/// `data_dir / pattern` (or `pattern` when absolute).
+/// `data_dir / pattern` (or `pattern` when absolute or a URL: `s3://`, `file://`).
 fn under_data_dir(cfg: &RunConfig, pattern: &str) -> PathBuf {
     let p = Path::new(pattern);
-    if p.is_absolute() {
+    if p.is_absolute() || kiln_data::storage::scheme(pattern).is_some() {
         p.to_path_buf()
     } else {
         cfg.data.data_dir.join(p)
@@ -218,7 +218,8 @@ fn resolve_files(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Vec<P
             let matched = kiln_data::sources::matching_files(&path.to_string_lossy())
                 .map_err(|e| KilnError::MissingData(format!("{key}.files[{i}]: {e}")))?;
             out.extend(matched);
-        } else if path.exists() {
+        } else if path.exists() || kiln_data::storage::scheme(&path.to_string_lossy()).is_some() {
+            // A URL (s3://, or a data_dir that is one) is checked when it is read.
             out.push(path);
         } else {
             return Err(KilnError::MissingData(format!(

@@ -475,3 +475,71 @@ fn gzip_text_and_csv_sources() {
         "{e}"
     );
 }
+
+/// A `[data.train]` table reading `s3://` files (written to the bucket with kiln-data's
+/// TFRecord writer) gives the same batches as the local copy. Needs the test S3 server:
+/// `scripts/s3-test-server.sh start` and `KILN_TEST_S3_ENDPOINT` (scripts/test.sh does both).
+#[test]
+#[ignore = "needs an S3 server: scripts/s3-test-server.sh start"]
+fn tfrecord_pipeline_over_s3() {
+    use kiln_data::tfrecord::{Example, Feature, TfRecordWriter};
+    use std::io::{Read, Write};
+    let endpoint = std::env::var("KILN_TEST_S3_ENDPOINT")
+        .expect("KILN_TEST_S3_ENDPOINT: start scripts/s3-test-server.sh");
+    kiln_data::storage::set_s3_options(Some(
+        kiln_data::storage::S3Options::new()
+            .with("AWS_ENDPOINT_URL", endpoint.clone())
+            .with("AWS_ACCESS_KEY_ID", "testing")
+            .with("AWS_SECRET_ACCESS_KEY", "testing")
+            .with("AWS_REGION", "us-east-1"),
+    ));
+    // CreateBucket is a plain PUT /bucket (object_store cannot create buckets).
+    let bucket = format!("kiln-pipeline-{}", std::process::id());
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    write!(
+        stream,
+        "PUT /{bucket} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+
+    let s = Scratch::new("s3");
+    for target in [
+        s.0.join("train.tfrecord.gz"),
+        PathBuf::from(format!("s3://{bucket}/data/train.tfrecord.gz")),
+    ] {
+        let mut w = TfRecordWriter::create(&target, kiln_data::Compression::Gzip).unwrap();
+        for i in 0..5i64 {
+            let x: Vec<f32> = (0..4).map(|j| (4 * i + j) as f32).collect();
+            let e = Example::new()
+                .with("x", Feature::float32(x))
+                .with("y", Feature::int64(vec![i % 2]));
+            w.write(&e.to_bytes()).unwrap();
+        }
+        w.finish().unwrap();
+    }
+    let table = |files: &str| {
+        format!(
+            "[data.train]\nsource = \"tfrecord\"\nfiles = {files:?}\ncompression_type = \"GZIP\"\nbatch_size = 2\nfeatures.x = {{ dtype = \"float32\", shape = [4] }}\nfeatures.y = {{ dtype = \"int64\" }}\n"
+        )
+    };
+    let local = batches(&build(&config(&s.0, &table("train.tfrecord.gz")), Split::Train).unwrap());
+    let url = format!("s3://{bucket}/data/*.tfrecord.gz");
+    let remote = batches(&build(&config(&s.0, &table(&url)), Split::Train).unwrap());
+    assert_eq!(remote, local);
+    assert_eq!(remote.len(), 3);
+    assert_eq!(
+        f32s(remote[2].get("x").unwrap()),
+        vec![16.0, 17.0, 18.0, 19.0]
+    );
+    assert_eq!(remote[1].get("y").unwrap().data(), &Buffer::I64(vec![0, 1]));
+    // A missing object is named when the pipeline reads it.
+    let missing = format!("s3://{bucket}/data/none.tfrecord.gz");
+    let ds = build(&config(&s.0, &table(&missing)), Split::Train).unwrap();
+    let err = ds.iter().next().unwrap().unwrap_err().to_string();
+    assert!(err.contains(&missing), "{err}");
+    kiln_data::storage::set_s3_options(None);
+}
