@@ -165,7 +165,8 @@ impl Dataset {
     /// Yielded during iteration: [`DataError::Record`] — `file:line: message`, `line` being
     /// the physical (1-based) line where the record starts — for a record with the wrong
     /// number of fields, a required column that is empty, or a value that does not parse as
-    /// its column's type (the message names the column, the value and the type);
+    /// its column's type (the message names the column, the value and the type, and ends
+    /// with `(the record starts at byte N)`, N counted from the file's first byte);
     /// [`DataError::Io`] for a file that cannot be opened or read (iteration goes on with the
     /// next file). With `options.ignore_errors` these are skipped and counted in
     /// `options.skipped` instead.
@@ -431,7 +432,7 @@ pub(super) fn read_error(
 
 /// Converts a `csv` error into a [`DataError`] for `path`.
 pub(super) fn csv_error(path: &Path, err: csv::Error) -> DataError {
-    let line = err.position().map_or(0, |p| p.line());
+    let position = err.position().map(|p| (p.line(), p.byte()));
     match err.into_kind() {
         csv::ErrorKind::Io(source) => DataError::Io {
             path: path.to_path_buf(),
@@ -439,8 +440,11 @@ pub(super) fn csv_error(path: &Path, err: csv::Error) -> DataError {
         },
         other => DataError::Record {
             path: path.to_path_buf(),
-            line,
-            message: format!("{other:?}"),
+            line: position.map_or(0, |(line, _)| line),
+            message: match position {
+                Some((_, byte)) => format!("{other:?} (the record starts at byte {byte})"),
+                None => format!("{other:?}"),
+            },
         },
     }
 }
@@ -524,12 +528,15 @@ impl CsvIter {
             let path = &self.spec.files[*index];
             match rdr.read_byte_record(&mut self.record) {
                 Ok(true) => {
-                    let line = self.record.position().map_or(0, |p| p.line());
+                    let (line, byte) = self
+                        .record
+                        .position()
+                        .map_or((0, 0), |p| (p.line(), p.byte()));
                     return Some(self.spec.parse(&self.record).map_err(|message| {
                         DataError::Record {
                             path: path.clone(),
                             line,
-                            message,
+                            message: format!("{message} (the record starts at byte {byte})"),
                         }
                     }));
                 }
@@ -840,6 +847,11 @@ mod tests {
                 assert!(message.contains("column 0 (\"x\")"), "{message}");
                 assert!(
                     message.contains("\"abc\" is not a valid float32"),
+                    "{message}"
+                );
+                // "x,label\n" (8 bytes) + "1.5,\"multi\nline\"\n" (17 bytes).
+                assert!(
+                    message.ends_with("(the record starts at byte 25)"),
                     "{message}"
                 );
             }
