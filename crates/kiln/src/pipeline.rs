@@ -199,10 +199,10 @@ fn is_glob(pattern: &str) -> bool {
     pattern.contains(['*', '?', '['])
 }
 
-/// `data_dir / pattern` (or `pattern` when absolute).
+/// `data_dir / pattern` (or `pattern` when absolute or a URL: `s3://`, `file://`).
 fn under_data_dir(cfg: &RunConfig, pattern: &str) -> PathBuf {
     let p = Path::new(pattern);
-    if p.is_absolute() {
+    if p.is_absolute() || kiln_data::storage::scheme(pattern).is_some() {
         p.to_path_buf()
     } else {
         cfg.data.data_dir.join(p)
@@ -218,7 +218,8 @@ fn resolve_files(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Vec<P
             let matched = kiln_data::sources::matching_files(&path.to_string_lossy())
                 .map_err(|e| KilnError::MissingData(format!("{key}.files[{i}]: {e}")))?;
             out.extend(matched);
-        } else if path.exists() {
+        } else if path.exists() || kiln_data::storage::scheme(&path.to_string_lossy()).is_some() {
+            // A URL (s3://, or a data_dir that is one) is checked when it is read.
             out.push(path);
         } else {
             return Err(KilnError::MissingData(format!(
@@ -297,6 +298,7 @@ fn csv_source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset>
             num_epochs: Some(1),
             shuffle: false,
             prefetch_buffer_size: 0,
+            compression_type: compression_of(p, key)?,
             ..MakeCsvOptions::default()
         })
     };
@@ -348,6 +350,16 @@ fn csv_source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset>
     out.ok_or_else(|| KilnError::config(format!("{key}.files"), "no files given"))
 }
 
+/// The table's `compression_type` (none when absent).
+fn compression_of(p: &PipelineConfig, key: &str) -> Result<Compression> {
+    match &p.compression_type {
+        Some(c) => {
+            compression(c).map_err(|m| KilnError::config(format!("{key}.compression_type"), m))
+        }
+        None => Ok(Compression::None),
+    }
+}
+
 /// The pipeline's source, before any transformation.
 fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset> {
     Ok(match p.source {
@@ -355,11 +367,7 @@ fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset> {
         Source::Csv => csv_source(cfg, p, key)?,
         Source::Tfrecord => {
             let files = resolve_files(cfg, p, key)?;
-            let c = match &p.compression_type {
-                Some(c) => compression(c)
-                    .map_err(|m| KilnError::config(format!("{key}.compression_type"), m))?,
-                None => Compression::None,
-            };
+            let c = compression_of(p, key)?;
             let mut spec = ExampleSpec::new();
             for (name, f) in p.features.iter().flatten() {
                 spec = spec.with(
@@ -370,7 +378,9 @@ fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset> {
             }
             Dataset::tfrecord(files, c).parse_example(spec, p.parallelism())
         }
-        Source::Text => Dataset::text_line_dataset(resolve_files(cfg, p, key)?),
+        Source::Text => {
+            Dataset::text_line_dataset_with(resolve_files(cfg, p, key)?, compression_of(p, key)?)
+        }
         Source::ImageFolder => {
             let dir = resolve_files(cfg, p, key)?
                 .into_iter()
@@ -422,6 +432,17 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
         .ok_or_else(|| KilnError::config(key, format!("this run has no [{key}] table")))?;
     let training = split == Split::Train;
     let par = p.parallelism();
+    let deterministic = p.deterministic.unwrap_or(true);
+    if p.repeat == Some(-1) && !(training && cfg.fit.steps_per_epoch.is_some()) {
+        return Err(KilnError::config(
+            format!("{key}.repeat"),
+            if training {
+                "-1 repeats forever: set fit.steps_per_epoch so that an epoch ends".to_string()
+            } else {
+                format!("-1 repeats forever, so {key} would never end; give a count")
+            },
+        ));
+    }
     let mut ds = source(cfg, p, key)?;
     if let Some(n) = p.skip {
         ds = ds.skip(n);
@@ -431,11 +452,12 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
     }
     let run_ops = |ds: Dataset, ops: Vec<Preprocess>| -> Dataset {
         if training {
-            ds.preprocess(ops, cfg.seed, par)
+            ds.preprocess_with(ops, cfg.seed, par, deterministic)
         } else {
-            ds.map(
+            ds.map_with(
                 move |e| kiln_data::preprocess::apply_all(&ops, e, None),
                 par,
+                deterministic,
             )
         }
     };
@@ -458,6 +480,11 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
                 Some(s.seed.unwrap_or(cfg.seed)),
                 s.reshuffle_each_iteration,
             );
+        }
+        match p.repeat {
+            None | Some(1) => {}
+            Some(n) if n < 0 => ds = ds.repeat(None),
+            Some(n) => ds = ds.repeat(Some(n as u64)),
         }
     }
     ds = run_ops(ds, to_ops(p, after, split_at, key)?);

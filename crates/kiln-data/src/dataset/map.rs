@@ -65,6 +65,27 @@ impl Dataset {
     where
         F: Fn(Element) -> Result<Element> + Send + Sync + 'static,
     {
+        self.map_with(f, num_parallel_calls, true)
+    }
+
+    /// `tf.data.Dataset.map(f, num_parallel_calls, deterministic)`: [`Dataset::map`] with
+    /// tf.data's `deterministic` argument.
+    ///
+    /// `deterministic = true` is [`Dataset::map`]: the output order is the input order.
+    /// `deterministic = false` lets a parallel map (`Fixed(n)` or `Autotune`) emit elements
+    /// out of order for speed, as tf.data documents ("elements may be produced out of
+    /// order"): each element is emitted as soon as it and no earlier *finished* element is
+    /// waiting, so a slow element does not delay the ones after it. Every input element still
+    /// comes out exactly once (the same multiset, errors included); cardinality is unchanged.
+    /// With [`Parallelism::Sequential`] the flag has no effect (order is the input's).
+    ///
+    /// The [`fingerprint`](Dataset::fingerprint) of a parallel non-deterministic map differs
+    /// from the deterministic one's (as for [`Dataset::interleave`]): a file cache written in
+    /// one order is not taken for the other.
+    pub fn map_with<F>(self, f: F, num_parallel_calls: Parallelism, deterministic: bool) -> Dataset
+    where
+        F: Fn(Element) -> Result<Element> + Send + Sync + 'static,
+    {
         if num_parallel_calls == Parallelism::Fixed(0) {
             return Dataset::invalid(
                 "map: num_parallel_calls must be at least 1 (or Sequential / AUTOTUNE)".into(),
@@ -74,6 +95,7 @@ impl Dataset {
             input: self.node,
             f: Arc::new(f),
             parallelism: num_parallel_calls,
+            deterministic,
             last_tuned: Arc::new(AtomicUsize::new(0)),
         })
     }
@@ -83,6 +105,8 @@ struct MapNode {
     input: Arc<dyn Node>,
     f: MapFn,
     parallelism: Parallelism,
+    /// tf.data's `deterministic`: keep the input order (see [`Dataset::map_with`]).
+    deterministic: bool,
     /// Worker count the last autotuned iteration ended with (0: none yet); the next one
     /// starts there.
     last_tuned: Arc<AtomicUsize>,
@@ -115,11 +139,19 @@ impl Node for MapNode {
                 workers,
                 handle,
                 Some(tuning),
+                self.deterministic,
             ));
         }
         match self.parallelism.workers() {
             0 => Box::new(SequentialMapIter { input, f, handle }),
-            workers => Box::new(ParallelMapIter::new(input, f, workers, handle, None)),
+            workers => Box::new(ParallelMapIter::new(
+                input,
+                f,
+                workers,
+                handle,
+                None,
+                self.deterministic,
+            )),
         }
     }
 
@@ -128,11 +160,17 @@ impl Node for MapNode {
     }
 
     /// The function's code cannot be hashed: a map is identified by its position (see
-    /// `fingerprint.rs`). Parallelism does not change the output, so it is left out.
+    /// `fingerprint.rs`). Parallelism does not change the output, so it is left out; a
+    /// parallel non-deterministic map may change the order, so it adds a marker (left out
+    /// otherwise, so deterministic maps keep the fingerprints they always had).
     fn fingerprint(&self) -> u64 {
-        Fingerprint::new("map")
-            .input(self.input.fingerprint())
-            .finish()
+        let fp = Fingerprint::new("map");
+        let fp = if !self.deterministic && self.parallelism != Parallelism::Sequential {
+            fp.str("nondeterministic")
+        } else {
+            fp
+        };
+        fp.input(self.input.fingerprint()).finish()
     }
 }
 
@@ -227,8 +265,11 @@ struct ParallelMapIter {
     ready: HashMap<u64, Result<Element>>,
     /// Sequence number of the next input element.
     next_in: u64,
-    /// Sequence number of the next element to emit.
+    /// Elements emitted so far; when deterministic, also the sequence number of the next
+    /// element to emit.
     next_out: u64,
+    /// tf.data's `deterministic`: `false` emits the lowest finished sequence number.
+    deterministic: bool,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     /// `Some` when autotuned.
@@ -242,6 +283,7 @@ impl ParallelMapIter {
         workers: usize,
         handle: StageHandle,
         tuning: Option<Tuning>,
+        deterministic: bool,
     ) -> ParallelMapIter {
         let (job_tx, job_rx) = mpsc::channel::<Job>();
         let (result_tx, result_rx) = mpsc::channel();
@@ -266,6 +308,7 @@ impl ParallelMapIter {
             ready: HashMap::new(),
             next_in: 0,
             next_out: 0,
+            deterministic,
             shared,
             threads: Vec::new(),
             tuning,
@@ -471,7 +514,12 @@ impl Iterator for ParallelMapIter {
         }
         loop {
             self.fill();
-            if let Some(result) = self.ready.remove(&self.next_out) {
+            let turn = if self.deterministic {
+                Some(self.next_out)
+            } else {
+                self.ready.keys().min().copied()
+            };
+            if let Some(result) = turn.and_then(|seq| self.ready.remove(&seq)) {
                 return self.emit(result);
             }
             if self.next_out == self.next_in {
@@ -638,6 +686,104 @@ mod tests {
         let results = collect_results(&ds);
         assert_eq!(results.len(), 1);
         assert!(matches!(results[0], Err(DataError::InvalidArgument(_))));
+    }
+
+    /// `map(deterministic=False)`: element 0 blocks until the consumer has received another
+    /// element, which only a non-deterministic map can deliver (tf.data: "elements may be
+    /// produced out of order"). A deterministic map would wait for element 0 first; the
+    /// 10 s escape makes that a failed assertion rather than a hang. (It needs a second
+    /// worker: an autotuned map starts with one.)
+    #[test]
+    fn non_deterministic_map_does_not_wait_for_a_slow_element() {
+        use std::sync::atomic::AtomicBool;
+        for p in [Parallelism::Fixed(2), Parallelism::Fixed(4)] {
+            let released = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&released);
+            let ds = range(50).map_with(
+                move |e| {
+                    if values(&e)[0] == 0 {
+                        let start = Instant::now();
+                        while !flag.load(Ordering::SeqCst)
+                            && start.elapsed() < Duration::from_secs(10)
+                        {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                    add_one(e)
+                },
+                p,
+                false,
+            );
+            let mut it = ds.iter();
+            let first = values(&it.next().unwrap().unwrap())[0];
+            released.store(true, Ordering::SeqCst);
+            assert_ne!(first, 1, "{p:?}: the blocked element 0 (-> 1) came first");
+            let mut all: Vec<i64> = std::iter::once(first)
+                .chain(it.map(|r| values(&r.unwrap())[0]))
+                .collect();
+            all.sort_unstable();
+            // The same multiset as the deterministic map: 1..=50, each once.
+            assert_eq!(all, (1..=50).collect::<Vec<_>>(), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn non_deterministic_map_keeps_every_element_and_error_and_the_cardinality() {
+        for p in [Parallelism::Fixed(3), crate::AUTOTUNE] {
+            let ds = range(300).map_with(
+                |e| {
+                    let v = values(&e)[0];
+                    let micros = (v as u64).wrapping_mul(2_654_435_761) % 101;
+                    std::thread::sleep(Duration::from_micros(micros));
+                    if v % 50 == 7 {
+                        Err(DataError::Map(format!("bad {v}")))
+                    } else {
+                        Ok(scalar(v * 10))
+                    }
+                },
+                p,
+                false,
+            );
+            assert_eq!(ds.cardinality(), Cardinality::Finite(300));
+            let (mut ok, mut errors) = (Vec::new(), Vec::new());
+            for r in ds.iter() {
+                match r {
+                    Ok(e) => ok.push(values(&e)[0]),
+                    Err(DataError::Map(m)) => errors.push(m),
+                    Err(other) => panic!("{other:?}"),
+                }
+            }
+            ok.sort_unstable();
+            errors.sort();
+            let expected: Vec<i64> = (0..300).filter(|v| v % 50 != 7).map(|v| v * 10).collect();
+            assert_eq!(ok, expected);
+            let mut expected_errors: Vec<String> = (0..300)
+                .filter(|v| v % 50 == 7)
+                .map(|v| format!("bad {v}"))
+                .collect();
+            expected_errors.sort();
+            assert_eq!(errors, expected_errors);
+        }
+    }
+
+    #[test]
+    fn deterministic_flag_is_ignored_when_sequential_and_marks_the_fingerprint_when_parallel() {
+        let seq = range(20).map_with(add_one, Parallelism::Sequential, false);
+        assert_eq!(collect(&seq), (1..=20).collect::<Vec<_>>());
+        let det = range(20).map(add_one, Parallelism::Fixed(2)).fingerprint();
+        assert_eq!(
+            range(20)
+                .map_with(add_one, Parallelism::Fixed(2), true)
+                .fingerprint(),
+            det
+        );
+        assert_eq!(seq.fingerprint(), det);
+        assert_ne!(
+            range(20)
+                .map_with(add_one, Parallelism::Fixed(2), false)
+                .fingerprint(),
+            det
+        );
     }
 
     #[test]

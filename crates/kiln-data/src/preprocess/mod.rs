@@ -306,17 +306,36 @@ impl Dataset {
         seed: u64,
         num_parallel_calls: Parallelism,
     ) -> Dataset {
+        self.preprocess_with(ops, seed, num_parallel_calls, true)
+    }
+
+    /// [`Dataset::preprocess`] with tf.data's `deterministic` argument of `map`
+    /// ([`Dataset::map_with`]): with `false` a parallel map may emit elements out of order;
+    /// random ops still draw from each element's own seeded generator, so every element gets
+    /// the values it would get in order.
+    pub fn preprocess_with(
+        self,
+        ops: Vec<Preprocess>,
+        seed: u64,
+        num_parallel_calls: Parallelism,
+        deterministic: bool,
+    ) -> Dataset {
         if ops.is_empty() {
             return self;
         }
         if ops.iter().any(Preprocess::is_random) {
-            self.map_with_rng(
+            self.map_with_rng_deterministic(
                 seed,
                 move |e, rng| apply_all(&ops, e, Some(rng)),
                 num_parallel_calls,
+                deterministic,
             )
         } else {
-            self.map(move |e| apply_all(&ops, e, None), num_parallel_calls)
+            self.map_with(
+                move |e| apply_all(&ops, e, None),
+                num_parallel_calls,
+                deterministic,
+            )
         }
     }
 }

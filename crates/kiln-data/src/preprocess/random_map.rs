@@ -31,11 +31,29 @@ impl Dataset {
     where
         F: Fn(Element, &mut StdRng) -> Result<Element> + Send + Sync + 'static,
     {
+        self.map_with_rng_deterministic(seed, f, num_parallel_calls, true)
+    }
+
+    /// [`Dataset::map_with_rng`] with tf.data's `deterministic` argument (see
+    /// [`Dataset::map_with`]): with `false`, a parallel map may emit elements out of order.
+    /// Each element still gets the generator of its input position, so the values are those
+    /// of the deterministic map; only the order may differ.
+    pub fn map_with_rng_deterministic<F>(
+        self,
+        seed: u64,
+        f: F,
+        num_parallel_calls: Parallelism,
+        deterministic: bool,
+    ) -> Dataset
+    where
+        F: Fn(Element, &mut StdRng) -> Result<Element> + Send + Sync + 'static,
+    {
         Dataset::from_node(RngMapNode {
             input: self,
             seed,
             f: Arc::new(f),
             parallelism: num_parallel_calls,
+            deterministic,
             iterations: AtomicU64::new(0),
         })
     }
@@ -59,6 +77,8 @@ struct RngMapNode {
     seed: u64,
     f: RngFn,
     parallelism: Parallelism,
+    /// tf.data's `deterministic` (see [`Dataset::map_with`]).
+    deterministic: bool,
     /// Iterations started so far.
     iterations: AtomicU64,
 }
@@ -70,7 +90,7 @@ impl Node for RngMapNode {
         let numbered = Dataset::from_node(NumberNode {
             input: self.input.clone(),
         });
-        let mapped = numbered.map(
+        let mapped = numbered.map_with(
             move |mut e| {
                 let index = e
                     .remove(RNG_INDEX)
@@ -80,6 +100,7 @@ impl Node for RngMapNode {
                 f(e, &mut element_rng(seed, iteration, index))
             },
             self.parallelism,
+            self.deterministic,
         );
         mapped.iter_within()
     }
@@ -89,10 +110,13 @@ impl Node for RngMapNode {
     }
 
     fn fingerprint(&self) -> u64 {
-        Fingerprint::new("map_with_rng")
-            .u64(self.seed)
-            .input(self.input.fingerprint())
-            .finish()
+        let fp = Fingerprint::new("map_with_rng").u64(self.seed);
+        let fp = if !self.deterministic && self.parallelism != Parallelism::Sequential {
+            fp.str("nondeterministic")
+        } else {
+            fp
+        };
+        fp.input(self.input.fingerprint()).finish()
     }
 }
 

@@ -388,6 +388,40 @@ fn flipped(ds: &Dataset) -> Vec<bool> {
         .collect()
 }
 
+/// `preprocess_with(..., deterministic = false)`: each element draws from its own position's
+/// generator, so element `i` is flipped exactly as in the ordered map, whatever order the
+/// elements come out in.
+#[test]
+fn non_deterministic_random_ops_give_each_element_its_ordered_values() {
+    let ops = vec![Preprocess::RandomFlip {
+        component: "image".into(),
+        mode: FlipMode::Horizontal,
+    }];
+    let ordered = flips_dataset().preprocess(ops.clone(), 7, Parallelism::Sequential);
+    let expected = flipped(&ordered);
+    let unordered = flips_dataset().preprocess_with(ops, 7, Parallelism::Fixed(3), false);
+    let mut by_index: Vec<(i64, bool)> = unordered
+        .iter()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.get("i").unwrap().data().to_i64()[0],
+                e.get("image").unwrap().data() == &Buffer::U8(vec![1, 0]),
+            )
+        })
+        .collect();
+    by_index.sort_unstable();
+    let got: Vec<bool> = by_index.iter().map(|&(_, f)| f).collect();
+    assert_eq!(by_index.len(), 200);
+    assert!(
+        by_index
+            .iter()
+            .enumerate()
+            .all(|(k, &(i, _))| i == k as i64)
+    );
+    assert_eq!(got, expected);
+}
+
 #[test]
 fn random_ops_are_seeded_per_epoch_and_independent_of_threads() {
     let ops = vec![Preprocess::RandomFlip {

@@ -6,6 +6,11 @@
 //! name order, the images of a class found recursively and listed by sorted directory, then
 //! sorted file name. Decoding uses the [`image`] crate (PNG, JPEG, GIF's first frame, BMP —
 //! Keras' allowed formats).
+//!
+//! The directory may also be an `s3://bucket/prefix` URL ([`crate::storage`]): the objects
+//! under the prefix are listed once, each key's first `/`-separated component below the
+//! prefix is its class "folder", and the ordering rules are the same (keys sorted by
+//! "directory", then name).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -124,6 +129,42 @@ pub fn image_class_names(directory: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// Whether a file name counts as an image (by extension, any case).
+fn is_image_name(name: &str) -> bool {
+    name.to_lowercase()
+        .rsplit_once('.')
+        .is_some_and(|(_, ext)| IMAGE_EXTENSIONS.contains(&ext))
+}
+
+/// The class folders and image files of an `s3://` image folder: `keys` are the object keys
+/// relative to the directory (`cat/sub/a.png`). Classes are the first components of keys
+/// with a `/` (sorted); each class's images are its keys with an image extension, ordered
+/// by (directory, file name) as [`image_files`] orders local files.
+fn object_classes(keys: &[String]) -> (Vec<String>, Vec<(String, String, String)>) {
+    let mut classes: Vec<String> = keys
+        .iter()
+        .filter_map(|k| k.split_once('/').map(|(class, _)| class.to_string()))
+        .filter(|c| !c.is_empty())
+        .collect();
+    classes.dedup(); // keys are sorted, so a class's keys are adjacent
+    classes.sort();
+    classes.dedup();
+    // (class, directory, name) of each image below a class.
+    let mut files: Vec<(String, String, String)> = keys
+        .iter()
+        .filter_map(|k| {
+            let (class, rest) = k.split_once('/')?;
+            let (dir, name) = match rest.rsplit_once('/') {
+                Some((d, n)) => (format!("{class}/{d}"), n),
+                None => (class.to_string(), rest),
+            };
+            is_image_name(name).then(|| (class.to_string(), dir, name.to_string()))
+        })
+        .collect();
+    files.sort();
+    (classes, files)
+}
+
 /// Image files under `dir`, recursively, ordered by (directory, file name) like Keras'
 /// `iter_valid_files` over `os.walk`.
 fn image_files(dir: &Path, follow_links: bool) -> Result<Vec<PathBuf>> {
@@ -149,11 +190,7 @@ fn image_files(dir: &Path, follow_links: bool) -> Result<Vec<PathBuf>> {
                 pending.push(path);
             } else {
                 let name = entry.file_name();
-                let lower = name.to_string_lossy().to_lowercase();
-                let is_image = lower
-                    .rsplit_once('.')
-                    .is_some_and(|(_, ext)| IMAGE_EXTENSIONS.contains(&ext));
-                if is_image {
+                if is_image_name(&name.to_string_lossy()) {
                     found.push((path_bytes(&current), name.as_encoded_bytes().to_vec()));
                 }
             }
@@ -183,6 +220,9 @@ impl Dataset {
     /// `take` / `skip` on an unshuffled, then shuffled, dataset). Cardinality: the number of
     /// files (unknown with `ignore_errors`).
     ///
+    /// `directory` may be an `s3://bucket/prefix` URL: the objects under it are listed once
+    /// (see the module docs) and read during iteration like local files.
+    ///
     /// # Errors
     /// Returned now: [`DataError::Io`] when a directory cannot be listed;
     /// [`DataError::InvalidArgument`] when a `class_names` entry is not a subdirectory,
@@ -194,8 +234,14 @@ impl Dataset {
         directory: impl AsRef<Path>,
         options: ImageFolderOptions,
     ) -> Result<Dataset> {
-        let directory = directory.as_ref();
-        let subdirs = image_class_names(directory)?;
+        let listing = crate::storage::list_directory(directory.as_ref())?;
+        // A file:// URL lists as its local path.
+        let local = crate::storage::local_path(directory.as_ref())?;
+        let directory = local.as_path();
+        let subdirs = match &listing {
+            Some((_, keys)) => object_classes(keys).0,
+            None => image_class_names(directory)?,
+        };
         let classes = match &options.class_names {
             Some(names) => {
                 if let Some(bad) = names.iter().find(|n| !subdirs.contains(n)) {
@@ -218,10 +264,23 @@ impl Dataset {
         }
         let mut paths = Vec::new();
         let mut labels = Vec::new();
-        for (label, class) in classes.iter().enumerate() {
-            for file in image_files(&directory.join(class), options.follow_links)? {
-                paths.push(path_bytes(&file));
-                labels.push(label as i64);
+        match &listing {
+            Some((url, keys)) => {
+                let (_, files) = object_classes(keys);
+                for (label, class) in classes.iter().enumerate() {
+                    for (_, dir, name) in files.iter().filter(|(c, _, _)| c == class) {
+                        paths.push(format!("{url}/{dir}/{name}").into_bytes());
+                        labels.push(label as i64);
+                    }
+                }
+            }
+            None => {
+                for (label, class) in classes.iter().enumerate() {
+                    for file in image_files(&directory.join(class), options.follow_links)? {
+                        paths.push(path_bytes(&file));
+                        labels.push(label as i64);
+                    }
+                }
             }
         }
         let n = paths.len();
@@ -272,7 +331,7 @@ impl Dataset {
 
 /// Reads and decodes the image at `path` into `uint8 [height, width, channels]`.
 fn load_image(path: &Path, mode: ColorMode, size: Option<(usize, usize)>) -> Result<Array> {
-    let bytes = fs::read(path).map_err(|e| io_error(path, e))?;
+    let bytes = crate::storage::read(path)?;
     let image = image::load_from_memory(&bytes).map_err(|e| DataError::Decode {
         path: path.to_path_buf(),
         message: format!("{e}; remove or replace the file, or set ignore_errors"),
@@ -404,6 +463,41 @@ mod tests {
                 (image.shape().to_vec(), px.clone(), label)
             })
             .collect()
+    }
+
+    /// The `s3://` listing rules: classes are the first key components (a top-level object is
+    /// not a class), images are found at any depth, by extension, ordered by (directory, name)
+    /// as `os.walk` orders a local folder (`cat/a.png` before `cat/sub/0.png`).
+    #[test]
+    fn object_keys_group_into_classes_like_folders() {
+        let mut keys: Vec<String> = [
+            "stray.png",
+            "dog/b.JPG",
+            "cat/sub/0.png",
+            "cat/z.png",
+            "cat/notes.txt",
+            "cat/a.png",
+            "bird/readme",
+        ]
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+        keys.sort();
+        let (classes, files) = object_classes(&keys);
+        assert_eq!(classes, ["bird", "cat", "dog"]);
+        let names: Vec<String> = files
+            .iter()
+            .map(|(c, d, n)| format!("{c}|{d}|{n}"))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "cat|cat|a.png",
+                "cat|cat|z.png",
+                "cat|cat/sub|0.png",
+                "dog|dog|b.JPG"
+            ]
+        );
     }
 
     #[test]

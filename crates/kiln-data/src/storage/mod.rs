@@ -94,6 +94,67 @@ pub fn read(location: &Path) -> Result<Vec<u8>> {
     }
 }
 
+/// The objects under an `s3://bucket/prefix` "directory": their keys relative to the prefix
+/// (`class/img.png`), sorted by bytes, with the directory's URL without a trailing `/`.
+/// `Ok(None)` for a local path or `file://` URL (list it with `std::fs`).
+///
+/// # Errors
+/// [`DataError::Io`] naming `location` for listing failures (credentials, bucket, endpoint)
+/// and unsupported URL schemes.
+pub(crate) fn list_directory(location: &Path) -> Result<Option<(String, Vec<String>)>> {
+    match Location::from_path(location).map_err(|e| io_error(location, e))? {
+        Location::Local(_) => Ok(None),
+        Location::S3 { bucket, key } => {
+            let prefix = key.trim_end_matches('/');
+            let keys = s3::list_folder(&bucket, prefix, &s3_options())
+                .map_err(|e| io_error(location, e))?;
+            let strip = if prefix.is_empty() {
+                String::new()
+            } else {
+                format!("{prefix}/")
+            };
+            let relative = keys
+                .into_iter()
+                .filter_map(|k| k.strip_prefix(&strip).map(str::to_string))
+                .collect();
+            Ok(Some((url::s3_url(&bucket, prefix), relative)))
+        }
+    }
+}
+
+/// The bucket and key of an `s3://` URL, for writers that upload a finished local file;
+/// `Ok(None)` when `location` is local (a plain path or `file://` URL: see [`local_path`]).
+///
+/// # Errors
+/// [`DataError::Io`] naming `location` for unsupported URL schemes.
+pub(crate) fn object_target(location: &Path) -> Result<Option<(String, String)>> {
+    match Location::from_path(location).map_err(|e| io_error(location, e))? {
+        Location::Local(_) => Ok(None),
+        Location::S3 { bucket, key } => Ok(Some((bucket, key))),
+    }
+}
+
+/// The local path of a plain path or `file://` URL (`location` itself for an `s3://` URL).
+///
+/// # Errors
+/// [`DataError::Io`] naming `location` for malformed URLs and unsupported schemes.
+pub(crate) fn local_path(location: &Path) -> Result<PathBuf> {
+    match Location::from_path(location).map_err(|e| io_error(location, e))? {
+        Location::Local(path) => Ok(path),
+        Location::S3 { .. } => Ok(location.to_path_buf()),
+    }
+}
+
+/// Uploads the finished local file `local` to the object `s3://bucket/key`, in one request or
+/// a multipart upload; the object appears only when complete.
+///
+/// # Errors
+/// [`DataError::Io`] naming the URL: credentials, bucket, endpoint, or reading `local`.
+pub(crate) fn upload(local: &Path, bucket: &str, key: &str) -> Result<()> {
+    s3::upload(bucket, key, local, &s3_options())
+        .map_err(|e| io_error(Path::new(&url::s3_url(bucket, key)), e))
+}
+
 /// The identity of the file at `location` for [`crate::Dataset::fingerprint`]: its size and a
 /// version tag — the modification time (nanoseconds since the Unix epoch, as a decimal string)
 /// for local files; the ETag, else the last-modified time, for objects. `None` when it

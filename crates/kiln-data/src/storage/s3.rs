@@ -501,6 +501,120 @@ pub(crate) fn matching(
     Ok(urls)
 }
 
+/// Every object key under the folder `prefix` (`""`: the whole bucket), recursively, sorted
+/// by bytes — the listing behind `s3://` image folders.
+///
+/// # Errors
+/// As [`store`] and [`describe`]; `InvalidInput` for a prefix `object_store` cannot address.
+pub(crate) fn list_folder(
+    bucket: &str,
+    prefix: &str,
+    options: &S3Options,
+) -> io::Result<Vec<String>> {
+    let prefix = prefix.trim_end_matches('/');
+    let folder = if prefix.is_empty() {
+        None
+    } else {
+        Some(ObjPath::parse(prefix).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the prefix {prefix:?} cannot be listed by kiln: {e}"),
+            )
+        })?)
+    };
+    let store = store(bucket, options)?;
+    let mut keys = runtime::block_on(async move {
+        let mut stream = store.list(folder.as_ref());
+        let mut keys = Vec::new();
+        while let Some(meta) = stream.next().await {
+            keys.push(meta?.location.to_string());
+        }
+        Ok::<_, object_store::Error>(keys)
+    })?
+    .map_err(|e| describe(e, bucket, options))?;
+    keys.sort();
+    Ok(keys)
+}
+
+/// Objects up to this size are uploaded with one `PutObject`; larger ones with a multipart
+/// upload in [`UPLOAD_PART_SIZE`] parts (S3 allows at most 5 GiB in one `PutObject`).
+pub(crate) const SINGLE_PUT_LIMIT: u64 = 64 << 20;
+
+/// Part size of multipart uploads: 16 MiB (S3: at least 5 MiB except the last part, at most
+/// 10,000 parts, so objects up to about 156 GiB).
+pub(crate) const UPLOAD_PART_SIZE: usize = 16 << 20;
+
+/// Uploads the local file `local` as the object `key` of `bucket`. S3 makes the object
+/// visible only once the whole upload has completed, so readers never see a partial file; a
+/// failed multipart upload is aborted.
+///
+/// # Errors
+/// As [`store`] and [`describe`]; the local file's read errors.
+pub(crate) fn upload(
+    bucket: &str,
+    key: &str,
+    local: &std::path::Path,
+    options: &S3Options,
+) -> io::Result<()> {
+    upload_with_limit(bucket, key, local, options, SINGLE_PUT_LIMIT)
+}
+
+/// [`upload`] with the single-request limit as an argument (tests exercise the multipart path
+/// on small files with 0).
+pub(crate) fn upload_with_limit(
+    bucket: &str,
+    key: &str,
+    local: &std::path::Path,
+    options: &S3Options,
+    single_put_limit: u64,
+) -> io::Result<()> {
+    use std::io::Read;
+    let path = object_path(key)?;
+    let store = store(bucket, options)?;
+    let mut file = std::fs::File::open(local)?;
+    let size = file.metadata()?.len();
+    if size <= single_put_limit {
+        let mut bytes = Vec::with_capacity(size as usize);
+        file.read_to_end(&mut bytes)?;
+        return runtime::block_on(async move {
+            store
+                .put(&path, object_store::PutPayload::from(bytes))
+                .await
+                .map(|_| ())
+        })?
+        .map_err(|e| describe(e, bucket, options));
+    }
+    let result = runtime::block_on(async move {
+        let upload = store.put_multipart(&path).await.map_err(io::Error::other)?;
+        let mut writer =
+            object_store::WriteMultipart::new_with_chunk_size(upload, UPLOAD_PART_SIZE);
+        let mut buf = vec![0u8; UPLOAD_PART_SIZE];
+        loop {
+            let n = match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = writer.abort().await;
+                    return Err(e);
+                }
+            };
+            if let Err(e) = writer.wait_for_capacity(4).await {
+                let _ = writer.abort().await;
+                return Err(io::Error::other(e));
+            }
+            writer.write(&buf[..n]);
+        }
+        writer.finish().await.map(|_| ()).map_err(io::Error::other)
+    })?;
+    result.map_err(|e| match e.into_inner() {
+        Some(inner) => match inner.downcast::<object_store::Error>() {
+            Ok(store_error) => describe(*store_error, bucket, options),
+            Err(other) => io::Error::other(other),
+        },
+        None => io::Error::other("upload failed"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -569,3 +569,103 @@ fn replaced_objects_change_the_fingerprint_and_fail_a_reader() {
         "{err}"
     );
 }
+
+/// A `w x h` PNG whose pixel (x, y) is (10x + 1, 10y + 2, seed).
+fn png(w: u32, h: u32, seed: u8) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(w, h, |x, y| {
+        image::Rgb([10 * x as u8 + 1, 10 * y as u8 + 2, seed])
+    });
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut bytes, image::ImageFormat::Png).unwrap();
+    bytes.into_inner()
+}
+
+#[test]
+#[ignore = "needs an S3 server: scripts/s3-test-server.sh start"]
+fn image_folder_from_s3_reads_as_the_local_folder() {
+    let options = server();
+    let bucket = bucket("images");
+    let dir = tempfile::tempdir().unwrap();
+    let files: [(&str, Vec<u8>); 6] = [
+        ("cat/b.png", png(2, 3, 1)),
+        ("cat/a.png", png(2, 3, 2)),
+        ("cat/sub/c.png", png(2, 3, 3)),
+        ("dog/d.png", png(2, 3, 4)),
+        ("dog/notes.txt", b"not an image".to_vec()),
+        ("stray.png", png(2, 3, 5)),
+    ];
+    for (name, bytes) in &files {
+        let local = dir.path().join(name);
+        std::fs::create_dir_all(local.parent().unwrap()).unwrap();
+        std::fs::write(&local, bytes).unwrap();
+        put(&options, &bucket, &format!("pets/{name}"), bytes.clone());
+    }
+    let read = |d: &Path| {
+        let opts = crate::ImageFolderOptions {
+            shuffle: false,
+            ..crate::ImageFolderOptions::default()
+        };
+        elements(&Dataset::image_dataset_from_directory(d, opts).unwrap())
+    };
+    let url = PathBuf::from(format!("s3://{bucket}/pets"));
+    let remote = read(&url);
+    assert_eq!(remote, read(dir.path()));
+    // Keras' order: cat (label 0) a, b, then sub/c; dog (label 1) d; stray.png is no class.
+    let seeds: Vec<(u8, i64)> = remote
+        .iter()
+        .map(|e| {
+            let px = e.get("image").unwrap().data();
+            let Buffer::U8(px) = px else { panic!("uint8") };
+            (px[2], e.get("label").unwrap().data().to_i64()[0])
+        })
+        .collect();
+    assert_eq!(seeds, vec![(2, 0), (1, 0), (3, 0), (4, 1)]);
+    assert_eq!(remote[0].get("image").unwrap().shape(), &[3, 2, 3]);
+    // A trailing slash names the same folder; a missing prefix has no classes.
+    assert_eq!(read(&PathBuf::from(format!("s3://{bucket}/pets/"))), remote);
+    let err = Dataset::image_dataset_from_directory(
+        format!("s3://{bucket}/nothing-here"),
+        crate::ImageFolderOptions::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("no images found"), "{err}");
+}
+
+#[test]
+#[ignore = "needs an S3 server: scripts/s3-test-server.sh start"]
+fn tfrecord_writer_uploads_to_s3_when_finished() {
+    let options = server();
+    let bucket = bucket("writer");
+    let dir = tempfile::tempdir().unwrap();
+    for compression in [Compression::None, Compression::Gzip] {
+        let key = format!("out/train-{}.tfrecord", compression.tf_name());
+        let url = PathBuf::from(url::s3_url(&bucket, &key));
+        let local = dir
+            .path()
+            .join(format!("{}.tfrecord", compression.tf_name()));
+        write_examples(&local, compression, 30);
+        write_examples(&url, compression, 30);
+        // The object holds exactly the bytes of the local file, and parses the same.
+        assert_eq!(read(&url).unwrap(), std::fs::read(&local).unwrap());
+        let remote = parsed(vec![url.clone()], compression);
+        assert_eq!(remote.len(), 30);
+        assert_eq!(
+            remote[29].get("x").unwrap().data(),
+            &Buffer::F32(vec![29.0, 14.5])
+        );
+    }
+    // An unfinished writer uploads nothing: the key stays missing.
+    let url = PathBuf::from(url::s3_url(&bucket, "out/unfinished.tfrecord"));
+    let mut writer = TfRecordWriter::create(&url, Compression::None).unwrap();
+    writer.write(b"record").unwrap();
+    drop(writer);
+    let err = read(&url).unwrap_err().to_string();
+    assert!(err.contains("no such key"), "{err}");
+    // The multipart path (forced with a zero single-request limit): 3 MiB in one part.
+    let big = dir.path().join("big.bin");
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&big, &data).unwrap();
+    s3::upload_with_limit(&bucket, "out/big.bin", &big, &options, 0).unwrap();
+    let url = PathBuf::from(url::s3_url(&bucket, "out/big.bin"));
+    assert_eq!(read(&url).unwrap(), data);
+}

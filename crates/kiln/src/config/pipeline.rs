@@ -500,7 +500,8 @@ impl OpConfig {
 ///
 /// The pipeline runs in tf.data's recommended order, whatever the order of the keys:
 /// source → (tfrecord: parse) → `skip` → `take` → the `map` ops up to the first random one →
-/// `cache` → `shuffle` → the remaining `map` ops → select `x` and `y` → `batch` → `prefetch`.
+/// `cache` → `shuffle` → `repeat` → the remaining `map` ops → select `x` and `y` → `batch` →
+/// `prefetch`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineConfig {
@@ -511,7 +512,7 @@ pub struct PipelineConfig {
     /// idx / npy: the component name of each file, in order (default `["x", "y"]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub components: Option<Vec<String>>,
-    /// tfrecord: `compression_type`, `""` (default), `"GZIP"` or `"ZLIB"`.
+    /// tfrecord, csv, text: `compression_type`, `""` (default), `"GZIP"` or `"ZLIB"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression_type: Option<String>,
     /// tfrecord: the parsing spec, feature name → `{ type, dtype, shape, default_value }`.
@@ -563,6 +564,14 @@ pub struct PipelineConfig {
     /// `Dataset.shuffle`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shuffle: Option<ShuffleConfig>,
+    /// `Dataset.repeat(count)` after `shuffle`: one epoch is `count` passes (reshuffled each
+    /// pass); `-1` repeats forever (`data.train` with `fit.steps_per_epoch` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<i64>,
+    /// tf.data's `map(..., deterministic)` for the `map` ops: `false` lets parallel ops
+    /// emit elements out of order (default `true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deterministic: Option<bool>,
     /// Preprocessing ops, applied in order to each example.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub map: Vec<OpConfig>,
@@ -662,7 +671,7 @@ impl PipelineConfig {
             (
                 "compression_type",
                 self.compression_type.is_some(),
-                &[Source::Tfrecord],
+                &[Source::Tfrecord, Source::Csv, Source::Text],
             ),
             ("features", self.features.is_some(), &[Source::Tfrecord]),
             ("header", self.header.is_some(), &[Source::Csv]),
@@ -747,10 +756,6 @@ impl PipelineConfig {
                     crate::pipeline::feature_spec(f)
                         .map_err(|m| KilnError::config(format!("{key}.features.{name}"), m))?;
                 }
-                if let Some(c) = &self.compression_type {
-                    crate::pipeline::compression(c)
-                        .map_err(|m| KilnError::config(format!("{key}.compression_type"), m))?;
-                }
             }
             Source::Csv => {
                 if let Some(d) = &self.field_delim
@@ -787,6 +792,19 @@ impl PipelineConfig {
                 }
             }
             Source::Text => {}
+        }
+        if let Some(c) = &self.compression_type {
+            crate::pipeline::compression(c)
+                .map_err(|m| KilnError::config(format!("{key}.compression_type"), m))?;
+        }
+        if let Some(n) = self.repeat
+            && n != -1
+            && n < 1
+        {
+            return err(
+                "repeat",
+                format!("{n} is not a count; give at least 1, or -1 to repeat forever"),
+            );
         }
         if let Some(s) = &self.shuffle
             && s.buffer_size == 0
