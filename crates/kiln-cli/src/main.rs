@@ -84,6 +84,13 @@ enum Command {
         /// Resume even though the data or its pipeline changed since the checkpoint.
         #[arg(long)]
         allow_changed_data: bool,
+        /// Override distribute.strategy: one_device, mirrored (with [distribute] num_replicas
+        /// or devices; fit.batch_size is the global batch).
+        #[arg(long)]
+        strategy: Option<String>,
+        /// Override distribute.num_replicas (implies --strategy mirrored).
+        #[arg(long)]
+        num_replicas: Option<usize>,
     },
     /// Evaluate a trained run on its test split.
     Evaluate {
@@ -265,8 +272,19 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             profile,
             no_resume,
             allow_changed_data,
+            strategy,
+            num_replicas,
         } => {
             let mut cfg = RunConfig::load(&config)?;
+            if let Some(s) = strategy {
+                cfg.distribute.strategy = s.parse()?;
+            }
+            if let Some(n) = num_replicas {
+                cfg.distribute.strategy = kiln::config::StrategyKind::Mirrored;
+                cfg.distribute.num_replicas = Some(n);
+                cfg.distribute.devices.clear();
+            }
+            cfg.distribute.validate()?;
             cfg.apply(&Overrides {
                 epochs,
                 batch_size,

@@ -23,6 +23,7 @@ pub mod checkpoint;
 pub mod compile;
 pub mod config;
 pub mod device;
+pub mod distribute;
 pub mod error;
 pub mod fit;
 pub mod guards;

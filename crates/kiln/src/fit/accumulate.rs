@@ -26,9 +26,10 @@ use burn::prelude::*;
 
 use super::grad_norms::GradNormTrend;
 use super::profile::StepProfile;
-use super::step::{StepOutput, apply_gradients, compute_gradients};
+use super::step::{StepOutput, apply_gradients};
 use crate::batch::DeviceBatch;
 use crate::compile::Compiled;
+use crate::distribute::Strategy;
 use crate::model::{ModelSpec, Network};
 
 /// Accumulates gradients over `N` batches and applies the optimizer once per `N` (`N = 1`: an
@@ -40,6 +41,8 @@ pub struct GradientAccumulation {
     seen: usize,
     /// The sampled global gradient norms of the last batches (the NaN report's trend).
     pub grad_norms: GradNormTrend,
+    /// How each batch's gradients are computed across replicas (default one device).
+    pub strategy: Strategy,
 }
 
 impl GradientAccumulation {
@@ -50,7 +53,15 @@ impl GradientAccumulation {
             sum: None,
             seen: 0,
             grad_norms: GradNormTrend::default(),
+            strategy: Strategy::OneDevice,
         }
+    }
+
+    /// The same, computing each batch's gradients with `strategy` (the batch is the global
+    /// batch; see [`crate::distribute`]).
+    pub fn with_strategy(mut self, strategy: Strategy) -> GradientAccumulation {
+        self.strategy = strategy;
+        self
     }
 
     /// Micro-batches whose gradients wait for the next update.
@@ -82,7 +93,8 @@ impl GradientAccumulation {
         // optimizer still updates them in place.
         let before = skip_non_finite.then(|| net.clone());
         let (net, grads, pending) =
-            compute_gradients(net, spec, compiled, batch, profile.as_deref_mut());
+            self.strategy
+                .compute_gradients(net, spec, compiled, batch, profile.as_deref_mut());
         let out = pending.read(profile.as_deref_mut());
         self.grad_norms.observe(&net, &grads);
         if let Some(before) = before

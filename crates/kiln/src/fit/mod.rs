@@ -163,6 +163,7 @@ pub struct Model {
     seed: u64,
     profiling: bool,
     check_numerics: CheckNumerics,
+    strategy: crate::distribute::Strategy,
 }
 
 impl std::fmt::Debug for Model {
@@ -209,6 +210,7 @@ impl Model {
             seed,
             profiling: false,
             check_numerics: CheckNumerics::default(),
+            strategy: crate::distribute::Strategy::OneDevice,
         }
     }
 
@@ -238,6 +240,12 @@ impl Model {
     /// check_numerics`, see [`crate::guards`]; default raise).
     pub fn set_check_numerics(&mut self, mode: CheckNumerics) {
         self.check_numerics = mode;
+    }
+
+    /// The distribution strategy `fit` trains with (`[distribute]`, see [`crate::distribute`];
+    /// default one device). Batches are global batches, split across the replicas.
+    pub fn set_strategy(&mut self, strategy: crate::distribute::Strategy) {
+        self.strategy = strategy;
     }
 
     /// The model's layer spec.
@@ -350,7 +358,8 @@ impl Model {
             };
         }
         let mut accumulation =
-            GradientAccumulation::new(self.compiled.gradients.gradient_accumulation_steps);
+            GradientAccumulation::new(self.compiled.gradients.gradient_accumulation_steps)
+                .with_strategy(self.strategy.clone());
         let mut checkpoint_due = false;
         hooks!(|c, ctx| c.on_train_begin(ctx));
         let mut last = Logs::default();
@@ -513,6 +522,14 @@ impl Model {
             // (`epoch_samples_per_second`, `epoch_input_wait_seconds`), CSVLogger and the display.
             logs.set(SAMPLES_PER_SECOND, examples_this_run / train_time.max(1e-9));
             logs.set(INPUT_WAIT_SECONDS, input_wait);
+            let communication = accumulation.strategy.take_reduce_seconds();
+            if self.strategy.num_replicas_in_sync() > 1 {
+                logs.set(
+                    crate::distribute::diagnosis::COMMUNICATION_SECONDS,
+                    communication,
+                );
+                logs.set(crate::distribute::diagnosis::TRAIN_SECONDS, train_time);
+            }
             if state.skipped_nan_steps > 0 {
                 logs.set(
                     "skipped_nan_steps",

@@ -1,0 +1,1 @@
+//! Scaling on paper: a ring all-reduce cost model (filled in below).
