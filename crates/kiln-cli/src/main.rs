@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 2 usage or configuration error, 1 runtime error.
 
 mod progress;
+mod scaling;
 
 // Training allocates and frees tensors of many megabytes every step; glibc's allocator hands
 // them back to the OS and faults them in again, mimalloc keeps them (measured in bench/README.md).
@@ -128,6 +129,15 @@ enum Command {
     /// Look into data files and input pipelines.
     #[command(subcommand)]
     Data(DataCommand),
+    /// Data-parallel scaling on paper: projected samples/s and efficiency for 1..N workers
+    /// (ring all-reduce cost model, docs/distribute.md).
+    Estimate {
+        /// A TOML run config (its model's parameters and fit.batch_size); without it, the
+        /// presets (fashion-cnn, resnet50, bert-large).
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        scaling: scaling::ScalingArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -261,6 +271,7 @@ fn stop_on_signals() -> anyhow::Result<kiln::fit::Interrupt> {
 fn run_command(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Data(data) => run_data(data),
+        Command::Estimate { config, scaling } => scaling::run(config.as_deref(), &scaling),
         Command::Train {
             config,
             epochs,

@@ -419,7 +419,7 @@ fn check_unchanged(
     let others: Vec<String> = changes
         .iter()
         .filter(|(k, _)| !is(k, "model") && !is(k, "data"))
-        .filter(|(k, _)| !(k == "seed" && !data.is_empty()))
+        .filter(|(k, _)| k != "seed" || data.is_empty())
         .map(|(k, v)| format!("  {k}: {v}"))
         .collect();
     if !data.is_empty() {

@@ -122,7 +122,7 @@ impl MirroredStrategy {
             losses.push(loss.mul_scalar(scale).to_device(&home));
             outputs.push(out.to_device(&home));
             let mut reduce = ScaleAdd {
-                sum: sum.take().unwrap_or_else(GradientsParams::new),
+                sum: sum.take().unwrap_or_default(),
                 new: grads,
                 scale,
                 device: &home,
@@ -140,7 +140,7 @@ impl MirroredStrategy {
             .expect("a non-empty batch has a replica");
         let pending = PendingOutput::new(loss, Tensor::cat(outputs, 0));
         self.reduce_seconds += clock.elapsed().as_secs_f64();
-        (net, sum.unwrap_or_else(GradientsParams::new), pending)
+        (net, sum.unwrap_or_default(), pending)
     }
 
     /// Replica `r`'s device with autodiff, when replicas are placed on devices.

@@ -41,11 +41,7 @@ pub fn split_batch(batch: DeviceBatch, sizes: &[usize]) -> Vec<DeviceBatch> {
         batch.size,
         "replica sizes must cover the batch"
     );
-    let units = if batch.size == 0 {
-        0
-    } else {
-        batch.targets.len() / batch.size
-    };
+    let units = batch.targets.len().checked_div(batch.size).unwrap_or(0);
     let mut start = 0;
     let mut parts = Vec::new();
     for &n in sizes {
