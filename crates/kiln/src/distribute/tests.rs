@@ -117,6 +117,27 @@ fn uneven_splits_weight_replicas_by_their_examples() {
     assert!(diff <= 1e-5, "3 replicas differ from one device by {diff}");
 }
 
+/// Clipping and gradient accumulation see the reduced (global-batch) gradients, as on one
+/// device: AdamW with `global_clipnorm = 0.05` (small enough to clip) and
+/// `gradient_accumulation_steps = 2` on 2 replicas ends on the one-device weights.
+#[test]
+fn clipping_and_accumulation_apply_to_the_reduced_gradients() {
+    let optimizer = concat!(
+        r#"{ type = "AdamW", learning_rate = 0.01, global_clipnorm = 0.05, "#,
+        "gradient_accumulation_steps = 2 }"
+    );
+    let cfg = config(MLP, optimizer, SCCE);
+    let data = classification(40, 8);
+    let mut one = model(&cfg, Strategy::OneDevice);
+    let mut two = model(&cfg, mirrored(2));
+    let initial = weights(&one);
+    one.fit(&data, None, 1, &mut []).unwrap();
+    two.fit(&data, None, 1, &mut []).unwrap();
+    assert!(max_diff(&initial, &weights(&one)) > 1e-3);
+    let diff = max_diff(&weights(&one), &weights(&two));
+    assert!(diff <= 1e-5, "2 replicas differ from one device by {diff}");
+}
+
 /// More replicas than examples in a batch: the empty replicas contribute nothing.
 #[test]
 fn replicas_without_examples_are_skipped() {
