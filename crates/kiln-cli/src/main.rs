@@ -3,7 +3,9 @@
 //! Exit codes: 0 success, 2 usage or configuration error, 1 runtime error.
 
 mod deploy;
+mod estimate;
 mod progress;
+mod scaling;
 
 // Training allocates and frees tensors of many megabytes every step; glibc's allocator hands
 // them back to the OS and faults them in again, mimalloc keeps them (measured in bench/README.md).
@@ -90,6 +92,13 @@ enum Command {
         /// bf16-mixed).
         #[arg(long)]
         precision: Option<String>,
+        /// Override distribute.strategy: one_device, mirrored (with [distribute] num_replicas
+        /// or devices; fit.batch_size is the global batch).
+        #[arg(long)]
+        strategy: Option<String>,
+        /// Override distribute.num_replicas (implies --strategy mirrored).
+        #[arg(long)]
+        num_replicas: Option<usize>,
     },
     /// Evaluate a trained run on its test split.
     Evaluate {
@@ -124,26 +133,10 @@ enum Command {
         #[arg(long, value_enum, default_value = "cpu")]
         device: DeviceArg,
     },
-    /// Estimate the memory of training CONFIG: per layer and in total, the largest batch for
-    /// --memory, and which common GPU sizes fit.
-    Estimate {
-        /// A TOML run config.
-        config: PathBuf,
-        /// Batch size (default: fit.batch_size).
-        #[arg(long)]
-        batch_size: Option<usize>,
-        /// float32, mixed_float16 or mixed_bfloat16 (Lightning's 32-true, 16-mixed, bf16-mixed
-        /// accepted).
-        /// (default: the config's `precision`).
-        #[arg(long)]
-        precision: Option<String>,
-        /// Memory to fit, e.g. 16GiB or 12GB: prints the largest batch that fits it.
-        #[arg(long)]
-        memory: Option<String>,
-        /// Override data.data_dir (the dataset's size is added when its files are found).
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
-    },
+    /// Estimate the memory of training CONFIG (per layer and in total, the largest batch for
+    /// --memory, which common GPU sizes fit), or with --workers/--bandwidth the data-parallel
+    /// scaling on paper (docs/estimate.md, docs/distribute.md).
+    Estimate(estimate::EstimateArgs),
     /// Look into data files and input pipelines.
     #[command(subcommand)]
     Data(DataCommand),
@@ -303,53 +296,7 @@ fn stop_on_signals() -> anyhow::Result<kiln::fit::Interrupt> {
 fn run_command(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Data(data) => run_data(data),
-        Command::Estimate {
-            config,
-            batch_size,
-            precision,
-            memory,
-            data_dir,
-        } => {
-            let mut cfg = RunConfig::load(&config)?;
-            cfg.apply(&Overrides {
-                data_dir,
-                ..Default::default()
-            })?;
-            let precision = match precision {
-                Some(p) => kiln::Precision::parse(&p, "--precision")?,
-                None => cfg.model.precision(),
-            };
-            let memory = memory
-                .map(|m| kiln::estimate::parse_bytes(&m, "--memory"))
-                .transpose()?;
-            let host = kiln::estimate::host::host_data(&cfg);
-            let at = |b: usize| {
-                let b = kiln::estimate::host::effective_batch(host.as_ref(), &cfg, b);
-                let e = kiln::estimate::estimate(&cfg.model, &cfg.compile.optimizer, b, precision);
-                match &host {
-                    Some(h) => e.with_host(h, &cfg),
-                    None => e,
-                }
-            };
-            let batch = match batch_size {
-                Some(b) => b,
-                // "auto": the batch `kiln train` would choose on this machine's CPU.
-                None if cfg.fit.batch_size == kiln::config::AUTO_BATCH_SIZE => {
-                    let mut resolved = cfg.clone();
-                    kiln::estimate::resolve_batch_size(
-                        &mut resolved,
-                        kiln::DeviceKind::Cpu,
-                        precision,
-                        None,
-                    )?;
-                    resolved.fit.batch_size
-                }
-                None => cfg.fit.batch_size,
-            };
-            let e = at(batch);
-            print!("{}", kiln::estimate::report(&e, memory, &at));
-            Ok(())
-        }
+        Command::Estimate(args) => estimate::run(args),
         Command::Export(args) => deploy::export(args),
         Command::Serve(args) => deploy::serve(args),
         Command::Train {
@@ -364,8 +311,19 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             no_resume,
             allow_changed_data,
             precision,
+            strategy,
+            num_replicas,
         } => {
             let mut cfg = RunConfig::load(&config)?;
+            if let Some(s) = strategy {
+                cfg.distribute.strategy = s.parse()?;
+            }
+            if let Some(n) = num_replicas {
+                cfg.distribute.strategy = kiln::config::StrategyKind::Mirrored;
+                cfg.distribute.num_replicas = Some(n);
+                cfg.distribute.devices.clear();
+            }
+            cfg.distribute.validate()?;
             let precision = precision
                 .map(|p| kiln::Precision::parse(&p, "--precision"))
                 .transpose()?;
@@ -407,12 +365,9 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             }
             // batch_size = "auto" is chosen here; a CPU run that cannot fit is refused here.
             let run_precision = cfg.model.precision();
-            if let Some(chosen) = kiln::estimate::resolve_batch_size(
-                &mut cfg,
-                device.into(),
-                run_precision,
-                None,
-            )? {
+            if let Some(chosen) =
+                kiln::estimate::resolve_batch_size(&mut cfg, device.into(), run_precision, None)?
+            {
                 println!("{}", chosen.reason);
             }
             let dev = device::resolve(device.into())?;

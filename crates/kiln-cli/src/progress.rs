@@ -10,6 +10,7 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kiln::distribute::diagnosis;
 use kiln::fit::FitContext;
 use kiln::fit::{INPUT_WAIT_SECONDS, SAMPLES_PER_SECOND};
 use kiln::{Callback, Logs};
@@ -19,7 +20,15 @@ pub fn format_logs(logs: &Logs) -> String {
     let mut parts: Vec<&(String, f64)> = logs
         .0
         .iter()
-        .filter(|(n, _)| n != SAMPLES_PER_SECOND && n != INPUT_WAIT_SECONDS)
+        .filter(|(n, _)| {
+            ![
+                SAMPLES_PER_SECOND,
+                INPUT_WAIT_SECONDS,
+                diagnosis::COMMUNICATION_SECONDS,
+                diagnosis::TRAIN_SECONDS,
+            ]
+            .contains(&n.as_str())
+        })
         .collect();
     parts.sort_by_key(|(n, _)| n.starts_with("val_"));
     parts
@@ -158,7 +167,10 @@ impl Callback for Progress {
         if let Some(sps) = logs.get(SAMPLES_PER_SECOND) {
             line += &format!(" - {sps:.0} samples/s");
         }
-        if let Some(hint) = input_bound_hint(logs.get(INPUT_WAIT_SECONDS), elapsed) {
+        // With replicas: the FAQ's split of the step time (compute, communication, input).
+        if let Some(split) = diagnosis::StepTimes::from_logs(logs, elapsed.as_secs_f64()) {
+            line += &format!("\n  {}", split.line());
+        } else if let Some(hint) = input_bound_hint(logs.get(INPUT_WAIT_SECONDS), elapsed) {
             line += &format!("\n{hint}");
         }
         match self.bar.take() {

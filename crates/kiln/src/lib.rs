@@ -24,6 +24,7 @@ pub mod checkpoint;
 pub mod compile;
 pub mod config;
 pub mod device;
+pub mod distribute;
 pub mod error;
 pub mod estimate;
 pub mod export;

@@ -219,6 +219,7 @@ pub fn train_with(
         device,
     );
     model.set_check_numerics(cfg.fit.check_numerics);
+    model.set_strategy(cfg.distribute.build()?);
     on_model(&mut model);
     let units = cfg.model.output_shape()[0];
     let train = match crate::fit::ClassWeight::from_config(&cfg.fit.class_weight, units)? {

@@ -24,6 +24,7 @@
 mod backup;
 mod callbacks;
 mod data;
+mod distribute;
 mod fit;
 mod pipeline;
 
@@ -33,6 +34,7 @@ pub use callbacks::{
     ModelCheckpointSpec, ReduceLROnPlateauSpec, TensorBoardSpec, TerminateOnNaNSpec,
 };
 pub use data::{ARRAY_FORM_KEYS, DataConfig, PIPELINE_KEYS};
+pub use distribute::{DistributeConfig, StrategyKind};
 pub use fit::{AUTO_BATCH_SIZE, FitConfig, OnNanConfig};
 pub use pipeline::{
     AxisConfig, ColumnRef, FeatureConfig, OneOrMany, OpConfig, PipelineConfig, ShuffleConfig,
@@ -67,6 +69,8 @@ pub struct RunConfig {
     pub backup: BackupSpec,
     /// `[[callbacks]]`, in order, without `BackupAndRestore` (see `backup`).
     pub callbacks: Vec<CallbackSpec>,
+    /// `[distribute]`: the distribution strategy (default one device).
+    pub distribute: DistributeConfig,
 }
 
 #[derive(Deserialize)]
@@ -84,6 +88,8 @@ struct RawConfig {
     fit: FitConfig,
     #[serde(default)]
     callbacks: Vec<toml::Value>,
+    #[serde(default)]
+    distribute: DistributeConfig,
 }
 
 fn default_seed() -> u64 {
@@ -165,6 +171,7 @@ impl RunConfig {
         }
         data.validate()?;
         let (callbacks, backup) = callbacks::read(&raw.callbacks)?;
+        raw.distribute.validate()?;
         let cfg = RunConfig {
             name: raw.name,
             seed: raw.seed,
@@ -174,6 +181,7 @@ impl RunConfig {
             fit: raw.fit,
             backup,
             callbacks,
+            distribute: raw.distribute,
         };
         cfg.check_forms()?;
         Ok(cfg)
@@ -249,6 +257,12 @@ impl RunConfig {
         let callbacks = callbacks::write(&self.callbacks, &self.backup);
         if !callbacks.is_empty() {
             t.insert("callbacks".into(), toml::Value::Array(callbacks));
+        }
+        if !self.distribute.is_default() {
+            t.insert(
+                "distribute".into(),
+                toml::Value::try_from(&self.distribute).expect("distribute config serializes"),
+            );
         }
         toml::to_string_pretty(&t).expect("config serializes")
     }

@@ -35,9 +35,10 @@ use burn::prelude::*;
 use super::grad_norms::GradNormTrend;
 use super::oom;
 use super::profile::StepProfile;
-use super::step::{PendingOutput, StepOutput, apply_gradients, compute_gradients_scaled};
+use super::step::{PendingOutput, StepOutput, apply_gradients};
 use crate::batch::DeviceBatch;
 use crate::compile::Compiled;
+use crate::distribute::Strategy;
 use crate::error::{KilnError, Result};
 use crate::model::{ModelSpec, Network};
 use crate::precision::{LossScale, LossScaleOptions, ScaleUpdate, unscale};
@@ -57,6 +58,8 @@ pub struct GradientAccumulation {
     parts: usize,
     calls: u64,
     inject_oom_at: Option<u64>,
+    /// How each batch's gradients are computed across replicas (default one device).
+    pub strategy: Strategy,
 }
 
 impl GradientAccumulation {
@@ -72,7 +75,15 @@ impl GradientAccumulation {
             parts: 1,
             calls: 0,
             inject_oom_at: None,
+            strategy: Strategy::OneDevice,
         }
+    }
+
+    /// The same, computing each batch's gradients with `strategy` (the batch is the global
+    /// batch; see [`crate::distribute`]).
+    pub fn with_strategy(mut self, strategy: Strategy) -> GradientAccumulation {
+        self.strategy = strategy;
+        self
     }
 
     /// With Keras' dynamic loss scaling (`None`: without), starting at
@@ -209,6 +220,7 @@ impl GradientAccumulation {
                     std::panic::panic_any(oom::InjectedOom);
                 }
                 gradients_in_parts(
+                    &mut self.strategy,
                     net.clone(),
                     spec,
                     compiled,
@@ -329,7 +341,9 @@ fn add_grads<M: Module>(
 /// The gradients of `batch`'s mean loss computed in `parts` parts (each part's loss weighted by
 /// its share of the examples, the gradients summed), multiplied by `scale` during backward and
 /// divided by it after; with a scale, whether they are all finite.
+#[allow(clippy::too_many_arguments)]
 fn gradients_in_parts(
+    strategy: &mut Strategy,
     net: Network,
     spec: &ModelSpec,
     compiled: &Compiled,
@@ -341,13 +355,13 @@ fn gradients_in_parts(
     let factor = scale.unwrap_or(1.0);
     let (net, grads, pending) = if parts <= 1 {
         let whole = oom::split(batch, 1).pop().expect("one part");
-        compute_gradients_scaled(net, spec, compiled, whole, factor, profile)
+        strategy.compute_gradients(net, spec, compiled, whole, factor, profile)
     } else {
         let total = batch.size.max(1) as f64;
         let (mut net, mut sum, mut outs) = (net, None, Vec::new());
         for part in oom::split(batch, parts) {
             let share = part.size as f64 / total;
-            let (n, g, p) = compute_gradients_scaled(
+            let (n, g, p) = strategy.compute_gradients(
                 net,
                 spec,
                 compiled,

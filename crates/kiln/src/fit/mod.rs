@@ -171,6 +171,7 @@ pub struct Model {
     check_numerics: CheckNumerics,
     /// Test hook: the training batch whose first attempt fails as out of memory.
     oom_test_step: Option<u64>,
+    strategy: crate::distribute::Strategy,
 }
 
 impl std::fmt::Debug for Model {
@@ -218,6 +219,7 @@ impl Model {
             profiling: false,
             check_numerics: CheckNumerics::default(),
             oom_test_step: None,
+            strategy: crate::distribute::Strategy::OneDevice,
         }
     }
 
@@ -255,6 +257,12 @@ impl Model {
     /// same for `kiln train`). `None` turns it off.
     pub fn inject_oom_at_step(&mut self, step: Option<u64>) {
         self.oom_test_step = step;
+    }
+
+    /// The distribution strategy `fit` trains with (`[distribute]`, see [`crate::distribute`];
+    /// default one device). Batches are global batches, split across the replicas.
+    pub fn set_strategy(&mut self, strategy: crate::distribute::Strategy) {
+        self.strategy = strategy;
     }
 
     /// The model's layer spec.
@@ -368,7 +376,8 @@ impl Model {
         }
         let mut accumulation =
             GradientAccumulation::new(self.compiled.gradients.gradient_accumulation_steps)
-                .with_loss_scale(self.compiled.loss_scale);
+                .with_loss_scale(self.compiled.loss_scale)
+                .with_strategy(self.strategy.clone());
         accumulation.inject_oom_at(self.oom_test_step.or_else(oom::injection_from_env));
         let mut checkpoint_due = false;
         hooks!(|c, ctx| c.on_train_begin(ctx));
@@ -543,6 +552,14 @@ impl Model {
             // (`epoch_samples_per_second`, `epoch_input_wait_seconds`), CSVLogger and the display.
             logs.set(SAMPLES_PER_SECOND, examples_this_run / train_time.max(1e-9));
             logs.set(INPUT_WAIT_SECONDS, input_wait);
+            let communication = accumulation.strategy.take_reduce_seconds();
+            if self.strategy.num_replicas_in_sync() > 1 {
+                logs.set(
+                    crate::distribute::diagnosis::COMMUNICATION_SECONDS,
+                    communication,
+                );
+                logs.set(crate::distribute::diagnosis::TRAIN_SECONDS, train_time);
+            }
             if state.skipped_nan_steps > 0 {
                 logs.set(
                     "skipped_nan_steps",

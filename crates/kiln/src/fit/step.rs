@@ -87,6 +87,17 @@ impl PendingOutput {
         }
     }
 
+    /// A pending loss (`[1]`) and outputs (`[batch, units]`), e.g. combined across replicas
+    /// (`crate::distribute`).
+    pub fn new(loss: Tensor<1>, outputs: Tensor<2>) -> PendingOutput {
+        PendingOutput { loss, outputs }
+    }
+
+    /// The loss (`[1]`) and outputs (`[batch, units]`), not read back.
+    pub fn into_parts(self) -> (Tensor<1>, Tensor<2>) {
+        (self.loss, self.outputs)
+    }
+
     /// Reads the loss and outputs back (time counted as `metrics_s` in `profile`).
     pub fn read(self, profile: Option<&mut StepProfile>) -> StepOutput {
         let clock = Instant::now();

@@ -1,0 +1,240 @@
+//! `MirroredStrategy`: synchronous data parallelism over replicas in one process.
+
+use std::time::Instant;
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::prelude::*;
+
+use super::split::{split_batch, split_sizes};
+use crate::batch::DeviceBatch;
+use crate::compile::{Compiled, Labels};
+use crate::error::{KilnError, Result};
+use crate::fit::{PendingOutput, StepProfile, compute_gradients_scaled};
+use crate::model::{Act, ModelSpec, Network};
+
+/// Where the replicas live.
+#[derive(Debug, Clone)]
+enum Replicas {
+    /// `n` replicas sharing the model's device (CPU replicas; tests and many-core hosts).
+    OnModelDevice(usize),
+    /// One replica per device, in order (the first device should be the model's).
+    Devices(Vec<Device>),
+}
+
+/// `tf.distribute.MirroredStrategy`: each step's global batch is split across the replicas
+/// ([`super::split_sizes`]), each replica's gradients are those of its loss scaled by
+/// `replica_examples / global_batch` — the gradient of `sum(per-example loss) / global_batch`,
+/// as `tf.nn.compute_average_loss` — and the replicas' gradients are summed, so the update
+/// equals the global-batch mean's. See the [module documentation](super) for BatchNormalization
+/// and Dropout.
+#[derive(Debug, Clone)]
+pub struct MirroredStrategy {
+    replicas: Replicas,
+    reduce_seconds: f64,
+}
+
+impl MirroredStrategy {
+    /// `num_replicas` replicas on the model's device (`[distribute] num_replicas`).
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] (`distribute.num_replicas`) when `num_replicas` is 0.
+    pub fn new(num_replicas: usize) -> Result<MirroredStrategy> {
+        if num_replicas == 0 {
+            return Err(KilnError::config(
+                "distribute.num_replicas",
+                "must be at least 1 (the number of replicas the global batch is split across)",
+            ));
+        }
+        Ok(MirroredStrategy {
+            replicas: Replicas::OnModelDevice(num_replicas),
+            reduce_seconds: 0.0,
+        })
+    }
+
+    /// One replica on each of `devices` (TensorFlow's `MirroredStrategy(devices=[...])`),
+    /// without autodiff (training enables it). Gradients are reduced on the model's device.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] (`distribute.devices`) when `devices` is empty.
+    pub fn on_devices(devices: Vec<Device>) -> Result<MirroredStrategy> {
+        if devices.is_empty() {
+            return Err(KilnError::config(
+                "distribute.devices",
+                "is empty: list at least one device, or use num_replicas",
+            ));
+        }
+        Ok(MirroredStrategy {
+            replicas: Replicas::Devices(devices),
+            reduce_seconds: 0.0,
+        })
+    }
+
+    /// `num_replicas_in_sync`.
+    pub fn num_replicas(&self) -> usize {
+        match &self.replicas {
+            Replicas::OnModelDevice(n) => *n,
+            Replicas::Devices(d) => d.len(),
+        }
+    }
+
+    /// Seconds spent combining replicas since the last call (see
+    /// [`super::Strategy::take_reduce_seconds`]).
+    pub fn take_reduce_seconds(&mut self) -> f64 {
+        std::mem::take(&mut self.reduce_seconds)
+    }
+
+    /// One mirrored gradient computation on the global `batch` (see
+    /// [`super::Strategy::compute_gradients`]).
+    pub fn compute_gradients(
+        &mut self,
+        net: Network,
+        spec: &ModelSpec,
+        compiled: &Compiled,
+        batch: DeviceBatch,
+        loss_factor: f64,
+        mut profile: Option<&mut StepProfile>,
+    ) -> (Network, GradientsParams, PendingOutput) {
+        let global = batch.size;
+        let home = act_device(&batch.x);
+        let n = self.num_replicas();
+        if n == 1 || global == 0 {
+            return compute_gradients_scaled(net, spec, compiled, batch, loss_factor, profile);
+        }
+        let parts = split_batch(batch, &split_sizes(global, n));
+        let mut sum: Option<GradientsParams> = None;
+        let mut losses = Vec::with_capacity(parts.len());
+        let mut outputs = Vec::with_capacity(parts.len());
+        let mut replica_nets = Vec::with_capacity(parts.len());
+        for (r, part) in parts.into_iter().enumerate() {
+            let scale = part.size as f64 / global as f64;
+            let clock = Instant::now();
+            let (replica_net, part) = match self.device_of(r) {
+                Some(d) if d != home => (net.clone().fork(&d), to_device(part, &d)),
+                _ => (net.clone(), part),
+            };
+            self.reduce_seconds += clock.elapsed().as_secs_f64();
+            let (replica_net, grads, pending) = compute_gradients_scaled(
+                replica_net,
+                spec,
+                compiled,
+                part,
+                loss_factor,
+                profile.as_deref_mut(),
+            );
+            // The all-reduce: scale by this replica's share of the global batch, copy to the
+            // model's device, sum.
+            let clock = Instant::now();
+            let (loss, out) = pending.into_parts();
+            losses.push(loss.mul_scalar(scale).to_device(&home));
+            outputs.push(out.to_device(&home));
+            let mut reduce = ScaleAdd {
+                sum: sum.take().unwrap_or_default(),
+                new: grads,
+                scale,
+                device: &home,
+            };
+            replica_net.visit(&mut reduce);
+            sum = Some(reduce.sum);
+            replica_nets.push(replica_net);
+            self.reduce_seconds += clock.elapsed().as_secs_f64();
+        }
+        let clock = Instant::now();
+        let net = mean_moving_stats(net, replica_nets, &home);
+        let loss = losses
+            .into_iter()
+            .reduce(|a, b| a + b)
+            .expect("a non-empty batch has a replica");
+        let pending = PendingOutput::new(loss, Tensor::cat(outputs, 0));
+        self.reduce_seconds += clock.elapsed().as_secs_f64();
+        (net, sum.unwrap_or_default(), pending)
+    }
+
+    /// Replica `r`'s device with autodiff, when replicas are placed on devices.
+    fn device_of(&self, r: usize) -> Option<Device> {
+        match &self.replicas {
+            Replicas::OnModelDevice(_) => None,
+            Replicas::Devices(d) => d.get(r).map(|d| d.clone().autodiff()),
+        }
+    }
+}
+
+fn act_device(x: &Act) -> Device {
+    match x {
+        Act::Flat(t) => t.device(),
+        Act::Seq(t) => t.device(),
+        Act::Image(t) => t.device(),
+    }
+}
+
+/// `batch` copied to `device` (host copies unchanged).
+fn to_device(batch: DeviceBatch, device: &Device) -> DeviceBatch {
+    DeviceBatch {
+        x: match batch.x {
+            Act::Flat(t) => Act::Flat(t.to_device(device)),
+            Act::Seq(t) => Act::Seq(t.to_device(device)),
+            Act::Image(t) => Act::Image(t.to_device(device)),
+        },
+        labels: batch.labels.map(|l| match l {
+            Labels::Sparse(t) => Labels::Sparse(t.to_device(device)),
+            Labels::Dense(t) => Labels::Dense(t.to_device(device)),
+        }),
+        sample_weight: batch.sample_weight.map(|w| w.to_device(device)),
+        ..batch
+    }
+}
+
+/// `sum[p] += scale * new[p]` on `device`, for each parameter `p` of the visited module.
+struct ScaleAdd<'a> {
+    sum: GradientsParams,
+    new: GradientsParams,
+    scale: f64,
+    device: &'a Device,
+}
+
+impl ModuleVisitor for ScaleAdd<'_> {
+    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+        let Some(g) = self.new.remove::<D>(p.id) else {
+            return;
+        };
+        let g = g.mul_scalar(self.scale).to_device(self.device);
+        let total = match self.sum.remove::<D>(p.id) {
+            Some(s) => s + g,
+            None => g,
+        };
+        self.sum.register::<D>(p.id, total);
+    }
+}
+
+/// `net` with each BatchNormalization moving statistic replaced by the mean of the replicas'
+/// updated ones ([`super::ReduceOp::Mean`]): each replica folded its own batch statistics in
+/// (`moving * momentum + batch * (1 - momentum)`), and the mean of those is the update with
+/// the mean of the replicas' statistics.
+fn mean_moving_stats(mut net: Network, replicas: Vec<Network>, home: &Device) -> Network {
+    let k = replicas.len();
+    if k == 0 || !net.layers.iter().any(|l| l.moving_mean.is_some()) {
+        return net;
+    }
+    for (i, layer) in net.layers.iter_mut().enumerate() {
+        let mean_of = |get: fn(&crate::model::LayerParams) -> Option<&Param<Tensor<1>>>| {
+            replicas
+                .iter()
+                .filter_map(|r| get(&r.layers[i]).map(|p| p.val().detach().to_device(home)))
+                .reduce(|a, b| a + b)
+                .map(|s| s.div_scalar(k as f64))
+        };
+        if let Some(m) = mean_of(|l| l.moving_mean.as_ref()) {
+            layer.moving_mean = layer
+                .moving_mean
+                .take()
+                .map(|p| p.map(|_| m.set_require_grad(false)));
+        }
+        if let Some(v) = mean_of(|l| l.moving_variance.as_ref()) {
+            layer.moving_variance = layer
+                .moving_variance
+                .take()
+                .map(|p| p.map(|_| v.set_require_grad(false)));
+        }
+    }
+    net
+}

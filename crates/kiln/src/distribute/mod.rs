@@ -1,0 +1,115 @@
+//! Distribution strategies (`tf.distribute`): how a training step's batch is spread over
+//! replicas and how their gradients are combined.
+//!
+//! - [`Strategy::OneDevice`]: the step runs on the model's device (TensorFlow's
+//!   `OneDeviceStrategy`, and the default strategy).
+//! - [`Strategy::Mirrored`] ([`MirroredStrategy`]): synchronous data parallelism in one process
+//!   (TensorFlow's `MirroredStrategy`). The dataset is batched at the *global* batch size; each
+//!   step splits the batch across the replicas ([`split_sizes`]), each replica computes the
+//!   gradients of its loss scaled by `1 / global_batch` (`tf.nn.compute_average_loss`), the
+//!   replicas' gradients are summed (the all-reduce, [`ReduceOp::Sum`]), and one optimizer
+//!   update with the sum — the gradient of the global batch's mean loss — is applied to the
+//!   weights every replica reads. Metrics see the whole global batch (TensorFlow aggregates its
+//!   metric variables across replicas, which gives the same values).
+//!
+//! Semantics are those of `tf.distribute` (TensorFlow guide "Distributed training with
+//! TensorFlow", `tensorflow/python/distribute/mirrored_strategy.py`, and
+//! `tf.nn.compute_average_loss`); where kiln differs:
+//! - BatchNormalization uses per-replica batch statistics (as TensorFlow without
+//!   `SyncBatchNormalization`); the moving averages end as the mean of the replicas' updates,
+//!   which is what tf.keras' `moving_mean` / `moving_variance` variables
+//!   (`synchronization=ON_READ, aggregation=MEAN`) read as. `sync_batch_norm` is not
+//!   supported.
+//! - Dropout draws its masks per replica, so a mirrored run with Dropout is not bitwise the
+//!   one-device run (neither is TensorFlow's).
+//! - Replicas run one after another on the host thread; each replica's kernels use the
+//!   backend's own parallelism (Burn's flex CPU backend is multi-threaded). With replicas on
+//!   several Burn devices ([`MirroredStrategy::on_devices`]) the weights are forked to each
+//!   device, each replica's gradients are copied to the first device and summed there, and the
+//!   update is applied once (TensorFlow's `ReductionToOneDevice`); every replica then reads the
+//!   same updated weights.
+
+pub mod cost_model;
+pub mod diagnosis;
+mod mirrored;
+mod split;
+
+pub use mirrored::MirroredStrategy;
+pub use split::{split_batch, split_sizes};
+
+use burn::optim::GradientsParams;
+
+use crate::batch::DeviceBatch;
+use crate::compile::Compiled;
+use crate::fit::{PendingOutput, StepProfile, compute_gradients_scaled};
+use crate::model::{ModelSpec, Network};
+
+/// How replicas' values are combined (`tf.distribute.ReduceOp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Element-wise sum (gradients of losses already scaled by `1 / global_batch`).
+    Sum,
+    /// Element-wise mean (BatchNormalization's moving statistics).
+    Mean,
+}
+
+/// A distribution strategy, given to the trainer with [`crate::Model::set_strategy`].
+#[derive(Debug, Clone, Default)]
+pub enum Strategy {
+    /// One replica on the model's device (`tf.distribute.OneDeviceStrategy`).
+    #[default]
+    OneDevice,
+    /// Synchronous data parallelism over several replicas in one process
+    /// (`tf.distribute.MirroredStrategy`).
+    Mirrored(MirroredStrategy),
+}
+
+impl Strategy {
+    /// `num_replicas_in_sync`: 1 for [`Strategy::OneDevice`].
+    pub fn num_replicas_in_sync(&self) -> usize {
+        match self {
+            Strategy::OneDevice => 1,
+            Strategy::Mirrored(m) => m.num_replicas(),
+        }
+    }
+
+    /// The gradients of `batch` (the global batch) for `net`'s parameters, combined across
+    /// replicas: the gradient of the global batch's mean loss (Keras' `sum_over_batch_size`,
+    /// weighted by the batch's `sample_weight`). Returns the network (BatchNormalization's
+    /// moving statistics updated), the gradients on the network's device and the pending
+    /// global-batch loss and outputs (`[global_batch, units]`, in batch order). With
+    /// [`Strategy::OneDevice`] this is [`compute_gradients_scaled`]. The gradients are those
+    /// of the loss times `loss_factor` (a loss scale and/or a part's share of the batch; 1.0
+    /// for plain training); the pending loss is unscaled.
+    pub fn compute_gradients(
+        &mut self,
+        net: Network,
+        spec: &ModelSpec,
+        compiled: &Compiled,
+        batch: DeviceBatch,
+        loss_factor: f64,
+        profile: Option<&mut StepProfile>,
+    ) -> (Network, GradientsParams, PendingOutput) {
+        match self {
+            Strategy::OneDevice => {
+                compute_gradients_scaled(net, spec, compiled, batch, loss_factor, profile)
+            }
+            Strategy::Mirrored(m) => {
+                m.compute_gradients(net, spec, compiled, batch, loss_factor, profile)
+            }
+        }
+    }
+
+    /// Seconds spent combining replicas (gradient reduction, device copies, moving-statistics
+    /// averaging) since the last call; 0 for [`Strategy::OneDevice`]. The epoch's
+    /// communication time of [`diagnosis`].
+    pub fn take_reduce_seconds(&mut self) -> f64 {
+        match self {
+            Strategy::OneDevice => 0.0,
+            Strategy::Mirrored(m) => m.take_reduce_seconds(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
