@@ -177,6 +177,8 @@ fn gradients_that_underflow_in_float16_survive_with_loss_scaling() {
                 beta: None,
                 moving_mean: None,
                 moving_variance: None,
+                kernels: Vec::new(),
+                vectors: Vec::new(),
             }],
         };
         let targets = vec![1e-8f32, 1.5e-8];
