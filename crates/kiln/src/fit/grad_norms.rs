@@ -9,10 +9,12 @@
 
 use std::collections::VecDeque;
 
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
+use burn::prelude::*;
+use burn::tensor::FloatDType;
 use serde::Serialize;
 
-use crate::compile::global_norm;
 use crate::model::Network;
 
 /// Steps at the start of a run whose gradient norm is always sampled.
@@ -21,6 +23,9 @@ pub const DENSE_STEPS: u64 = 20;
 pub const SPARSE_EVERY: u64 = 10;
 /// Samples kept (the oldest are dropped).
 pub const KEPT: usize = 12;
+/// Elements squared at a time: the norm's temporary memory (256 KiB in float32), so that
+/// sampling never raises a step's peak memory by a gradient-sized tensor.
+const CHUNK: usize = 1 << 16;
 
 /// One sampled global gradient norm.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -55,10 +60,12 @@ impl GradNormTrend {
         if !self.due() {
             return;
         }
-        let Some(norm) = global_norm(net, grads) else {
+        let mut squares = ChunkedSumOfSquares { grads, sum: None };
+        net.visit(&mut squares);
+        let Some(sum) = squares.sum else {
             return;
         };
-        let norm = f64::from(norm.into_scalar::<f32>());
+        let norm = f64::from(sum.into_scalar::<f32>()).sqrt();
         self.push(GradNormSample {
             step: self.step,
             norm,
@@ -78,9 +85,66 @@ impl GradNormTrend {
     }
 }
 
+/// `Σ g²` over the visited parameters' gradients, in float32, squaring [`CHUNK`] elements at
+/// a time (the same sum as `tf.linalg.global_norm`'s before the square root).
+struct ChunkedSumOfSquares<'a> {
+    grads: &'a GradientsParams,
+    sum: Option<Tensor<1>>,
+}
+
+impl ModuleVisitor for ChunkedSumOfSquares<'_> {
+    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+        let Some(g) = self.grads.get::<D>(p.id) else {
+            return;
+        };
+        let n = g.shape().num_elements();
+        let flat = g.reshape([n]);
+        for start in (0..n).step_by(CHUNK) {
+            let part = flat
+                .clone()
+                .slice(start..(start + CHUNK).min(n))
+                .cast(FloatDType::F32);
+            let s = part.square().sum();
+            self.sum = Some(match self.sum.take() {
+                Some(acc) => acc + s,
+                None => s,
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_chunked_norm_equals_the_global_norm() {
+        use crate::model::{Activation, LayerKind, ModelSpec};
+        let device = Device::flex().autodiff();
+        // 300 x 300 = 90,000 elements: the kernel spans two chunks.
+        let spec = ModelSpec::builder(&[300])
+            .add(LayerKind::Dense {
+                units: 300,
+                activation: Activation::Linear,
+                use_bias: true,
+            })
+            .build()
+            .unwrap();
+        let net = Network::init(&spec, 3, &device);
+        let x = Tensor::<2>::ones([2, 300], &device);
+        let y = net.forward(&spec, crate::model::Act::Flat(x), true).output;
+        let grads = GradientsParams::from_grads(y.square().sum().backward(), &net);
+        let want = crate::compile::global_norm(&net, &grads)
+            .unwrap()
+            .into_scalar::<f32>();
+        let mut t = GradNormTrend::default();
+        t.observe(&net, &grads);
+        let got = t.samples()[0].norm;
+        assert!(
+            (got - f64::from(want)).abs() <= 1e-5 * f64::from(want),
+            "{got} vs {want}"
+        );
+    }
 
     #[test]
     fn samples_the_first_steps_then_every_tenth_and_keeps_the_last_twelve() {
