@@ -14,6 +14,7 @@ pub mod conv2d;
 pub mod dense;
 mod gemm;
 pub mod pool;
+pub mod round;
 mod scratch;
 
 pub use conv2d::Conv2dGeometry;

@@ -119,6 +119,22 @@ impl<B: KilnOps> Backward<B, 1> for MaxPoolBackward {
     }
 }
 
+#[derive(Debug)]
+struct RoundBackward;
+
+impl<B: KilnOps> Backward<B, 1> for RoundBackward {
+    /// Whether the rounding is to bfloat16 (else float16).
+    type State = bool;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x] = ops.parents;
+        let dy = grads.consume::<B>(&ops.node);
+        if let Some(node) = node_x {
+            grads.register::<B>(node.id, B::kiln_round_half(dy, ops.state));
+        }
+    }
+}
+
 impl<B: KilnOps, C: CheckpointStrategy> KilnOps for Autodiff<B, C> {
     fn kiln_conv2d(
         x: FloatTensor<Self>,
@@ -214,5 +230,14 @@ impl<B: KilnOps, C: CheckpointStrategy> KilnOps for Autodiff<B, C> {
             dy.into_primitive(),
             args,
         ))
+    }
+
+    fn kiln_round_half(x: FloatTensor<Self>, bfloat16: bool) -> FloatTensor<Self> {
+        let nodes = [x.node()];
+        let x = x.into_primitive();
+        match RoundBackward.prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(bfloat16, B::kiln_round_half(x, bfloat16)),
+            OpsKind::UnTracked(prep) => prep.finish(B::kiln_round_half(x, bfloat16)),
+        }
     }
 }

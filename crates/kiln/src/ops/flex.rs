@@ -175,4 +175,12 @@ impl KilnOps for Flex {
         let shape = x.layout().shape().to_vec();
         tensor(pool::max_backward(&values(&x), &values(&dy), &g), &shape)
     }
+
+    fn kiln_round_half(x: FloatTensor<Self>, bfloat16: bool) -> FloatTensor<Self> {
+        let shape = x.layout().shape().to_vec();
+        tensor(
+            crate::kernels::round::round_half(&values(&x), bfloat16),
+            &shape,
+        )
+    }
 }

@@ -95,6 +95,10 @@ pub trait KilnOps: Backend {
         dy: FloatTensor<Self>,
         args: PoolArgs,
     ) -> FloatTensor<Self>;
+
+    /// `x` rounded to bfloat16 (`bfloat16`) or float16 values, kept float32
+    /// ([`crate::kernels::round`]); its gradient is the output gradient rounded the same way.
+    fn kiln_round_half(x: FloatTensor<Self>, bfloat16: bool) -> FloatTensor<Self>;
 }
 
 /// The plain-number form of a convolution's geometry, with or without a fused ReLU.
@@ -152,6 +156,29 @@ pub fn pool_geometry(a: &PoolArgs) -> PoolGeometry {
 /// True when kiln's kernels serve tensors on `device` with float32 values: the flex CPU backend.
 pub fn fast_path(device: &Device, dtype: burn::tensor::DType) -> bool {
     dtype == burn::tensor::DType::F32 && device.clone().inner() == Device::flex()
+}
+
+/// `x` rounded to the values of `dtype` (float16 or bfloat16), in `x`'s own dtype: a cast there
+/// and back, as one pass of [`crate::kernels::round`] on the fast path (flex, float32), Burn's
+/// casts elsewhere. Differentiable: the gradient is rounded the same way, as Burn's casts do.
+pub fn round_half<const D: usize>(x: Tensor<D>, dtype: burn::tensor::FloatDType) -> Tensor<D> {
+    use burn::tensor::FloatDType;
+    let own = FloatDType::from(x.dtype());
+    if own == dtype {
+        return x;
+    }
+    let bfloat16 = match dtype {
+        FloatDType::BF16 => true,
+        FloatDType::F16 => false,
+        _ => return x.cast(dtype).cast(own),
+    };
+    if !fast_path(&x.device(), x.dtype()) {
+        return x.cast(dtype).cast(own);
+    }
+    Tensor::from_dispatch(burn::backend::Dispatch::kiln_round_half(
+        x.into_dispatch(),
+        bfloat16,
+    ))
 }
 
 /// 2-D convolution with explicit `(begin, end)` padding per spatial axis, as

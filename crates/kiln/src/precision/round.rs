@@ -16,11 +16,7 @@ use crate::model::{Act, LayerParams};
 
 /// `t` rounded to the values of `dtype`, in `t`'s own dtype (a no-op when they are equal).
 pub fn round<const D: usize>(t: Tensor<D>, dtype: FloatDType) -> Tensor<D> {
-    let own = FloatDType::from(t.dtype());
-    if own == dtype {
-        return t;
-    }
-    t.cast(dtype).cast(own)
+    crate::ops::round_half(t, dtype)
 }
 
 /// [`round`] on an activation of any rank.
