@@ -56,11 +56,12 @@ fn duration(d: Duration) -> String {
 }
 
 /// A note when the training loop spent more than a fifth of the epoch waiting for its input
-/// (`input_wait_seconds` of `elapsed`): the pipeline, not the model, sets the pace.
+/// (`input_wait_seconds` of `elapsed`): the pipeline, not the model, sets the pace. Epochs
+/// under a second are too short to judge (start-up dominates) and get no note.
 fn input_bound_hint(wait: Option<f64>, elapsed: Duration) -> Option<String> {
     let wait = wait?;
     let total = elapsed.as_secs_f64();
-    (total > 0.0 && wait > 0.2 * total).then(|| {
+    (total >= 1.0 && wait > 0.2 * total).then(|| {
         format!(
             "  input-bound: the training step waited {wait:.1}s of {total:.1}s ({:.0}%) for the \
              input pipeline; raise num_parallel_calls, prefetch (\"AUTOTUNE\"), or cache decoded \
@@ -197,6 +198,11 @@ mod tests {
         assert_eq!(input_bound_hint(None, epoch), None);
         let hint = input_bound_hint(Some(5.0), epoch).unwrap();
         assert!(hint.contains("waited 5.0s of 10.0s (50%)"), "{hint}");
+        // A 0.05 s epoch that waited 60% of it: too short to judge.
+        assert_eq!(
+            input_bound_hint(Some(0.03), Duration::from_millis(50)),
+            None
+        );
     }
 
     #[test]

@@ -67,7 +67,12 @@ fn bad_flags_exit_2_naming_the_flag() {
         err.contains("--bandwidth: \"100Xb\" has an unknown unit"),
         "{err}"
     );
-    let out = kiln(&["estimate", "examples/fashion-mnist/cnn.toml"]);
+    let out = kiln(&[
+        "estimate",
+        "examples/fashion-mnist/cnn.toml",
+        "--workers",
+        "8",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8(out.stderr)

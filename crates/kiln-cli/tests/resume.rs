@@ -198,7 +198,7 @@ fn killed_runs_resume_to_bit_identical_weights() {
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(143), "{err}");
-    assert!(err.contains("interrupted by signal 15"), "{err}");
+    assert!(err.contains("stopped by signal 15"), "{err}");
     let o = resumed_ok(&cfg, &run);
     let said = String::from_utf8_lossy(&o.stderr);
     assert!(

@@ -54,7 +54,7 @@ pub enum KilnError {
     Device(String),
     /// Training was stopped by a signal (SIGINT, SIGTERM) after finishing a batch; the
     /// checkpoint written then, if any, resumes it.
-    #[error("training interrupted by signal {signal} after finishing batch {iterations}{}", checkpoint.as_ref().map(|c| format!("; checkpoint {} written: run the same `kiln train` command to resume", c.display())).unwrap_or_default())]
+    #[error("training stopped by signal {signal} after finishing step {iterations} of the run{}", checkpoint.as_ref().map(|c| format!("; checkpoint {} written: run the same `kiln train` command to resume", c.display())).unwrap_or_default())]
     Interrupted {
         /// The signal number (2 = SIGINT, 15 = SIGTERM).
         signal: i32,
