@@ -246,7 +246,6 @@ impl Network {
             let started = std::time::Instant::now();
             let compute = spec.layer_precision(i).compute_dtype();
             let mut xs = Vec::with_capacity(layer.inputs.len());
-            let mut input_rounded = None;
             for r in &layer.inputs {
                 let (slot, left, was) = match r {
                     NodeRef::Input(k) => (&mut values_in[*k], &mut uses_in[*k], None),
@@ -264,7 +263,6 @@ impl Network {
                 {
                     v = round_act(v, dt);
                 }
-                input_rounded = was;
                 xs.push(v);
             }
             let rounded_params;
@@ -300,10 +298,10 @@ impl Network {
                 }
                 other => super::network_ext::forward(other, p, xs),
             };
-            let input_rounded = if layer.inputs.len() == 1 {
-                input_rounded
-            } else {
-                None
+            // A layer that passes its one input's values through keeps that input's rounding.
+            let input_rounded = match layer.inputs[..] {
+                [NodeRef::Layer(j)] => rounded[j],
+                _ => None,
             };
             let (x, r) = round_output(x, &layer.kind, compute, input_rounded);
             rounded[i] = r;
