@@ -122,6 +122,10 @@ fn train<M: Net>(
 }
 
 fn main() {
+    // The same allocator setting as the `kiln` binary (crates/kiln-cli/src/main.rs): freed
+    // memory stays committed (mimalloc's `mi_option_purge_delay`, option 15, set to -1).
+    // SAFETY: sets an integer option.
+    unsafe { libmimalloc_sys::mi_option_set(15, -1) };
     let mut args = std::env::args().skip(1);
     let model = args.next().unwrap_or_else(|| "cnn".into());
     let epochs: usize = args.next().map(|e| e.parse().expect("epochs")).unwrap_or(3);

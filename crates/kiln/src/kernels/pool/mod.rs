@@ -5,6 +5,68 @@
 
 use rayon::prelude::*;
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
+/// Whether the 2×2 fast paths may use [`avx2`] (checked at run time; cached by std).
+#[inline]
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Forward of one 2×2 output row: the vector path when the row has at least 4 windows, else the
+/// scalar [`window_max`] (bit-identical results either way).
+#[inline]
+fn forward_row_2x2(r0: &[f32], r1: &[f32], out: &mut [f32], simd: bool) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: AVX2 was detected.
+    if simd && unsafe { avx2::forward_row(r0, r1, out) } {
+        return;
+    }
+    let _ = simd;
+    for (o, (a, b)) in out
+        .iter_mut()
+        .zip(r0.chunks_exact(2).zip(r1.chunks_exact(2)))
+    {
+        *o = window_max(a[0], a[1], b[0], b[1]).0;
+    }
+}
+
+/// Backward of one 2×2 output row (see [`forward_row_2x2`]): each `grad` value goes to its
+/// window's maximum in `d0`/`d1`, zeros to the other three positions.
+#[inline]
+fn backward_row_2x2(
+    r0: &[f32],
+    r1: &[f32],
+    grad: &[f32],
+    d0: &mut [f32],
+    d1: &mut [f32],
+    simd: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: AVX2 was detected.
+    if simd && unsafe { avx2::backward_row(r0, r1, grad, d0, d1) } {
+        return;
+    }
+    let _ = simd;
+    for (ox, &gv) in grad.iter().enumerate() {
+        let j = 2 * ox;
+        let (_, at) = window_max(r0[j], r0[j + 1], r1[j], r1[j + 1]);
+        let pick = |k: u8| if at == k { gv } else { 0.0 };
+        d0[j] = pick(0);
+        d0[j + 1] = pick(1);
+        d1[j] = pick(2);
+        d1[j + 1] = pick(3);
+    }
+}
+
 /// Sizes of one pooling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolGeometry {
@@ -88,19 +150,14 @@ pub fn max_forward(x: &[f32], g: &PoolGeometry) -> Vec<f32> {
     let mut y = vec![0.0f32; g.planes * oh * ow];
     if g.kernel == [2, 2] && g.stride == [2, 2] && g.padding == [(0, 0), (0, 0)] {
         let w = g.width;
+        let simd = has_avx2();
         y.par_chunks_mut(oh * ow)
             .zip(x.par_chunks(hw))
             .for_each(|(out, plane)| {
                 for (oy, out) in out.chunks_exact_mut(ow).enumerate() {
                     let r0 = &plane[2 * oy * w..][..2 * ow];
                     let r1 = &plane[(2 * oy + 1) * w..][..2 * ow];
-                    for ((o, a), b) in out
-                        .iter_mut()
-                        .zip(r0.chunks_exact(2))
-                        .zip(r1.chunks_exact(2))
-                    {
-                        *o = window_max(a[0], a[1], b[0], b[1]).0;
-                    }
+                    forward_row_2x2(r0, r1, out, simd);
                 }
             });
         return y;
@@ -131,6 +188,7 @@ pub fn max_backward(x: &[f32], dy: &[f32], g: &PoolGeometry) -> Vec<f32> {
         // Windows do not overlap: each output gradient lands on one of its four inputs, and
         // all four are written (branch-free), so the two input rows are filled in one pass.
         let w = g.width;
+        let simd = has_avx2();
         dx.par_chunks_mut(hw)
             .zip(x.par_chunks(hw))
             .zip(dy.par_chunks(oh * ow))
@@ -140,15 +198,7 @@ pub fn max_backward(x: &[f32], dy: &[f32], g: &PoolGeometry) -> Vec<f32> {
                     let r1 = &plane[(2 * oy + 1) * w..][..2 * ow];
                     let (d0, d1) = d[2 * oy * w..].split_at_mut(w);
                     let (d0, d1) = (&mut d0[..2 * ow], &mut d1[..2 * ow]);
-                    for (ox, &gv) in grad.iter().enumerate() {
-                        let j = 2 * ox;
-                        let (_, at) = window_max(r0[j], r0[j + 1], r1[j], r1[j + 1]);
-                        let pick = |k: u8| if at == k { gv } else { 0.0 };
-                        d0[j] = pick(0);
-                        d0[j + 1] = pick(1);
-                        d1[j] = pick(2);
-                        d1[j + 1] = pick(3);
-                    }
+                    backward_row_2x2(r0, r1, grad, d0, d1, simd);
                 }
             });
         return dx;
@@ -253,5 +303,69 @@ mod tests {
         let dx = max_backward(&x, &[1.0; 9], &g);
         // Window (0,0) holds 5 at index 1 and 3: the first (1) takes it; (0,1) -> 1; (1,0) -> 3.
         assert_eq!(dx, vec![0.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
+    }
+
+    /// The AVX2 rows against the scalar rows, bit for bit: ties (first maximum wins), NaNs
+    /// (propagate; the first NaN takes the gradient), -0.0 against 0.0, and rows of 3 (scalar),
+    /// 4, 7 (two overlapping 4-blocks), 8, 14 and 22 (overlapping 8-blocks) windows.
+    #[test]
+    fn vector_rows_equal_scalar_rows_bit_for_bit() {
+        if !has_avx2() {
+            return; // nothing to compare on this CPU
+        }
+        for ow in [3, 4, 7, 8, 14, 22] {
+            vector_rows_match(ow);
+        }
+    }
+
+    fn vector_rows_match(ow: usize) {
+        let special = [
+            f32::NAN,
+            0.0,
+            -0.0,
+            1.0,
+            1.0,
+            -1.0,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+        ];
+        let row = |seed: usize| -> Vec<f32> {
+            (0..2 * ow)
+                .map(|i| {
+                    let k = (i * 7 + seed * 13) % 23;
+                    if k < special.len() {
+                        special[k]
+                    } else {
+                        (k as f32 - 11.0) / 4.0
+                    }
+                })
+                .collect()
+        };
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for seed in 0..40 {
+            let (r0, r1) = (row(seed), row(seed + 101));
+            let grad: Vec<f32> = (0..ow).map(|i| i as f32 + 0.5).collect();
+            let (mut fv, mut fs) = (vec![0.0; ow], vec![0.0; ow]);
+            forward_row_2x2(&r0, &r1, &mut fv, true);
+            forward_row_2x2(&r0, &r1, &mut fs, false);
+            assert_eq!(bits(&fv), bits(&fs), "forward, {ow} windows, seed {seed}");
+            let mut dv = (vec![9.0; 2 * ow], vec![9.0; 2 * ow]);
+            let mut ds = (vec![9.0; 2 * ow], vec![9.0; 2 * ow]);
+            backward_row_2x2(&r0, &r1, &grad, &mut dv.0, &mut dv.1, true);
+            backward_row_2x2(&r0, &r1, &grad, &mut ds.0, &mut ds.1, false);
+            assert_eq!(
+                bits(&dv.0),
+                bits(&ds.0),
+                "backward row 0, {ow} windows, seed {seed}"
+            );
+            assert_eq!(
+                bits(&dv.1),
+                bits(&ds.1),
+                "backward row 1, {ow} windows, seed {seed}"
+            );
+            // Each window's gradient lands exactly once.
+            let total: f32 = dv.0.iter().chain(&dv.1).sum();
+            assert_eq!(total, grad.iter().sum::<f32>(), "seed {seed}");
+        }
     }
 }
