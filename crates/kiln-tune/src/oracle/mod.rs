@@ -159,3 +159,6 @@ pub(crate) fn wait_or_done(history: &[TrialRecord]) -> Decision {
         Decision::Done
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -225,7 +225,7 @@ fn check_numerical(
             "step",
             format!("step must be > 0 with linear sampling, found {s}"),
         )),
-        (Some(s), _) if s <= 1.0 => Err(err(
+        (Some(s), Sampling::Log | Sampling::ReverseLog) if s <= 1.0 => Err(err(
             i,
             "step",
             format!(
