@@ -14,7 +14,9 @@ use crate::trial::{Direction, TrialRecord, TrialState};
 /// `>= ` the rung's step (where Optuna's `prune` records it), so the decision is a pure
 /// function of the history. `min_resource = None` is Optuna's `"auto"`:
 /// `max(last step of the longest complete trial / 100, 1)`, recomputed from the history (no
-/// pruning before a trial completes).
+/// pruning before a trial completes); as in Optuna, where trials record rung values only once
+/// `min_resource` is known, only trials numbered after the first complete trial count at the
+/// rungs then.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SuccessiveHalvingPruner {
     /// Steps (epochs) before the first rung; `None` = `"auto"` (Optuna's default).
@@ -79,6 +81,13 @@ impl Pruner for SuccessiveHalvingPruner {
         let Some((step, value)) = last(trial) else {
             return false;
         };
+        // With "auto", Optuna records nothing until a trial is complete: count rung values
+        // only from trials created after the first complete one.
+        let first_complete = history
+            .iter()
+            .filter(|t| t.state == TrialState::Complete)
+            .map(|t| t.number)
+            .min();
         let min_resource = match self.min_resource {
             Some(m) => m,
             None => {
@@ -116,6 +125,7 @@ impl Pruner for SuccessiveHalvingPruner {
             let mut competing: Vec<f64> = history
                 .iter()
                 .filter(|t| t.number != trial.number)
+                .filter(|t| self.min_resource.is_some() || first_complete.is_some_and(|c| c < t.number))
                 .filter_map(|t| first_at_or_after(t, rung_step).map(|(_, v)| v))
                 .filter(|v| !v.is_nan())
                 .collect();
