@@ -15,7 +15,9 @@ route does) over the study directory and checks:
       booleans);
   (c) the experiment lists the hparams and, as metrics, the runs' scalar series, among them
       (`validation`, `epoch_loss`); each session's value of that metric is its history.json's
-      last val_loss (float32).
+      last val_loss (float32);
+  (d) the experiment (the dashboard's /experiment route) lists the four hparams with their
+      types (numbers as DATA_TYPE_FLOAT64, string, bool).
 
 Exits non-zero on any mismatch. Needs Fashion-MNIST (scripts/setup.sh) and tensorboard.
 """
@@ -36,6 +38,7 @@ from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
 from tensorboard.plugins import base_plugin  # noqa: E402
 from tensorboard.plugins.hparams import api_pb2  # noqa: E402
 from tensorboard.plugins.hparams import backend_context  # noqa: E402
+from tensorboard.plugins.hparams import get_experiment  # noqa: E402
 from tensorboard.plugins.hparams import list_session_groups  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -135,8 +138,18 @@ def main():
     provider = data_provider.MultiplexerDataProvider(mux, study)
     tb = base_plugin.TBContext(logdir=study, data_provider=provider, multiplexer=mux)
     ctx = tb_context.RequestContext()
+    # The dashboard's default request: every status, metrics included.
     request = api_pb2.ListSessionGroupsRequest(
-        start_index=0, slice_size=100, include_metrics=True, aggregation_type=api_pb2.AGGREGATION_AVG
+        start_index=0,
+        slice_size=100,
+        include_metrics=True,
+        aggregation_type=api_pb2.AGGREGATION_AVG,
+        allowed_statuses=[
+            api_pb2.STATUS_UNKNOWN,
+            api_pb2.STATUS_SUCCESS,
+            api_pb2.STATUS_FAILURE,
+            api_pb2.STATUS_RUNNING,
+        ],
     )
     response = list_session_groups.Handler(ctx, backend_context.Context(tb), "", request).run()
     sessions = {s.name: (g, s) for g in response.session_groups for s in g.sessions}
@@ -165,6 +178,22 @@ def main():
         got = metrics.get(("validation", "epoch_loss"))
         check(got is not None and abs(got - want) <= 1e-6 * max(1.0, abs(want)),
               f"{name}: validation/epoch_loss {got} == {want}")
+
+    print("(d) the experiment (the dashboard's /experiment) lists the hparams with their types")
+    experiment = get_experiment.Handler(
+        ctx, backend_context.Context(tb), "", api_pb2.GetExperimentRequest()
+    ).run()
+    types = {h.name: api_pb2.DataType.Name(h.type) for h in experiment.hparam_infos}
+    check(
+        types
+        == {
+            "learning_rate": "DATA_TYPE_FLOAT64",
+            "units": "DATA_TYPE_FLOAT64",
+            "optimizer": "DATA_TYPE_STRING",
+            "use_bias": "DATA_TYPE_BOOL",
+        },
+        f"hparam infos {types}",
+    )
 
     if FAILURES:
         print(f"{len(FAILURES)} failure(s)")
