@@ -3,7 +3,7 @@
 //! `size(s, r)` trials of `epochs(s, r)` epochs; round `r + 1` promotes the best completed
 //! trials of round `r`, which continue from their checkpoint.
 
-use super::{random_unique, trial_rng, wait_or_done, Oracle};
+use super::{Oracle, random_unique, trial_rng, wait_or_done};
 use crate::space::SearchSpace;
 use crate::trial::{Decision, Direction, TrialPlan, TrialRecord, TrialState};
 
@@ -84,8 +84,7 @@ impl HyperbandOracle {
 
     /// Keras Tuner's `_get_epochs`: `⌈max_epochs / factor^(bracket − round)⌉`.
     pub fn epochs(&self, bracket: u32, round: u32) -> u32 {
-        (self.max_epochs as f64 / (self.factor as f64).powi((bracket - round) as i32)).ceil()
-            as u32
+        (self.max_epochs as f64 / (self.factor as f64).powi((bracket - round) as i32)).ceil() as u32
     }
 
     /// The bracket number of the `k`-th bracket opened (0-based): `s_max, …, 0, s_max, …`.

@@ -1,6 +1,6 @@
 //! Random search (Keras Tuner's `RandomSearchOracle`).
 
-use super::{random_unique, trial_rng, wait_or_done, Oracle};
+use super::{Oracle, random_unique, trial_rng, wait_or_done};
 use crate::space::SearchSpace;
 use crate::trial::{Decision, TrialPlan, TrialRecord};
 

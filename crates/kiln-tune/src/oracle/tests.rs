@@ -17,7 +17,8 @@ fn record(number: u64, plan: TrialPlan, state: TrialState, value: Option<f64>) -
     }
 }
 
-const X: &str = "[[hyperparameters]]\nname = \"x\"\ntype = \"Float\"\nmin_value = 0.0\nmax_value = 1.0\n";
+const X: &str =
+    "[[hyperparameters]]\nname = \"x\"\ntype = \"Float\"\nmin_value = 0.0\nmax_value = 1.0\n";
 
 /// Keras Tuner 1.4.8's HyperbandOracle, max_epochs = 27, factor = 3, one worker, trial `i`
 /// scoring `(7·i) mod 11` (maximised): `(trial, bracket, round, epochs, initial_epoch,
@@ -100,10 +101,22 @@ fn hyperband_matches_keras_tuner_for_27_epochs_factor_3() {
     let oracle = HyperbandOracle::new(space(X), Direction::Max, 1, 27, 3, 1);
     assert_eq!(oracle.num_brackets(), 4);
     // Sizes and epochs per (bracket, round), as Keras Tuner's _get_size/_get_epochs.
-    let sizes: Vec<Vec<usize>> = (0..4).rev().map(|b| (0..=b).map(|r| oracle.size(b, r)).collect()).collect();
-    assert_eq!(sizes, vec![vec![27, 9, 3, 1], vec![12, 4, 2], vec![6, 2], vec![4]]);
-    let epochs: Vec<Vec<u32>> = (0..4).rev().map(|b| (0..=b).map(|r| oracle.epochs(b, r)).collect()).collect();
-    assert_eq!(epochs, vec![vec![1, 3, 9, 27], vec![3, 9, 27], vec![9, 27], vec![27]]);
+    let sizes: Vec<Vec<usize>> = (0..4)
+        .rev()
+        .map(|b| (0..=b).map(|r| oracle.size(b, r)).collect())
+        .collect();
+    assert_eq!(
+        sizes,
+        vec![vec![27, 9, 3, 1], vec![12, 4, 2], vec![6, 2], vec![4]]
+    );
+    let epochs: Vec<Vec<u32>> = (0..4)
+        .rev()
+        .map(|b| (0..=b).map(|r| oracle.epochs(b, r)).collect())
+        .collect();
+    assert_eq!(
+        epochs,
+        vec![vec![1, 3, 9, 27], vec![3, 9, 27], vec![9, 27], vec![27]]
+    );
 
     let mut history: Vec<TrialRecord> = Vec::new();
     for &(n, bracket, round, ep, initial, parent) in KERAS_HYPERBAND_27_3 {
@@ -115,19 +128,27 @@ fn hyperband_matches_keras_tuner_for_27_epochs_factor_3() {
         let want_parent = (parent >= 0).then_some(parent as u64);
         assert_eq!(plan.resume_from, want_parent, "trial {n}");
         // initial epoch = the parent's epochs.
-        let init = plan.resume_from.map_or(0, |p| history[p as usize].plan.epochs);
+        let init = plan
+            .resume_from
+            .map_or(0, |p| history[p as usize].plan.epochs);
         assert_eq!(init, initial, "trial {n}");
         if let Some(p) = plan.resume_from {
             assert_eq!(plan.params, history[p as usize].plan.params);
         }
-        history.push(record(n, plan, TrialState::Complete, Some(((n * 7) % 11) as f64)));
+        history.push(record(
+            n,
+            plan,
+            TrialState::Complete,
+            Some(((n * 7) % 11) as f64),
+        ));
     }
     assert_eq!(oracle.next(&history), Decision::Done);
 }
 
 #[test]
 fn hyperband_waits_for_the_last_bracket_and_iterates() {
-    // max_epochs 9, factor 3: brackets 2 (9, 3, 1 trials), 1 (5, 1... as Keras computes), 0.
+    // max_epochs 9, factor 3: bracket 2 has rounds of 9, 3, 1 trials, bracket 1 of 5, 2,
+    // bracket 0 of 3 (Keras Tuner's _get_size).
     let oracle = HyperbandOracle::new(space(X), Direction::Min, 0, 9, 3, 2);
     let mut history: Vec<TrialRecord> = Vec::new();
     let mut brackets = Vec::new();
@@ -154,7 +175,10 @@ fn hyperband_waits_for_the_last_bracket_and_iterates() {
     history[last].value = None;
     assert_eq!(oracle.next(&history), Decision::Wait);
     // Minimising: the first promotion of bracket 2 is its lowest-valued trial (trial 0).
-    let first_promoted = history.iter().find(|t| t.plan.resume_from.is_some()).unwrap();
+    let first_promoted = history
+        .iter()
+        .find(|t| t.plan.resume_from.is_some())
+        .unwrap();
     assert_eq!(first_promoted.plan.resume_from, Some(0));
 }
 
@@ -165,23 +189,31 @@ fn hyperband_opens_the_next_bracket_while_a_round_runs() {
     let size0 = oracle.size(2, 0);
     let mut history: Vec<TrialRecord> = Vec::new();
     for n in 0..size0 as u64 {
-        let Decision::Run(plan) = oracle.next(&history) else { panic!() };
+        let Decision::Run(plan) = oracle.next(&history) else {
+            panic!()
+        };
         history.push(record(n, plan, TrialState::Running, None));
     }
-    let Decision::Run(plan) = oracle.next(&history) else { panic!() };
+    let Decision::Run(plan) = oracle.next(&history) else {
+        panic!()
+    };
     assert_eq!(plan.bracket, Some((1, 0)));
     assert_eq!(plan.resume_from, None);
 }
 
 #[test]
 fn random_is_deterministic_and_avoids_duplicates() {
-    let s = space("[[hyperparameters]]\nname = \"c\"\ntype = \"Choice\"\nvalues = [\"a\", \"b\", \"c\"]\n");
+    let s = space(
+        "[[hyperparameters]]\nname = \"c\"\ntype = \"Choice\"\nvalues = [\"a\", \"b\", \"c\"]\n",
+    );
     let oracle = RandomOracle::new(s, 42);
     let mut history: Vec<TrialRecord> = Vec::new();
     for n in 0..3 {
         let d = oracle.next(&history);
         assert_eq!(d, oracle.next(&history));
-        let Decision::Run(plan) = d else { panic!("trial {n}") };
+        let Decision::Run(plan) = d else {
+            panic!("trial {n}")
+        };
         assert_eq!(plan.epochs_override(), None);
         history.push(record(n, plan, TrialState::Running, None));
     }
@@ -205,7 +237,12 @@ fn grid_visits_every_point_once_under_any_states() {
     let oracle = GridOracle::new(s.clone()).unwrap();
     // 3 × (1 + 2) points.
     assert_eq!(oracle.points().len(), 9);
-    let states = [TrialState::Complete, TrialState::Failed, TrialState::Running, TrialState::Pruned];
+    let states = [
+        TrialState::Complete,
+        TrialState::Failed,
+        TrialState::Running,
+        TrialState::Pruned,
+    ];
     let mut history: Vec<TrialRecord> = Vec::new();
     while let Decision::Run(plan) = oracle.next(&history) {
         let n = history.len() as u64;
@@ -214,24 +251,35 @@ fn grid_visits_every_point_once_under_any_states() {
         assert!(history.len() <= 9);
     }
     assert_eq!(history.len(), 9);
-    let mut keys: Vec<String> = history.iter().map(|t| serde_json::to_string(&t.plan.params).unwrap()).collect();
+    let mut keys: Vec<String> = history
+        .iter()
+        .map(|t| serde_json::to_string(&t.plan.params).unwrap())
+        .collect();
     keys.sort();
     keys.dedup();
     assert_eq!(keys.len(), 9, "no point twice");
     // Two workers reading the same history agree on the next point; after one claims it the
     // other gets the following one.
     let partial = &history[..4];
-    let Decision::Run(p1) = oracle.next(partial) else { panic!() };
-    let Decision::Run(p2) = oracle.next(partial) else { panic!() };
+    let Decision::Run(p1) = oracle.next(partial) else {
+        panic!()
+    };
+    let Decision::Run(p2) = oracle.next(partial) else {
+        panic!()
+    };
     assert_eq!(p1, p2);
     let mut more = partial.to_vec();
     more.push(record(4, p1.clone(), TrialState::Running, None));
-    let Decision::Run(p3) = oracle.next(&more) else { panic!() };
+    let Decision::Run(p3) = oracle.next(&more) else {
+        panic!()
+    };
     assert_ne!(p3.params, p1.params);
     // Resume after a gap: a history missing a middle point gets that point back.
     let mut gap = history.clone();
     let removed = gap.remove(2);
-    let Decision::Run(p) = oracle.next(&gap) else { panic!() };
+    let Decision::Run(p) = oracle.next(&gap) else {
+        panic!()
+    };
     assert_eq!(p.params, removed.plan.params);
 }
 
@@ -244,16 +292,43 @@ fn build_reads_tuner_keys() {
     let table = |src: &str| -> toml::Table { toml::from_str(src).unwrap() };
     for alg in ["random", "grid", "hyperband", "bayesian"] {
         let t = table(&format!("algorithm = \"{alg}\"\nseed = 3"));
-        let s = space("[[hyperparameters]]\nname = \"a\"\ntype = \"Int\"\nmin_value = 1\nmax_value = 3\n");
-        assert!(matches!(build(&t, &s, &objective).unwrap().next(&[]), Decision::Run(_)), "{alg}");
+        let s = space(
+            "[[hyperparameters]]\nname = \"a\"\ntype = \"Int\"\nmin_value = 1\nmax_value = 3\n",
+        );
+        assert!(
+            matches!(
+                build(&t, &s, &objective).unwrap().next(&[]),
+                Decision::Run(_)
+            ),
+            "{alg}"
+        );
     }
-    let err = |src: &str| build(&table(src), &space(X), &objective).err().expect(src).to_string();
+    let err = |src: &str| {
+        build(&table(src), &space(X), &objective)
+            .err()
+            .expect(src)
+            .to_string()
+    };
     assert!(err("algorithm = \"annealing\"").contains("tuner.algorithm"));
-    assert!(err("algorithm = \"random\"\nmax_epochs = 3").contains("tuner.max_epochs: applies to hyperband only"));
-    assert!(err("algorithm = \"hyperband\"\nfactor = 1").contains("tuner.factor = 1: must be >= 2"));
+    assert!(
+        err("algorithm = \"random\"\nmax_epochs = 3")
+            .contains("tuner.max_epochs: applies to hyperband only")
+    );
+    assert!(
+        err("algorithm = \"hyperband\"\nfactor = 1").contains("tuner.factor = 1: must be >= 2")
+    );
     assert!(err("algorithm = \"grid\"").contains("hyperparameters[0].step"));
     assert!(err("algorithm = \"bayesian\"\nn_ei_candidates = 0").contains("tuner.n_ei_candidates"));
-    for key in ["algorithm", "seed", "max_epochs", "factor", "hyperband_iterations", "n_startup_trials", "n_ei_candidates", "constant_liar"] {
+    for key in [
+        "algorithm",
+        "seed",
+        "max_epochs",
+        "factor",
+        "hyperband_iterations",
+        "n_startup_trials",
+        "n_ei_candidates",
+        "constant_liar",
+    ] {
         assert!(ORACLE_KEYS.contains(&key));
     }
 }

@@ -1,6 +1,6 @@
 //! Optuna's `MedianPruner` (= `PercentilePruner(50)`, `optuna/pruners/_percentile.py`).
 
-use super::{at, last, Pruner};
+use super::{Pruner, at, last};
 use crate::trial::{Direction, TrialRecord, TrialState};
 
 /// Prunes a trial whose best value so far is worse than the median of the complete trials'
@@ -81,7 +81,11 @@ impl Pruner for MedianPruner {
         if second_last >= nearest_lower as i64 {
             return false;
         }
-        let values = trial.intermediate.iter().map(|(_, v)| *v).filter(|v| !v.is_nan());
+        let values = trial
+            .intermediate
+            .iter()
+            .map(|(_, v)| *v)
+            .filter(|v| !v.is_nan());
         let best = match direction {
             Direction::Max => values.fold(f64::NAN, f64::max),
             Direction::Min => values.fold(f64::NAN, f64::min),

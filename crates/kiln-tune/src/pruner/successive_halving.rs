@@ -1,7 +1,7 @@
 //! Optuna's `SuccessiveHalvingPruner` (asynchronous successive halving,
 //! `optuna/pruners/_successive_halving.py`).
 
-use super::{last, Pruner};
+use super::{Pruner, last};
 use crate::trial::{Direction, TrialRecord, TrialState};
 
 /// Asynchronous successive halving: rung `k` is reached at step
@@ -125,7 +125,9 @@ impl Pruner for SuccessiveHalvingPruner {
             let mut competing: Vec<f64> = history
                 .iter()
                 .filter(|t| t.number != trial.number)
-                .filter(|t| self.min_resource.is_some() || first_complete.is_some_and(|c| c < t.number))
+                .filter(|t| {
+                    self.min_resource.is_some() || first_complete.is_some_and(|c| c < t.number)
+                })
                 .filter_map(|t| first_at_or_after(t, rung_step).map(|(_, v)| v))
                 .filter(|v| !v.is_nan())
                 .collect();

@@ -128,7 +128,13 @@ pub(crate) fn int_n_stepped(min: i64, max: i64, step: i64, sampling: Sampling) -
 }
 
 /// The `index`-th stepped value (Keras Tuner's `_get_value_by_index`).
-pub(crate) fn stepped_value(min: f64, max: f64, step: f64, sampling: Sampling, index: usize) -> f64 {
+pub(crate) fn stepped_value(
+    min: f64,
+    max: f64,
+    step: f64,
+    sampling: Sampling,
+    index: usize,
+) -> f64 {
     match sampling {
         Sampling::Linear => min + index as f64 * step,
         Sampling::Log => min * step.powi(index as i32),
@@ -290,9 +296,11 @@ impl HyperParameter {
                 }
                 step.is_none()
                     || value == &self.default
-                    || self.discrete_values().unwrap_or_default().iter().any(|x| {
-                        matches!(x, Value::Float(x) if (x - v).abs() <= tol)
-                    })
+                    || self
+                        .discrete_values()
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|x| matches!(x, Value::Float(x) if (x - v).abs() <= tol))
             }
             (Kind::Choice { values, .. }, v) => values.contains(v),
             (Kind::Boolean, Value::Bool(_)) => true,

@@ -7,7 +7,14 @@ use super::hyperparameter::{Condition, HyperParameter, Kind, Sampling};
 use crate::error::TuneError;
 use crate::trial::Value;
 
-const COMMON_KEYS: &[&str] = &["name", "type", "key", "default", "parent_name", "parent_values"];
+const COMMON_KEYS: &[&str] = &[
+    "name",
+    "type",
+    "key",
+    "default",
+    "parent_name",
+    "parent_values",
+];
 const NUMERICAL_KEYS: &[&str] = &["min_value", "max_value", "step", "sampling"];
 
 /// Builds the error `hyperparameters[i].field: what; fix`.
@@ -57,13 +64,21 @@ pub(crate) fn parse_one(
                 format!("expected a non-empty string, found {other}"),
             ));
         }
-        None => return Err(err(i, "name", "missing; give each hyperparameter a unique name")),
+        None => {
+            return Err(err(
+                i,
+                "name",
+                "missing; give each hyperparameter a unique name",
+            ));
+        }
     };
     if earlier.iter().any(|hp| hp.name == name) {
         return Err(err(
             i,
             "name",
-            format!("duplicate name '{name}'; names must be unique (use `key` to set the same run-config key from two conditional hyperparameters)"),
+            format!(
+                "duplicate name '{name}'; names must be unique (use `key` to set the same run-config key from two conditional hyperparameters)"
+            ),
         ));
     }
     let ty = match table.get("type") {
@@ -79,7 +94,11 @@ pub(crate) fn parse_one(
     };
     let allowed: Vec<&str> = match ty.as_str() {
         "Int" | "Float" => COMMON_KEYS.iter().chain(NUMERICAL_KEYS).copied().collect(),
-        "Choice" => COMMON_KEYS.iter().copied().chain(["values", "ordered"]).collect(),
+        "Choice" => COMMON_KEYS
+            .iter()
+            .copied()
+            .chain(["values", "ordered"])
+            .collect(),
         "Boolean" => COMMON_KEYS.to_vec(),
         "Fixed" => COMMON_KEYS
             .iter()
@@ -91,7 +110,9 @@ pub(crate) fn parse_one(
             return Err(err(
                 i,
                 "type",
-                format!("unknown type '{other}'; one of Int, Float, Choice, Boolean, Fixed (Keras Tuner's names, case-sensitive)"),
+                format!(
+                    "unknown type '{other}'; one of Int, Float, Choice, Boolean, Fixed (Keras Tuner's names, case-sensitive)"
+                ),
             ));
         }
     };
@@ -113,7 +134,9 @@ pub(crate) fn parse_one(
             return Err(err(
                 i,
                 "key",
-                format!("expected a dotted run-config key such as \"compile.optimizer.learning_rate\", found {other}"),
+                format!(
+                    "expected a dotted run-config key such as \"compile.optimizer.learning_rate\", found {other}"
+                ),
             ));
         }
         None => name.clone(),
@@ -122,7 +145,14 @@ pub(crate) fn parse_one(
         .get("default")
         .map(|v| {
             value_from_toml(v).ok_or_else(|| {
-                err(i, "default", format!("expected a number, string or boolean, found {}", v.type_str()))
+                err(
+                    i,
+                    "default",
+                    format!(
+                        "expected a number, string or boolean, found {}",
+                        v.type_str()
+                    ),
+                )
             })
         })
         .transpose()?;
@@ -135,7 +165,11 @@ pub(crate) fn parse_one(
             None => (Kind::Boolean, Value::Bool(false)),
             Some(Value::Bool(b)) => (Kind::Boolean, Value::Bool(b)),
             Some(other) => {
-                return Err(err(i, "default", format!("expected true or false, found {}", type_name(&other))));
+                return Err(err(
+                    i,
+                    "default",
+                    format!("expected true or false, found {}", type_name(&other)),
+                ));
             }
         },
         _ => {
@@ -143,9 +177,21 @@ pub(crate) fn parse_one(
                 .get("value")
                 .ok_or_else(|| err(i, "value", "missing; a Fixed hyperparameter needs `value`"))?;
             let value = value_from_toml(value).ok_or_else(|| {
-                err(i, "value", format!("expected a number, string or boolean, found {}", value.type_str()))
+                err(
+                    i,
+                    "value",
+                    format!(
+                        "expected a number, string or boolean, found {}",
+                        value.type_str()
+                    ),
+                )
             })?;
-            (Kind::Fixed { value: value.clone() }, value)
+            (
+                Kind::Fixed {
+                    value: value.clone(),
+                },
+                value,
+            )
         }
     };
     let condition = parse_condition(i, table, earlier)?;
@@ -171,7 +217,11 @@ fn parse_sampling(i: usize, table: &toml::Table) -> Result<Sampling, TuneError> 
                 format!("unknown sampling '{other}'; one of \"linear\", \"log\", \"reverse_log\""),
             )),
         },
-        Some(other) => Err(err(i, "sampling", format!("expected a string, found {other}"))),
+        Some(other) => Err(err(
+            i,
+            "sampling",
+            format!("expected a string, found {other}"),
+        )),
     }
 }
 
@@ -180,7 +230,11 @@ fn get_f64(i: usize, table: &toml::Table, field: &str) -> Result<Option<f64>, Tu
         None => Ok(None),
         Some(toml::Value::Integer(v)) => Ok(Some(*v as f64)),
         Some(toml::Value::Float(v)) if v.is_finite() => Ok(Some(*v)),
-        Some(other) => Err(err(i, field, format!("expected a finite number, found {other}"))),
+        Some(other) => Err(err(
+            i,
+            field,
+            format!("expected a finite number, found {other}"),
+        )),
     }
 }
 
@@ -190,7 +244,11 @@ fn get_i64(i: usize, table: &toml::Table, field: &str) -> Result<Option<i64>, Tu
         Some(toml::Value::Integer(v)) => Ok(Some(*v)),
         // Keras Tuner's `_check_int` accepts 2.0 for 2.
         Some(toml::Value::Float(v)) if v.fract() == 0.0 && v.abs() < 9.0e15 => Ok(Some(*v as i64)),
-        Some(other) => Err(err(i, field, format!("expected an integer for an Int hyperparameter, found {other}"))),
+        Some(other) => Err(err(
+            i,
+            field,
+            format!("expected an integer for an Int hyperparameter, found {other}"),
+        )),
     }
 }
 
@@ -238,7 +296,13 @@ fn check_numerical(
 }
 
 fn require(i: usize, v: Option<f64>, field: &str) -> Result<f64, TuneError> {
-    v.ok_or_else(|| err(i, field, format!("missing; Int and Float need min_value and max_value")))
+    v.ok_or_else(|| {
+        err(
+            i,
+            field,
+            "missing; Int and Float need min_value and max_value",
+        )
+    })
 }
 
 fn parse_int(
@@ -246,10 +310,20 @@ fn parse_int(
     table: &toml::Table,
     default: Option<Value>,
 ) -> Result<(Kind, Value), TuneError> {
-    let min = get_i64(i, table, "min_value")?
-        .ok_or_else(|| err(i, "min_value", "missing; Int and Float need min_value and max_value"))?;
-    let max = get_i64(i, table, "max_value")?
-        .ok_or_else(|| err(i, "max_value", "missing; Int and Float need min_value and max_value"))?;
+    let min = get_i64(i, table, "min_value")?.ok_or_else(|| {
+        err(
+            i,
+            "min_value",
+            "missing; Int and Float need min_value and max_value",
+        )
+    })?;
+    let max = get_i64(i, table, "max_value")?.ok_or_else(|| {
+        err(
+            i,
+            "max_value",
+            "missing; Int and Float need min_value and max_value",
+        )
+    })?;
     let step = get_i64(i, table, "step")?;
     let sampling = parse_sampling(i, table)?;
     check_numerical(i, min as f64, max as f64, step.map(|s| s as f64), sampling)?;
@@ -318,13 +392,26 @@ fn parse_choice(
         Some(toml::Value::Array(_)) => {
             return Err(err(i, "values", "empty; a Choice needs at least one value"));
         }
-        Some(other) => return Err(err(i, "values", format!("expected an array, found {other}"))),
+        Some(other) => {
+            return Err(err(
+                i,
+                "values",
+                format!("expected an array, found {other}"),
+            ));
+        }
         None => return Err(err(i, "values", "missing; a Choice needs `values = [...]`")),
     };
     let mut values = Vec::with_capacity(arr.len());
     for (j, v) in arr.iter().enumerate() {
         let v = value_from_toml(v).ok_or_else(|| {
-            err(i, &format!("values[{j}]"), format!("expected a number, string or boolean, found {}", v.type_str()))
+            err(
+                i,
+                &format!("values[{j}]"),
+                format!(
+                    "expected a number, string or boolean, found {}",
+                    v.type_str()
+                ),
+            )
         })?;
         if let Some(first) = values.first()
             && type_name(first) != type_name(&v)
@@ -340,7 +427,11 @@ fn parse_choice(
             ));
         }
         if values.contains(&v) {
-            return Err(err(i, &format!("values[{j}]"), format!("duplicate value {v:?}; list each choice once")));
+            return Err(err(
+                i,
+                &format!("values[{j}]"),
+                format!("duplicate value {v:?}; list each choice once"),
+            ));
         }
         values.push(v);
     }
@@ -348,10 +439,20 @@ fn parse_choice(
     let ordered = match table.get("ordered") {
         None => numeric,
         Some(toml::Value::Boolean(true)) if !numeric => {
-            return Err(err(i, "ordered", "must be false for string and boolean choices"));
+            return Err(err(
+                i,
+                "ordered",
+                "must be false for string and boolean choices",
+            ));
         }
         Some(toml::Value::Boolean(b)) => *b,
-        Some(other) => return Err(err(i, "ordered", format!("expected true or false, found {other}"))),
+        Some(other) => {
+            return Err(err(
+                i,
+                "ordered",
+                format!("expected true or false, found {other}"),
+            ));
+        }
     };
     let default = match default {
         None => values[0].clone(),
@@ -375,12 +476,22 @@ fn parse_condition(
     let parent_name = match table.get("parent_name") {
         None => {
             if table.contains_key("parent_values") {
-                return Err(err(i, "parent_values", "given without parent_name; name the parent hyperparameter"));
+                return Err(err(
+                    i,
+                    "parent_values",
+                    "given without parent_name; name the parent hyperparameter",
+                ));
             }
             return Ok(None);
         }
         Some(toml::Value::String(s)) => s.clone(),
-        Some(other) => return Err(err(i, "parent_name", format!("expected a string, found {other}"))),
+        Some(other) => {
+            return Err(err(
+                i,
+                "parent_name",
+                format!("expected a string, found {other}"),
+            ));
+        }
     };
     let parent = earlier.iter().find(|hp| hp.name == parent_name).ok_or_else(|| {
         err(
@@ -390,9 +501,19 @@ fn parse_condition(
         )
     })?;
     let raw: Vec<&toml::Value> = match table.get("parent_values") {
-        None => return Err(err(i, "parent_values", "missing; list the parent values that activate this hyperparameter")),
+        None => {
+            return Err(err(
+                i,
+                "parent_values",
+                "missing; list the parent values that activate this hyperparameter",
+            ));
+        }
         Some(toml::Value::Array(a)) if a.is_empty() => {
-            return Err(err(i, "parent_values", "empty; list at least one parent value"));
+            return Err(err(
+                i,
+                "parent_values",
+                "empty; list at least one parent value",
+            ));
         }
         Some(toml::Value::Array(a)) => a.iter().collect(),
         // Keras Tuner's `utils.to_list`: a scalar is a one-element list.
@@ -403,7 +524,14 @@ fn parse_condition(
     for (j, v) in raw.into_iter().enumerate() {
         let field = format!("parent_values[{j}]");
         let mut value = value_from_toml(v).ok_or_else(|| {
-            err(i, &field, format!("expected a number, string or boolean, found {}", v.type_str()))
+            err(
+                i,
+                &field,
+                format!(
+                    "expected a number, string or boolean, found {}",
+                    v.type_str()
+                ),
+            )
         })?;
         if let (Value::Int(x), Value::Float(_)) = (&value, &parent.default) {
             value = Value::Float(*x as f64);
@@ -427,14 +555,20 @@ fn parse_condition(
             return Err(err(
                 i,
                 &field,
-                format!("{value:?} is not a value parent '{parent_name}' can take, so this hyperparameter would never be active"),
+                format!(
+                    "{value:?} is not a value parent '{parent_name}' can take, so this hyperparameter would never be active"
+                ),
             ));
         }
         parent_values.push(value);
     }
     let unique: BTreeSet<String> = parent_values.iter().map(|v| format!("{v:?}")).collect();
     if unique.len() != parent_values.len() {
-        return Err(err(i, "parent_values", "lists a value twice; list each once"));
+        return Err(err(
+            i,
+            "parent_values",
+            "lists a value twice; list each once",
+        ));
     }
     Ok(Some(Condition {
         parent_name,

@@ -105,21 +105,38 @@ fn from_prob_matches_keras_tuner() {
     };
     close(
         floats(&at("float_log")),
-        [0.0001, 0.000316227766016838, 0.001, 0.0031622776601683794, 0.00995405417351527],
+        [
+            0.0001,
+            0.000316227766016838,
+            0.001,
+            0.0031622776601683794,
+            0.00995405417351527,
+        ],
     );
     close(
         floats(&at("float_rev")),
-        [9.99999999999994e-05, 0.00693772233983162, 0.0091, 0.009783772233983162, 0.00999953842097216],
+        [
+            9.99999999999994e-05,
+            0.00693772233983162,
+            0.0091,
+            0.009783772233983162,
+            0.00999953842097216,
+        ],
     );
     close(floats(&at("float_step_log")), [0.001, 0.01, 0.1, 1.0, 10.0]);
     assert_eq!(
         at("choice"),
-        ["a", "a", "b", "c", "c"].map(|s| Value::Str(s.into())).to_vec()
+        ["a", "a", "b", "c", "c"]
+            .map(|s| Value::Str(s.into()))
+            .to_vec()
     );
     // Keras Tuner's docstring examples: log step multiplies, max inclusive.
     let hp = s.get("int_log_step").unwrap();
     assert_eq!(ints(&hp.discrete_values().unwrap()), [2, 4, 8, 16, 32]);
-    assert_eq!(ints(&s.get("int_lin").unwrap().discrete_values().unwrap()), [6, 9, 12]);
+    assert_eq!(
+        ints(&s.get("int_lin").unwrap().discrete_values().unwrap()),
+        [6, 9, 12]
+    );
     assert!(s.get("float_log").unwrap().discrete_values().is_none());
 }
 
@@ -177,7 +194,10 @@ fn log_sampling_stays_in_bounds_and_is_log_uniform() {
         buckets[b.min(9)] += 1.0;
     }
     let expected = log.len() as f64 / 10.0;
-    let chi2: f64 = buckets.iter().map(|c| (c - expected).powi(2) / expected).sum();
+    let chi2: f64 = buckets
+        .iter()
+        .map(|c| (c - expected).powi(2) / expected)
+        .sum();
     assert!(chi2 < 21.67, "chi2 {chi2}, buckets {buckets:?}");
     // KS: below the 1% critical value 1.63/√n.
     let crit = 1.63 / (log.len() as f64).sqrt();
@@ -202,10 +222,18 @@ fn int_log_sampling_reaches_both_ends() {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let mut counts = std::collections::BTreeMap::new();
     for _ in 0..5000 {
-        *counts.entry(ints(&[s.sample(&mut rng)["u"].clone()])[0]).or_insert(0) += 1;
+        *counts
+            .entry(ints(&[s.sample(&mut rng)["u"].clone()])[0])
+            .or_insert(0) += 1;
     }
-    assert_eq!(counts.keys().copied().collect::<Vec<_>>(), [2, 4, 8, 16, 32]);
-    assert!(counts.values().all(|&c| (900..1100).contains(&c)), "{counts:?}");
+    assert_eq!(
+        counts.keys().copied().collect::<Vec<_>>(),
+        [2, 4, 8, 16, 32]
+    );
+    assert!(
+        counts.values().all(|&c| (900..1100).contains(&c)),
+        "{counts:?}"
+    );
 }
 
 const CONDITIONAL: &str = r#"
@@ -279,7 +307,10 @@ fn grid_needs_steps() {
     )
     .unwrap();
     let e = s.grid().unwrap_err().to_string();
-    assert!(e.contains("hyperparameters[1].step") && e.contains("'lr'"), "{e}");
+    assert!(
+        e.contains("hyperparameters[1].step") && e.contains("'lr'"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -335,7 +366,10 @@ fn errors_name_the_key_and_the_fix() {
             "type = \"Int\"\nmin_value = 1\nmax_value = 8\nstep = 1\nsampling = \"log\"",
             &["hyperparameters[0].step", "> 1"],
         ),
-        ("type = \"Real\"", &["hyperparameters[0].type", "Int, Float, Choice"]),
+        (
+            "type = \"Real\"",
+            &["hyperparameters[0].type", "Int, Float, Choice"],
+        ),
         (
             "type = \"Float\"\nmin_value = 1.0\nmax_value = 2.0\nsampling = \"exp\"",
             &["hyperparameters[0].sampling", "reverse_log"],
@@ -358,7 +392,10 @@ fn errors_name_the_key_and_the_fix() {
         ),
         (
             "type = \"Boolean\"\nparent_name = \"b\"\nparent_values = [true]",
-            &["hyperparameters[0].parent_name", "define the parent earlier"],
+            &[
+                "hyperparameters[0].parent_name",
+                "define the parent earlier",
+            ],
         ),
     ];
     for (body, needles) in cases {
@@ -371,18 +408,29 @@ fn errors_name_the_key_and_the_fix() {
     let e = err(
         "[[hyperparameters]]\nname = \"c\"\ntype = \"Boolean\"\nparent_name = \"p\"\nparent_values = [true]\n[[hyperparameters]]\nname = \"p\"\ntype = \"Boolean\"\n",
     );
-    assert!(e.contains("hyperparameters[0].parent_name") && e.contains("'p'"), "{e}");
+    assert!(
+        e.contains("hyperparameters[0].parent_name") && e.contains("'p'"),
+        "{e}"
+    );
     // Duplicate names.
     let e = err(
         "[[hyperparameters]]\nname = \"p\"\ntype = \"Boolean\"\n[[hyperparameters]]\nname = \"p\"\ntype = \"Boolean\"\n",
     );
-    assert!(e.contains("hyperparameters[1].name") && e.contains("duplicate"), "{e}");
+    assert!(
+        e.contains("hyperparameters[1].name") && e.contains("duplicate"),
+        "{e}"
+    );
     // A parent value the parent cannot take.
     let e = err(
         "[[hyperparameters]]\nname = \"p\"\ntype = \"Choice\"\nvalues = [\"a\", \"b\"]\n[[hyperparameters]]\nname = \"c\"\ntype = \"Boolean\"\nparent_name = \"p\"\nparent_values = [\"z\"]\n",
     );
-    assert!(e.contains("hyperparameters[1].parent_values[0]") && e.contains("never be active"), "{e}");
+    assert!(
+        e.contains("hyperparameters[1].parent_values[0]") && e.contains("never be active"),
+        "{e}"
+    );
     // Not an array.
-    let e = SearchSpace::from_toml(&toml::Value::Integer(3)).unwrap_err().to_string();
+    let e = SearchSpace::from_toml(&toml::Value::Integer(3))
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("hyperparameters: expected an array"), "{e}");
 }

@@ -352,9 +352,13 @@ impl Callback for TensorBoard {
         if let Some(w) = self.session.as_mut() {
             w.add_hparams_session_end(SessionStatus::Success)?;
         }
-        for w in [self.session.take(), self.train.take(), self.validation.take()]
-            .into_iter()
-            .flatten()
+        for w in [
+            self.session.take(),
+            self.train.take(),
+            self.validation.take(),
+        ]
+        .into_iter()
+        .flatten()
         {
             w.close()?;
         }
@@ -532,18 +536,34 @@ mod tests {
             .iter()
             .flat_map(|e| e.values().to_vec())
             .collect();
-        let kinds: Vec<_> = values.iter().map(|v| v.as_hparams().unwrap().data.unwrap()).collect();
-        let [PluginDataKind::SessionStartInfo(start), PluginDataKind::SessionEndInfo(end)] =
-            kinds.as_slice()
+        let kinds: Vec<_> = values
+            .iter()
+            .map(|v| v.as_hparams().unwrap().data.unwrap())
+            .collect();
+        let [
+            PluginDataKind::SessionStartInfo(start),
+            PluginDataKind::SessionEndInfo(end),
+        ] = kinds.as_slice()
         else {
             panic!("{kinds:?}");
         };
-        assert_eq!(start.hparams["learning_rate"].kind, Some(ProtoValueKind::NumberValue(0.01)));
-        assert_eq!(start.hparams["units"].kind, Some(ProtoValueKind::NumberValue(32.0)));
+        assert_eq!(
+            start.hparams["learning_rate"].kind,
+            Some(ProtoValueKind::NumberValue(0.01))
+        );
+        assert_eq!(
+            start.hparams["units"].kind,
+            Some(ProtoValueKind::NumberValue(32.0))
+        );
         assert_eq!(end.status, 1);
         // Without hparams, nothing is written there.
         let other = tempfile::tempdir().unwrap();
-        train(&mut TensorBoard::new(other.path()), &mut ManualContext::new(0.01), 0..1, 1);
+        train(
+            &mut TensorBoard::new(other.path()),
+            &mut ManualContext::new(0.01),
+            0..1,
+            1,
+        );
         assert!(event_files(other.path()).unwrap().is_empty());
     }
 

@@ -34,12 +34,12 @@ use std::collections::BTreeMap;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
+use super::EventWriter;
 use super::proto::{
     DT_FLOAT, Dim, Event, PluginData, Summary, SummaryMetadata, TensorProto, TensorShapeProto,
     Value, ValueKind, What,
 };
 use super::writer::now;
-use super::EventWriter;
 use crate::error::Result;
 
 /// `metadata.PLUGIN_NAME` of the HParams plugin.
@@ -224,7 +224,11 @@ impl EventWriter {
             group_name: group_name(hparams),
             start_time_secs: now(),
         };
-        write(self, SESSION_START_INFO_TAG, PluginDataKind::SessionStartInfo(info))
+        write(
+            self,
+            SESSION_START_INFO_TAG,
+            PluginDataKind::SessionStartInfo(info),
+        )
     }
 
     /// Writes the HParams `session_end_info` with `status` (end time now), as
@@ -237,7 +241,11 @@ impl EventWriter {
             status: status as i32,
             end_time_secs: now(),
         };
-        write(self, SESSION_END_INFO_TAG, PluginDataKind::SessionEndInfo(info))
+        write(
+            self,
+            SESSION_END_INFO_TAG,
+            PluginDataKind::SessionEndInfo(info),
+        )
     }
 }
 

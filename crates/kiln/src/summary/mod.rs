@@ -29,8 +29,8 @@
 //! std::fs::remove_dir_all(dir).unwrap();
 //! ```
 
-pub mod hparams;
 pub mod histogram;
+pub mod hparams;
 pub mod proto;
 mod reader;
 mod writer;

@@ -10,7 +10,7 @@ mod truncnorm;
 use parzen::{Domain, Parzen};
 use rand::Rng;
 
-use super::{random_unique, trial_rng, wait_or_done, Oracle};
+use super::{Oracle, random_unique, trial_rng, wait_or_done};
 use crate::space::{HyperParameter, Kind, Sampling, SearchSpace};
 use crate::trial::{Decision, Direction, Params, TrialPlan, TrialRecord, TrialState, Value};
 
@@ -85,7 +85,10 @@ impl TpeOracle {
     }
 
     /// Optuna's `_split_trials`: (below, above), each sorted by trial number.
-    fn split<'a>(&self, history: &'a [TrialRecord]) -> (Vec<&'a TrialRecord>, Vec<&'a TrialRecord>) {
+    fn split<'a>(
+        &self,
+        history: &'a [TrialRecord],
+    ) -> (Vec<&'a TrialRecord>, Vec<&'a TrialRecord>) {
         let finite = |t: &&TrialRecord| t.value.is_some_and(f64::is_finite);
         let mut complete: Vec<&TrialRecord> = history
             .iter()
@@ -109,7 +112,9 @@ impl TpeOracle {
             Direction::Min => v,
             Direction::Max => -v,
         };
-        complete.sort_by(|a, b| signed(a.value.unwrap_or(0.0)).total_cmp(&signed(b.value.unwrap_or(0.0))));
+        complete.sort_by(|a, b| {
+            signed(a.value.unwrap_or(0.0)).total_cmp(&signed(b.value.unwrap_or(0.0)))
+        });
         // Optuna's _get_pruned_trial_score: (−last step, value in minimising sign); NaN last.
         let score = |t: &TrialRecord| match t.intermediate.iter().max_by_key(|(e, _)| *e) {
             None => (1.0, 0.0),

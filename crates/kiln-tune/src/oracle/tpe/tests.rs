@@ -12,27 +12,41 @@ fn parzen_log_pdf_matches_optuna() {
         step,
         log,
     };
-    let cases: Vec<(&str, Domain, Vec<f64>, Vec<f64>, Vec<f64>)> = vec![
+    type Case = (&'static str, Domain, Vec<f64>, Vec<f64>, Vec<f64>);
+    let cases: Vec<Case> = vec![
         (
             "float",
             num(0.0, 1.0, None, false),
             vec![0.2, 0.9, 0.5],
             vec![0.1, 0.5, 0.95],
-            vec![-0.09146087532863856, 0.10038905107989682, -0.16871026094972486],
+            vec![
+                -0.09146087532863856,
+                0.10038905107989682,
+                -0.16871026094972486,
+            ],
         ),
         (
             "float_log",
             num(1e-4, 1e-2, None, true),
             vec![3e-4, 2e-3],
             vec![1e-4, 1e-3, 9e-3],
-            vec![-1.7150638996974037, -1.3985955335694196, -1.8546543075808022],
+            vec![
+                -1.7150638996974037,
+                -1.3985955335694196,
+                -1.8546543075808022,
+            ],
         ),
         (
             "int",
             num(1.0, 10.0, Some(1.0), false),
             vec![3.0, 7.0, 7.0],
             vec![1.0, 4.0, 7.0, 10.0],
-            vec![-2.7166780605411804, -2.2834797005314, -2.0285406250267086, -2.6151478079919275],
+            vec![
+                -2.7166780605411804,
+                -2.2834797005314,
+                -2.0285406250267086,
+                -2.6151478079919275,
+            ],
         ),
         (
             "int_log",
@@ -46,7 +60,11 @@ fn parzen_log_pdf_matches_optuna() {
             Domain::Categorical { n: 3 },
             vec![0.0, 2.0, 2.0],
             vec![0.0, 1.0, 2.0],
-            vec![-1.0986122886681098, -1.6582280766035324, -0.7419373447293772],
+            vec![
+                -1.0986122886681098,
+                -1.6582280766035324,
+                -0.7419373447293772,
+            ],
         ),
         (
             "float_empty",
@@ -74,7 +92,9 @@ fn parzen_log_pdf_matches_optuna() {
 
 #[test]
 fn gamma_is_optunas() {
-    let got: Vec<usize> = [0, 1, 10, 11, 95, 249, 250, 1000].map(default_gamma).to_vec();
+    let got: Vec<usize> = [0, 1, 10, 11, 95, 249, 250, 1000]
+        .map(default_gamma)
+        .to_vec();
     assert_eq!(got, [0, 1, 1, 2, 10, 25, 25, 25]);
 }
 
@@ -157,9 +177,14 @@ fn tpe_beats_random_on_branin() {
         }
     }
     let (tpe_mean, rnd_mean) = (tpe_sum / 20.0, rnd_sum / 20.0);
-    eprintln!("Branin best of 50: TPE {tpe_mean}, random {rnd_mean}, TPE wins {wins}, losses {losses}");
+    eprintln!(
+        "Branin best of 50: TPE {tpe_mean}, random {rnd_mean}, TPE wins {wins}, losses {losses}"
+    );
     assert!(wins > 2 * losses, "TPE won {wins}, lost {losses}");
-    assert!(tpe_mean < 0.75 * rnd_mean, "mean best TPE {tpe_mean} vs random {rnd_mean}");
+    assert!(
+        tpe_mean < 0.75 * rnd_mean,
+        "mean best TPE {tpe_mean} vs random {rnd_mean}"
+    );
     // Branin's minimum is 0.397887: TPE's mean best of 50 comes close.
     assert!(tpe_mean < 1.0, "TPE mean best {tpe_mean}");
 }
@@ -201,14 +226,19 @@ parent_values = ["relu"]
 /// A shifted quadratic in log(lr), log2(units), plus the choice and the conditional dropout.
 fn mixed_objective(p: &Params) -> f64 {
     let lr = f(p, "lr");
-    let Value::Int(units) = p["units"] else { panic!() };
+    let Value::Int(units) = p["units"] else {
+        panic!()
+    };
     let act = match &p["act"] {
         Value::Str(s) if s == "relu" => 0.0,
         Value::Str(s) if s == "tanh" => 0.5,
         _ => 1.0,
     };
     let dropout = p.get("dropout").map_or(0.3, |_| f(p, "dropout"));
-    (lr.log10() + 2.5).powi(2) + ((units as f64).log2() - 7.0).powi(2) * 0.5 + act + (dropout - 0.2).powi(2) * 10.0
+    (lr.log10() + 2.5).powi(2)
+        + ((units as f64).log2() - 7.0).powi(2) * 0.5
+        + act
+        + (dropout - 0.2).powi(2) * 10.0
 }
 
 #[test]
@@ -271,9 +301,11 @@ fn tpe_points_are_in_the_space_and_deterministic() {
     // The below group holds the best values (maximised), sorted by number.
     let best: Vec<f64> = below.iter().map(|t| t.value.unwrap()).collect();
     let worst_below = best.iter().copied().fold(f64::INFINITY, f64::min);
-    assert!(above
-        .iter()
-        .filter(|t| t.state == TrialState::Complete)
-        .all(|t| t.value.unwrap() <= worst_below));
+    assert!(
+        above
+            .iter()
+            .filter(|t| t.state == TrialState::Complete)
+            .all(|t| t.value.unwrap() <= worst_below)
+    );
     assert!(below.windows(2).all(|w| w[0].number < w[1].number));
 }

@@ -22,11 +22,11 @@ pub(crate) fn log_ndtr(x: f64) -> f64 {
         return ndtr(x).ln();
     }
     let log_lhs = -0.5 * x * x - (-x).ln() - 0.5 * (2.0 * PI).ln();
-    let (mut last, mut rhs, mut numerator, mut denom) = (0.0, 1.0, 1.0, 1.0);
+    let (mut last, mut rhs, mut numerator, mut denom): (f64, f64, f64, f64) = (0.0, 1.0, 1.0, 1.0);
     let cons = 1.0 / (x * x);
     let mut sign = 1.0;
     let mut i = 0.0;
-    while (last - rhs as f64).abs() > f64::EPSILON && i < 100.0 {
+    while (last - rhs).abs() > f64::EPSILON && i < 100.0 {
         i += 1.0;
         last = rhs;
         sign = -sign;
@@ -34,7 +34,7 @@ pub(crate) fn log_ndtr(x: f64) -> f64 {
         numerator *= 2.0 * i - 1.0;
         rhs += sign * numerator * denom;
     }
-    log_lhs + (rhs as f64).ln()
+    log_lhs + rhs.ln()
 }
 
 /// `ln(e^a − e^b)` for `a >= b`.
