@@ -279,28 +279,22 @@ impl HyperParameter {
         Some(values)
     }
 
-    /// Whether `value` is one this hyperparameter can take (type and range; stepped values
-    /// within 1e-9 relative).
+    /// Whether `value` is one this hyperparameter can take (type and range; a stepped kind's
+    /// stepped values, within 1e-9 relative for floats, or its default).
     pub fn contains(&self, value: &Value) -> bool {
         match (&self.kind, value) {
             (Kind::Int { min, max, .. }, Value::Int(v)) => {
                 (min..=max).contains(&v)
-                    && self
-                        .discrete_values()
-                        .is_none_or(|vals| vals.contains(value) || value == &self.default)
+                    && (self.n_values().is_none()
+                        || value == &self.default
+                        || self.step_index(value).is_some())
             }
             (Kind::Float { min, max, step, .. }, Value::Float(v)) => {
-                let tol = 1e-9 * (max - min).abs().max(min.abs()).max(max.abs()).max(1e-300);
+                let tol = float_tol(*min, *max);
                 if *v < min - tol || *v > max + tol {
                     return false;
                 }
-                step.is_none()
-                    || value == &self.default
-                    || self
-                        .discrete_values()
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|x| matches!(x, Value::Float(x) if (x - v).abs() <= tol))
+                step.is_none() || value == &self.default || self.step_index(value).is_some()
             }
             (Kind::Choice { values, .. }, v) => values.contains(v),
             (Kind::Boolean, Value::Bool(_)) => true,
@@ -308,4 +302,94 @@ impl HyperParameter {
             _ => false,
         }
     }
+
+    /// For a stepped Int or Float (Int linear included, whose step is 1): the index of `value`
+    /// among [`discrete_values`](Self::discrete_values), computed without listing them; `None`
+    /// when `value` is not a stepped value or the kind is not stepped.
+    pub fn step_index(&self, value: &Value) -> Option<usize> {
+        let n = self.n_values()?;
+        match (&self.kind, value) {
+            (
+                Kind::Int {
+                    min,
+                    max,
+                    step,
+                    sampling,
+                },
+                Value::Int(v),
+            ) => {
+                let step = step.unwrap_or(1);
+                match sampling {
+                    Sampling::Linear => {
+                        let d = v.checked_sub(*min)?;
+                        (d >= 0 && d % step == 0 && ((d / step) as usize) < n)
+                            .then_some((d / step) as usize)
+                    }
+                    // Log steps: n is logarithmic in the range, so a scan is cheap.
+                    _ => (0..n).find(|&i| {
+                        stepped_value(*min as f64, *max as f64, step as f64, *sampling, i) as i64
+                            == *v
+                    }),
+                }
+            }
+            (
+                Kind::Float {
+                    min,
+                    max,
+                    step: Some(step),
+                    sampling,
+                },
+                Value::Float(v),
+            ) => {
+                let approx = match sampling {
+                    Sampling::Linear => (v - min) / step,
+                    Sampling::Log => (v / min).ln() / step.ln(),
+                    Sampling::ReverseLog => ((max + min - v) / min).ln() / step.ln(),
+                };
+                if !approx.is_finite() || approx < -0.5 {
+                    return None;
+                }
+                let i = approx.round() as usize;
+                let x = stepped_value(*min, *max, *step, *sampling, i);
+                (i < n && (x - v).abs() <= float_tol(*min, *max)).then_some(i)
+            }
+            _ => None,
+        }
+    }
+
+    /// The `index`-th of [`discrete_values`](Self::discrete_values) for a stepped Int or Float,
+    /// computed without listing them (`None` past the end or for other kinds).
+    pub fn step_value(&self, index: usize) -> Option<Value> {
+        if index >= self.n_values()? {
+            return None;
+        }
+        match &self.kind {
+            Kind::Int {
+                min,
+                max,
+                step,
+                sampling,
+            } => Some(Value::Int(stepped_value(
+                *min as f64,
+                *max as f64,
+                step.unwrap_or(1) as f64,
+                *sampling,
+                index,
+            ) as i64)),
+            Kind::Float {
+                min,
+                max,
+                step: Some(step),
+                sampling,
+            } => Some(Value::Float(stepped_value(
+                *min, *max, *step, *sampling, index,
+            ))),
+            _ => None,
+        }
+    }
+}
+
+/// The tolerance for comparing floats of the range `[min, max]`.
+fn float_tol(min: f64, max: f64) -> f64 {
+    1e-9 * (max - min).abs().max(min.abs()).max(max.abs()).max(1e-300)
 }

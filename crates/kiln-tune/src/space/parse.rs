@@ -519,7 +519,6 @@ fn parse_condition(
         // Keras Tuner's `utils.to_list`: a scalar is a one-element list.
         Some(v) => vec![v],
     };
-    let parent_discrete = parent.discrete_values();
     let mut parent_values = Vec::with_capacity(raw.len());
     for (j, v) in raw.into_iter().enumerate() {
         let field = format!("parent_values[{j}]");
@@ -547,11 +546,7 @@ fn parse_condition(
                 ),
             ));
         }
-        let possible = match &parent_discrete {
-            Some(vals) => vals.contains(&value) || parent.contains(&value),
-            None => parent.contains(&value),
-        };
-        if !possible {
+        if !parent.contains(&value) {
             return Err(err(
                 i,
                 &field,

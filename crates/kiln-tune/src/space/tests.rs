@@ -434,3 +434,54 @@ fn errors_name_the_key_and_the_fix() {
         .to_string();
     assert!(e.starts_with("hyperparameters: expected an array"), "{e}");
 }
+
+#[test]
+fn stepped_indices_round_trip_without_listing() {
+    let s = space(&format!(
+        "{KERAS_CASES}\n[[hyperparameters]]\nname = \"f_lin\"\ntype = \"Float\"\nmin_value = 0.0\nmax_value = 1.0\nstep = 0.2\n[[hyperparameters]]\nname = \"i_rev\"\ntype = \"Int\"\nmin_value = 1\nmax_value = 1000\nstep = 10\nsampling = \"reverse_log\"\n"
+    ))
+    .unwrap();
+    for name in [
+        "int_log_step",
+        "int_lin",
+        "float_step_log",
+        "f_lin",
+        "i_rev",
+    ] {
+        let hp = s.get(name).unwrap();
+        let values = hp.discrete_values().unwrap();
+        assert_eq!(hp.n_values(), Some(values.len()), "{name}");
+        for (i, v) in values.iter().enumerate() {
+            assert_eq!(hp.step_index(v), Some(i), "{name} {v:?}");
+            assert_eq!(hp.step_value(i).as_ref(), Some(v), "{name}");
+            assert!(hp.contains(v));
+        }
+        assert_eq!(hp.step_value(values.len()), None);
+    }
+    // reverse_log with a multiplying step: 1000 + 1 − 1·10^i.
+    let rev = s.get("i_rev").unwrap().discrete_values().unwrap();
+    assert_eq!(ints(&rev), [1000, 991, 901, 1]);
+    // Off-grid values are not in the space.
+    assert!(!s.get("int_lin").unwrap().contains(&Value::Int(7)));
+    assert!(!s.get("f_lin").unwrap().contains(&Value::Float(0.3)));
+    assert!(!s.get("int_log_step").unwrap().contains(&Value::Int(6)));
+    // A huge range is answered arithmetically (listing it would not fit in memory).
+    let big = space(
+        "[[hyperparameters]]\nname = \"n\"\ntype = \"Int\"\nmin_value = 0\nmax_value = 1000000000000\nstep = 3\n",
+    )
+    .unwrap();
+    let hp = &big.hyperparameters()[0];
+    assert_eq!(hp.n_values(), Some(333_333_333_334));
+    assert!(hp.contains(&Value::Int(300_000_000_000)));
+    assert!(!hp.contains(&Value::Int(300_000_000_001)));
+    assert_eq!(
+        hp.step_value(100_000_000_000),
+        Some(Value::Int(300_000_000_000))
+    );
+    assert!(
+        big.grid()
+            .unwrap_err()
+            .to_string()
+            .contains("grid grows past")
+    );
+}

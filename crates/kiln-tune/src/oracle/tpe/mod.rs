@@ -210,86 +210,73 @@ struct TpeMap {
     domain: Domain,
     /// Internal value = `max + min − value` (reverse_log).
     mirror: Option<(f64, f64)>,
-    /// Internal value = index into these values (stepped kinds, choices).
-    indexed: Option<Vec<Value>>,
+    /// Internal value = index into these values (choices).
+    choices: Option<Vec<Value>>,
+    /// Internal value = index of a stepped Int or Float ([`HyperParameter::step_index`]).
+    stepped: bool,
 }
 
 impl TpeMap {
     fn of(hp: &HyperParameter) -> Option<TpeMap> {
-        let indexed = |values: Vec<Value>, categorical: bool| {
-            let n = values.len();
-            Some(TpeMap {
-                domain: if categorical {
-                    Domain::Categorical { n }
-                } else {
-                    Domain::Numerical {
-                        low: 0.0,
-                        high: (n - 1) as f64,
-                        step: Some(1.0),
-                        log: false,
-                    }
-                },
-                mirror: None,
-                indexed: Some(values),
-            })
+        let categorical = |values: Vec<Value>| TpeMap {
+            domain: Domain::Categorical { n: values.len() },
+            mirror: None,
+            choices: Some(values),
+            stepped: false,
+        };
+        let continuous = |min: f64, max: f64, step: Option<f64>, sampling: Sampling| TpeMap {
+            domain: Domain::Numerical {
+                low: min,
+                high: max,
+                step,
+                log: sampling != Sampling::Linear,
+            },
+            mirror: (sampling == Sampling::ReverseLog).then_some((min, max)),
+            choices: None,
+            stepped: false,
         };
         match &hp.kind {
             Kind::Fixed { .. } => None,
-            Kind::Choice { values, .. } => indexed(values.clone(), true),
-            Kind::Boolean => indexed(vec![Value::Bool(true), Value::Bool(false)], true),
+            Kind::Choice { values, .. } => Some(categorical(values.clone())),
+            Kind::Boolean => Some(categorical(vec![Value::Bool(true), Value::Bool(false)])),
             Kind::Float {
                 min,
                 max,
                 step: None,
                 sampling,
-            } => Some(TpeMap {
-                domain: Domain::Numerical {
-                    low: *min,
-                    high: *max,
-                    step: None,
-                    log: *sampling != Sampling::Linear,
-                },
-                mirror: (*sampling == Sampling::ReverseLog).then_some((*min, *max)),
-                indexed: None,
-            }),
+            } => Some(continuous(*min, *max, None, *sampling)),
             Kind::Int {
                 min,
                 max,
                 step: None,
                 sampling,
-            } => Some(TpeMap {
-                domain: Domain::Numerical {
-                    low: *min as f64,
-                    high: *max as f64,
-                    step: Some(1.0),
-                    log: *sampling != Sampling::Linear,
-                },
-                mirror: (*sampling == Sampling::ReverseLog).then_some((*min as f64, *max as f64)),
-                indexed: None,
-            }),
-            _ => indexed(hp.discrete_values()?, false),
+            } => Some(continuous(*min as f64, *max as f64, Some(1.0), *sampling)),
+            _ => {
+                let n = hp.n_values()?;
+                Some(TpeMap {
+                    domain: Domain::Numerical {
+                        low: 0.0,
+                        high: n.saturating_sub(1) as f64,
+                        step: Some(1.0),
+                        log: false,
+                    },
+                    mirror: None,
+                    choices: None,
+                    stepped: true,
+                })
+            }
         }
     }
 
     fn to_internal(&self, hp: &HyperParameter, v: &Value) -> Option<f64> {
+        if let Some(values) = &self.choices {
+            return values.iter().position(|x| x == v).map(|i| i as f64);
+        }
+        if self.stepped {
+            return hp.step_index(v).map(|i| i as f64);
+        }
         if !hp.contains(v) {
             return None;
-        }
-        if let Some(values) = &self.indexed {
-            if let Some(i) = values.iter().position(|x| x == v) {
-                return Some(i as f64);
-            }
-            // A stepped float read back with round-off: the nearest value.
-            let Value::Float(f) = v else { return None };
-            return values
-                .iter()
-                .enumerate()
-                .filter_map(|(i, x)| match x {
-                    Value::Float(x) => Some((i, (x - f).abs())),
-                    _ => None,
-                })
-                .min_by(|a, b| a.1.total_cmp(&b.1))
-                .map(|(i, _)| i as f64);
         }
         let x = match v {
             Value::Int(i) => *i as f64,
@@ -303,8 +290,15 @@ impl TpeMap {
     }
 
     fn to_value(&self, hp: &HyperParameter, x: f64) -> Value {
-        if let Some(values) = &self.indexed {
-            return values[(x.round().max(0.0) as usize).min(values.len() - 1)].clone();
+        let index = x.round().max(0.0) as usize;
+        if let Some(values) = &self.choices {
+            return values[index.min(values.len() - 1)].clone();
+        }
+        if self.stepped {
+            let last = hp.n_values().unwrap_or(1).saturating_sub(1);
+            return hp
+                .step_value(index.min(last))
+                .unwrap_or_else(|| hp.default.clone());
         }
         let x = match self.mirror {
             Some((min, max)) => max + min - x,

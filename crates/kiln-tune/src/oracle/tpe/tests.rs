@@ -309,3 +309,20 @@ fn tpe_points_are_in_the_space_and_deterministic() {
     );
     assert!(below.windows(2).all(|w| w[0].number < w[1].number));
 }
+
+/// An Int over a billion values (step 1): TPE indexes it without listing it.
+#[test]
+fn tpe_on_a_huge_int_range() {
+    let doc: toml::Table = toml::from_str(
+        "[[hyperparameters]]\nname = \"n\"\ntype = \"Int\"\nmin_value = 1\nmax_value = 1000000000\n",
+    )
+    .unwrap();
+    let space = SearchSpace::from_toml(&doc["hyperparameters"]).unwrap();
+    let tpe = TpeOracle::new(space.clone(), Direction::Min, 1, TpeSettings::default());
+    let objective = |p: &Params| match p["n"] {
+        Value::Int(n) => ((n as f64) - 7.0e8).abs(),
+        _ => unreachable!(),
+    };
+    let best = best_of(&tpe, 30, objective);
+    assert!(best < 1.0e8, "{best}");
+}
