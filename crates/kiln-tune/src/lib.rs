@@ -19,6 +19,7 @@
 pub mod error;
 pub mod oracle;
 pub mod pruner;
+mod settings;
 pub mod space;
 pub mod trial;
 
