@@ -13,7 +13,7 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{View, matmul};
+use super::gemm::{View, matmul, matmul_uninit};
 use super::scratch::with_scratch;
 
 /// Tasks a backward pass is split into: enough to balance two to eight cores, few enough that
@@ -182,14 +182,17 @@ pub fn forward(
     let (k, p, o) = (g.patch(), g.positions(), g.out_channels);
     assert_eq!(x.len(), g.batch * g.image());
     assert_eq!(w.len(), o * k);
-    let mut y = vec![0.0f32; g.batch * o * p];
+    let len = g.batch * o * p;
+    let mut y: Vec<f32> = Vec::with_capacity(len);
     let weights = View::new(w, o, k);
-    y.par_chunks_mut(o * p)
+    // The GEMM writes every output element: no zeroing pass over the fresh buffer.
+    y.spare_capacity_mut()[..len]
+        .par_chunks_mut(o * p)
         .zip(x.par_chunks(g.image()))
         .for_each(|(y_n, x_n)| {
-            with_scratch(k * p, |cols| {
+            let y_n = with_scratch(k * p, |cols| {
                 im2col(x_n, g, cols, p);
-                matmul(weights, View::new(cols, k, p), y_n, false);
+                matmul_uninit(weights, View::new(cols, k, p), y_n)
             });
             // Bias and ReLU in one pass over the image's output, still in cache.
             for (ch, row) in y_n.chunks_exact_mut(p).enumerate() {
@@ -201,6 +204,8 @@ pub fn forward(
                 }
             }
         });
+    // SAFETY: every chunk of the first `len` elements was written by `matmul_uninit`.
+    unsafe { y.set_len(len) };
     y
 }
 

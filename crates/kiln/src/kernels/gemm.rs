@@ -83,12 +83,57 @@ pub fn matmul(a: View<'_>, b: View<'_>, dst: &mut [f32], accumulate: bool) {
     // SAFETY: the asserts above keep every index the kernel reads in bounds of `a.data` and
     // `b.data`, and every index it writes (`i * n + j` for i < m, j < n) in bounds of `dst`; the
     // three slices do not overlap (`dst` is a unique borrow).
+    unsafe { gemm_into(a, b, dst.as_mut_ptr(), accumulate) };
+}
+
+/// `dst = a @ b` into memory that need not be initialized (a fresh output buffer: no zeroing
+/// pass before the product overwrites it). Returns `dst[..a.rows * b.cols]`, now initialized.
+///
+/// # Panics
+/// As [`matmul`].
+pub fn matmul_uninit<'d>(
+    a: View<'_>,
+    b: View<'_>,
+    dst: &'d mut [std::mem::MaybeUninit<f32>],
+) -> &'d mut [f32] {
+    let (m, n, k) = (a.rows, b.cols, a.cols);
+    assert!(dst.len() >= m * n, "destination too small");
+    let dst = &mut dst[..m * n];
+    if m <= 1 || n == 0 || k == 0 {
+        // The special cases of `matmul` read or partly write `dst`: zero it and take that path.
+        dst.iter_mut().for_each(|d| {
+            d.write(0.0);
+        });
+        // SAFETY: every element was just written.
+        let dst = unsafe { &mut *(dst as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
+        matmul(a, b, dst, false);
+        return dst;
+    }
+    assert_eq!(a.cols, b.rows, "inner dimensions differ");
+    assert!(a.max_index() < a.data.len() && b.max_index() < b.data.len());
+    // SAFETY: as in `matmul`; without `accumulate` the kernel never reads `dst` and writes
+    // every one of its `m * n` elements.
+    unsafe {
+        gemm_into(a, b, dst.as_mut_ptr().cast(), false);
+        &mut *(dst as *mut [std::mem::MaybeUninit<f32>] as *mut [f32])
+    }
+}
+
+/// The gemm crate's kernel on the calling thread: `dst (+)= a @ b`, `dst` row-major
+/// `a.rows x b.cols`.
+///
+/// # Safety
+/// The views' indices are in bounds of their slices, `dst` is valid for `a.rows * b.cols`
+/// writes (and reads with `accumulate`) and overlaps neither view.
+unsafe fn gemm_into(a: View<'_>, b: View<'_>, dst: *mut f32, accumulate: bool) {
+    let (m, n, k) = (a.rows, b.cols, a.cols);
+    // SAFETY: the caller's contract.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst,
             1,
             n as isize,
             accumulate,
@@ -186,6 +231,19 @@ mod tests {
             for j in 0..4 {
                 assert_eq!(ct[j * 2 + i], 2.0 * c[i * 4 + j]);
             }
+        }
+    }
+
+    #[test]
+    fn uninit_destination_gets_the_same_product() {
+        let a: Vec<f32> = (0..6 * 5).map(|v| (v as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..5 * 7).map(|v| (v as f32 * 0.11).cos()).collect();
+        for (m, a) in [(6, &a[..]), (1, &a[..5])] {
+            let mut want = vec![0.0; m * 7];
+            matmul(View::new(a, m, 5), View::new(&b, 5, 7), &mut want, false);
+            let mut dst = vec![std::mem::MaybeUninit::new(f32::NAN); m * 7 + 3];
+            let got = matmul_uninit(View::new(a, m, 5), View::new(&b, 5, 7), &mut dst);
+            assert_eq!(got, &want[..], "{m} rows");
         }
     }
 }
