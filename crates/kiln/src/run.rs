@@ -210,7 +210,20 @@ pub fn train_with(
     // Created now so that an unwritable place fails before training; the files are written
     // together after training, so a failed run never leaves a config that does not match the
     // weights beside it.
-    let dir = RunDir::create(run_dir)?;
+    // multi_worker_mirrored: workers other than rank 0 write to a scratch directory and
+    // read rank 0's checkpoints; a stop request is shared through the gradient all-reduce.
+    let mut strategy = cfg.distribute.build()?;
+    let chief = strategy.is_chief();
+    let mut interrupt = opts.interrupt.clone();
+    if let crate::distribute::Strategy::MultiWorkerMirrored(m) = &mut strategy {
+        let agreed = Interrupt::new();
+        m.set_interrupts(opts.interrupt.clone().unwrap_or_default(), agreed.clone());
+        interrupt = Some(agreed);
+    }
+    let scratch = (!chief).then(crate::distribute::world::worker_scratch_dir);
+    let _remove_scratch = scratch.as_ref().map(|d| RemoveOnDrop(d.clone()));
+    let notes: fn(&str) = if chief { opts.notes } else { |_| {} };
+    let dir = RunDir::create(scratch.as_deref().unwrap_or(run_dir))?;
     let mut model = Model::new(
         &cfg.name,
         cfg.model.clone(),
@@ -219,7 +232,7 @@ pub fn train_with(
         device,
     );
     model.set_check_numerics(cfg.fit.check_numerics);
-    model.set_strategy(cfg.distribute.build()?);
+    model.set_strategy(strategy.clone());
     on_model(&mut model);
     let units = cfg.model.output_shape()[0];
     let train = match crate::fit::ClassWeight::from_config(&cfg.fit.class_weight, units)? {
@@ -234,12 +247,13 @@ pub fn train_with(
             format!("{:016x}", v.fingerprint()),
         );
     }
-    let ckpt_dir = CheckpointDir::new(cfg.backup.dir_in(dir.path()), cfg.backup.keep);
+    let chief_dir = if chief { dir.path() } else { run_dir };
+    let ckpt_dir = CheckpointDir::new(cfg.backup.dir_in(chief_dir), cfg.backup.keep);
     let config_toml = cfg.to_toml();
     let resume = if opts.resume {
         let (latest, warnings) = ckpt_dir.latest()?;
         for w in warnings {
-            (opts.notes)(&format!("warning: {w}"));
+            notes(&format!("warning: {w}"));
         }
         if let Some(ckpt) = &latest {
             check_unchanged(
@@ -250,7 +264,7 @@ pub fn train_with(
                 ckpt_dir.path(),
             )?;
             if ckpt.manifest.epoch >= cfg.fit.epochs {
-                (opts.notes)(&format!(
+                notes(&format!(
                     "The run in {} already trained its {} epoch{} ({}): nothing left to train, \
                      evaluating it again. Raise --epochs to train further, or pass \
                      --no-resume to train anew.",
@@ -260,7 +274,7 @@ pub fn train_with(
                     ckpt.path.display(),
                 ));
             } else {
-                (opts.notes)(&format!(
+                notes(&format!(
                     "Resuming from {} (epoch {}, batch {} of it, step {} of the run)",
                     ckpt.path.display(),
                     ckpt.manifest.epoch + 1,
@@ -271,8 +285,18 @@ pub fn train_with(
         }
         latest
     } else {
-        ckpt_dir.clear()?;
+        if chief {
+            ckpt_dir.clear()?;
+        }
         None
+    };
+    if let crate::distribute::Strategy::MultiWorkerMirrored(_) = &strategy {
+        // Every worker has read the checkpoints before rank 0 writes new ones.
+        crate::distribute::world::barrier();
+    }
+    let ckpt_dir = match &scratch {
+        Some(s) => CheckpointDir::new(s.join("checkpoints"), cfg.backup.keep),
+        None => ckpt_dir,
     };
     let epochs_before = resume.as_ref().map_or(0, |c| c.manifest.epoch);
     let fit_opts = FitOptions {
@@ -288,7 +312,7 @@ pub fn train_with(
             data_fingerprints: fingerprints,
         }),
         on_nan: cfg.fit.on_nan(),
-        interrupt: opts.interrupt.clone(),
+        interrupt: interrupt.clone(),
         report_dir: Some(dir.path().join("nan_report")),
     };
     let history = model.fit_with(&train, validation.as_ref(), &fit_opts, callbacks)?;
@@ -296,7 +320,7 @@ pub fn train_with(
     dir.save_config(&cfg.to_toml())?;
     dir.save_history(&history)?;
     let stopped = || {
-        let signal = opts.interrupt.as_ref().and_then(|i| i.requested());
+        let signal = interrupt.as_ref().and_then(|i| i.requested());
         signal.map_or(Ok(()), |signal| {
             Err(KilnError::InterruptedAfterTraining {
                 signal,
@@ -325,6 +349,15 @@ pub fn train_with(
         run_dir: dir.path().to_path_buf(),
         epochs_before,
     })
+}
+
+/// Removes a worker's scratch directory when the run ends (success or error).
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// `table` flattened to `dotted.key -> value` (arrays of tables as `key[i]`).
