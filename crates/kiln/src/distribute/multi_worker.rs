@@ -22,7 +22,7 @@ use crate::model::{ModelSpec, Network};
 /// `MirroredStrategy` split, rank `r` being replica `r`).
 ///
 /// Each step, every worker computes the gradients of its share's mean loss scaled by
-/// `share / global_batch` (so the sum over workers is the gradient of the global batch's mean
+/// `share / global_batch` (folded into the backward pass's loss factor) (so the sum over workers is the gradient of the global batch's mean
 /// loss, `tf.nn.compute_average_loss`), and one `MPI_Allreduce` (`MPI_SUM`) of one flat `f32`
 /// buffer per step combines, in this order:
 ///
@@ -114,6 +114,11 @@ impl MultiWorkerMirroredStrategy {
         loss_factor: f64,
         profile: Option<&mut StepProfile>,
     ) -> (Network, GradientsParams, PendingOutput) {
+        if self.world.size == 1 {
+            // A job of one: nothing to combine.
+            self.share_stop(self.local_signal(), 0.0, 0.0);
+            return compute_gradients_scaled(net, spec, compiled, batch, loss_factor, profile);
+        }
         let clock = Instant::now();
         let net = if self.synced {
             net
@@ -137,8 +142,10 @@ impl MultiWorkerMirroredStrategy {
                 .into_iter()
                 .nth(usize::from(start > 0))
                 .expect("a worker with examples has its part");
+            // The share's scale folded into the loss factor: the gradients come out scaled.
+            let factor = loss_factor * mine as f64 / global as f64;
             let (net, grads, pending) =
-                compute_gradients_scaled(net, spec, compiled, part, loss_factor, profile);
+                compute_gradients_scaled(net, spec, compiled, part, factor, profile);
             (net, grads, Some(pending))
         };
         let clock = Instant::now();
@@ -166,7 +173,6 @@ impl MultiWorkerMirroredStrategy {
             grads: &mut grads,
             buf: &mut buf,
             flags: Vec::new(),
-            scale,
         };
         net.visit(&mut pack);
         let flags = std::mem::take(&mut pack.flags);
@@ -187,11 +193,7 @@ impl MultiWorkerMirroredStrategy {
             }
             None => (0.0, Vec::new()),
         };
-        let signal = self
-            .local_stop
-            .as_ref()
-            .and_then(Interrupt::requested)
-            .unwrap_or(0);
+        let signal = self.local_signal();
         buf.extend([
             f32::from(mine > 0),
             loss,
@@ -234,17 +236,35 @@ impl MultiWorkerMirroredStrategy {
             }
         }
         let loss = Tensor::<1>::from_data(TensorData::new(vec![buf[scalars + 1]], [1]), home);
-        if buf[scalars + 2] > 0.0
-            && let Some(agreed) = &self.agreed_stop
-        {
-            let mean = (buf[scalars + 3] / buf[scalars + 2]).round() as i32;
-            agreed.request(if signal != 0 { signal } else { mean.max(1) });
-        }
+        self.share_stop(signal, buf[scalars + 2], buf[scalars + 3]);
         let outputs = Tensor::<2>::from_data(
             TensorData::new(buf[out_start..].to_vec(), [global, units]),
             home,
         );
         (net, grads, PendingOutput::new(loss, outputs))
+    }
+}
+
+impl MultiWorkerMirroredStrategy {
+    /// The signal of this process's stop request, 0 for none.
+    fn local_signal(&self) -> i32 {
+        self.local_stop
+            .as_ref()
+            .and_then(Interrupt::requested)
+            .unwrap_or(0)
+    }
+
+    /// Sets the agreed stop when any worker asked (`requests` workers, their signal numbers
+    /// summing to `signals`): this worker's own signal, or else the workers' mean one.
+    fn share_stop(&self, own: i32, requests: f32, signals: f32) {
+        let Some(agreed) = &self.agreed_stop else {
+            return;
+        };
+        if own != 0 {
+            agreed.request(own);
+        } else if requests > 0.0 {
+            agreed.request(((signals / requests).round() as i32).max(1));
+        }
     }
 }
 
@@ -256,13 +276,12 @@ fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
         .expect("float tensors convert to f32")
 }
 
-/// Appends each parameter's gradient (times `scale`, zeros when absent) to `buf`, and a flag
-/// per parameter (1.0 when present).
+/// Appends each parameter's gradient (zeros when absent) to `buf`, and a flag per parameter
+/// (1.0 when present).
 struct Pack<'a> {
     grads: &'a mut GradientsParams,
     buf: &'a mut Vec<f32>,
     flags: Vec<f32>,
-    scale: f32,
 }
 
 impl ModuleVisitor for Pack<'_> {
@@ -270,7 +289,7 @@ impl ModuleVisitor for Pack<'_> {
         let n: usize = p.val().dims().iter().product();
         match self.grads.remove::<D>(p.id) {
             Some(g) => {
-                self.buf.extend(to_vec(g).into_iter().map(|x| x * self.scale));
+                self.buf.extend(to_vec(g));
                 self.flags.push(1.0);
             }
             None => {
