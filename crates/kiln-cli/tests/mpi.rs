@@ -78,20 +78,26 @@ fn mpirun(n: usize, config: &Path, run: &Path, extra: &[&str]) -> Command {
         .is_ok_and(|o| o.status.success());
     assert!(found, "{NO_MPIRUN}");
     let mut c = Command::new("mpirun");
-    c.args(["-np", &n.to_string(), "--oversubscribe", "-x", "RAYON_NUM_THREADS"])
-        .arg(env!("CARGO_BIN_EXE_kiln"))
-        .arg("train")
-        .arg(config)
-        .arg("--run-dir")
-        .arg(run)
-        .args(extra)
-        .env("RAYON_NUM_THREADS", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        // Containers often forbid the cross-process memory copy (CMA) of the shared-memory
-        // transport; plain copies work everywhere.
-        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-        .stdin(Stdio::null());
+    c.args([
+        "-np",
+        &n.to_string(),
+        "--oversubscribe",
+        "-x",
+        "RAYON_NUM_THREADS",
+    ])
+    .arg(env!("CARGO_BIN_EXE_kiln"))
+    .arg("train")
+    .arg(config)
+    .arg("--run-dir")
+    .arg(run)
+    .args(extra)
+    .env("RAYON_NUM_THREADS", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    // Containers often forbid the cross-process memory copy (CMA) of the shared-memory
+    // transport; plain copies work everywhere.
+    .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+    .stdin(Stdio::null());
     c
 }
 

@@ -180,7 +180,10 @@ impl MultiWorkerMirroredStrategy {
         buf.extend(flags);
         let moving_start = buf.len();
         for layer in &net.layers {
-            for p in [&layer.moving_mean, &layer.moving_variance].into_iter().flatten() {
+            for p in [&layer.moving_mean, &layer.moving_variance]
+                .into_iter()
+                .flatten()
+            {
                 let v = to_vec(p.val());
                 buf.extend(v.into_iter().map(|x| if mine > 0 { x } else { 0.0 }));
             }

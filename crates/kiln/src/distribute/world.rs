@@ -56,14 +56,13 @@ mod imp {
             }
             // Serialized: the training loop's thread makes every MPI call, but it need not be
             // the main thread.
-            let (u, _) = mpi::initialize_with_threading(mpi::Threading::Serialized).ok_or_else(
-                || {
+            let (u, _) =
+                mpi::initialize_with_threading(mpi::Threading::Serialized).ok_or_else(|| {
                     KilnError::config(
                         "distribute.strategy",
                         "MPI_Init failed (was MPI initialized by other code in this process?)",
                     )
-                },
-            )?;
+                })?;
             *universe = Some(u);
         }
         let world = SimpleCommunicator::world();
