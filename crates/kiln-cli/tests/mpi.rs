@@ -193,6 +193,26 @@ fn two_workers_train_to_the_one_process_weights() {
     }
 }
 
+/// `kiln train --strategy multi_worker_mirrored` without `mpirun` is a job of one (MPI's
+/// singleton start): it trains as one device, to bit-identical weights.
+#[test]
+fn one_worker_without_mpirun_trains_as_one_device() {
+    require_data();
+    let dir = common::scratch("mpi-one");
+    let cfg = config(&dir, 100, 1, 1000);
+    let one = dir.join("one");
+    one_process(&cfg, &one);
+    let solo = dir.join("solo");
+    let out = common::train_command(&cfg, &solo, &["--strategy", "multi_worker_mirrored"])
+        .env("RAYON_NUM_THREADS", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(weights(&one), weights(&solo));
+}
+
 /// `mpirun -np 2 kiln train` with another strategy is refused (the processes would train
 /// alone into the same run directory).
 #[test]

@@ -235,6 +235,8 @@ mod tests {
             "{dev}"
         );
         assert!(err("num_replicas = 2").contains("need strategy = \"mirrored\""));
+        let workers = err("strategy = \"multi_worker_mirrored\"\nnum_replicas = 2");
+        assert!(workers.contains("mpirun -np N"), "{workers}");
         let later = err("strategy = \"pipeline\"");
         assert!(later.contains("not available yet"), "{later}");
         assert!(err("strategy = \"ring\"").contains("mirrored"));
