@@ -193,6 +193,43 @@ fn two_workers_train_to_the_one_process_weights() {
     }
 }
 
+/// With BatchNormalization (per-replica batch statistics, moving statistics averaged over the
+/// replicas) two workers train what two in-process `mirrored` replicas train: the same
+/// weights, moving mean and variance within 1e-5 (the last batch of 1 gives `[1, 0]`: only
+/// worker 0's statistics count).
+#[test]
+fn two_workers_with_batch_normalization_equal_two_mirrored_replicas() {
+    require_data();
+    let dir = common::scratch("mpi-bn");
+    let cfg = config(&dir, 97, 1, 1000);
+    let text_cfg = std::fs::read_to_string(&cfg).unwrap().replace(
+        r#"{ type = "Dense", units = 16, activation = "relu" },"#,
+        r#"{ type = "Dense", units = 16 },
+  { type = "BatchNormalization" },
+  { type = "Activation", activation = "relu" },"#,
+    );
+    assert!(text_cfg.contains("BatchNormalization"));
+    std::fs::write(&cfg, text_cfg).unwrap();
+    let mirrored = dir.join("mirrored");
+    let out = common::train_command(&cfg, &mirrored, &["--num-replicas", "2"])
+        .env("RAYON_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let two = dir.join("two");
+    let out = mpirun(2, &cfg, &two, &["--strategy", "multi_worker_mirrored"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let names: Vec<String> = weights(&two).into_iter().map(|t| t.0).collect();
+    assert!(
+        names.iter().any(|n| n.ends_with("moving_variance")),
+        "{names:?}"
+    );
+    let diff = max_difference(&mirrored, &two);
+    assert!(diff <= 1e-5, "weights differ by {diff}");
+}
+
 /// `kiln train --strategy multi_worker_mirrored` without `mpirun` is a job of one (MPI's
 /// singleton start): it trains as one device, to bit-identical weights.
 #[test]
