@@ -309,7 +309,8 @@ fn checkpoints(run: &Path) -> usize {
 
 /// SIGKILL of worker 1 in the middle of the run: the job ends (mpirun names the killed rank,
 /// the surviving worker says how to resume), the checkpoints written so far stay readable,
-/// and the same command run again resumes and ends with the one-process weights (1e-5).
+/// and the same command run again resumes and ends with the one-process weights (1e-5),
+/// removing the killed worker's scratch directory.
 #[test]
 fn a_killed_worker_ends_the_job_and_the_same_command_resumes() {
     require_data();
@@ -357,6 +358,8 @@ fn a_killed_worker_ends_the_job_and_the_same_command_resumes() {
     );
     let left = checkpoints(&run);
     assert!(left >= 2, "{left} checkpoints");
+    let stale = std::env::temp_dir().join(format!("kiln-worker-{}", ranks[1].1));
+    assert!(stale.is_dir(), "worker 1 writes to {}", stale.display());
 
     let out = mpirun(2, &cfg, &run, &args).output().unwrap();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -364,4 +367,6 @@ fn a_killed_worker_ends_the_job_and_the_same_command_resumes() {
     assert!(stderr.contains("Resuming from"), "{stderr}");
     let diff = max_difference(&one, &run);
     assert!(diff <= 1e-5, "weights differ by {diff}");
+    // The killed worker could not remove its scratch directory; the next run's workers did.
+    assert!(!stale.exists(), "{} left behind", stale.display());
 }

@@ -220,6 +220,9 @@ pub fn train_with(
         m.set_interrupts(opts.interrupt.clone().unwrap_or_default(), agreed.clone());
         interrupt = Some(agreed);
     }
+    if !chief {
+        crate::distribute::world::remove_stale_scratch_dirs();
+    }
     let scratch = (!chief).then(crate::distribute::world::worker_scratch_dir);
     let _remove_scratch = scratch.as_ref().map(|d| RemoveOnDrop(d.clone()));
     let notes: fn(&str) = if chief { opts.notes } else { |_| {} };

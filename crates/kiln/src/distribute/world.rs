@@ -200,3 +200,27 @@ pub fn not_multi_worker(world: World, strategy: &str) -> KilnError {
 pub fn worker_scratch_dir() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("kiln-worker-{}", std::process::id()))
 }
+
+/// Removes the scratch directories ([`worker_scratch_dir`]) of workers that no longer run (a
+/// worker killed with SIGKILL cannot remove its own); best effort, Linux (`/proc`) only.
+pub fn remove_stale_scratch_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    if !std::path::Path::new("/proc/self").exists() {
+        return;
+    }
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("kiln-worker-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
