@@ -165,9 +165,16 @@ pub fn train(
 /// progress display. Their order must stay the same across resumes (their states are kept in
 /// the checkpoints by position).
 ///
+/// With `strategy = "multi_worker_mirrored"` every process of the `mpirun` job calls this with
+/// the same arguments: rank 0 writes `run_dir`; the others read its checkpoints and write to a
+/// scratch directory ([`crate::distribute::world::worker_scratch_dir`], build their callbacks
+/// there too); a stop request on any worker stops all after the same step
+/// ([`crate::distribute::MultiWorkerMirroredStrategy`]).
+///
 /// # Errors
 /// [`KilnError::MissingData`], data, shape and I/O errors; [`KilnError::Changed`] when a
-/// resume finds changes; [`KilnError::Interrupted`] after a stop request. The run directory
+/// resume finds changes; [`KilnError::Config`] when MPI cannot start or `mpirun` started the
+/// process with another strategy; [`KilnError::Interrupted`] after a stop request. The run directory
 /// keeps what was written before the error, checkpoints included.
 pub fn train_with(
     cfg: &RunConfig,
@@ -207,9 +214,6 @@ pub fn train_with(
     }
     let cfg = &resolved;
 
-    // Created now so that an unwritable place fails before training; the files are written
-    // together after training, so a failed run never leaves a config that does not match the
-    // weights beside it.
     // multi_worker_mirrored: workers other than rank 0 write to a scratch directory and
     // read rank 0's checkpoints; a stop request is shared through the gradient all-reduce.
     let mut strategy = cfg.distribute.build()?;
@@ -226,6 +230,9 @@ pub fn train_with(
     let scratch = (!chief).then(crate::distribute::world::worker_scratch_dir);
     let _remove_scratch = scratch.as_ref().map(|d| RemoveOnDrop(d.clone()));
     let notes: fn(&str) = if chief { opts.notes } else { |_| {} };
+    // Created now so that an unwritable place fails before training; the files are written
+    // together after training, so a failed run never leaves a config that does not match the
+    // weights beside it.
     let dir = RunDir::create(scratch.as_deref().unwrap_or(run_dir))?;
     let mut model = Model::new(
         &cfg.name,
@@ -298,7 +305,16 @@ pub fn train_with(
         crate::distribute::world::barrier();
     }
     let ckpt_dir = match &scratch {
-        Some(s) => CheckpointDir::new(s.join("checkpoints"), cfg.backup.keep),
+        Some(s) => {
+            let own = s.join("checkpoints");
+            // The checkpoint resumed from, also where this worker's NaN rollbacks find it.
+            if let Some(ckpt) = &resume
+                && let Some(name) = ckpt.path.file_name()
+            {
+                copy_flat_dir(&ckpt.path, &own.join(name))?;
+            }
+            CheckpointDir::new(own, cfg.backup.keep)
+        }
         None => ckpt_dir,
     };
     let epochs_before = resume.as_ref().map_or(0, |c| c.manifest.epoch);
@@ -352,6 +368,19 @@ pub fn train_with(
         run_dir: dir.path().to_path_buf(),
         epochs_before,
     })
+}
+
+/// Copies the files of directory `from` into a new directory `to`.
+fn copy_flat_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).map_err(|e| KilnError::io(to, e))?;
+    for entry in std::fs::read_dir(from).map_err(|e| KilnError::io(from, e))? {
+        let entry = entry.map_err(|e| KilnError::io(from, e))?;
+        if entry.path().is_file() {
+            let dest = to.join(entry.file_name());
+            std::fs::copy(entry.path(), &dest).map_err(|e| KilnError::io(&dest, e))?;
+        }
+    }
+    Ok(())
 }
 
 /// Removes a worker's scratch directory when the run ends (success or error).
