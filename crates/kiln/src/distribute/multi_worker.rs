@@ -206,9 +206,10 @@ impl MultiWorkerMirroredStrategy {
         let out_start = buf.len();
         buf.resize(out_start + global * units, 0.0);
         let rows = &mut buf[out_start + start * units..out_start + (start + mine) * units];
-        if outputs.len() == rows.len() {
-            rows.copy_from_slice(&outputs);
-        }
+        // `[mine, units]`: the network's outputs are flattened to the product of the model's
+        // output shape.
+        assert_eq!(outputs.len(), rows.len(), "outputs of [examples, units]");
+        rows.copy_from_slice(&outputs);
 
         world::all_reduce_sum(&mut buf);
 
