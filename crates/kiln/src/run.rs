@@ -270,7 +270,10 @@ pub fn train_with(
                 &ckpt.manifest,
                 &config_toml,
                 &fingerprints,
-                opts,
+                &TrainOptions {
+                    notes,
+                    ..opts.clone()
+                },
                 ckpt_dir.path(),
             )?;
             if ckpt.manifest.epoch >= cfg.fit.epochs {
