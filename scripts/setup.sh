@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what kiln needs on a fresh Debian machine that has the Rust toolchain:
 #   - Fashion-MNIST, Debian's package dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
+#   - OpenMPI (openmpi-bin: mpirun; libopenmpi-dev: the library kiln links for
+#     strategy = "multi_worker_mirrored") and libclang-dev (the `mpi` crate's bindgen reads
+#     mpi.h with it). kiln-cli builds with MPI by default, so these are needed to build it.
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
@@ -8,6 +11,9 @@ need_apt=()
 if ! ls /usr/share/datasets/fashion-mnist/*.gz >/dev/null 2>&1; then
   need_apt+=(dataset-fashion-mnist)
 fi
+for pkg in openmpi-bin libopenmpi-dev libclang-dev; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
+done
 
 if ((${#need_apt[@]})); then
   echo "setup: installing ${need_apt[*]} (Debian packages)"
@@ -21,4 +27,4 @@ if ! command -v cargo >/dev/null; then
   echo "setup: cargo not found; install the Rust toolchain (https://rustup.rs), then run this again" >&2
   exit 1
 fi
-echo "setup: ok (Fashion-MNIST in /usr/share/datasets/fashion-mnist, $(cargo --version))"
+echo "setup: ok (Fashion-MNIST in /usr/share/datasets/fashion-mnist, $(mpirun --version | head -1), $(cargo --version))"

@@ -6,6 +6,7 @@ mod deploy;
 mod estimate;
 mod progress;
 mod scaling;
+mod workers;
 
 // Training allocates and frees tensors of many megabytes every step; glibc's allocator hands
 // them back to the OS and faults them in again, mimalloc keeps them (measured in bench/README.md).
@@ -93,7 +94,8 @@ enum Command {
         #[arg(long)]
         precision: Option<String>,
         /// Override distribute.strategy: one_device, mirrored (with [distribute] num_replicas
-        /// or devices; fit.batch_size is the global batch).
+        /// or devices), multi_worker_mirrored (under `mpirun -np N`); fit.batch_size is the
+        /// global batch.
         #[arg(long)]
         strategy: Option<String>,
         /// Override distribute.num_replicas (implies --strategy mirrored).
@@ -246,6 +248,9 @@ fn main() -> ExitCode {
         }
         Err(p) => std::panic::resume_unwind(p),
     };
+    // multi_worker_mirrored: MPI is finalized (or, after a failure on this worker alone, the
+    // job aborted); workers other than rank 0 print only their own errors.
+    let worker = workers::finish(&result);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -271,6 +276,15 @@ fn main() -> ExitCode {
                 _ if config => 2,
                 _ => 1,
             };
+            if let Some(w) = worker.filter(|w| w.rank > 0) {
+                // Rank 0 reports a stop that every worker shared.
+                if !workers::shared(&e) {
+                    let message = message.replace('\n', " ");
+                    eprintln!("kiln (worker {} of {}): error: {message}", w.rank, w.size);
+                }
+                workers::abort_unless_finalized(code);
+                return ExitCode::from(code);
+            }
             match e.downcast_ref::<KilnError>() {
                 // Reports that are laid out in lines.
                 Some(KilnError::Changed(_) | KilnError::NanLoss(_)) => {
@@ -278,14 +292,18 @@ fn main() -> ExitCode {
                 }
                 _ => eprintln!("kiln: error: {}", message.replace('\n', " ")),
             }
+            workers::abort_unless_finalized(code);
             ExitCode::from(code)
         }
     }
 }
 
 /// SIGINT and SIGTERM ask training to stop after the current batch (it then writes a
-/// checkpoint); a second signal ends the process at once.
-fn stop_on_signals() -> anyhow::Result<kiln::fit::Interrupt> {
+/// checkpoint); a second signal ends the process at once. `mpi`: this worker's place in a
+/// `multi_worker_mirrored` job and the checkpoint directory, for the message.
+fn stop_on_signals(
+    mpi: Option<(kiln::distribute::world::World, PathBuf)>,
+) -> anyhow::Result<kiln::fit::Interrupt> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let interrupt = kiln::fit::Interrupt::new();
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
@@ -299,10 +317,13 @@ fn stop_on_signals() -> anyhow::Result<kiln::fit::Interrupt> {
                     eprintln!("kiln: second signal {signal}: stopping now, without a checkpoint");
                     std::process::exit(128 + signal);
                 }
-                eprintln!(
-                    "kiln: signal {signal}: finishing the current batch and writing a checkpoint \
-                     (send it again to stop at once)"
-                );
+                match &mpi {
+                    Some((w, dir)) => eprintln!("{}", workers::signal_message(*w, signal, dir)),
+                    None => eprintln!(
+                        "kiln: signal {signal}: finishing the current batch and writing a \
+                         checkpoint (send it again to stop at once)"
+                    ),
+                }
                 flag.request(signal);
             }
         })
@@ -341,6 +362,14 @@ fn run_command(command: Command) -> anyhow::Result<()> {
                 cfg.distribute.devices.clear();
             }
             cfg.distribute.validate()?;
+            // multi_worker_mirrored: MPI starts here; only rank 0 prints and writes the run.
+            let worker = match cfg.distribute.strategy {
+                kiln::config::StrategyKind::MultiWorkerMirrored => {
+                    Some(kiln::distribute::world::init()?)
+                }
+                _ => None,
+            };
+            let chief = worker.is_none_or(|w| w.rank == 0);
             let precision = precision
                 .map(|p| kiln::Precision::parse(&p, "--precision"))
                 .transpose()?;
@@ -384,14 +413,24 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             let run_precision = cfg.model.precision();
             if let Some(chosen) =
                 kiln::estimate::resolve_batch_size(&mut cfg, device.into(), run_precision, None)?
+                && chief
             {
                 println!("{}", chosen.reason);
             }
             let dev = device::resolve(device.into())?;
             let mut progress = progress::Progress::new();
             // The config's [[callbacks]] run after the progress display, in their order.
-            let mut from_config = cfg.build_callbacks(&run_dir)?;
-            let mut callbacks: Vec<&mut dyn kiln::Callback> = vec![&mut progress];
+            // Other workers run the same callbacks (EarlyStopping and the like decide alike on
+            // every worker) with their files in a scratch directory.
+            let callback_dir = match chief {
+                true => run_dir.clone(),
+                false => kiln::distribute::world::worker_scratch_dir(),
+            };
+            let mut from_config = cfg.build_callbacks(&callback_dir)?;
+            let mut callbacks: Vec<&mut dyn kiln::Callback> = Vec::new();
+            if chief {
+                callbacks.push(&mut progress);
+            }
             callbacks.extend(
                 from_config
                     .iter_mut()
@@ -400,13 +439,20 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             let opts = run::TrainOptions {
                 resume: !no_resume,
                 allow_changed_data,
-                interrupt: Some(stop_on_signals()?),
+                interrupt: Some(stop_on_signals(
+                    worker.map(|w| (w, cfg.backup.dir_in(&run_dir))),
+                )?),
                 ..Default::default()
             };
             let report = run::train_with(&cfg, &run_dir, dev, &opts, &mut callbacks, |m| {
-                print!("{}", m.summary());
+                if chief {
+                    print!("{}", m.summary());
+                }
                 m.set_profiling(profile);
             })?;
+            if !chief {
+                return Ok(());
+            }
             if let Some(p) = &report.history.profile {
                 print!("{}", p.table());
             }

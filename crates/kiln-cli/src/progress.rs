@@ -81,10 +81,12 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// A bar when stdout is a terminal, plain lines otherwise.
+    /// A bar when stdout is a terminal, plain lines otherwise. Under `mpirun`, whose workers'
+    /// stdout is a pseudo-terminal even when `mpirun`'s own output goes to a file, plain lines.
     pub fn new() -> Progress {
         Progress {
-            interactive: std::io::stdout().is_terminal(),
+            interactive: std::io::stdout().is_terminal()
+                && kiln::distribute::world::launched().is_none(),
             bar: None,
             steps: None,
             started: Instant::now(),

@@ -87,7 +87,7 @@ fn bad_flags_exit_2_naming_the_flag() {
         err.contains("--strategy: unknown strategy \"ring\""),
         "{err}"
     );
-    let out = kiln(&["train", mlp, "--strategy", "multi_worker_mirrored"]);
+    let out = kiln(&["train", mlp, "--strategy", "pipeline"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("not available yet"), "{err}");

@@ -165,9 +165,16 @@ pub fn train(
 /// progress display. Their order must stay the same across resumes (their states are kept in
 /// the checkpoints by position).
 ///
+/// With `strategy = "multi_worker_mirrored"` every process of the `mpirun` job calls this with
+/// the same arguments: rank 0 writes `run_dir`; the others read its checkpoints and write to a
+/// scratch directory ([`crate::distribute::world::worker_scratch_dir`], build their callbacks
+/// there too); a stop request on any worker stops all after the same step
+/// ([`crate::distribute::MultiWorkerMirroredStrategy`]).
+///
 /// # Errors
 /// [`KilnError::MissingData`], data, shape and I/O errors; [`KilnError::Changed`] when a
-/// resume finds changes; [`KilnError::Interrupted`] after a stop request. The run directory
+/// resume finds changes; [`KilnError::Config`] when MPI cannot start or `mpirun` started the
+/// process with another strategy; [`KilnError::Interrupted`] after a stop request. The run directory
 /// keeps what was written before the error, checkpoints included.
 pub fn train_with(
     cfg: &RunConfig,
@@ -207,10 +214,26 @@ pub fn train_with(
     }
     let cfg = &resolved;
 
+    // multi_worker_mirrored: workers other than rank 0 write to a scratch directory and
+    // read rank 0's checkpoints; a stop request is shared through the gradient all-reduce.
+    let mut strategy = cfg.distribute.build()?;
+    let chief = strategy.is_chief();
+    let mut interrupt = opts.interrupt.clone();
+    if let crate::distribute::Strategy::MultiWorkerMirrored(m) = &mut strategy {
+        let agreed = Interrupt::new();
+        m.set_interrupts(opts.interrupt.clone().unwrap_or_default(), agreed.clone());
+        interrupt = Some(agreed);
+    }
+    if !chief {
+        crate::distribute::world::remove_stale_scratch_dirs();
+    }
+    let scratch = (!chief).then(crate::distribute::world::worker_scratch_dir);
+    let _remove_scratch = scratch.as_ref().map(|d| RemoveOnDrop(d.clone()));
+    let notes: fn(&str) = if chief { opts.notes } else { |_| {} };
     // Created now so that an unwritable place fails before training; the files are written
     // together after training, so a failed run never leaves a config that does not match the
     // weights beside it.
-    let dir = RunDir::create(run_dir)?;
+    let dir = RunDir::create(scratch.as_deref().unwrap_or(run_dir))?;
     let mut model = Model::new(
         &cfg.name,
         cfg.model.clone(),
@@ -219,7 +242,7 @@ pub fn train_with(
         device,
     );
     model.set_check_numerics(cfg.fit.check_numerics);
-    model.set_strategy(cfg.distribute.build()?);
+    model.set_strategy(strategy.clone());
     on_model(&mut model);
     let units = cfg.model.output_shape()[0];
     let train = match crate::fit::ClassWeight::from_config(&cfg.fit.class_weight, units)? {
@@ -234,23 +257,27 @@ pub fn train_with(
             format!("{:016x}", v.fingerprint()),
         );
     }
-    let ckpt_dir = CheckpointDir::new(cfg.backup.dir_in(dir.path()), cfg.backup.keep);
+    let chief_dir = if chief { dir.path() } else { run_dir };
+    let ckpt_dir = CheckpointDir::new(cfg.backup.dir_in(chief_dir), cfg.backup.keep);
     let config_toml = cfg.to_toml();
     let resume = if opts.resume {
         let (latest, warnings) = ckpt_dir.latest()?;
         for w in warnings {
-            (opts.notes)(&format!("warning: {w}"));
+            notes(&format!("warning: {w}"));
         }
         if let Some(ckpt) = &latest {
             check_unchanged(
                 &ckpt.manifest,
                 &config_toml,
                 &fingerprints,
-                opts,
+                &TrainOptions {
+                    notes,
+                    ..opts.clone()
+                },
                 ckpt_dir.path(),
             )?;
             if ckpt.manifest.epoch >= cfg.fit.epochs {
-                (opts.notes)(&format!(
+                notes(&format!(
                     "The run in {} already trained its {} epoch{} ({}): nothing left to train, \
                      evaluating it again. Raise --epochs to train further, or pass \
                      --no-resume to train anew.",
@@ -260,7 +287,7 @@ pub fn train_with(
                     ckpt.path.display(),
                 ));
             } else {
-                (opts.notes)(&format!(
+                notes(&format!(
                     "Resuming from {} (epoch {}, batch {} of it, step {} of the run)",
                     ckpt.path.display(),
                     ckpt.manifest.epoch + 1,
@@ -271,8 +298,27 @@ pub fn train_with(
         }
         latest
     } else {
-        ckpt_dir.clear()?;
+        if chief {
+            ckpt_dir.clear()?;
+        }
         None
+    };
+    if let crate::distribute::Strategy::MultiWorkerMirrored(_) = &strategy {
+        // Every worker has read the checkpoints before rank 0 writes new ones.
+        crate::distribute::world::barrier();
+    }
+    let ckpt_dir = match &scratch {
+        Some(s) => {
+            let own = s.join("checkpoints");
+            // The checkpoint resumed from, also where this worker's NaN rollbacks find it.
+            if let Some(ckpt) = &resume
+                && let Some(name) = ckpt.path.file_name()
+            {
+                copy_flat_dir(&ckpt.path, &own.join(name))?;
+            }
+            CheckpointDir::new(own, cfg.backup.keep)
+        }
+        None => ckpt_dir,
     };
     let epochs_before = resume.as_ref().map_or(0, |c| c.manifest.epoch);
     let fit_opts = FitOptions {
@@ -288,7 +334,7 @@ pub fn train_with(
             data_fingerprints: fingerprints,
         }),
         on_nan: cfg.fit.on_nan(),
-        interrupt: opts.interrupt.clone(),
+        interrupt: interrupt.clone(),
         report_dir: Some(dir.path().join("nan_report")),
     };
     let history = model.fit_with(&train, validation.as_ref(), &fit_opts, callbacks)?;
@@ -296,7 +342,7 @@ pub fn train_with(
     dir.save_config(&cfg.to_toml())?;
     dir.save_history(&history)?;
     let stopped = || {
-        let signal = opts.interrupt.as_ref().and_then(|i| i.requested());
+        let signal = interrupt.as_ref().and_then(|i| i.requested());
         signal.map_or(Ok(()), |signal| {
             Err(KilnError::InterruptedAfterTraining {
                 signal,
@@ -325,6 +371,28 @@ pub fn train_with(
         run_dir: dir.path().to_path_buf(),
         epochs_before,
     })
+}
+
+/// Copies the files of directory `from` into a new directory `to`.
+fn copy_flat_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).map_err(|e| KilnError::io(to, e))?;
+    for entry in std::fs::read_dir(from).map_err(|e| KilnError::io(from, e))? {
+        let entry = entry.map_err(|e| KilnError::io(from, e))?;
+        if entry.path().is_file() {
+            let dest = to.join(entry.file_name());
+            std::fs::copy(entry.path(), &dest).map_err(|e| KilnError::io(&dest, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes a worker's scratch directory when the run ends (success or error).
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// `table` flattened to `dotted.key -> value` (arrays of tables as `key[i]`).

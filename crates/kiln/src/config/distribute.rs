@@ -2,10 +2,13 @@
 //!
 //! ```toml
 //! [distribute]
-//! strategy = "mirrored"   # "one_device" (default) | "mirrored"
+//! strategy = "mirrored"   # "one_device" (default) | "mirrored" | "multi_worker_mirrored"
 //! num_replicas = 2        # mirrored: replicas on the training device (--device)
 //! # devices = ["cpu", "cpu"]   # or one replica per listed device: "cpu", "gpu" / "gpu:0"
 //! ```
+//!
+//! `multi_worker_mirrored` takes no other key: the workers are the processes `mpirun -np N`
+//! starts (docs/distribute.md).
 //!
 //! `fit.batch_size` is the *global* batch size, split across the replicas (see
 //! [`crate::distribute`]).
@@ -24,7 +27,7 @@ pub enum StrategyKind {
     OneDevice,
     /// `tf.distribute.MirroredStrategy`: replicas in one process.
     Mirrored,
-    /// `tf.distribute.MultiWorkerMirroredStrategy` over MPI: not built yet (refused).
+    /// `tf.distribute.MultiWorkerMirroredStrategy`: one process per worker under `mpirun`.
     MultiWorkerMirrored,
     /// Pipeline model parallelism (GPipe): not built yet (refused).
     Pipeline,
@@ -96,20 +99,24 @@ impl DistributeConfig {
     /// `devices`, replica keys without `strategy = "mirrored"`, or a strategy not built yet.
     pub fn validate(&self) -> Result<()> {
         match self.strategy {
-            StrategyKind::MultiWorkerMirrored | StrategyKind::Pipeline => {
+            StrategyKind::Pipeline => {
                 return Err(KilnError::config(
                     "distribute.strategy",
                     format!(
                         "\"{}\" is not available yet; use \"mirrored\" (replicas in one \
-                         process) or \"one_device\" (docs/distribute.md has the plan)",
+                         process), \"multi_worker_mirrored\" (processes under mpirun) or \
+                         \"one_device\"",
                         self.strategy.name()
                     ),
                 ));
             }
-            StrategyKind::OneDevice if self.num_replicas.is_some() || !self.devices.is_empty() => {
+            StrategyKind::OneDevice | StrategyKind::MultiWorkerMirrored
+                if self.num_replicas.is_some() || !self.devices.is_empty() =>
+            {
                 return Err(KilnError::config(
                     "distribute.strategy",
-                    "num_replicas and devices need strategy = \"mirrored\"",
+                    "num_replicas and devices need strategy = \"mirrored\" (with \
+                     \"multi_worker_mirrored\" the replicas are mpirun's processes: mpirun -np N)",
                 ));
             }
             _ => {}
@@ -136,11 +143,28 @@ impl DistributeConfig {
     ///
     /// # Errors
     /// As [`DistributeConfig::validate`]; [`KilnError::Device`] for `"gpu"` without a GPU
-    /// backend.
+    /// backend; [`KilnError::Config`] (`distribute.strategy`) for `multi_worker_mirrored`
+    /// when MPI cannot start, and for another strategy in a process that `mpirun` started
+    /// among several.
     pub fn build(&self) -> Result<Strategy> {
         self.validate()?;
-        if self.strategy != StrategyKind::Mirrored {
-            return Ok(Strategy::OneDevice);
+        if let Some(w) = crate::distribute::world::launched()
+            && w.size > 1
+            && self.strategy != StrategyKind::MultiWorkerMirrored
+        {
+            return Err(crate::distribute::world::not_multi_worker(
+                w,
+                self.strategy.name(),
+            ));
+        }
+        match self.strategy {
+            StrategyKind::MultiWorkerMirrored => {
+                return Ok(Strategy::MultiWorkerMirrored(
+                    crate::distribute::MultiWorkerMirroredStrategy::new()?,
+                ));
+            }
+            StrategyKind::Mirrored => {}
+            _ => return Ok(Strategy::OneDevice),
         }
         if self.devices.is_empty() {
             return Ok(Strategy::Mirrored(MirroredStrategy::new(
@@ -211,6 +235,8 @@ mod tests {
             "{dev}"
         );
         assert!(err("num_replicas = 2").contains("need strategy = \"mirrored\""));
+        let workers = err("strategy = \"multi_worker_mirrored\"\nnum_replicas = 2");
+        assert!(workers.contains("mpirun -np N"), "{workers}");
         let later = err("strategy = \"pipeline\"");
         assert!(later.contains("not available yet"), "{later}");
         assert!(err("strategy = \"ring\"").contains("mirrored"));

@@ -159,7 +159,7 @@ impl MirroredStrategy {
     }
 }
 
-fn act_device(x: &Act) -> Device {
+pub(super) fn act_device(x: &Act) -> Device {
     match x {
         Act::Flat(t) => t.device(),
         Act::Seq(t) => t.device(),

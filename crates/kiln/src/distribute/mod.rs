@@ -11,6 +11,9 @@
 //!   update with the sum — the gradient of the global batch's mean loss — is applied to the
 //!   weights every replica reads. Metrics see the whole global batch (TensorFlow aggregates its
 //!   metric variables across replicas, which gives the same values).
+//! - [`Strategy::MultiWorkerMirrored`] ([`MultiWorkerMirroredStrategy`]): the same over
+//!   processes started by `mpirun`, one replica each, gradients summed by one MPI all-reduce
+//!   per step (TensorFlow's `MultiWorkerMirroredStrategy`; needs the cargo feature `mpi`).
 //!
 //! Semantics are those of `tf.distribute` (TensorFlow guide "Distributed training with
 //! TensorFlow", `tensorflow/python/distribute/mirrored_strategy.py`, and
@@ -32,9 +35,12 @@
 pub mod cost_model;
 pub mod diagnosis;
 mod mirrored;
+mod multi_worker;
 mod split;
+pub mod world;
 
 pub use mirrored::MirroredStrategy;
+pub use multi_worker::MultiWorkerMirroredStrategy;
 pub use split::{split_batch, split_sizes};
 
 use burn::optim::GradientsParams;
@@ -62,6 +68,9 @@ pub enum Strategy {
     /// Synchronous data parallelism over several replicas in one process
     /// (`tf.distribute.MirroredStrategy`).
     Mirrored(MirroredStrategy),
+    /// Synchronous data parallelism over MPI processes, one replica each
+    /// (`tf.distribute.MultiWorkerMirroredStrategy`).
+    MultiWorkerMirrored(MultiWorkerMirroredStrategy),
 }
 
 impl Strategy {
@@ -70,6 +79,16 @@ impl Strategy {
         match self {
             Strategy::OneDevice => 1,
             Strategy::Mirrored(m) => m.num_replicas(),
+            Strategy::MultiWorkerMirrored(m) => m.num_replicas(),
+        }
+    }
+
+    /// False on the workers of a [`Strategy::MultiWorkerMirrored`] job other than rank 0:
+    /// they write nothing to the run directory and print nothing. True otherwise.
+    pub fn is_chief(&self) -> bool {
+        match self {
+            Strategy::MultiWorkerMirrored(m) => m.is_chief(),
+            _ => true,
         }
     }
 
@@ -97,6 +116,9 @@ impl Strategy {
             Strategy::Mirrored(m) => {
                 m.compute_gradients(net, spec, compiled, batch, loss_factor, profile)
             }
+            Strategy::MultiWorkerMirrored(m) => {
+                m.compute_gradients(net, spec, compiled, batch, loss_factor, profile)
+            }
         }
     }
 
@@ -107,6 +129,7 @@ impl Strategy {
         match self {
             Strategy::OneDevice => 0.0,
             Strategy::Mirrored(m) => m.take_reduce_seconds(),
+            Strategy::MultiWorkerMirrored(m) => m.take_reduce_seconds(),
         }
     }
 }

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# multi_worker_mirrored on this machine: 1 vs 2 MPI processes training the Fashion-MNIST MLP.
+#
+#   bench/mpi.sh [epochs]    # default 3; needs OpenMPI and Fashion-MNIST (scripts/setup.sh)
+#
+# Runs, each on the full 60,000 training images at the global batch size 128 of
+# bench/configs/mlp.toml (784-512-512-10, AdamW):
+#   one_device   kiln train, no mpirun, RAYON_NUM_THREADS = all cores
+#   mpi-1        mpirun -np 1 kiln train --strategy multi_worker_mirrored (all cores): the
+#                strategy's own overhead (packing the gradients, a one-process all-reduce)
+#   mpi-2        mpirun -np 2 ... (cores / 2 threads each: the same cores, split between
+#                processes; each computes 64 of every 128 examples)
+# and reports training samples/s (mean of epochs 2.., the first has warm-up) and the share of
+# the training time spent communicating (the all-reduce, packing and unpacking, and waiting
+# for the other worker: history.json's communication_seconds / train_seconds), plus the
+# epoch's step-time diagnosis line. A last run gives the same MLP a deliberately tiny step
+# (global batch 8: 4 examples per worker, 1,000 steps per epoch) on 2 processes: a Dense
+# network's compute per step grows with examples × parameters, its all-reduce with parameters
+# only, so its diagnosis should name communication as the bound.
+# Results are appended to bench/results-mpi.jsonl; bench/README.md keeps the table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EPOCHS=${1:-3}
+TARGET=${CARGO_TARGET_DIR:-$HOME/.cache/kiln/target}
+K=$TARGET/release/kiln
+[ -x "$K" ] || cargo build --release --workspace --bins --examples
+command -v mpirun >/dev/null || { echo "bench/mpi.sh needs mpirun: run scripts/setup.sh" >&2; exit 1; }
+# As root (containers, CI) OpenMPI needs these; plain copies in the shared-memory transport
+# work where cross-process memory access (CMA) is forbidden.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+CORES=$(nproc)
+HALF=$(( CORES > 1 ? CORES / 2 : 1 ))
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# summary RUN_DIR -> "samples/s comm_share"
+summary() {
+  python3 - "$1/history.json" <<'EOF'
+import json, sys
+h = json.load(open(sys.argv[1]))
+sps = h["samples_per_second"][1:] or h["samples_per_second"]
+hist = h["history"]
+comm = hist.get("communication_seconds", [0.0] * len(h["samples_per_second"]))[1:] or hist.get("communication_seconds", [0.0])
+train = hist.get("train_seconds", h["epoch_time_s"])[1:] or hist.get("train_seconds", h["epoch_time_s"])
+print(f"{sum(sps) / len(sps):.0f} {sum(comm) / max(sum(train), 1e-9):.3f}")
+EOF
+}
+
+cfg=bench/configs/mlp.toml
+tiny=$work/tiny.toml
+cat >"$tiny" <<'TOML'
+name = "bench-mpi-tiny-step"
+seed = 1
+[data]
+rescale = 0.00392156862745098
+[model]
+layers = [
+  { type = "Input", shape = [28, 28, 1] },
+  { type = "Flatten" },
+  { type = "Dense", units = 512, activation = "relu" },
+  { type = "Dense", units = 512, activation = "relu" },
+  { type = "Dense", units = 10 },
+]
+[compile]
+optimizer = "adamw"
+loss = { type = "sparse_categorical_crossentropy", from_logits = true }
+metrics = ["accuracy"]
+[fit]
+epochs = 3
+batch_size = 8
+steps_per_epoch = 1000
+TOML
+
+printf '%-12s %10s %10s %14s\n' run processes samples/s communication
+run() { # NAME NP THREADS CONFIG
+  local name=$1 np=$2 threads=$3 config=$4 out=$work/$1.out
+  local args=(train "$config" --epochs "$EPOCHS" --run-dir "$work/$name" --no-resume)
+  if [ "$np" = 0 ]; then
+    RAYON_NUM_THREADS=$threads "$K" "${args[@]}" >"$out" 2>&1
+  else
+    RAYON_NUM_THREADS=$threads mpirun -np "$np" --oversubscribe -x RAYON_NUM_THREADS \
+      "$K" "${args[@]}" --strategy multi_worker_mirrored >"$out" 2>&1
+  fi
+  read -r sps comm < <(summary "$work/$name")
+  printf '%-12s %10s %10s %13.1f%%\n' "$name" "$(( np == 0 ? 1 : np ))" "$sps" "$(awk -v c="$comm" 'BEGIN { print c * 100 }')"
+  local line
+  line=$(tr '\r' '\n' <"$out" | grep -a 'step time:' | tail -1 | sed 's/^ *//; s/ *$//' || true)
+  [ -z "$line" ] || echo "             last epoch: $line"
+  printf '{"date":"%s","run":"%s","processes":%s,"threads_per_process":%s,"epochs":%s,"samples_per_second":%s,"communication_share":%s}\n' \
+    "$(date -u +%FT%TZ)" "$name" "$(( np == 0 ? 1 : np ))" "$threads" "$EPOCHS" "$sps" "$comm" >>bench/results-mpi.jsonl
+}
+run one_device 0 "$CORES" "$cfg"
+run mpi-1 1 "$CORES" "$cfg"
+run mpi-2 2 "$HALF" "$cfg"
+run tiny-step-2 2 "$HALF" "$tiny"

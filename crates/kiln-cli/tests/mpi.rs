@@ -1,0 +1,372 @@
+//! `multi_worker_mirrored` for real: `mpirun -np 2 kiln train` (OpenMPI, which
+//! `scripts/setup.sh` installs) against one process training on the same global batch; a
+//! worker killed with SIGKILL, then the same command run again.
+//!
+//! These tests fail, saying how to install it, when `mpirun` is missing: kiln-cli builds with
+//! MPI by default, so a machine that builds it has run `scripts/setup.sh`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{DATA, require_data};
+
+/// A seeded MLP on the first TAKE Fashion-MNIST examples in batches of 32, AdamW.
+const CONFIG: &str = r#"
+name = "mpi"
+seed = 11
+[data]
+data_dir = "DATA"
+[data.train]
+source = "idx"
+files = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"]
+components = ["image", "label"]
+x = "image"
+y = "label"
+take = TAKE
+map = [{ op = "rescale", scale = 0.00392156862745098, component = "image" }]
+batch_size = 32
+[model]
+layers = [
+  { type = "Input", shape = [28, 28, 1] },
+  { type = "Flatten" },
+  { type = "Dense", units = 16, activation = "relu" },
+  { type = "Dense", units = 10 },
+]
+[compile]
+optimizer = { type = "adamw", learning_rate = 0.01 }
+loss = { type = "sparse_categorical_crossentropy", from_logits = true }
+metrics = ["accuracy"]
+[fit]
+epochs = EPOCHS
+[[callbacks]]
+type = "BackupAndRestore"
+save_freq = SAVE_FREQ
+"#;
+
+const NO_MPIRUN: &str = "mpirun is not installed: run scripts/setup.sh (it installs Debian's \
+    openmpi-bin, libopenmpi-dev and libclang-dev; .ci/run does)";
+
+fn config(dir: &Path, take: usize, epochs: usize, save_freq: usize) -> PathBuf {
+    let path = dir.join(format!("mpi-{take}-{epochs}.toml"));
+    let text = CONFIG
+        .replace("DATA", DATA)
+        .replace("TAKE", &take.to_string())
+        .replace("EPOCHS", &epochs.to_string())
+        .replace("SAVE_FREQ", &save_freq.to_string());
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `kiln train CONFIG --run-dir RUN` in one process.
+fn one_process(config: &Path, run: &Path) -> Output {
+    let out = common::train_command(config, run, &[])
+        .env("RAYON_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    out
+}
+
+/// `mpirun -np N kiln train CONFIG --run-dir RUN EXTRA...` (as root too; more processes than
+/// cores allowed), not yet run.
+fn mpirun(n: usize, config: &Path, run: &Path, extra: &[&str]) -> Command {
+    let found = Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(found, "{NO_MPIRUN}");
+    let mut c = Command::new("mpirun");
+    c.args([
+        "-np",
+        &n.to_string(),
+        "--oversubscribe",
+        "-x",
+        "RAYON_NUM_THREADS",
+    ])
+    .arg(env!("CARGO_BIN_EXE_kiln"))
+    .arg("train")
+    .arg(config)
+    .arg("--run-dir")
+    .arg(run)
+    .args(extra)
+    .env("RAYON_NUM_THREADS", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    // Containers often forbid the cross-process memory copy (CMA) of the shared-memory
+    // transport; plain copies work everywhere.
+    .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+    .stdin(Stdio::null());
+    c
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The float32 tensors of a safetensors file, by name (its 8-byte header length, JSON header,
+/// little-endian data).
+fn weights(run: &Path) -> Vec<(String, Vec<f32>)> {
+    let bytes = std::fs::read(run.join("model.safetensors")).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let data = &bytes[8 + n..];
+    let mut out: Vec<(String, Vec<f32>)> = header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(k, v)| {
+            assert_eq!(v["dtype"], "F32", "{k}");
+            let at = |i: usize| v["data_offsets"][i].as_u64().unwrap() as usize;
+            let values = data[at(0)..at(1)]
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            (k.clone(), values)
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Largest absolute difference between two runs' weights (same names and shapes).
+fn max_difference(a: &Path, b: &Path) -> f32 {
+    let (a, b) = (weights(a), weights(b));
+    assert_eq!(
+        a.iter().map(|t| (&t.0, t.1.len())).collect::<Vec<_>>(),
+        b.iter().map(|t| (&t.0, t.1.len())).collect::<Vec<_>>()
+    );
+    a.iter()
+        .zip(&b)
+        .flat_map(|(x, y)| x.1.iter().zip(&y.1).map(|(p, q)| (p - q).abs()))
+        .fold(0.0, f32::max)
+}
+
+/// The epoch lines' `loss: ...` and `accuracy: ...` values, from a `kiln train` stdout.
+fn epoch_logs(stdout: &str) -> Vec<String> {
+    stdout
+        .split(['\n', '\r'])
+        .filter(|l| l.contains("samples/s") && l.contains("loss:"))
+        .map(|l| {
+            let from = l.find("loss:").unwrap();
+            let to = l[from..].find(" - ").map_or(l.len(), |i| from + i);
+            let acc = l.find("accuracy:").unwrap();
+            format!("{} {}", &l[from..to], &l[acc..acc + 16])
+        })
+        .collect()
+}
+
+/// Two workers on 129 examples in global batches of 32 (16 + 16 per worker, then a last
+/// batch of 1: `[1, 0]`, worker 1 empty) for 2 epochs: the same weights as one process within
+/// 1e-5, the same logged loss and accuracy, one run directory (rank 0's) with its checkpoints,
+/// and no scratch directory left behind.
+#[test]
+fn two_workers_train_to_the_one_process_weights() {
+    require_data();
+    let dir = common::scratch("mpi-same");
+    let cfg = config(&dir, 129, 2, 1000);
+    let one = dir.join("one");
+    let single = one_process(&cfg, &one);
+
+    let two = dir.join("two");
+    let out = mpirun(2, &cfg, &two, &["--strategy", "multi_worker_mirrored"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let diff = max_difference(&one, &two);
+    assert!(diff <= 1e-5, "weights differ by {diff}");
+    // Only rank 0 prints: one model summary, one epoch line per epoch.
+    assert_eq!(stdout.matches("Total params").count(), 1, "{stdout}");
+    let (want, got) = (epoch_logs(&text(&single.stdout)), epoch_logs(&stdout));
+    assert_eq!(want.len(), 2, "{}", text(&single.stdout));
+    assert_eq!(got, want);
+    // The step-time diagnosis is printed for the two workers.
+    assert!(stdout.contains("communication"), "{stdout}");
+    // Initial checkpoint and one per epoch, in rank 0's run directory.
+    let ckpts = std::fs::read_dir(two.join("checkpoints")).unwrap().count();
+    assert_eq!(ckpts, 3);
+    for f in ["config.toml", "history.json", "model.safetensors"] {
+        assert!(two.join(f).is_file(), "{f}");
+    }
+}
+
+/// With BatchNormalization (per-replica batch statistics, moving statistics averaged over the
+/// replicas) two workers train what two in-process `mirrored` replicas train: the same
+/// weights, moving mean and variance within 1e-5 (the last batch of 1 gives `[1, 0]`: only
+/// worker 0's statistics count).
+#[test]
+fn two_workers_with_batch_normalization_equal_two_mirrored_replicas() {
+    require_data();
+    let dir = common::scratch("mpi-bn");
+    let cfg = config(&dir, 97, 1, 1000);
+    let text_cfg = std::fs::read_to_string(&cfg).unwrap().replace(
+        r#"{ type = "Dense", units = 16, activation = "relu" },"#,
+        r#"{ type = "Dense", units = 16 },
+  { type = "BatchNormalization" },
+  { type = "Activation", activation = "relu" },"#,
+    );
+    assert!(text_cfg.contains("BatchNormalization"));
+    std::fs::write(&cfg, text_cfg).unwrap();
+    let mirrored = dir.join("mirrored");
+    let out = common::train_command(&cfg, &mirrored, &["--num-replicas", "2"])
+        .env("RAYON_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let two = dir.join("two");
+    let out = mpirun(2, &cfg, &two, &["--strategy", "multi_worker_mirrored"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let names: Vec<String> = weights(&two).into_iter().map(|t| t.0).collect();
+    assert!(
+        names.iter().any(|n| n.ends_with("moving_variance")),
+        "{names:?}"
+    );
+    let diff = max_difference(&mirrored, &two);
+    assert!(diff <= 1e-5, "weights differ by {diff}");
+}
+
+/// `kiln train --strategy multi_worker_mirrored` without `mpirun` is a job of one (MPI's
+/// singleton start): it trains as one device, to bit-identical weights.
+#[test]
+fn one_worker_without_mpirun_trains_as_one_device() {
+    require_data();
+    let dir = common::scratch("mpi-one");
+    let cfg = config(&dir, 100, 1, 1000);
+    let one = dir.join("one");
+    one_process(&cfg, &one);
+    let solo = dir.join("solo");
+    let out = common::train_command(&cfg, &solo, &["--strategy", "multi_worker_mirrored"])
+        .env("RAYON_NUM_THREADS", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(weights(&one), weights(&solo));
+}
+
+/// `mpirun -np 2 kiln train` with another strategy is refused (the processes would train
+/// alone into the same run directory).
+#[test]
+fn other_strategies_are_refused_under_mpirun() {
+    require_data();
+    let dir = common::scratch("mpi-refused");
+    let cfg = config(&dir, 64, 1, 1000);
+    let out = mpirun(2, &cfg, &dir.join("run"), &[]).output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("rank 1 of 2 started by mpirun, but the strategy is \"one_device\"")
+            && stderr.contains("strategy = \"multi_worker_mirrored\""),
+        "{stderr}"
+    );
+    assert!(!dir.join("run").join("model.safetensors").exists());
+}
+
+/// The kiln processes `mpirun` started (its children), by rank.
+fn workers(mpirun: &Child) -> Vec<(usize, u32)> {
+    let parent = mpirun.id().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let after = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
+        if after.split(' ').nth(1) != Some(parent.as_str()) {
+            continue;
+        }
+        let env = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        let rank = env
+            .split(|b| *b == 0)
+            .filter_map(|v| std::str::from_utf8(v).ok())
+            .find_map(|v| v.strip_prefix("OMPI_COMM_WORLD_RANK="))
+            .and_then(|r| r.parse().ok());
+        if let Some(rank) = rank {
+            found.push((rank, pid));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Checkpoint directories (`ckpt-*`) of a run.
+fn checkpoints(run: &Path) -> usize {
+    std::fs::read_dir(run.join("checkpoints")).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("ckpt-"))
+            .count()
+    })
+}
+
+/// SIGKILL of worker 1 in the middle of the run: the job ends (mpirun names the killed rank,
+/// the surviving worker says how to resume), the checkpoints written so far stay readable,
+/// and the same command run again resumes and ends with the one-process weights (1e-5),
+/// removing the killed worker's scratch directory.
+#[test]
+fn a_killed_worker_ends_the_job_and_the_same_command_resumes() {
+    require_data();
+    let dir = common::scratch("mpi-kill");
+    // 6,000 examples, 188 batches of 32 per epoch, 3 epochs, a checkpoint every 40 batches.
+    let cfg = config(&dir, 6000, 3, 40);
+    let one = dir.join("one");
+    one_process(&cfg, &one);
+
+    let run = dir.join("two");
+    let args = ["--strategy", "multi_worker_mirrored"];
+    let job = mpirun(2, &cfg, &run, &args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    // The initial checkpoint and the one at batch 40.
+    while checkpoints(&run) < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no checkpoint after 2 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let ranks = workers(&job);
+    assert_eq!(ranks.iter().map(|r| r.0).collect::<Vec<_>>(), [0, 1]);
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &ranks[1].1.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = job.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("rank 1") && stderr.contains("signal 9"),
+        "mpirun names the killed worker: {stderr}"
+    );
+    assert!(
+        !run.join("model.safetensors").exists(),
+        "killed after training"
+    );
+    let left = checkpoints(&run);
+    assert!(left >= 2, "{left} checkpoints");
+    let stale = std::env::temp_dir().join(format!("kiln-worker-{}", ranks[1].1));
+    assert!(stale.is_dir(), "worker 1 writes to {}", stale.display());
+
+    let out = mpirun(2, &cfg, &run, &args).output().unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("Resuming from"), "{stderr}");
+    let diff = max_difference(&one, &run);
+    assert!(diff <= 1e-5, "weights differ by {diff}");
+    // The killed worker could not remove its scratch directory; the next run's workers did.
+    assert!(!stale.exists(), "{} left behind", stale.display());
+}

@@ -1,0 +1,357 @@
+//! `MultiWorkerMirroredStrategy`: synchronous data parallelism over processes, one replica
+//! per process, gradients summed with one MPI all-reduce per step.
+
+use std::time::Instant;
+
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::prelude::*;
+
+use super::mirrored::act_device;
+use super::split::{split_batch, split_sizes};
+use super::world::{self, World};
+use crate::batch::DeviceBatch;
+use crate::compile::Compiled;
+use crate::error::Result;
+use crate::fit::{Interrupt, PendingOutput, StepProfile, compute_gradients_scaled};
+use crate::model::{ModelSpec, Network};
+
+/// `tf.distribute.MultiWorkerMirroredStrategy` over MPI: `mpirun -np N kiln train CONFIG`
+/// starts N processes (workers); each reads the same input pipeline, batched at the *global*
+/// batch size, and keeps its rank's share of every batch ([`super::split_sizes`]: the
+/// `MirroredStrategy` split, rank `r` being replica `r`).
+///
+/// Each step, every worker computes the gradients of its share's mean loss scaled by
+/// `share / global_batch` (folded into the backward pass's loss factor) (so the sum over workers is the gradient of the global batch's mean
+/// loss, `tf.nn.compute_average_loss`), and one `MPI_Allreduce` (`MPI_SUM`) of one flat `f32`
+/// buffer per step combines, in this order:
+///
+/// | part | length | reduced value |
+/// |---|---|---|
+/// | the gradients, parameter by parameter (visit order), scaled | trainable elements | summed gradients |
+/// | one flag per parameter: 1 where the worker has its gradient | parameters | > 0: the parameter is updated |
+/// | BatchNormalization moving means and variances (workers with examples) | moving elements | their sum, divided by the count below |
+/// | 1 when the worker had examples | 1 | workers with examples |
+/// | the worker's mean loss × its share | 1 | the global batch's mean loss |
+/// | 1 when a stop was requested on the worker (a signal), and its number | 2 | stop on every worker after this step |
+/// | the worker's outputs at its rows of `[global_batch, units]`, zeros elsewhere | `global_batch × units` | the whole batch's outputs |
+///
+/// so every worker applies the identical optimizer update to identical weights, and computes
+/// the same loss and metrics as one process training on the global batch. A worker whose
+/// share is empty (a last batch smaller than the number of workers) contributes zeros. On the
+/// first step, rank 0's weights are broadcast to every worker (`MPI_Bcast`), so the workers
+/// start identical whatever their initialization.
+///
+/// A stop request (SIGINT / SIGTERM through [`MultiWorkerMirroredStrategy::set_interrupts`])
+/// is shared through the same buffer: every worker sees it after the same step, so they all
+/// stop there and rank 0 writes the checkpoint.
+#[derive(Debug, Clone)]
+pub struct MultiWorkerMirroredStrategy {
+    world: World,
+    reduce_seconds: f64,
+    synced: bool,
+    /// Set by this process's signal handler.
+    local_stop: Option<Interrupt>,
+    /// What the training loop reads: set on every worker after the step in which any worker
+    /// had a stop request.
+    agreed_stop: Option<Interrupt>,
+}
+
+impl MultiWorkerMirroredStrategy {
+    /// Joins the MPI job (initializing MPI in this process, [`world::init`]).
+    ///
+    /// # Errors
+    /// [`crate::KilnError::Config`] (`distribute.strategy`) when kiln was built without the
+    /// `mpi` feature or MPI cannot start.
+    pub fn new() -> Result<MultiWorkerMirroredStrategy> {
+        Ok(MultiWorkerMirroredStrategy {
+            world: world::init()?,
+            reduce_seconds: 0.0,
+            synced: false,
+            local_stop: None,
+            agreed_stop: None,
+        })
+    }
+
+    /// This worker's rank and the number of workers.
+    pub fn world(&self) -> World {
+        self.world
+    }
+
+    /// True on rank 0, the chief: the one worker that writes the run directory, checkpoints
+    /// and TensorBoard files, and prints progress.
+    pub fn is_chief(&self) -> bool {
+        self.world.rank == 0
+    }
+
+    /// `num_replicas_in_sync`: the number of workers.
+    pub fn num_replicas(&self) -> usize {
+        self.world.size
+    }
+
+    /// Stop requests: `local` is set by this process's signal handler; `agreed` (the one to
+    /// give the training loop) is set on every worker after the step in which any worker's
+    /// `local` was set, so that all stop after the same step.
+    pub fn set_interrupts(&mut self, local: Interrupt, agreed: Interrupt) {
+        self.local_stop = Some(local);
+        self.agreed_stop = Some(agreed);
+    }
+
+    /// Seconds spent communicating since the last call: packing the buffer, the all-reduce
+    /// (which includes waiting for the slowest worker) and unpacking.
+    pub fn take_reduce_seconds(&mut self) -> f64 {
+        std::mem::take(&mut self.reduce_seconds)
+    }
+
+    /// One step's gradients on this worker's share of the global `batch`, summed over the
+    /// workers (see [`super::Strategy::compute_gradients`]).
+    pub fn compute_gradients(
+        &mut self,
+        net: Network,
+        spec: &ModelSpec,
+        compiled: &Compiled,
+        batch: DeviceBatch,
+        loss_factor: f64,
+        profile: Option<&mut StepProfile>,
+    ) -> (Network, GradientsParams, PendingOutput) {
+        if self.world.size == 1 {
+            // A job of one: nothing to combine.
+            self.share_stop(self.local_signal(), 0.0, 0.0);
+            return compute_gradients_scaled(net, spec, compiled, batch, loss_factor, profile);
+        }
+        let clock = Instant::now();
+        let net = if self.synced {
+            net
+        } else {
+            self.synced = true;
+            broadcast_weights(net)
+        };
+        self.reduce_seconds += clock.elapsed().as_secs_f64();
+        let global = batch.size;
+        let home = act_device(&batch.x);
+        let sizes = split_sizes(global, self.world.size);
+        let mine = sizes[self.world.rank];
+        let start: usize = sizes[..self.world.rank].iter().sum();
+        let units: usize = spec.output_shape().iter().product();
+        let (net, grads, local) = if mine == 0 {
+            (net, GradientsParams::new(), None)
+        } else {
+            // The other workers' rows are dropped; `split_batch` skips empty parts, so this
+            // worker's is the first or the second.
+            let part = split_batch(batch, &[start, mine, global - start - mine])
+                .into_iter()
+                .nth(usize::from(start > 0))
+                .expect("a worker with examples has its part");
+            // The share's scale folded into the loss factor: the gradients come out scaled.
+            let factor = loss_factor * mine as f64 / global as f64;
+            let (net, grads, pending) =
+                compute_gradients_scaled(net, spec, compiled, part, factor, profile);
+            (net, grads, Some(pending))
+        };
+        let clock = Instant::now();
+        let out = self.reduce(net, grads, local, global, mine, start, units, &home);
+        self.reduce_seconds += clock.elapsed().as_secs_f64();
+        out
+    }
+
+    /// Packs, all-reduces and unpacks one step (the buffer of the type's documentation).
+    #[allow(clippy::too_many_arguments)]
+    fn reduce(
+        &mut self,
+        mut net: Network,
+        mut grads: GradientsParams,
+        local: Option<PendingOutput>,
+        global: usize,
+        mine: usize,
+        start: usize,
+        units: usize,
+        home: &Device,
+    ) -> (Network, GradientsParams, PendingOutput) {
+        let scale = mine as f32 / global.max(1) as f32;
+        let mut buf = Vec::new();
+        let mut pack = Pack {
+            grads: &mut grads,
+            buf: &mut buf,
+            flags: Vec::new(),
+        };
+        net.visit(&mut pack);
+        let flags = std::mem::take(&mut pack.flags);
+        let (n_grads, n_params) = (buf.len(), flags.len());
+        buf.extend(flags);
+        let moving_start = buf.len();
+        for layer in &net.layers {
+            for p in [&layer.moving_mean, &layer.moving_variance]
+                .into_iter()
+                .flatten()
+            {
+                let v = to_vec(p.val());
+                buf.extend(v.into_iter().map(|x| if mine > 0 { x } else { 0.0 }));
+            }
+        }
+        let scalars = buf.len();
+        let (loss, outputs) = match local {
+            Some(p) => {
+                let (loss, out) = p.into_parts();
+                (to_vec(loss)[0] * scale, to_vec(out))
+            }
+            None => (0.0, Vec::new()),
+        };
+        let signal = self.local_signal();
+        buf.extend([
+            f32::from(mine > 0),
+            loss,
+            f32::from(signal != 0),
+            signal as f32,
+        ]);
+        let out_start = buf.len();
+        buf.resize(out_start + global * units, 0.0);
+        let rows = &mut buf[out_start + start * units..out_start + (start + mine) * units];
+        // `[mine, units]`: the network's outputs are flattened to the product of the model's
+        // output shape.
+        assert_eq!(outputs.len(), rows.len(), "outputs of [examples, units]");
+        rows.copy_from_slice(&outputs);
+
+        world::all_reduce_sum(&mut buf);
+
+        let mut unpack = Unpack {
+            grads: GradientsParams::new(),
+            values: &buf[..n_grads],
+            flags: &buf[n_grads..n_grads + n_params],
+            offset: 0,
+            index: 0,
+        };
+        net.visit(&mut unpack);
+        let grads = unpack.grads;
+        let workers = buf[scalars].max(1.0);
+        let mut offset = moving_start;
+        for layer in &mut net.layers {
+            for p in [&mut layer.moving_mean, &mut layer.moving_variance]
+                .into_iter()
+                .flatten()
+            {
+                let n = p.val().dims()[0];
+                let mean: Vec<f32> = buf[offset..offset + n]
+                    .iter()
+                    .map(|x| x / workers)
+                    .collect();
+                offset += n;
+                let t = Tensor::<1>::from_data(TensorData::new(mean, [n]), &p.val().device());
+                *p = p.clone().map(|_| t.set_require_grad(false));
+            }
+        }
+        let loss = Tensor::<1>::from_data(TensorData::new(vec![buf[scalars + 1]], [1]), home);
+        self.share_stop(signal, buf[scalars + 2], buf[scalars + 3]);
+        let outputs = Tensor::<2>::from_data(
+            TensorData::new(buf[out_start..].to_vec(), [global, units]),
+            home,
+        );
+        (net, grads, PendingOutput::new(loss, outputs))
+    }
+}
+
+impl MultiWorkerMirroredStrategy {
+    /// The signal of this process's stop request, 0 for none.
+    fn local_signal(&self) -> i32 {
+        self.local_stop
+            .as_ref()
+            .and_then(Interrupt::requested)
+            .unwrap_or(0)
+    }
+
+    /// Sets the agreed stop when any worker asked (`requests` workers, their signal numbers
+    /// summing to `signals`): this worker's own signal, or else the workers' mean one.
+    fn share_stop(&self, own: i32, requests: f32, signals: f32) {
+        let Some(agreed) = &self.agreed_stop else {
+            return;
+        };
+        if own != 0 {
+            agreed.request(own);
+        } else if requests > 0.0 {
+            agreed.request(((signals / requests).round() as i32).max(1));
+        }
+    }
+}
+
+/// A tensor's elements as `f32`.
+fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .expect("float tensors convert to f32")
+}
+
+/// Appends each parameter's gradient (zeros when absent) to `buf`, and a flag per parameter
+/// (1.0 when present).
+struct Pack<'a> {
+    grads: &'a mut GradientsParams,
+    buf: &'a mut Vec<f32>,
+    flags: Vec<f32>,
+}
+
+impl ModuleVisitor for Pack<'_> {
+    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+        let n: usize = p.val().dims().iter().product();
+        match self.grads.remove::<D>(p.id) {
+            Some(g) => {
+                self.buf.extend(to_vec(g));
+                self.flags.push(1.0);
+            }
+            None => {
+                self.buf.resize(self.buf.len() + n, 0.0);
+                self.flags.push(0.0);
+            }
+        }
+    }
+}
+
+/// The reduced gradients, registered for the parameters whose flag is positive.
+struct Unpack<'a> {
+    grads: GradientsParams,
+    values: &'a [f32],
+    flags: &'a [f32],
+    offset: usize,
+    index: usize,
+}
+
+impl ModuleVisitor for Unpack<'_> {
+    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+        let value = p.val();
+        let dims = value.dims();
+        let n: usize = dims.iter().product();
+        if self.flags[self.index] > 0.0 {
+            let data = TensorData::new(self.values[self.offset..self.offset + n].to_vec(), dims);
+            let device = value.device().without_autodiff();
+            self.grads
+                .register::<D>(p.id, Tensor::<D>::from_data(data, &device));
+        }
+        self.offset += n;
+        self.index += 1;
+    }
+}
+
+/// `net` with every float parameter replaced by rank 0's (one `MPI_Bcast` of all of them).
+fn broadcast_weights(net: Network) -> Network {
+    struct Gather(Vec<f32>);
+    impl ModuleVisitor for Gather {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+            self.0.extend(to_vec(p.val()));
+        }
+    }
+    struct Scatter(Vec<f32>, usize);
+    impl ModuleMapper for Scatter {
+        fn map_float<const D: usize>(&mut self, p: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            p.map(|t| {
+                let dims = t.dims();
+                let n: usize = dims.iter().product();
+                let data = TensorData::new(self.0[self.1..self.1 + n].to_vec(), dims);
+                self.1 += n;
+                let grad = t.is_require_grad();
+                Tensor::<D>::from_data(data, &t.device()).set_require_grad(grad)
+            })
+        }
+    }
+    let mut gather = Gather(Vec::new());
+    net.visit(&mut gather);
+    world::broadcast_from_chief(&mut gather.0);
+    net.map(&mut Scatter(gather.0, 0))
+}
