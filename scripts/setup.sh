@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Installs what kiln needs on a fresh Debian machine that has the Rust toolchain:
 #   - Fashion-MNIST, Debian's package dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
+#   - PostgreSQL, Debian's package postgresql: kiln-tune's multi-worker tests start a throwaway
+#     cluster (scripts/postgres-test-server.sh).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
 need_apt=()
 if ! ls /usr/share/datasets/fashion-mnist/*.gz >/dev/null 2>&1; then
   need_apt+=(dataset-fashion-mnist)
+fi
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  need_apt+=(postgresql)
 fi
 
 if ((${#need_apt[@]})); then

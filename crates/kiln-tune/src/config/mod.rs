@@ -236,6 +236,16 @@ impl TuneConfig {
         Ok(t)
     }
 
+    /// [`TuneConfig::fixed`] as TOML text (what every trial shares, for a check before the
+    /// study starts).
+    ///
+    /// # Errors
+    /// As [`TuneConfig::fixed`].
+    pub fn fixed_text(&self) -> Result<String, TuneError> {
+        toml::to_string_pretty(&self.fixed()?)
+            .map_err(|e| config_err(&self.path, format!("cannot write the config as TOML: {e}")))
+    }
+
     /// The run config of `plan` as a ready-to-train table: the base config, the overrides,
     /// the parameters at their keys, `fit.epochs = plan.epochs` for Hyperband plans,
     /// `seed + execution` for the execution's seed, a relative `data.data_dir` made absolute

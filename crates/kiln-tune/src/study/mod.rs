@@ -467,7 +467,15 @@ impl Worker<'_> {
         if let Some(e) = failure {
             return Err(e);
         }
+        // A Ctrl-C reaches the child too (same process group): it may have exited on it
+        // before a poll saw the request. Its checkpoint is kept; the trial runs again.
+        if stop.is_none()
+            && let Some(sig) = self.stop_requested()
+        {
+            stop = Some(Stop::Interrupted(sig));
+        }
         Ok(match (exit, stop) {
+            (_, Some(Stop::Interrupted(sig))) => Err(Stop::Interrupted(sig)),
             (Exit::Finished(status), _) => Ok(Some(status)),
             (Exit::Stopped(_), Some(Stop::Pruned)) => Ok(None),
             (Exit::Stopped(_), Some(s)) => Err(s),
@@ -494,3 +502,6 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), TuneError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
