@@ -18,7 +18,7 @@ fn a_small_study_runs_resumes_and_summarises() {
     // The table: a header and one line per trial with its parameters.
     assert!(text.contains("trial  state"), "{text}");
     assert!(text.contains("val_accuracy"), "{text}");
-    let lines: Vec<&str> = text.lines().filter(|l| l.contains("complete")).collect();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("  complete  ")).collect();
     assert_eq!(lines.len(), 3, "{text}");
     assert!(lines.iter().all(|l| l.contains("learning_rate=") && l.contains("units=")), "{text}");
     let all = trials(&config, &study, None);
@@ -74,7 +74,7 @@ fn a_small_study_runs_resumes_and_summarises() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("4 trials (4 complete"), "{text}");
     let ranked = kiln_tune::report::ranked(&all, kiln_tune::Direction::Max);
-    let rows: Vec<&str> = text.lines().filter(|l| l.contains("complete ")).collect();
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("  complete  ")).collect();
     assert_eq!(rows.len(), 2, "{text}");
     assert!(rows[0].trim_start().starts_with(&ranked[0].record.number.to_string()), "{text}");
 

@@ -8,8 +8,8 @@ use crate::error::TuneError;
 use crate::storage::StoredTrial;
 use crate::trial::{Direction, Params, TrialState, Value};
 
-/// A value as the table prints it: integers and strings as they are, floats with 4
-/// significant digits (scientific below 1e-3).
+/// A value as the table prints it: integers and strings as they are, floats with up to 4
+/// decimals (scientific, 4 significant digits, below 1e-3 and from 1e5).
 pub fn format_value(v: &Value) -> String {
     match v {
         Value::Bool(b) => b.to_string(),
@@ -181,7 +181,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn floats_print_with_four_significant_digits() {
+    fn floats_print_with_four_decimals_or_scientific() {
         assert_eq!(format_float(0.001234567), "0.0012");
         assert_eq!(format_float(0.0001234), "1.234e-4");
         assert_eq!(format_float(0.5), "0.5");
