@@ -6,7 +6,7 @@ mod tune_common;
 
 use std::time::{Duration, Instant};
 
-use tune_common::{output_text, trials, tune_command, write_study};
+use tune_common::{output_text, trials, tune_command, write_study_with};
 
 /// A small xorshift generator seeded from the clock: the instants differ between runs (each
 /// run prints its seed).
@@ -22,15 +22,17 @@ impl Rng {
 }
 
 #[test]
-#[ignore = "slow: a 12-trial study with five restarts takes about a minute"]
 fn kill_9_at_five_random_instants_and_resume() {
     let dir = common::scratch("tune-kill");
     // A killed trial is retried (same number) when the study resumes: five kills need up to
     // five retries of one trial.
-    let config = write_study(
+    // 4096 training images: a trial takes about a second or two, so that the kills land in
+    // trials as well as between them.
+    let config = write_study_with(
         &dir,
         "kill",
         "max_trials = 12\nmax_retries_per_trial = 5\nheartbeat_interval = 1\ngrace_period = 3",
+        "\"data.train.take\" = 4096",
     );
     let study = dir.join("study");
     let seed = std::time::SystemTime::now()
@@ -47,18 +49,28 @@ fn kill_9_at_five_random_instants_and_resume() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        // Between 0.3 s and 4.3 s into the run: during start-up, a trial or a database write.
-        let wait = Duration::from_millis(300 + rng.next() % 4000);
+        // Kill k comes once at least 2k complete trials exist (so that the study progresses
+        // whatever the machine's speed), after a further random 0-800 ms: during start-up, a
+        // trial or a database write.
+        let complete = |study: &std::path::Path| {
+            trials(&config, study, None)
+                .iter()
+                .filter(|t| t.state_name() == "complete")
+                .count()
+        };
+        while complete(&study) < 2 * kills {
+            assert!(child.try_wait().unwrap().is_none(), "the tuner exited early");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let wait = Duration::from_millis(rng.next() % 800);
         let start = Instant::now();
-        let mut exited = false;
         while start.elapsed() < wait {
-            if child.try_wait().unwrap().is_some() {
-                exited = true;
-                break;
-            }
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the study finished before the five kills"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert!(!exited, "the study finished before the five kills");
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         kills += 1;
@@ -68,6 +80,12 @@ fn kill_9_at_five_random_instants_and_resume() {
     assert!(out.status.success(), "{text}");
     let all = trials(&config, &study, None);
     let numbers: Vec<u64> = all.iter().map(|t| t.record.number).collect();
+    let retried: Vec<(u64, u32)> = all
+        .iter()
+        .filter(|t| t.record.retries > 0)
+        .map(|t| (t.record.number, t.record.retries))
+        .collect();
+    eprintln!("trials killed mid-training and run again (number, retries): {retried:?}");
     assert_eq!(numbers, (0..12).collect::<Vec<_>>(), "{text}");
     for t in &all {
         assert_eq!(t.state_name(), "complete", "trial {}: {:?}", t.record.number, t.message);

@@ -51,7 +51,8 @@ metrics = ["accuracy"]
 epochs = 5
 "#;
 
-/// The tune config: `TUNER` is replaced by extra `[tuner]` lines.
+/// The tune config: `TUNER` is replaced by extra `[tuner]` lines, `OVERRIDES` by extra
+/// `[overrides]` lines.
 pub const TUNE: &str = r#"
 base = "base.toml"
 [tuner]
@@ -60,6 +61,7 @@ seed = 11
 TUNER
 [overrides]
 "fit.epochs" = 2
+OVERRIDES
 [[hyperparameters]]
 name = "learning_rate"
 key = "compile.optimizer.learning_rate"
@@ -74,10 +76,19 @@ values = [16, 32, 64]
 
 /// Writes `base.toml` and `<name>.toml` (with `tuner` lines in `[tuner]`) into `dir`.
 pub fn write_study(dir: &Path, name: &str, tuner: &str) -> PathBuf {
+    write_study_with(dir, name, tuner, "")
+}
+
+/// [`write_study`] with `overrides` lines in `[overrides]`.
+pub fn write_study_with(dir: &Path, name: &str, tuner: &str, overrides: &str) -> PathBuf {
     crate::common::require_data();
     std::fs::write(dir.join("base.toml"), BASE.replace("DATA", crate::common::DATA)).unwrap();
     let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, TUNE.replace("TUNER", tuner)).unwrap();
+    std::fs::write(
+        &path,
+        TUNE.replace("TUNER", tuner).replace("OVERRIDES", overrides),
+    )
+    .unwrap();
     path
 }
 
