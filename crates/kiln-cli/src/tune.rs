@@ -45,7 +45,8 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
         .map_err(|e| TuneError::Study(format!("cannot find the kiln binary for trials: {e}")))?;
     let stop = Arc::new(AtomicI32::new(0));
     let asked = Arc::new(AtomicBool::new(false));
-    let install = |e: std::io::Error| TuneError::Study(format!("cannot install signal handlers: {e}"));
+    let install =
+        |e: std::io::Error| TuneError::Study(format!("cannot install signal handlers: {e}"));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         // The first signal stops the study cleanly (the running trial checkpoints and is put
         // back for the resume); a second one ends the process at once.
@@ -64,9 +65,11 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
     let opts = StudyOptions {
         study_dir,
         // From the environment, a password stays out of the process list.
-        storage: args
-            .storage
-            .or_else(|| std::env::var("KILN_TUNE_STORAGE").ok().filter(|s| !s.is_empty())),
+        storage: args.storage.or_else(|| {
+            std::env::var("KILN_TUNE_STORAGE")
+                .ok()
+                .filter(|s| !s.is_empty())
+        }),
         max_trials: args.max_trials,
         runner,
         check_config: Some(Box::new(|text: &str| {
@@ -117,10 +120,7 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
             kiln_tune::report::format_params(&best.record.plan.params),
             opts.study_dir.join("best.toml").display()
         ),
-        None => println!(
-            "Study done: {} trials, none complete.",
-            report.trials.len()
-        ),
+        None => println!("Study done: {} trials, none complete.", report.trials.len()),
     }
     Ok(())
 }

@@ -18,9 +18,17 @@ fn a_small_study_runs_resumes_and_summarises() {
     // The table: a header and one line per trial with its parameters.
     assert!(text.contains("trial  state"), "{text}");
     assert!(text.contains("val_accuracy"), "{text}");
-    let lines: Vec<&str> = text.lines().filter(|l| l.contains("  complete  ")).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("  complete  "))
+        .collect();
     assert_eq!(lines.len(), 3, "{text}");
-    assert!(lines.iter().all(|l| l.contains("learning_rate=") && l.contains("units=")), "{text}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("learning_rate=") && l.contains("units=")),
+        "{text}"
+    );
     let all = trials(&config, &study, None);
     assert_eq!(all.len(), 3);
     for t in &all {
@@ -28,8 +36,18 @@ fn a_small_study_runs_resumes_and_summarises() {
         let v = t.record.value.unwrap();
         assert!((0.0..=1.0).contains(&v), "{v}");
         // 2 epochs reported while it trained, and the value is the best of them.
-        assert_eq!(t.record.intermediate.len(), 2, "{:?}", t.record.intermediate);
-        let best = t.record.intermediate.iter().map(|(_, v)| *v).fold(f64::MIN, f64::max);
+        assert_eq!(
+            t.record.intermediate.len(),
+            2,
+            "{:?}",
+            t.record.intermediate
+        );
+        let best = t
+            .record
+            .intermediate
+            .iter()
+            .map(|(_, v)| *v)
+            .fold(f64::MIN, f64::max);
         assert_eq!(v, best);
         let run = study.join("trials").join(t.record.number.to_string());
         // The trial's run config carries its parameters at their keys.
@@ -46,15 +64,25 @@ fn a_small_study_runs_resumes_and_summarises() {
         );
         assert!(run.join("history.json").is_file());
         // TensorBoard logs in logs/<number>.
-        let logs = study.join("logs").join(t.record.number.to_string()).join("validation");
-        assert!(std::fs::read_dir(&logs).unwrap().count() > 0, "{}", logs.display());
+        let logs = study
+            .join("logs")
+            .join(t.record.number.to_string())
+            .join("validation");
+        assert!(
+            std::fs::read_dir(&logs).unwrap().count() > 0,
+            "{}",
+            logs.display()
+        );
     }
     // best.toml: the best trial's config, ready to train, without the tuner's callbacks.
     let best_text = std::fs::read_to_string(study.join("best.toml")).unwrap();
     let best_cfg = kiln::RunConfig::from_toml_str(&best_text).unwrap();
     assert!(best_cfg.callbacks.is_empty());
     let ranked = kiln_tune::report::ranked(&all, kiln_tune::Direction::Max);
-    assert!(best_text.contains(&format!("trial {},", ranked[0].record.number)), "{best_text}");
+    assert!(
+        best_text.contains(&format!("trial {},", ranked[0].record.number)),
+        "{best_text}"
+    );
 
     // Running it again resumes: nothing left to do.
     let out = tune_command(&config, &study, &[]).output().unwrap();
@@ -63,25 +91,39 @@ fn a_small_study_runs_resumes_and_summarises() {
     assert!(text.contains("3 trials so far"), "{text}");
     assert_eq!(trials(&config, &study, None).len(), 3);
     // --max-trials extends it by one.
-    let out = tune_command(&config, &study, &["--max-trials", "4"]).output().unwrap();
+    let out = tune_command(&config, &study, &["--max-trials", "4"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", output_text(&out));
     let all = trials(&config, &study, None);
     assert_eq!(all.len(), 4);
     assert_eq!(all[3].record.number, 3);
     // --summary lists the best trials, best first, and runs nothing.
-    let out = tune_command(&config, &study, &["--summary", "--top", "2"]).output().unwrap();
+    let out = tune_command(&config, &study, &["--summary", "--top", "2"])
+        .output()
+        .unwrap();
     let text = output_text(&out);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("4 trials (4 complete"), "{text}");
     let ranked = kiln_tune::report::ranked(&all, kiln_tune::Direction::Max);
-    let rows: Vec<&str> = text.lines().filter(|l| l.contains("  complete  ")).collect();
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("  complete  "))
+        .collect();
     assert_eq!(rows.len(), 2, "{text}");
-    assert!(rows[0].trim_start().starts_with(&ranked[0].record.number.to_string()), "{text}");
+    assert!(
+        rows[0]
+            .trim_start()
+            .starts_with(&ranked[0].record.number.to_string()),
+        "{text}"
+    );
 
     // A changed search space is refused (exit 2), naming what changed.
     std::fs::write(
         &config,
-        std::fs::read_to_string(&config).unwrap().replace("[16, 32, 64]", "[16, 128]"),
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("[16, 32, 64]", "[16, 128]"),
     )
     .unwrap();
     let out = tune_command(&config, &study, &[]).output().unwrap();
@@ -107,7 +149,10 @@ fn config_errors_exit_with_code_2_before_any_trial() {
     let text = output_text(&out);
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("bad.toml"), "{text}");
-    assert!(text.contains("compile.optimizer is the string \"adamw\""), "{text}");
+    assert!(
+        text.contains("compile.optimizer is the string \"adamw\""),
+        "{text}"
+    );
     assert!(text.contains("{ type = \"AdamW\" }"), "{text}");
     assert!(!study.join("trials").exists());
     // An override that makes the base config invalid is caught by kiln's own config check.

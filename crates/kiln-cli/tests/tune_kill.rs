@@ -59,7 +59,10 @@ fn kill_9_at_five_random_instants_and_resume() {
                 .count()
         };
         while complete(&study) < 2 * kills {
-            assert!(child.try_wait().unwrap().is_none(), "the tuner exited early");
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the tuner exited early"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         let wait = Duration::from_millis(rng.next() % 800);
@@ -88,7 +91,13 @@ fn kill_9_at_five_random_instants_and_resume() {
     eprintln!("trials killed mid-training and run again (number, retries): {retried:?}");
     assert_eq!(numbers, (0..12).collect::<Vec<_>>(), "{text}");
     for t in &all {
-        assert_eq!(t.state_name(), "complete", "trial {}: {:?}", t.record.number, t.message);
+        assert_eq!(
+            t.state_name(),
+            "complete",
+            "trial {}: {:?}",
+            t.record.number,
+            t.message
+        );
         assert!(t.record.value.is_some());
         // Each trial trained its 2 epochs once: a resumed run continues its checkpoint.
         let history = study
@@ -97,7 +106,12 @@ fn kill_9_at_five_random_instants_and_resume() {
             .join("history.json");
         let h: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&history).unwrap()).unwrap();
-        assert_eq!(h["epoch"].as_array().unwrap().len(), 2, "{}", history.display());
+        assert_eq!(
+            h["epoch"].as_array().unwrap().len(),
+            2,
+            "{}",
+            history.display()
+        );
     }
     // One run directory per trial, no other.
     let mut dirs: Vec<u64> = std::fs::read_dir(study.join("trials"))
@@ -108,10 +122,14 @@ fn kill_9_at_five_random_instants_and_resume() {
     assert_eq!(dirs, numbers);
     // No orphaned `kiln train` was left behind by the kills: no trial child of this study
     // still runs.
-    let ps = std::process::Command::new("ps").args(["-eo", "args"]).output().unwrap();
+    let ps = std::process::Command::new("ps")
+        .args(["-eo", "args"])
+        .output()
+        .unwrap();
     let ps = String::from_utf8_lossy(&ps.stdout);
     assert!(
-        !ps.lines().any(|l| l.contains(study.to_str().unwrap()) && l.contains(" train ")),
+        !ps.lines()
+            .any(|l| l.contains(study.to_str().unwrap()) && l.contains(" train ")),
         "{ps}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

@@ -54,7 +54,10 @@ fn two_workers_share_a_study_in_postgres() {
     for o in &outputs {
         let text = output_text(o);
         assert!(o.status.success(), "{text}");
-        assert!(!text.contains(&password), "the password leaked into the output:\n{text}");
+        assert!(
+            !text.contains(&password),
+            "the password leaked into the output:\n{text}"
+        );
         assert!(text.contains("kiln:***@"), "{text}");
     }
     let all = trials(&config, &dir.join("a"), Some(&url));

@@ -222,24 +222,36 @@ mod tests {
             get(&t, "model.layers[1].type"),
             Some(&toml::Value::String("Dense".into()))
         );
-        assert_eq!(get(&t, "compile.optimizer.type").unwrap().as_str(), Some("AdamW"));
+        assert_eq!(
+            get(&t, "compile.optimizer.type").unwrap().as_str(),
+            Some("AdamW")
+        );
     }
 
     #[test]
     fn a_key_under_the_optimizer_string_says_to_write_a_table() {
         let mut t = table("[compile]\noptimizer = \"adamw\"\n");
         let err = set(&mut t, "compile.optimizer.learning_rate", 0.01.into()).unwrap_err();
-        assert!(err.contains("compile.optimizer is the string \"adamw\""), "{err}");
+        assert!(
+            err.contains("compile.optimizer is the string \"adamw\""),
+            "{err}"
+        );
         assert!(err.contains("{ type = \"AdamW\" }"), "{err}");
         // Nothing was changed.
-        assert_eq!(get(&t, "compile.optimizer").unwrap().as_str(), Some("adamw"));
+        assert_eq!(
+            get(&t, "compile.optimizer").unwrap().as_str(),
+            Some("adamw")
+        );
     }
 
     #[test]
     fn an_index_past_the_end_names_the_length() {
         let mut t = table("[model]\nlayers = [{ type = \"Input\" }, { type = \"Flatten\" }]\n");
         let err = set(&mut t, "model.layers[2].units", 8.into()).unwrap_err();
-        assert!(err.contains("model.layers has 2 elements (indices 0..1)"), "{err}");
+        assert!(
+            err.contains("model.layers has 2 elements (indices 0..1)"),
+            "{err}"
+        );
         let err = set(&mut t, "model[0]", 8.into()).unwrap_err();
         assert!(err.contains("model is a table, not an array"), "{err}");
     }

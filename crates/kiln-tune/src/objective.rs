@@ -67,7 +67,10 @@ pub fn parse(value: &toml::Value, file: &Path) -> Result<Objective, TuneError> {
     let (name, direction) = match value {
         toml::Value::String(s) => (s.clone(), None),
         toml::Value::Table(t) => {
-            if let Some(k) = t.keys().find(|k| !["name", "direction"].contains(&k.as_str())) {
+            if let Some(k) = t
+                .keys()
+                .find(|k| !["name", "direction"].contains(&k.as_str()))
+            {
                 return Err(err(format!(
                     "unknown key \"{k}\"; the table takes name and direction"
                 )));
@@ -81,9 +84,7 @@ pub fn parse(value: &toml::Value, file: &Path) -> Result<Objective, TuneError> {
                 Some(toml::Value::String(d)) if d == "min" => Some(Direction::Min),
                 Some(toml::Value::String(d)) if d == "max" => Some(Direction::Max),
                 Some(other) => {
-                    return Err(err(format!(
-                        "direction {other} is not \"min\" or \"max\""
-                    )));
+                    return Err(err(format!("direction {other} is not \"min\" or \"max\"")));
                 }
             };
             (name.to_string(), direction)
@@ -122,8 +123,8 @@ pub fn parse(value: &toml::Value, file: &Path) -> Result<Objective, TuneError> {
 /// for `val_*`).
 pub fn best_value(history: &Path, objective: &Objective) -> Result<Option<f64>, TuneError> {
     let text = std::fs::read_to_string(history).map_err(|e| TuneError::io("read", history, e))?;
-    let json: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| TuneError::io("parse", history, e))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| TuneError::io("parse", history, e))?;
     let metrics = json.get("history").and_then(|h| h.as_object());
     let Some(values) = metrics.and_then(|m| m.get(&objective.name)) else {
         let have: Vec<String> = metrics
@@ -173,13 +174,15 @@ mod tests {
         let f = Path::new("t.toml");
         let o = parse(&"val_accuracy".into(), f).unwrap();
         assert_eq!(o.direction, Direction::Max);
-        let t: toml::Value = toml::from_str::<toml::Table>(
-            "o = { name = \"val_score\", direction = \"min\" }",
-        )
-        .unwrap()["o"]
-            .clone();
+        let t: toml::Value =
+            toml::from_str::<toml::Table>("o = { name = \"val_score\", direction = \"min\" }")
+                .unwrap()["o"]
+                .clone();
         let o = parse(&t, f).unwrap();
-        assert_eq!((o.name.as_str(), o.direction), ("val_score", Direction::Min));
+        assert_eq!(
+            (o.name.as_str(), o.direction),
+            ("val_score", Direction::Min)
+        );
         let err = parse(&"val_score".into(), f).unwrap_err().to_string();
         assert!(err.contains("direction = \"max\""), "{err}");
         assert!(err.starts_with("t.toml: [tuner] objective"), "{err}");

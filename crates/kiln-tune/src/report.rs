@@ -91,7 +91,11 @@ pub fn ranked(trials: &[StoredTrial], direction: Direction) -> Vec<&StoredTrial>
     done.sort_by(|a, b| {
         let (x, y) = (a.record.value.unwrap(), b.record.value.unwrap());
         let o = x.total_cmp(&y);
-        let o = if direction == Direction::Max { o.reverse() } else { o };
+        let o = if direction == Direction::Max {
+            o.reverse()
+        } else {
+            o
+        };
         o.then(a.record.number.cmp(&b.record.number))
     });
     done
@@ -121,7 +125,11 @@ pub fn summary(trials: &[StoredTrial], cfg: &TuneConfig, n: usize, location: &st
         out += "No complete trial yet.\n";
         return out;
     }
-    out += &format!("Best {} trial{}:\n", best.len().min(n), if n == 1 { "" } else { "s" });
+    out += &format!(
+        "Best {} trial{}:\n",
+        best.len().min(n),
+        if n == 1 { "" } else { "s" }
+    );
     out += &header(&cfg.objective.name);
     out.push('\n');
     for t in best.into_iter().take(n) {
@@ -155,9 +163,8 @@ pub fn write_best<'a>(
         best.record.value.map(|v| v.to_string()).unwrap_or_default(),
         format_params(&best.record.plan.params),
         path.display(),
-        toml::to_string_pretty(&table).map_err(|e| TuneError::Io(format!(
-            "cannot write the best config as TOML: {e}"
-        )))?
+        toml::to_string_pretty(&table)
+            .map_err(|e| TuneError::Io(format!("cannot write the best config as TOML: {e}")))?
     );
     write_atomic(path, text.as_bytes())?;
     Ok(Some(best))
@@ -170,7 +177,10 @@ pub fn write_best<'a>(
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TuneError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| TuneError::io("create", dir, e))?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     std::fs::write(&tmp, bytes).map_err(|e| TuneError::io("write", &tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| TuneError::io("write", path, e))

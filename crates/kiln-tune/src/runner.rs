@@ -282,9 +282,7 @@ mod tests {
              printf 'epoch,loss,val_loss\\r\\n' > \"$run/tune-epochs.csv\"\n",
         );
         for r in rows {
-            body += &format!(
-                "sleep {pause}\nprintf '{r}\\r\\n' >> \"$run/tune-epochs.csv\"\n"
-            );
+            body += &format!("sleep {pause}\nprintf '{r}\\r\\n' >> \"$run/tune-epochs.csv\"\n");
         }
         body += &format!(
             "echo '{{\"epoch\":[0],\"history\":{{\"val_loss\":[0.5]}}}}' > \"$run/history.json\"\n\
@@ -328,10 +326,15 @@ mod tests {
         let kiln = fake_kiln(dir.path(), &["0,1,0.9", "1,1,0.8", "2,1,0.7"], 0.3, 0);
         let run = dir.path().join("run");
         let exit = runner(kiln)
-            .run(&run.join("config.toml"), &run, "val_loss", &mut |e| match e {
-                Event::Epoch { .. } => Action::Stop,
-                Event::Tick => Action::Continue,
-            })
+            .run(
+                &run.join("config.toml"),
+                &run,
+                "val_loss",
+                &mut |e| match e {
+                    Event::Epoch { .. } => Action::Stop,
+                    Event::Tick => Action::Continue,
+                },
+            )
             .unwrap();
         let Exit::Stopped(status) = exit else {
             panic!("not stopped: {exit:?}")
@@ -340,13 +343,18 @@ mod tests {
         assert!(!run.join("history.json").exists());
         let kiln = fake_kiln(dir.path(), &[], 0.0, 3);
         let exit = runner(kiln)
-            .run(&run.join("config.toml"), &run, "val_loss", &mut |_| Action::Continue)
+            .run(&run.join("config.toml"), &run, "val_loss", &mut |_| {
+                Action::Continue
+            })
             .unwrap();
         let Exit::Finished(status) = exit else {
             panic!("{exit:?}")
         };
         let why = describe_failure(&status, &run.join("train.log"));
-        assert!(why.starts_with("kiln train exited with code 3: kiln: error: boom"), "{why}");
+        assert!(
+            why.starts_with("kiln train exited with code 3: kiln: error: boom"),
+            "{why}"
+        );
         assert!(why.contains("train.log"), "{why}");
     }
 

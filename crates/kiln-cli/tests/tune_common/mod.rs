@@ -82,7 +82,11 @@ pub fn write_study(dir: &Path, name: &str, tuner: &str) -> PathBuf {
 /// [`write_study`] with `overrides` lines in `[overrides]`.
 pub fn write_study_with(dir: &Path, name: &str, tuner: &str, overrides: &str) -> PathBuf {
     crate::common::require_data();
-    std::fs::write(dir.join("base.toml"), BASE.replace("DATA", crate::common::DATA)).unwrap();
+    std::fs::write(
+        dir.join("base.toml"),
+        BASE.replace("DATA", crate::common::DATA),
+    )
+    .unwrap();
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
         &path,

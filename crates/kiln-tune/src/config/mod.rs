@@ -173,7 +173,10 @@ impl TuneConfig {
         if let Some(k) = tuner.keys().find(|k| !known.contains(&k.as_str())) {
             return Err(config_err(
                 path,
-                format!("[tuner] unknown key \"{k}\"; the keys are {}", known.join(", ")),
+                format!(
+                    "[tuner] unknown key \"{k}\"; the keys are {}",
+                    known.join(", ")
+                ),
             ));
         }
         let objective = crate::objective::parse(
@@ -229,9 +232,8 @@ impl TuneConfig {
     pub fn fixed(&self) -> Result<toml::Table, TuneError> {
         let mut t = self.base.clone();
         for (key, value) in &self.overrides {
-            keypath::set(&mut t, key, value.clone()).map_err(|m| {
-                config_err(&self.path, format!("[overrides] \"{key}\": {m}"))
-            })?;
+            keypath::set(&mut t, key, value.clone())
+                .map_err(|m| config_err(&self.path, format!("[overrides] \"{key}\": {m}")))?;
         }
         Ok(t)
     }
@@ -270,11 +272,18 @@ impl TuneConfig {
             })?;
         }
         if plan.bracket.is_some() || plan.resume_from.is_some() {
-            keypath::set(&mut t, "fit.epochs", toml::Value::Integer(plan.epochs.into()))
-                .map_err(|m| config_err(&self.path, m))?;
+            keypath::set(
+                &mut t,
+                "fit.epochs",
+                toml::Value::Integer(plan.epochs.into()),
+            )
+            .map_err(|m| config_err(&self.path, m))?;
         }
         if execution > 0 {
-            let seed = t.get("seed").and_then(toml::Value::as_integer).unwrap_or(1337);
+            let seed = t
+                .get("seed")
+                .and_then(toml::Value::as_integer)
+                .unwrap_or(1337);
             t.insert(
                 "seed".into(),
                 toml::Value::Integer(seed.wrapping_add(execution.into())),

@@ -73,16 +73,25 @@ fn reads_the_settings_and_makes_complete_trial_configs() {
     assert_eq!(cfg.settings.max_retries_per_trial, 1);
     assert_eq!(cfg.settings.executions_per_trial, 1);
     assert_eq!(cfg.settings.max_consecutive_failed_trials, 3);
-    assert_eq!(cfg.settings.grace_period, 2.0 * cfg.settings.heartbeat_interval);
+    assert_eq!(
+        cfg.settings.grace_period,
+        2.0 * cfg.settings.heartbeat_interval
+    );
     assert_eq!(cfg.settings.study_name, "study");
     assert_eq!(cfg.objective.direction, crate::trial::Direction::Max);
     let t = cfg.run_config(&plan(0.003, 128), 0).unwrap();
-    assert_eq!(keypath::get(&t, "fit.epochs"), Some(&toml::Value::Integer(2)));
+    assert_eq!(
+        keypath::get(&t, "fit.epochs"),
+        Some(&toml::Value::Integer(2))
+    );
     assert_eq!(
         keypath::get(&t, "compile.optimizer.learning_rate"),
         Some(&toml::Value::Float(0.003))
     );
-    assert_eq!(keypath::get(&t, "compile.optimizer.type").unwrap().as_str(), Some("AdamW"));
+    assert_eq!(
+        keypath::get(&t, "compile.optimizer.type").unwrap().as_str(),
+        Some("AdamW")
+    );
     assert_eq!(
         keypath::get(&t, "model.layers[2].units"),
         Some(&toml::Value::Integer(128))
@@ -92,7 +101,10 @@ fn reads_the_settings_and_makes_complete_trial_configs() {
     let data_dir = PathBuf::from(t["data"]["data_dir"].as_str().unwrap());
     assert_eq!(data_dir, std::env::current_dir().unwrap().join("data"));
     // A second execution trains with the next seed.
-    assert_eq!(cfg.run_config(&plan(0.003, 128), 1).unwrap()["seed"].as_integer(), Some(43));
+    assert_eq!(
+        cfg.run_config(&plan(0.003, 128), 1).unwrap()["seed"].as_integer(),
+        Some(43)
+    );
     // Hyperband plans set the epochs.
     let mut hb = plan(0.003, 64);
     hb.bracket = Some((1, 0));
@@ -102,7 +114,9 @@ fn reads_the_settings_and_makes_complete_trial_configs() {
         Some(&toml::Value::Integer(9))
     );
     // The trial config adds the CSVLogger and TensorBoard, and round-trips through TOML.
-    let trial = cfg.trial_config(&plan(0.003, 128), 0, Path::new("/s/logs/0")).unwrap();
+    let trial = cfg
+        .trial_config(&plan(0.003, 128), 0, Path::new("/s/logs/0"))
+        .unwrap();
     let text = toml::to_string_pretty(&trial).unwrap();
     let back: toml::Table = toml::from_str(&text).unwrap();
     assert_eq!(back, trial);
@@ -124,8 +138,14 @@ fn config_errors_name_the_file_the_key_and_the_fix() {
     // The optimizer is a string in the base config and no override makes it a table.
     let e = err(&TUNE.replace("\"compile.optimizer\" = { type = \"AdamW\" }\n", ""));
     assert!(e.contains("study.toml"), "{e}");
-    assert!(e.contains("[[hyperparameters]] \"lr\": key \"compile.optimizer.learning_rate\""), "{e}");
-    assert!(e.contains("\"compile.optimizer\" = { type = \"AdamW\" }"), "{e}");
+    assert!(
+        e.contains("[[hyperparameters]] \"lr\": key \"compile.optimizer.learning_rate\""),
+        "{e}"
+    );
+    assert!(
+        e.contains("\"compile.optimizer\" = { type = \"AdamW\" }"),
+        "{e}"
+    );
     let e = err(&TUNE.replace("max_trials = 4", "max_trial = 4"));
     assert!(e.contains("[tuner] unknown key \"max_trial\""), "{e}");
     assert!(e.contains("max_trials"), "{e}");
@@ -147,8 +167,11 @@ fn config_errors_name_the_file_the_key_and_the_fix() {
 fn the_settings_fingerprint_ignores_max_trials_and_sees_the_space() {
     let dir = tempfile::tempdir().unwrap();
     let a = TuneConfig::load(&write(dir.path(), TUNE)).unwrap();
-    let b = TuneConfig::load(&write(dir.path(), &TUNE.replace("max_trials = 4", "max_trials = 9")))
-        .unwrap();
+    let b = TuneConfig::load(&write(
+        dir.path(),
+        &TUNE.replace("max_trials = 4", "max_trials = 9"),
+    ))
+    .unwrap();
     assert_eq!(a.settings_json(), b.settings_json());
     let c = TuneConfig::load(&write(dir.path(), &TUNE.replace("[64, 128]", "[64, 256]"))).unwrap();
     assert_eq!(

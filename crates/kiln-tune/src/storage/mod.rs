@@ -149,7 +149,7 @@ pub struct ClaimPolicy {
 pub enum Claim {
     /// Run this trial (new, or a failed one started again); it is now running under the
     /// claiming worker.
-    Run(StoredTrial),
+    Run(Box<StoredTrial>),
     /// Nothing to start now (the oracle waits for running trials).
     Wait,
     /// No new trial will be created; `active` trials are still running or waiting elsewhere.
@@ -303,9 +303,14 @@ fn hostname() -> String {
 /// Whether `owner` is a worker on this machine (same host as `me`) whose process is gone:
 /// its trial need not wait for the grace period.
 fn owner_gone(owner: &str, me: &str) -> bool {
-    let split = |w: &str| w.rsplit_once(':').map(|(h, p)| (h.to_string(), p.parse::<i32>()));
+    let split = |w: &str| {
+        w.rsplit_once(':')
+            .map(|(h, p)| (h.to_string(), p.parse::<i32>()))
+    };
     match (split(owner), split(me)) {
-        (Some((host, Ok(pid))), Some((my_host, Ok(my_pid)))) if host == my_host && pid != my_pid => {
+        (Some((host, Ok(pid))), Some((my_host, Ok(my_pid))))
+            if host == my_host && pid != my_pid =>
+        {
             // SAFETY: signal 0 only checks that the process exists.
             let rc = unsafe { libc::kill(pid, 0) };
             rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
@@ -351,7 +356,7 @@ pub(crate) fn claim_in(
         t.heartbeat_ms = Some(now);
         t.started_ms = Some(now);
         tx.update(t)?;
-        return Ok(Claim::Run(t.clone()));
+        return Ok(Claim::Run(Box::new(t.clone())));
     }
     let active = trials
         .iter()
@@ -381,7 +386,7 @@ pub(crate) fn claim_in(
                 message: None,
             };
             tx.insert(&t)?;
-            Ok(Claim::Run(t))
+            Ok(Claim::Run(Box::new(t)))
         }
         Decision::Wait => Ok(Claim::Wait),
         Decision::Done => Ok(Claim::Done { active }),

@@ -11,7 +11,7 @@ use postgres::{Client, NoTls, Transaction};
 use super::url::{redact, scrub};
 use super::{
     Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial, Tx, changed_error,
-    changed_settings, claim_in, finish_in, fingerprint, release_in,
+    changed_settings, claim_in, fingerprint, finish_in, release_in,
 };
 use crate::error::TuneError;
 use crate::trial::{Decision, TrialRecord};
@@ -112,8 +112,11 @@ impl PostgresStorage {
             ))
         };
         let mut tx = self.client.transaction().map_err(&err)?;
-        tx.query_one("SELECT id FROM kiln_studies WHERE id = $1 FOR UPDATE", &[&study])
-            .map_err(&err)?;
+        tx.query_one(
+            "SELECT id FROM kiln_studies WHERE id = $1 FOR UPDATE",
+            &[&study],
+        )
+        .map_err(&err)?;
         let mut ptx = PgTx {
             tx: &mut tx,
             study,

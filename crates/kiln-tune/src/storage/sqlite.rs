@@ -10,7 +10,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, 
 
 use super::{
     Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial, Tx, changed_error,
-    changed_settings, claim_in, finish_in, fingerprint, now_ms, release_in,
+    changed_settings, claim_in, fingerprint, finish_in, now_ms, release_in,
 };
 use crate::error::TuneError;
 use crate::trial::{Decision, TrialRecord};

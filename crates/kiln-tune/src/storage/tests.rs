@@ -41,7 +41,7 @@ fn sqlite(dir: &Path) -> Box<dyn Storage> {
 
 fn claimed(c: Claim) -> StoredTrial {
     match c {
-        Claim::Run(t) => t,
+        Claim::Run(t) => *t,
         other => panic!("expected a trial, got {other:?}"),
     }
 }
@@ -114,11 +114,17 @@ fn a_silent_trial_is_retried_before_a_new_one(s: &mut dyn Storage) {
     assert_eq!(t.record.plan, t0.record.plan);
     assert_eq!(t.record.retries, 1);
     assert_eq!(t.worker.as_deref(), Some(B));
-    assert!(t.message.as_deref().unwrap().contains("no heartbeat from its worker"));
+    assert!(
+        t.message
+            .as_deref()
+            .unwrap()
+            .contains("no heartbeat from its worker")
+    );
     // A finds out: its heartbeat and its result are refused, B's result counts.
     assert!(!s.heartbeat(&attempt(A, &t0)).unwrap());
     assert_eq!(
-        s.finish(&attempt(A, &t0), &Outcome::Complete(1.0), 1).unwrap(),
+        s.finish(&attempt(A, &t0), &Outcome::Complete(1.0), 1)
+            .unwrap(),
         Finished::Lost
     );
     assert!(s.heartbeat(&attempt(B, &t)).unwrap());
@@ -173,7 +179,10 @@ fn a_trial_of_a_dead_local_worker_is_failed_at_once() {
     let me = worker_id();
     let host = me.rsplit_once(':').unwrap().0.to_string();
     let dead = format!("{host}:{pid}");
-    claimed(s.claim(&policy(&dead, 3_600_000, 1), &mut counting).unwrap());
+    claimed(
+        s.claim(&policy(&dead, 3_600_000, 1), &mut counting)
+            .unwrap(),
+    );
     let t = claimed(s.claim(&policy(&me, 3_600_000, 1), &mut counting).unwrap());
     assert_eq!((t.record.number, t.record.retries), (0, 1));
     assert!(t.message.unwrap().contains("is gone"));
@@ -185,7 +194,8 @@ fn a_study_resumes_from_its_file_and_refuses_changed_settings() {
     {
         let mut s = sqlite(dir.path());
         let t = claimed(s.claim(&policy(A, 60_000, 0), &mut counting).unwrap());
-        s.finish(&attempt(A, &t), &Outcome::Complete(0.7), 0).unwrap();
+        s.finish(&attempt(A, &t), &Outcome::Complete(0.7), 0)
+            .unwrap();
     }
     let mut s = sqlite(dir.path());
     let trials = s.trials().unwrap();
@@ -194,7 +204,8 @@ fn a_study_resumes_from_its_file_and_refuses_changed_settings() {
     let t = claimed(s.claim(&policy(A, 60_000, 0), &mut counting).unwrap());
     assert_eq!(t.record.number, 1);
     let mut other = SqliteStorage::open(&dir.path().join("study.db")).unwrap();
-    let changed = serde_json::json!({ "[[hyperparameters]]": [{ "name": "y" }], "objective": "val_loss" });
+    let changed =
+        serde_json::json!({ "[[hyperparameters]]": [{ "name": "y" }], "objective": "val_loss" });
     let err = other.open_study("s", &changed).unwrap_err();
     assert!(err.is_usage());
     let msg = err.to_string();

@@ -47,7 +47,10 @@ fn password(url: &str) -> Option<String> {
     });
     let from_query = url.split_once('?').and_then(|(_, q)| {
         q.split('&')
-            .find_map(|kv| kv.split_once('=').filter(|(k, _)| k.eq_ignore_ascii_case("password")))
+            .find_map(|kv| {
+                kv.split_once('=')
+                    .filter(|(k, _)| k.eq_ignore_ascii_case("password"))
+            })
             .map(|(_, v)| v.to_string())
     });
     from_userinfo.or(from_query)

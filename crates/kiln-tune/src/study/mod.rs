@@ -22,9 +22,7 @@ use crate::oracle::Oracle;
 use crate::pruner::Pruner;
 use crate::report;
 use crate::runner::{Action, Event, Exit, Runner, describe_failure};
-use crate::storage::{
-    self, Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial,
-};
+use crate::storage::{self, Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial};
 use crate::trial::{TrialRecord, TrialState};
 
 /// Checks a trial's run config (TOML text) before it is trained; the CLI passes kiln's own
@@ -173,7 +171,7 @@ impl Worker<'_> {
             match claim {
                 Claim::Run(t) => {
                     waiting_said = false;
-                    self.run_trial(t)?;
+                    self.run_trial(*t)?;
                 }
                 Claim::Done { active: 0 } => break,
                 Claim::Done { .. } | Claim::Wait => {
@@ -247,11 +245,9 @@ impl Worker<'_> {
             }
             Err(e) => return Err(e),
         };
-        let finished = self.storage.finish(
-            &attempt,
-            &outcome,
-            self.cfg.settings.max_retries_per_trial,
-        )?;
+        let finished =
+            self.storage
+                .finish(&attempt, &outcome, self.cfg.settings.max_retries_per_trial)?;
         let trials = self.storage.trials()?;
         if let Some(now) = trials.iter().find(|x| x.record.number == t.record.number) {
             let mut text = report::line(now, &self.cfg.objective.name);
@@ -329,7 +325,13 @@ impl Worker<'_> {
         let executions = self.cfg.settings.executions_per_trial;
         for k in 0..executions {
             let (run_dir, log_dir) = if k == 0 {
-                (dir.clone(), self.opts.study_dir.join("logs").join(t.record.number.to_string()))
+                (
+                    dir.clone(),
+                    self.opts
+                        .study_dir
+                        .join("logs")
+                        .join(t.record.number.to_string()),
+                )
             } else {
                 let sub = format!("execution-{k}");
                 (

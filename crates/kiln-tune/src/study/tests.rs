@@ -64,7 +64,6 @@ fn setup(dir: &Path, tuner: &str, behaviour: &str) -> (TuneConfig, StudyOptions)
     (cfg, opts)
 }
 
-
 #[test]
 fn a_study_records_each_trial_and_writes_the_best_config() {
     let dir = tempfile::tempdir().unwrap();
@@ -84,22 +83,33 @@ fn a_study_records_each_trial_and_writes_the_best_config() {
         assert_eq!(inter, vec![0, 1]);
         // The trial's config sets the parameter at its key.
         let text = std::fs::read_to_string(
-            opts.study_dir.join("trials").join(t.record.number.to_string()).join("config.toml"),
+            opts.study_dir
+                .join("trials")
+                .join(t.record.number.to_string())
+                .join("config.toml"),
         )
         .unwrap();
         let table: toml::Table = toml::from_str(&text).unwrap();
         assert_eq!(
-            crate::keypath::get(&table, "compile.optimizer.learning_rate").and_then(|v| v.as_float()),
+            crate::keypath::get(&table, "compile.optimizer.learning_rate")
+                .and_then(|v| v.as_float()),
             Some(lr)
         );
     }
     let best = report::ranked(&report.trials, crate::trial::Direction::Min)[0];
     assert_eq!(report.best, Some(best.record.number));
     let text = std::fs::read_to_string(opts.study_dir.join("best.toml")).unwrap();
-    assert!(text.contains(&format!("trial {}, val_loss", best.record.number)), "{text}");
+    assert!(
+        text.contains(&format!("trial {}, val_loss", best.record.number)),
+        "{text}"
+    );
     let table: toml::Table = toml::from_str(&text).unwrap();
     assert!(table.get("callbacks").is_none(), "{text}");
-    assert_eq!(lines.iter().filter(|l| l.contains("complete")).count(), 3, "{lines:?}");
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("complete")).count(),
+        3,
+        "{lines:?}"
+    );
 }
 
 #[test]
@@ -135,7 +145,10 @@ fn consecutive_failures_stop_the_study_with_the_last_message() {
     let msg = err.to_string();
     assert!(matches!(err, TuneError::Study(_)), "{msg}");
     assert!(msg.contains("2 trials failed in a row"), "{msg}");
-    assert!(msg.contains("kiln train exited with code 1: kiln: error: out of data"), "{msg}");
+    assert!(
+        msg.contains("kiln train exited with code 1: kiln: error: out of data"),
+        "{msg}"
+    );
     // Resuming tries one more trial (the cause may be fixed); failing again, it stops: the
     // count runs over the study's history, not this run's.
     let err = run(&cfg, &opts, &mut |_| {}).unwrap_err();
