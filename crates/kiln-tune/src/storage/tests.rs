@@ -258,14 +258,20 @@ fn concurrent_workers_never_claim_the_same_trial() {
     }
 }
 
-/// The PostgreSQL database `scripts/test.sh` starts, in a fresh schema-less study name.
-fn postgres() -> Box<dyn Storage> {
-    let url = std::env::var("KILN_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+/// The URL of the PostgreSQL database `scripts/test.sh` starts; panics saying how to start
+/// one when unset.
+fn postgres_url() -> String {
+    std::env::var("KILN_TEST_POSTGRES_URL").unwrap_or_else(|_| {
         panic!(
             "KILN_TEST_POSTGRES_URL is not set: scripts/test.sh starts a throwaway PostgreSQL \
              cluster and sets it (scripts/postgres-test-server.sh start prints the URL)"
         )
-    });
+    })
+}
+
+/// A fresh study (a new name) in the test PostgreSQL database.
+fn postgres() -> Box<dyn Storage> {
+    let url = postgres_url();
     let mut s: Box<dyn Storage> = Box::new(PostgresStorage::connect(&url).unwrap());
     let name = format!("storage-test-{}-{}", std::process::id(), now_ms());
     s.open_study(&name, &settings()).unwrap();
@@ -282,7 +288,7 @@ fn postgres_claim_heartbeat_retry() {
 #[test]
 #[ignore = "needs PostgreSQL: KILN_TEST_POSTGRES_URL (scripts/test.sh starts one)"]
 fn postgres_errors_never_show_the_password() {
-    let url = std::env::var("KILN_TEST_POSTGRES_URL").expect("KILN_TEST_POSTGRES_URL");
+    let url = postgres_url();
     // The right server with a wrong password: the error names the server, not the password.
     let (scheme, rest) = url.split_once("://").unwrap();
     let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);

@@ -96,12 +96,27 @@ pub fn run(
             .insert("max_trials".into(), toml::Value::Integer(n as i64));
     }
     let (oracle, pruner) = crate::search::build(&cfg)?;
-    let mut storage = open_storage(&cfg, opts)?;
+    run_with(&cfg, opts, oracle.as_ref(), pruner.as_deref(), out)
+}
+
+/// [`run`] with the oracle and pruner given (a library user's own algorithm); `cfg`'s
+/// `max_trials` is used as it is.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_with(
+    cfg: &TuneConfig,
+    opts: &StudyOptions,
+    oracle: &dyn Oracle,
+    pruner: Option<&dyn Pruner>,
+    out: &mut dyn FnMut(&str),
+) -> Result<StudyReport, TuneError> {
+    let mut storage = open_storage(cfg, opts)?;
     let mut worker = Worker {
-        cfg: &cfg,
+        cfg,
         opts,
-        oracle: oracle.as_ref(),
-        pruner: pruner.as_deref(),
+        oracle,
+        pruner,
         storage: storage.as_mut(),
         id: storage::worker_id(),
         out,

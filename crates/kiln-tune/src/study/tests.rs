@@ -4,6 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 
 use super::*;
+use crate::trial::TrialRecord;
 
 const BASE: &str = "name = \"m\"\nseed = 1\n[fit]\nepochs = 3\n";
 
@@ -185,4 +186,107 @@ fn a_stop_request_puts_the_trial_back() {
     assert_eq!(trials.len(), 1);
     assert!(trials[0].waiting);
     assert_eq!(trials[0].record.retries, 0);
+}
+
+/// Trial 0 trains 1 epoch; trial 1 continues it to 2 epochs (a Hyperband promotion); then
+/// done.
+struct Promote;
+
+impl Oracle for Promote {
+    fn next(&self, history: &[TrialRecord]) -> crate::trial::Decision {
+        let mut params = crate::trial::Params::new();
+        params.insert("lr".into(), crate::trial::Value::Float(0.1));
+        let plan = |epochs, resume_from, round| crate::trial::TrialPlan {
+            params: params.clone(),
+            epochs,
+            resume_from,
+            bracket: Some((0, round)),
+        };
+        match history.len() {
+            0 => crate::trial::Decision::Run(plan(1, None, 0)),
+            1 if history[0].state == TrialState::Running => crate::trial::Decision::Wait,
+            1 => crate::trial::Decision::Run(plan(2, Some(0), 1)),
+            _ => crate::trial::Decision::Done,
+        }
+    }
+}
+
+#[test]
+fn a_promoted_trial_continues_from_a_copy_of_its_parents_run_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    // The fake trainer leaves a "checkpoint" naming the epochs it reached; a run that finds
+    // one records where it started.
+    let (cfg, opts) = setup(
+        dir.path(),
+        "",
+        r#"epochs=$(sed -n 's/^epochs = //p' "$2" | head -1)
+if [ -f "$run/checkpoints/ckpt" ]; then cp "$run/checkpoints/ckpt" "$run/resumed-from"; fi
+mkdir -p "$run/checkpoints"; echo "$epochs" > "$run/checkpoints/ckpt""#,
+    );
+    let report = run_with(&cfg, &opts, &Promote, None, &mut |_| {}).unwrap();
+    assert_eq!(report.trials.len(), 2);
+    assert!(
+        report
+            .trials
+            .iter()
+            .all(|t| t.record.state == TrialState::Complete)
+    );
+    let trial = |n: u64| opts.study_dir.join("trials").join(n.to_string());
+    // Trial 1 started from trial 0's checkpoint (1 epoch) and trained to 2.
+    assert_eq!(
+        std::fs::read_to_string(trial(1).join("resumed-from"))
+            .unwrap()
+            .trim(),
+        "1"
+    );
+    assert_eq!(
+        std::fs::read_to_string(trial(1).join("checkpoints/ckpt"))
+            .unwrap()
+            .trim(),
+        "2"
+    );
+    assert!(!trial(0).join("resumed-from").exists());
+    let config: toml::Table =
+        toml::from_str(&std::fs::read_to_string(trial(1).join("config.toml")).unwrap()).unwrap();
+    assert_eq!(config["fit"]["epochs"].as_integer(), Some(2));
+}
+
+/// Prunes a trial whose latest value is above 0.5.
+struct Above;
+
+impl Pruner for Above {
+    fn should_prune(
+        &self,
+        trial: &TrialRecord,
+        history: &[TrialRecord],
+        _direction: crate::trial::Direction,
+    ) -> bool {
+        assert!(history.iter().any(|t| t.number == trial.number));
+        trial.intermediate.last().is_some_and(|(_, v)| *v > 0.5)
+    }
+}
+
+#[test]
+fn a_pruned_trial_is_stopped_after_the_epoch_that_condemns_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // Epoch 0 reports 0.75 (> 0.5: pruned), then the trainer would sleep 10 s and exit
+    // successfully: only the SIGTERM makes it write `signals` and exit 143.
+    let (cfg, opts) = setup(
+        dir.path(),
+        "max_trials = 1",
+        r#"trap 'echo stopped >> "$run/signals"; exit 143' TERM
+printf 'epoch,loss,val_loss\r\n0,1.0,0.75\r\n' > "$run/tune-epochs.csv"
+sleep 10 & wait
+exit 0"#,
+    );
+    let (oracle, _) = crate::search::build(&cfg).unwrap();
+    let report = run_with(&cfg, &opts, oracle.as_ref(), Some(&Above), &mut |_| {}).unwrap();
+    let t = &report.trials[0];
+    assert_eq!(t.record.state, TrialState::Pruned);
+    assert_eq!(t.record.value, Some(0.75));
+    assert_eq!(t.record.intermediate, vec![(0, 0.75)]);
+    let signals = opts.study_dir.join("trials/0/signals");
+    assert_eq!(std::fs::read_to_string(signals).unwrap().trim(), "stopped");
+    // No best.toml: no trial completed.
+    assert!(!opts.study_dir.join("best.toml").exists());
 }
