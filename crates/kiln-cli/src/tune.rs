@@ -88,6 +88,14 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
         ))
     })?;
     if args.summary {
+        if opts.storage.is_none() && !opts.study_dir.join("study.db").is_file() {
+            println!(
+                "No study in {} yet: run kiln tune {} to start it",
+                opts.study_dir.display(),
+                args.config.display()
+            );
+            return Ok(());
+        }
         let mut storage = kiln_tune::study::open_storage(&cfg, &opts)?;
         let trials = storage.trials()?;
         print!(

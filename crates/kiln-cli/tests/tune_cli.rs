@@ -12,6 +12,14 @@ fn a_small_study_runs_resumes_and_summarises() {
     let dir = common::scratch("tune-cli");
     let config = write_study(&dir, "small", "max_trials = 3");
     let study = dir.join("study");
+    let out = tune_command(&config, &study, &["--summary"])
+        .output()
+        .unwrap();
+    assert!(
+        output_text(&out).contains("No study in"),
+        "{}",
+        output_text(&out)
+    );
     let out = tune_command(&config, &study, &[]).output().unwrap();
     let text = output_text(&out);
     assert!(out.status.success(), "{text}");

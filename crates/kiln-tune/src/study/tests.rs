@@ -290,3 +290,34 @@ exit 0"#,
     // No best.toml: no trial completed.
     assert!(!opts.study_dir.join("best.toml").exists());
 }
+
+#[test]
+fn executions_train_with_their_own_seeds_and_average() {
+    let dir = tempfile::tempdir().unwrap();
+    // The fake trainer's val_loss is seed / 10 (the base config's seed is 1).
+    let (cfg, opts) = setup(
+        dir.path(),
+        "executions_per_trial = 2\nmax_trials = 1",
+        r#"seed=$(sed -n 's/^seed = //p' "$2" | head -1)
+v=$(awk "BEGIN { print $seed / 10 }")
+printf 'epoch,val_loss\r\n0,%s\r\n' "$v" > "$run/tune-epochs.csv"
+printf '{"epoch":[0],"history":{"val_loss":[%s]}}' "$v" > "$run/history.json"
+exit 0"#,
+    );
+    let report = run(&cfg, &opts, &mut |_| {}).unwrap();
+    let t = &report.trials[0];
+    assert!(
+        (t.record.value.unwrap() - 0.15).abs() < 1e-12,
+        "{:?}",
+        t.record.value
+    );
+    // Intermediate values come from the first execution.
+    assert_eq!(t.record.intermediate, vec![(0, 0.1)]);
+    let second = opts.study_dir.join("trials/0/execution-1/history.json");
+    assert!(second.is_file());
+    let config: toml::Table = toml::from_str(
+        &std::fs::read_to_string(opts.study_dir.join("trials/0/execution-1/config.toml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(config["seed"].as_integer(), Some(2));
+}
