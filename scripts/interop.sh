@@ -37,5 +37,8 @@ echo "== interop: a real kiln train stopped with SIGTERM and resumed; TensorBoar
 cargo build --release -q --workspace --bins --examples
 "$py" tests/interop/tensorboard_resume_interop.py --kiln "$CARGO_TARGET_DIR/release/kiln"
 
+echo "== interop: HParams summaries of two kiln train runs with TensorBoard's HParams backend"
+"$py" tests/interop/hparams_interop.py --kiln "$CARGO_TARGET_DIR/release/kiln"
+
 echo "== interop: ONNX exports with onnxruntime, kiln serve with requests"
 "$py" tests/interop/onnx_serving_interop.py --kiln "$CARGO_TARGET_DIR/release/kiln"

@@ -29,6 +29,7 @@ pub mod pruner;
 pub mod report;
 pub mod runner;
 mod search;
+mod settings;
 pub mod space;
 pub mod storage;
 pub mod study;

@@ -80,6 +80,15 @@ pub struct TrialPlan {
     pub bracket: Option<(u32, u32)>,
 }
 
+impl TrialPlan {
+    /// The epochs to set in the trial's run config (`fit.epochs`), or `None` to keep the run
+    /// config's: Hyperband plans carry their round's epochs; the random, grid and bayesian
+    /// oracles leave `epochs` at 0.
+    pub fn epochs_override(&self) -> Option<u32> {
+        (self.epochs > 0).then_some(self.epochs)
+    }
+}
+
 /// A trial as the study database holds it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrialRecord {

@@ -26,10 +26,11 @@ use std::path::{Path, PathBuf};
 
 use crate::error::TuneError;
 use crate::keypath;
+use crate::space::SearchSpace;
 use crate::trial::{Objective, TrialPlan, Value};
 
 /// The `[tuner]` keys the study itself reads; the search keys are
-/// [`crate::search::ORACLE_KEYS`].
+/// [`crate::oracle::ORACLE_KEYS`] and [`crate::pruner::PRUNER_KEYS`].
 pub const TUNER_KEYS: &[&str] = &[
     "objective",
     "max_trials",
@@ -50,7 +51,7 @@ pub const EPOCHS_CSV: &str = "tune-epochs.csv";
 
 /// Whether kiln's `TensorBoard` callback takes the `hparams` table (HParams session
 /// summaries); trial configs carry the parameters there when it does.
-pub const TENSORBOARD_HPARAMS: bool = false;
+pub const TENSORBOARD_HPARAMS: bool = true;
 
 /// The `[tuner]` settings the study loop uses (Keras Tuner's names and defaults).
 #[derive(Clone, Debug, PartialEq)]
@@ -85,11 +86,14 @@ pub struct TuneConfig {
     pub base: toml::Table,
     /// `[overrides]`: dotted run-config keys and their values, in file order.
     pub overrides: Vec<(String, toml::Value)>,
-    /// The `[[hyperparameters]]` array, for [`crate::space::SearchSpace::from_toml`].
+    /// The `[[hyperparameters]]` array as written.
     pub hyperparameters: toml::Value,
+    /// The search space read from it.
+    pub space: SearchSpace,
     /// Hyperparameter name -> the run-config key it sets.
     pub keys: BTreeMap<String, String>,
-    /// The whole `[tuner]` table (the search keys go to [`crate::oracle::build`]).
+    /// The whole `[tuner]` table (the search keys go to [`crate::oracle::build`] and
+    /// [`crate::pruner::build`]).
     pub tuner: toml::Table,
     /// The study settings from `[tuner]`.
     pub settings: TunerSettings,
@@ -167,7 +171,8 @@ impl TuneConfig {
         };
         let known: Vec<&str> = TUNER_KEYS
             .iter()
-            .chain(crate::search::ORACLE_KEYS.iter())
+            .chain(crate::oracle::ORACLE_KEYS)
+            .chain(crate::pruner::PRUNER_KEYS)
             .copied()
             .collect();
         if let Some(k) = tuner.keys().find(|k| !known.contains(&k.as_str())) {
@@ -200,18 +205,29 @@ impl TuneConfig {
         let hyperparameters = file
             .remove("hyperparameters")
             .unwrap_or(toml::Value::Array(Vec::new()));
-        let keys = param_keys(&hyperparameters, path)?;
+        let space = SearchSpace::from_toml(&hyperparameters).map_err(|e| match e {
+            TuneError::Config(m) => config_err(path, m),
+            other => other,
+        })?;
+        let keys = space
+            .hyperparameters()
+            .iter()
+            .map(|hp| (hp.name.clone(), hp.key.clone()))
+            .collect();
         let cfg = TuneConfig {
             path: path.to_path_buf(),
             base_path,
             base,
             overrides,
             hyperparameters,
+            space,
             keys,
             tuner,
             settings,
             objective,
         };
+        // The search keys are checked by building the oracle and the pruner once.
+        crate::search::build(&cfg)?;
         // Every override and every hyperparameter key must be settable in the base config.
         let mut probe = cfg.fixed()?;
         for (name, key) in &cfg.keys {
@@ -249,7 +265,8 @@ impl TuneConfig {
     }
 
     /// The run config of `plan` as a ready-to-train table: the base config, the overrides,
-    /// the parameters at their keys, `fit.epochs = plan.epochs` for Hyperband plans,
+    /// the parameters at their keys, `fit.epochs` from the plan when it sets them
+    /// ([`TrialPlan::epochs_override`]: Hyperband),
     /// `seed + execution` for the execution's seed, a relative `data.data_dir` made absolute
     /// (from the current directory, as `kiln train` resolves it).
     ///
@@ -363,7 +380,7 @@ impl TuneConfig {
     }
 
     /// What defines the study, as JSON: the base config, the overrides, the search space, the
-    /// objective, the search keys of `[tuner]` (without `max_trials`) and
+    /// objective, the search keys of `[tuner]` (oracle and pruner) and
     /// `executions_per_trial`. A study in the database refuses to resume when any of them
     /// changed.
     pub fn settings_json(&self) -> serde_json::Value {
@@ -372,7 +389,8 @@ impl TuneConfig {
             .tuner
             .iter()
             .filter(|(k, _)| {
-                crate::search::ORACLE_KEYS.contains(&k.as_str()) && k.as_str() != "max_trials"
+                crate::oracle::ORACLE_KEYS.contains(&k.as_str())
+                    || crate::pruner::PRUNER_KEYS.contains(&k.as_str())
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
@@ -386,42 +404,6 @@ impl TuneConfig {
             "executions_per_trial": self.settings.executions_per_trial,
         })
     }
-}
-
-/// Hyperparameter name -> its `key`, from the `[[hyperparameters]]` array.
-fn param_keys(hps: &toml::Value, path: &Path) -> Result<BTreeMap<String, String>, TuneError> {
-    let mut keys = BTreeMap::new();
-    let Some(list) = hps.as_array() else {
-        return Err(config_err(
-            path,
-            "hyperparameters must be an array of tables: [[hyperparameters]]",
-        ));
-    };
-    for (i, hp) in list.iter().enumerate() {
-        let name = hp.get("name").and_then(toml::Value::as_str);
-        let key = hp.get("key").and_then(toml::Value::as_str);
-        match (name, key) {
-            (Some(n), Some(k)) => {
-                keys.insert(n.to_string(), k.to_string());
-            }
-            (Some(n), None) => {
-                return Err(config_err(
-                    path,
-                    format!(
-                        "[[hyperparameters]] \"{n}\" has no key: add the run-config key it \
-                         sets, e.g. key = \"compile.optimizer.learning_rate\""
-                    ),
-                ));
-            }
-            _ => {
-                return Err(config_err(
-                    path,
-                    format!("[[hyperparameters]] entry {i} has no name = \"...\""),
-                ));
-            }
-        }
-    }
-    Ok(keys)
 }
 
 fn settings(tuner: &toml::Table, path: &Path) -> Result<TunerSettings, TuneError> {

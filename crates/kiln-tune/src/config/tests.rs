@@ -109,6 +109,7 @@ fn reads_the_settings_and_makes_complete_trial_configs() {
     let mut hb = plan(0.003, 64);
     hb.bracket = Some((1, 0));
     hb.epochs = 9;
+    assert_eq!(hb.epochs_override(), Some(9));
     assert_eq!(
         keypath::get(&cfg.run_config(&hb, 0).unwrap(), "fit.epochs"),
         Some(&toml::Value::Integer(9))
@@ -125,6 +126,8 @@ fn reads_the_settings_and_makes_complete_trial_configs() {
     assert_eq!(callbacks[0]["filename"].as_str(), Some(EPOCHS_CSV));
     assert_eq!(callbacks[1]["type"].as_str(), Some("TensorBoard"));
     assert_eq!(callbacks[1]["log_dir"].as_str(), Some("/s/logs/0"));
+    assert_eq!(callbacks[1]["hparams"]["units"].as_integer(), Some(128));
+    assert_eq!(callbacks[1]["hparams"]["lr"].as_float(), Some(0.003));
 }
 
 #[test]
@@ -157,8 +160,19 @@ fn config_errors_name_the_file_the_key_and_the_fix() {
     assert!(e.contains("cannot read the base run config"), "{e}");
     let e = err(&TUNE.replace("objective = \"val_accuracy\"", "objective = \"val_f2\""));
     assert!(e.contains("direction = \"max\""), "{e}");
-    let e = err(&TUNE.replace("key = \"model.layers[2].units\"\n", ""));
-    assert!(e.contains("\"units\" has no key"), "{e}");
+    let e = err(&TUNE.replace("values = [64, 128]", "values = []"));
+    assert!(
+        e.starts_with(&format!(
+            "{}: hyperparameters[1]",
+            dir.path().join("study.toml").display()
+        )),
+        "{e}"
+    );
+    let e = err(&TUNE.replace("seed = 3", "seed = 3\nmax_epochs = 9"));
+    assert!(
+        e.contains("study.toml: tuner.max_epochs: applies to hyperband only"),
+        "{e}"
+    );
     let e = err(&format!("{TUNE}\n[extra]\n"));
     assert!(e.contains("unknown key \"extra\""), "{e}");
 }

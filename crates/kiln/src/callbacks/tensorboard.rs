@@ -1,12 +1,14 @@
 //! `TensorBoard`: write training's values as TensorBoard event files
 //! (`keras/src/callbacks/tensorboard.py`, Keras 3).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::error::{KilnError, Result};
 use crate::fit::{Callback, FitContext, Logs};
 use crate::summary::EventWriter;
+use crate::summary::hparams::{HParamValue, SessionStatus};
 
 /// How often batch-level values are written (Keras' `update_freq`; TOML: `"epoch"`,
 /// `"batch"` or a positive integer).
@@ -104,6 +106,14 @@ impl<'de> serde::Deserialize<'de> for UpdateFreq {
 /// batch at step 13. (Keras restarts its batch counter at each `fit`.) Each run adds new files
 /// beside the old ones; TensorBoard shows them as one run.
 ///
+/// | `<log_dir>` | `_hparams_/session_start_info` (HParams plugin) | 0 | at `on_train_begin`, with [`TensorBoard::hparams`] |
+/// | `<log_dir>` | `_hparams_/session_end_info`, status success | 0 | at `on_train_end`, with [`TensorBoard::hparams`] |
+///
+/// The HParams summaries are what Keras' `hp.KerasCallback(log_dir, hparams)` writes into the
+/// same `log_dir` ([`crate::summary::hparams`]): TensorBoard's HParams dashboard then shows the
+/// run as one session with those hyperparameters and the `train`/`validation` scalars as its
+/// metrics (a tuning study gives each trial its own `log_dir`).
+///
 /// Not written: the model graph (`write_graph`), weight images, embeddings and the profiler
 /// trace (`profile_batch`) — kiln has no TensorFlow graph to show.
 #[derive(Debug)]
@@ -113,6 +123,8 @@ pub struct TensorBoard {
     write_steps_per_second: bool,
     update_freq: UpdateFreq,
     initial_step: Option<u64>,
+    hparams: BTreeMap<String, HParamValue>,
+    session: Option<EventWriter>,
     train: Option<EventWriter>,
     validation: Option<EventWriter>,
     global_batch: u64,
@@ -130,6 +142,8 @@ impl TensorBoard {
             write_steps_per_second: false,
             update_freq: UpdateFreq::Epoch,
             initial_step: None,
+            hparams: BTreeMap::new(),
+            session: None,
             train: None,
             validation: None,
             global_batch: 0,
@@ -161,6 +175,13 @@ impl TensorBoard {
     /// [`FitContext::iterations`] at `on_train_begin`.
     pub fn initial_step(mut self, step: u64) -> Self {
         self.initial_step = Some(step);
+        self
+    }
+
+    /// Hyperparameters of this training, written for TensorBoard's HParams dashboard into
+    /// `<log_dir>` at train begin (and the session's end at train end); none by default.
+    pub fn hparams(mut self, hparams: BTreeMap<String, HParamValue>) -> Self {
+        self.hparams = hparams;
         self
     }
 
@@ -211,6 +232,12 @@ impl Callback for TensorBoard {
     fn on_train_begin(&mut self, ctx: &mut dyn FitContext) -> Result<()> {
         self.global_batch = self.initial_step.unwrap_or_else(|| ctx.iterations());
         self.in_batch = false;
+        if !self.hparams.is_empty() {
+            let mut w = EventWriter::create(&self.log_dir)?;
+            w.add_hparams_session_start(&self.hparams)?;
+            w.flush()?;
+            self.session = Some(w);
+        }
         Ok(())
     }
 
@@ -322,9 +349,16 @@ impl Callback for TensorBoard {
     }
 
     fn on_train_end(&mut self, _logs: &Logs, _ctx: &mut dyn FitContext) -> Result<()> {
-        for w in [self.train.take(), self.validation.take()]
-            .into_iter()
-            .flatten()
+        if let Some(w) = self.session.as_mut() {
+            w.add_hparams_session_end(SessionStatus::Success)?;
+        }
+        for w in [
+            self.session.take(),
+            self.train.take(),
+            self.validation.take(),
+        ]
+        .into_iter()
+        .flatten()
         {
             w.close()?;
         }
@@ -481,6 +515,56 @@ mod tests {
         assert!(sps.iter().all(|(_, v)| *v > 0.0));
         // update_freq = "epoch": no batch values.
         assert!(read_scalars(&train_dir, "batch_loss").unwrap().is_empty());
+    }
+
+    #[test]
+    fn hparams_session_in_the_log_dir() {
+        use crate::summary::hparams::{HParamValue, PluginDataKind, ProtoValueKind};
+        let dir = tempfile::tempdir().unwrap();
+        let hparams: BTreeMap<String, HParamValue> = [
+            ("learning_rate".to_string(), HParamValue::Float(0.01)),
+            ("units".to_string(), HParamValue::Int(32)),
+        ]
+        .into();
+        let mut tb = TensorBoard::new(dir.path()).hparams(hparams);
+        train(&mut tb, &mut ManualContext::new(0.01), 0..1, 1);
+        // The session's events are in <log_dir> itself, beside train/ and validation/.
+        let files = event_files(dir.path()).unwrap();
+        assert_eq!(files.len(), 1);
+        let values: Vec<_> = read_events(&files[0])
+            .unwrap()
+            .iter()
+            .flat_map(|e| e.values().to_vec())
+            .collect();
+        let kinds: Vec<_> = values
+            .iter()
+            .map(|v| v.as_hparams().unwrap().data.unwrap())
+            .collect();
+        let [
+            PluginDataKind::SessionStartInfo(start),
+            PluginDataKind::SessionEndInfo(end),
+        ] = kinds.as_slice()
+        else {
+            panic!("{kinds:?}");
+        };
+        assert_eq!(
+            start.hparams["learning_rate"].kind,
+            Some(ProtoValueKind::NumberValue(0.01))
+        );
+        assert_eq!(
+            start.hparams["units"].kind,
+            Some(ProtoValueKind::NumberValue(32.0))
+        );
+        assert_eq!(end.status, 1);
+        // Without hparams, nothing is written there.
+        let other = tempfile::tempdir().unwrap();
+        train(
+            &mut TensorBoard::new(other.path()),
+            &mut ManualContext::new(0.01),
+            0..1,
+            1,
+        );
+        assert!(event_files(other.path()).unwrap().is_empty());
     }
 
     #[test]

@@ -26,6 +26,7 @@
 //! runs its `callbacks=[...]` list. Relative file and directory arguments (`filename`,
 //! `log_dir`, `filepath`, `backup_dir`) are inside the run directory.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -38,6 +39,7 @@ use crate::callbacks::{
 };
 use crate::error::{KilnError, Result};
 use crate::fit::{Callback, SaveFreq};
+use crate::summary::hparams::HParamValue;
 
 /// The `type`s `[[callbacks]]` takes.
 pub const CALLBACK_TYPES: &[&str] = &[
@@ -193,6 +195,10 @@ pub struct TensorBoardSpec {
     /// `"epoch"`, `"batch"` or N: batch-level values every N batches.
     #[serde(default)]
     pub update_freq: UpdateFreq,
+    /// Hyperparameters (name → bool, integer, float or string) for TensorBoard's HParams
+    /// dashboard, written into `log_dir` (`kiln tune` sets each trial's here).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hparams: BTreeMap<String, HParamValue>,
 }
 
 /// `ModelCheckpoint(filepath, monitor="val_loss", verbose=0, save_best_only=False,
@@ -485,7 +491,8 @@ impl CallbackSpec {
                 TensorBoard::new(in_run_dir(run_dir, &s.log_dir))
                     .histogram_freq(s.histogram_freq)
                     .write_steps_per_second(s.write_steps_per_second)
-                    .update_freq(s.update_freq),
+                    .update_freq(s.update_freq)
+                    .hparams(s.hparams.clone()),
             ),
             CallbackSpec::ModelCheckpoint(s) => Box::new(s.build(run_dir)?),
             CallbackSpec::BackupAndRestore(_) => return Ok(None),

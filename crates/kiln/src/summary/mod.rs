@@ -6,6 +6,7 @@
 //!   TF2 tensor summaries (`scalars` and `histograms` plugins).
 //! * [`proto`]: the `Event` / `Summary` / `TensorProto` protobufs, written out for `prost`.
 //! * [`histogram`]: `tf.summary.histogram`'s buckets.
+//! * [`hparams`]: the HParams plugin's `session_start_info` / `session_end_info`.
 //! * [`read_events`], [`read_scalars`]: reading files back (tests, tools).
 //!
 //! The Keras `TensorBoard` callback that writes `epoch_loss` and friends is
@@ -29,6 +30,7 @@
 //! ```
 
 pub mod histogram;
+pub mod hparams;
 pub mod proto;
 mod reader;
 mod writer;

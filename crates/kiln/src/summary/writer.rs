@@ -31,7 +31,7 @@ pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(120_000);
 static WRITERS: AtomicU64 = AtomicU64::new(0);
 
 /// Seconds since the Unix epoch.
-fn now() -> f64 {
+pub(crate) fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())

@@ -353,3 +353,26 @@ fn the_pipeline_example_declares_its_callbacks() {
     };
     assert!(mc.save_best_only && mc.monitor == "val_loss");
 }
+
+#[test]
+fn tensorboard_hparams_read_and_round_trip() {
+    let cfg = parse(
+        "[[callbacks]]\ntype = \"TensorBoard\"\nhparams = { learning_rate = 0.001, units = 64, optimizer = \"adamw\", bias = true }",
+    )
+    .unwrap();
+    let CallbackSpec::TensorBoard(tb) = &cfg.callbacks[0] else {
+        panic!()
+    };
+    use crate::summary::hparams::HParamValue;
+    assert_eq!(tb.hparams["learning_rate"], HParamValue::Float(0.001));
+    assert_eq!(tb.hparams["units"], HParamValue::Int(64));
+    assert_eq!(tb.hparams["optimizer"], HParamValue::Str("adamw".into()));
+    assert_eq!(tb.hparams["bias"], HParamValue::Bool(true));
+    let table = cfg.callbacks[0].to_toml();
+    assert_eq!(table["hparams"]["units"].as_integer(), Some(64));
+    // Without hparams, the resolved config does not list the key.
+    let cfg = parse("[[callbacks]]\ntype = \"TensorBoard\"").unwrap();
+    assert!(cfg.callbacks[0].to_toml().get("hparams").is_none());
+    let e = err("[[callbacks]]\ntype = \"TensorBoard\"\nhparams = { units = [1, 2] }");
+    assert!(e.starts_with("callbacks[0].hparams"), "{e}");
+}
