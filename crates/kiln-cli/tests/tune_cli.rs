@@ -82,6 +82,24 @@ fn a_small_study_runs_resumes_and_summarises() {
             logs.display()
         );
     }
+    // The TensorBoard logs carry the trial's parameters as HParams (the plugin's session
+    // summaries name each hyperparameter).
+    let mut event_bytes = Vec::new();
+    for split in ["", "train", "validation"] {
+        let d = study.join("logs/0").join(split);
+        for e in std::fs::read_dir(&d).into_iter().flatten() {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                event_bytes.extend(std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let has = |needle: &str| {
+        event_bytes
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes())
+    };
+    assert!(has("hparams") && has("learning_rate") && has("units"));
     // best.toml: the best trial's config, ready to train, without the tuner's callbacks.
     let best_text = std::fs::read_to_string(study.join("best.toml")).unwrap();
     let best_cfg = kiln::RunConfig::from_toml_str(&best_text).unwrap();
@@ -181,5 +199,46 @@ fn config_errors_exit_with_code_2_before_any_trial() {
         .unwrap();
     let text = output_text(&out);
     assert_eq!(out.status.code(), Some(2), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_trial_that_does_not_learn_is_pruned_by_the_median_pruner() {
+    let dir = common::scratch("tune-cli-prune");
+    let config =
+        tune_common::write_study_with(&dir, "prune", "max_trials = 2", "\"fit.epochs\" = 20");
+    // Grid search: trial 0 learns (lr 0.003), trial 1 cannot (lr 1e-9) and is below the
+    // median of trial 0 after its first epoch. (`fit.epochs` is set twice: the TOML refuses
+    // that, so the template's line is replaced.)
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("\"fit.epochs\" = 2\n", "")
+        .replace(
+            "seed = 11",
+            "seed = 11\nalgorithm = \"grid\"\npruner = { type = \"median\", n_startup_trials = 1 }",
+        )
+        .replace(
+            "values = [0.0003, 0.001, 0.003, 0.01]",
+            "values = [0.003, 0.000000001]",
+        )
+        .replace("values = [16, 32, 64]", "values = [32]");
+    std::fs::write(&config, text).unwrap();
+    let study = dir.join("study");
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    let all = trials(&config, &study, None);
+    assert_eq!(all.len(), 2, "{text}");
+    assert_eq!(all[0].state_name(), "complete", "{text}");
+    assert_eq!(all[0].record.intermediate.len(), 20);
+    assert_eq!(all[1].state_name(), "pruned", "{text}");
+    // Stopped after a few of its 20 epochs, its value the last one reported.
+    let reported = &all[1].record.intermediate;
+    assert!(!reported.is_empty() && reported.len() < 20, "{reported:?}");
+    assert_eq!(all[1].record.value, Some(reported.last().unwrap().1));
+    // kiln train got SIGTERM: it checkpointed and exited.
+    let log = std::fs::read_to_string(study.join("trials/1/train.log")).unwrap();
+    assert!(log.contains("signal 15"), "{log}");
+    assert!(study.join("trials/1/checkpoints").is_dir());
     std::fs::remove_dir_all(&dir).unwrap();
 }
