@@ -141,7 +141,7 @@ pub fn summary(trials: &[StoredTrial], cfg: &TuneConfig, n: usize, location: &st
 
 /// Writes the best complete trial's run config to `path` (atomically), ready for
 /// `kiln train`: the base config, the overrides and the trial's parameters, without the
-/// tuner's callbacks. Returns the trial written, if any.
+/// tuner's callbacks, its `name` suffixed with `-best`. Returns the trial written, if any.
 ///
 /// # Errors
 /// [`TuneError::Io`]; [`TuneError::Config`] as [`TuneConfig::run_config`].
@@ -153,7 +153,12 @@ pub fn write_best<'a>(
     let Some(best) = ranked(trials, cfg.objective.direction).into_iter().next() else {
         return Ok(None);
     };
-    let table = cfg.run_config(&best.record.plan, 0)?;
+    let mut table = cfg.run_config(&best.record.plan, 0)?;
+    // Its own run directory (runs/<name>-best): a run of the base config in runs/<name> is
+    // neither resumed nor refused.
+    if let Some(toml::Value::String(name)) = table.get_mut("name") {
+        name.push_str("-best");
+    }
     let text = format!(
         "# The best trial of study \"{}\" ({}): trial {}, {} = {}\n# {}\n# Train it: kiln train {}\n{}",
         cfg.settings.study_name,

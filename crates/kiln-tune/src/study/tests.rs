@@ -106,6 +106,7 @@ fn a_study_records_each_trial_and_writes_the_best_config() {
     );
     let table: toml::Table = toml::from_str(&text).unwrap();
     assert!(table.get("callbacks").is_none(), "{text}");
+    assert_eq!(table["name"].as_str(), Some("m-best"));
     assert_eq!(
         lines.iter().filter(|l| l.contains("complete")).count(),
         3,
