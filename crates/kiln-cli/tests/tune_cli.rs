@@ -242,3 +242,52 @@ fn a_trial_that_does_not_learn_is_pruned_by_the_median_pruner() {
     assert!(study.join("trials/1/checkpoints").is_dir());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn sigterm_stops_the_study_and_the_trial_resumes_from_its_checkpoint() {
+    let dir = common::scratch("tune-cli-sigterm");
+    let config =
+        tune_common::write_study_with(&dir, "term", "max_trials = 1", "\"fit.epochs\" = 30");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("\"fit.epochs\" = 2\n", "");
+    std::fs::write(&config, text).unwrap();
+    let study = dir.join("study");
+    let child = tune_command(&config, &study, &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once trial 0 has finished an epoch, SIGTERM the tuner (not its child).
+    let csv = study.join("trials/0/tune-epochs.csv");
+    while std::fs::read_to_string(&csv).map_or(0, |t| t.lines().count()) < 2 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(143), "{text}");
+    assert!(text.contains("run the same command to resume"), "{text}");
+    let all = trials(&config, &study, None);
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].state_name(), "waiting");
+    assert_eq!(all[0].record.retries, 0);
+    // The same command finishes the trial from its checkpoint.
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let all = trials(&config, &study, None);
+    assert_eq!(all[0].state_name(), "complete");
+    assert_eq!(all[0].record.retries, 0);
+    let log = std::fs::read_to_string(study.join("trials/0/train.log")).unwrap();
+    assert!(log.contains("Resuming from"), "{log}");
+    let h: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(study.join("trials/0/history.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(h["epoch"].as_array().unwrap().len(), 30);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

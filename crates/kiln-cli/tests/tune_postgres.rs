@@ -81,9 +81,10 @@ fn two_workers_share_a_study_in_postgres() {
     let mut both: Vec<u64> = a.iter().chain(&b).copied().collect();
     both.sort();
     assert_eq!(both, numbers, "a ran {a:?}, b ran {b:?}");
+    // Nor is it in the trials' rows.
     for t in &all {
-        let who = t.worker.as_deref().unwrap_or_default();
-        assert!(!who.contains(&password));
+        let row = format!("{:?}", t);
+        assert!(!row.contains(&password), "{row}");
     }
     // No file of either study directory (configs, logs, TensorBoard events) holds the password.
     fn scan(dir: &std::path::Path, password: &str) {
