@@ -291,3 +291,43 @@ fn sigterm_stops_the_study_and_the_trial_resumes_from_its_checkpoint() {
     assert_eq!(h["epoch"].as_array().unwrap().len(), 30);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn hyperband_promotes_trials_that_continue_from_their_parents_checkpoints() {
+    let dir = common::scratch("tune-cli-hyperband");
+    let config = write_study(
+        &dir,
+        "hb",
+        "max_trials = 50\nalgorithm = \"hyperband\"\nmax_epochs = 3\nfactor = 3",
+    );
+    let study = dir.join("study");
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    let all = trials(&config, &study, None);
+    assert!(all.iter().all(|t| t.state_name() == "complete"), "{text}");
+    let promoted: Vec<_> = all
+        .iter()
+        .filter(|t| t.record.plan.resume_from.is_some())
+        .collect();
+    assert!(!promoted.is_empty(), "{text}");
+    for t in promoted {
+        let parent = &all[t.record.plan.resume_from.unwrap() as usize];
+        assert_eq!(parent.record.plan.params, t.record.plan.params);
+        assert!(parent.record.plan.epochs < t.record.plan.epochs);
+        let run = study.join("trials").join(t.record.number.to_string());
+        // It started from its parent's checkpoint and trained up to its own epochs.
+        let log = std::fs::read_to_string(run.join("train.log")).unwrap();
+        assert!(log.contains("Resuming from"), "{log}");
+        let h: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("history.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            h["epoch"].as_array().unwrap().len(),
+            t.record.plan.epochs as usize
+        );
+        let cfg = kiln::RunConfig::load(&run.join("config.toml")).unwrap();
+        assert_eq!(cfg.fit.epochs, t.record.plan.epochs as usize);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
