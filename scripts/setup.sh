@@ -4,6 +4,8 @@
 #   - OpenMPI (openmpi-bin: mpirun; libopenmpi-dev: the library kiln links for
 #     strategy = "multi_worker_mirrored") and libclang-dev (the `mpi` crate's bindgen reads
 #     mpi.h with it). kiln-cli builds with MPI by default, so these are needed to build it.
+#   - PostgreSQL, Debian's package postgresql: kiln-tune's multi-worker tests start a throwaway
+#     cluster (scripts/postgres-test-server.sh).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
@@ -14,6 +16,9 @@ fi
 for pkg in openmpi-bin libopenmpi-dev libclang-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  need_apt+=(postgresql)
+fi
 
 if ((${#need_apt[@]})); then
   echo "setup: installing ${need_apt[*]} (Debian packages)"

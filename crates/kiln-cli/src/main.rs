@@ -7,6 +7,7 @@ mod estimate;
 mod progress;
 mod scaling;
 mod workers;
+mod tune;
 
 // Training allocates and frees tensors of many megabytes every step; glibc's allocator hands
 // them back to the OS and faults them in again, mimalloc keeps them (measured in bench/README.md).
@@ -146,6 +147,9 @@ enum Command {
     Export(deploy::ExportArgs),
     /// Serve exported models over TF Serving's REST API (until SIGTERM).
     Serve(deploy::ServeArgs),
+    /// Tune hyperparameters: run (or resume) the study of a tune config, each trial a
+    /// `kiln train` child process (docs/tuning.md).
+    Tune(tune::TuneArgs),
 }
 
 #[derive(Subcommand)]
@@ -256,7 +260,9 @@ fn main() -> ExitCode {
         Err(e) => {
             let config = e
                 .downcast_ref::<KilnError>()
-                .is_some_and(KilnError::is_usage);
+                .is_some_and(KilnError::is_usage)
+                || e.downcast_ref::<kiln_tune::TuneError>()
+                    .is_some_and(kiln_tune::TuneError::is_usage);
             // kiln's errors already carry their cause in their message; context added here
             // (anyhow) is joined with the cause.
             let message = match e.downcast_ref::<KilnError>() {
@@ -267,12 +273,17 @@ fn main() -> ExitCode {
                     .collect::<Vec<_>>()
                     .join(": "),
             };
+            let tune_signal = match e.downcast_ref::<kiln_tune::TuneError>() {
+                Some(kiln_tune::TuneError::Interrupted(signal)) => Some(*signal),
+                _ => None,
+            };
             let code = match e.downcast_ref::<KilnError>() {
                 // The shell's convention for a process ended by a signal: 128 + its number.
                 Some(
                     KilnError::Interrupted { signal, .. }
                     | KilnError::InterruptedAfterTraining { signal, .. },
                 ) => 128 + *signal as u8,
+                _ if tune_signal.is_some() => 128 + tune_signal.unwrap_or(0) as u8,
                 _ if config => 2,
                 _ => 1,
             };
@@ -337,6 +348,7 @@ fn run_command(command: Command) -> anyhow::Result<()> {
         Command::Estimate(args) => estimate::run(args),
         Command::Export(args) => deploy::export(args),
         Command::Serve(args) => deploy::serve(args),
+        Command::Tune(args) => tune::run(args),
         Command::Train {
             config,
             epochs,

@@ -13,17 +13,31 @@
 //! - [`runner`]: each trial is a `kiln train` child process in its own run directory.
 //! - [`study`]: the loop that ties them together, resumable at any instant.
 //!
+//! - [`config`]: the tune file (`base`, `[tuner]`, `[overrides]`, `[[hyperparameters]]`) and
+//!   the trial configs made from it ([`keypath`] sets the dotted keys).
+//! - [`report`]: the live table, `--summary` and `best.toml`.
+//!
 //! The shared vocabulary (values, plans, trial records) lives in [`trial`].
 #![warn(missing_docs)]
 
+pub mod config;
 pub mod error;
+pub mod keypath;
+pub mod objective;
 pub mod oracle;
 pub mod pruner;
+pub mod report;
+pub mod runner;
+mod search;
 mod settings;
 pub mod space;
+pub mod storage;
+pub mod study;
 pub mod trial;
 
+pub use config::TuneConfig;
 pub use error::TuneError;
+pub use study::{StudyOptions, StudyReport};
 pub use trial::{
     Decision, Direction, Objective, Params, TrialPlan, TrialRecord, TrialState, Value,
 };

@@ -1,0 +1,302 @@
+//! The claim, heartbeat, retry and resume rules on a real SQLite file (and, with
+//! `KILN_TEST_POSTGRES_URL`, on a real PostgreSQL database).
+
+use super::*;
+use crate::trial::{Params, Value};
+
+fn plan(i: usize) -> TrialPlan {
+    let mut params = Params::new();
+    params.insert("x".into(), Value::Int(i as i64));
+    TrialPlan {
+        params,
+        epochs: 0,
+        resume_from: None,
+        bracket: None,
+    }
+}
+
+/// An oracle that proposes `x = <number of trials so far>`.
+fn counting(h: &[TrialRecord]) -> Decision {
+    Decision::Run(plan(h.len()))
+}
+
+fn policy(worker: &str, grace_ms: i64, max_retries: u32) -> ClaimPolicy {
+    ClaimPolicy {
+        worker: worker.into(),
+        grace_ms,
+        max_retries,
+        max_trials: 3,
+    }
+}
+
+fn settings() -> serde_json::Value {
+    serde_json::json!({ "[[hyperparameters]]": [{ "name": "x" }], "objective": "val_loss" })
+}
+
+fn sqlite(dir: &Path) -> Box<dyn Storage> {
+    let mut s: Box<dyn Storage> = Box::new(SqliteStorage::open(&dir.join("study.db")).unwrap());
+    s.open_study("s", &settings()).unwrap();
+    s
+}
+
+fn claimed(c: Claim) -> StoredTrial {
+    match c {
+        Claim::Run(t) => *t,
+        other => panic!("expected a trial, got {other:?}"),
+    }
+}
+
+fn attempt(worker: &str, t: &StoredTrial) -> Attempt {
+    Attempt {
+        worker: worker.into(),
+        number: t.record.number,
+        retries: t.record.retries,
+    }
+}
+
+/// Workers named like this are never "gone" (no such host).
+const A: &str = "host-a.test:1";
+const B: &str = "host-b.test:2";
+
+fn claims_number_trials_in_order_until_max_trials(s: &mut dyn Storage) {
+    let p = policy(A, 60_000, 0);
+    for n in 0..3 {
+        let t = claimed(s.claim(&p, &mut counting).unwrap());
+        assert_eq!(t.record.number, n);
+        assert_eq!(t.record.plan, plan(n as usize));
+        assert_eq!(t.record.state, TrialState::Running);
+        assert_eq!(t.worker.as_deref(), Some(A));
+    }
+    // Three trials exist: no more, and all three still run.
+    assert_eq!(
+        s.claim(&p, &mut counting).unwrap(),
+        Claim::Done { active: 3 }
+    );
+    let t1 = Attempt {
+        worker: A.into(),
+        number: 1,
+        retries: 0,
+    };
+    assert!(s.heartbeat(&t1).unwrap());
+    s.report(1, 0, 0.5).unwrap();
+    s.report(1, 1, 0.25).unwrap();
+    s.report(1, 1, 0.3).unwrap(); // a resumed run reports epoch 1 again
+    assert_eq!(
+        s.finish(&t1, &Outcome::Complete(0.3), 0).unwrap(),
+        Finished::Recorded {
+            state: TrialState::Complete,
+            retry: false
+        }
+    );
+    // Its heartbeat and a second result no longer count.
+    assert!(!s.heartbeat(&t1).unwrap());
+    assert_eq!(
+        s.finish(&t1, &Outcome::Complete(0.9), 0).unwrap(),
+        Finished::Lost
+    );
+    let trials = s.trials().unwrap();
+    assert_eq!(trials[1].record.value, Some(0.3));
+    assert_eq!(trials[1].record.intermediate, vec![(0, 0.5), (1, 0.3)]);
+    assert!(trials[1].finished_ms.is_some());
+    assert_eq!(
+        s.claim(&p, &mut counting).unwrap(),
+        Claim::Done { active: 2 }
+    );
+}
+
+fn a_silent_trial_is_retried_before_a_new_one(s: &mut dyn Storage) {
+    let t0 = claimed(s.claim(&policy(A, 60_000, 1), &mut counting).unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    // B claims with a grace period A's heartbeat has outlived: A's trial fails and, with a
+    // retry left, is B's next trial (same number, same plan), not a new one.
+    let t = claimed(s.claim(&policy(B, 10, 1), &mut counting).unwrap());
+    assert_eq!(t.record.number, 0);
+    assert_eq!(t.record.plan, t0.record.plan);
+    assert_eq!(t.record.retries, 1);
+    assert_eq!(t.worker.as_deref(), Some(B));
+    assert!(
+        t.message
+            .as_deref()
+            .unwrap()
+            .contains("no heartbeat from its worker")
+    );
+    // A finds out: its heartbeat and its result are refused, B's result counts.
+    assert!(!s.heartbeat(&attempt(A, &t0)).unwrap());
+    assert_eq!(
+        s.finish(&attempt(A, &t0), &Outcome::Complete(1.0), 1)
+            .unwrap(),
+        Finished::Lost
+    );
+    assert!(s.heartbeat(&attempt(B, &t)).unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    // Silent again with its retry spent: failed for good, and the next claim is a new trial.
+    let t1 = claimed(s.claim(&policy(A, 10, 1), &mut counting).unwrap());
+    assert_eq!(t1.record.number, 1);
+    let trials = s.trials().unwrap();
+    assert_eq!(trials[0].record.state, TrialState::Failed);
+    assert_eq!(trials[0].record.retries, 1);
+    assert!(trials[0].finished_ms.is_some());
+    // A crash of the child with a retry left: waiting, then claimed again first.
+    assert_eq!(
+        s.finish(&attempt(A, &t1), &Outcome::Failed("exit 137".into()), 1)
+            .unwrap(),
+        Finished::Recorded {
+            state: TrialState::Running,
+            retry: true
+        }
+    );
+    let again = claimed(s.claim(&policy(A, 60_000, 1), &mut counting).unwrap());
+    assert_eq!((again.record.number, again.record.retries), (1, 1));
+    // An interrupt puts it back without spending a retry.
+    s.release(&attempt(A, &again)).unwrap();
+    let trials = s.trials().unwrap();
+    assert!(trials[1].waiting);
+    assert_eq!(trials[1].record.retries, 1);
+    let again = claimed(s.claim(&policy(B, 60_000, 1), &mut counting).unwrap());
+    assert_eq!((again.record.number, again.record.retries), (1, 1));
+}
+
+#[test]
+fn sqlite_claims_number_trials_in_order_until_max_trials() {
+    let dir = tempfile::tempdir().unwrap();
+    claims_number_trials_in_order_until_max_trials(sqlite(dir.path()).as_mut());
+}
+
+#[test]
+fn sqlite_a_silent_trial_is_retried_before_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    a_silent_trial_is_retried_before_a_new_one(sqlite(dir.path()).as_mut());
+}
+
+#[test]
+fn a_trial_of_a_dead_local_worker_is_failed_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = sqlite(dir.path());
+    // A process of this machine that has exited: its trial needs no grace period.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let me = worker_id();
+    let host = me.rsplit_once(':').unwrap().0.to_string();
+    let dead = format!("{host}:{pid}");
+    claimed(
+        s.claim(&policy(&dead, 3_600_000, 1), &mut counting)
+            .unwrap(),
+    );
+    let t = claimed(s.claim(&policy(&me, 3_600_000, 1), &mut counting).unwrap());
+    assert_eq!((t.record.number, t.record.retries), (0, 1));
+    assert!(t.message.unwrap().contains("is gone"));
+}
+
+#[test]
+fn a_study_resumes_from_its_file_and_refuses_changed_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut s = sqlite(dir.path());
+        let t = claimed(s.claim(&policy(A, 60_000, 0), &mut counting).unwrap());
+        s.finish(&attempt(A, &t), &Outcome::Complete(0.7), 0)
+            .unwrap();
+    }
+    let mut s = sqlite(dir.path());
+    let trials = s.trials().unwrap();
+    assert_eq!(trials.len(), 1);
+    assert_eq!(trials[0].record.value, Some(0.7));
+    let t = claimed(s.claim(&policy(A, 60_000, 0), &mut counting).unwrap());
+    assert_eq!(t.record.number, 1);
+    let mut other = SqliteStorage::open(&dir.path().join("study.db")).unwrap();
+    let changed =
+        serde_json::json!({ "[[hyperparameters]]": [{ "name": "y" }], "objective": "val_loss" });
+    let err = other.open_study("s", &changed).unwrap_err();
+    assert!(err.is_usage());
+    let msg = err.to_string();
+    assert!(msg.contains("[[hyperparameters]] changed"), "{msg}");
+    assert!(msg.contains("another --study-dir"), "{msg}");
+    // Another name is another study in the same file.
+    other.open_study("t", &changed).unwrap();
+    assert!(other.trials().unwrap().is_empty());
+}
+
+#[test]
+fn concurrent_workers_never_claim_the_same_trial() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(sqlite(dir.path()));
+    let path = dir.path().join("study.db");
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut s = SqliteStorage::open(&path).unwrap();
+                s.open_study("s", &settings()).unwrap();
+                let worker = format!("host-{w}.test:{w}");
+                let p = ClaimPolicy {
+                    max_trials: 40,
+                    ..policy(&worker, 60_000, 0)
+                };
+                let mut mine = Vec::new();
+                while let Claim::Run(t) = s.claim(&p, &mut counting).unwrap() {
+                    s.finish(&attempt(&worker, &t), &Outcome::Complete(1.0), 0)
+                        .unwrap();
+                    mine.push(t.record.number);
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut all: Vec<u64> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    all.sort();
+    assert_eq!(all, (0..40).collect::<Vec<_>>());
+    let mut s = SqliteStorage::open(&path).unwrap();
+    s.open_study("s", &settings()).unwrap();
+    let trials = s.trials().unwrap();
+    // Each plan is the oracle's answer to the history it saw: trial n has x = n.
+    for t in &trials {
+        assert_eq!(t.record.plan, plan(t.record.number as usize));
+        assert_eq!(t.record.state, TrialState::Complete);
+    }
+}
+
+/// The URL of the PostgreSQL database `scripts/test.sh` starts; panics saying how to start
+/// one when unset.
+fn postgres_url() -> String {
+    std::env::var("KILN_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "KILN_TEST_POSTGRES_URL is not set: scripts/test.sh starts a throwaway PostgreSQL \
+             cluster and sets it (scripts/postgres-test-server.sh start prints the URL)"
+        )
+    })
+}
+
+/// A fresh study (a new name) in the test PostgreSQL database.
+fn postgres() -> Box<dyn Storage> {
+    let url = postgres_url();
+    let mut s: Box<dyn Storage> = Box::new(PostgresStorage::connect(&url).unwrap());
+    let name = format!("storage-test-{}-{}", std::process::id(), now_ms());
+    s.open_study(&name, &settings()).unwrap();
+    s
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: KILN_TEST_POSTGRES_URL (scripts/test.sh starts one)"]
+fn postgres_claim_heartbeat_retry() {
+    claims_number_trials_in_order_until_max_trials(postgres().as_mut());
+    a_silent_trial_is_retried_before_a_new_one(postgres().as_mut());
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: KILN_TEST_POSTGRES_URL (scripts/test.sh starts one)"]
+fn postgres_errors_never_show_the_password() {
+    let url = postgres_url();
+    // The right server with a wrong password: the error names the server, not the password.
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let bad = format!("{scheme}://kiln_nobody:Sup3rSecretPw@{host}");
+    let err = match PostgresStorage::connect(&bad) {
+        Ok(_) => panic!("a wrong password connected"),
+        Err(e) => e.to_string(),
+    };
+    assert!(!err.contains("Sup3rSecretPw"), "{err}");
+    assert!(err.contains("kiln_nobody:***@"), "{err}");
+}

@@ -1,0 +1,324 @@
+//! The study loop with a stand-in for `kiln train` (a shell script writing what kiln writes:
+//! the per-epoch CSV and `history.json`), so that these tests need no model.
+
+use std::os::unix::fs::PermissionsExt;
+
+use super::*;
+use crate::trial::TrialRecord;
+
+const BASE: &str = "name = \"m\"\nseed = 1\n[fit]\nepochs = 3\n";
+
+const TUNE: &str = r#"
+base = "base.toml"
+[tuner]
+objective = "val_loss"
+seed = 4
+TUNER
+[[hyperparameters]]
+name = "lr"
+key = "compile.optimizer.learning_rate"
+type = "Choice"
+values = [0.1, 0.2, 0.3]
+"#;
+
+/// A fake `kiln train`: writes 2 epoch rows and a history whose val_loss is the trial's
+/// learning rate (read from its config) plus 0.5, then 0.25 below; `BEHAVIOUR` is shell code
+/// run first (`$run` is the run directory).
+fn fake_kiln(dir: &Path, behaviour: &str) -> PathBuf {
+    let script = dir.join("kiln");
+    let body = format!(
+        r#"#!/bin/sh
+run="$4"
+{behaviour}
+lr=$(sed -n 's/^learning_rate = //p' "$2" | head -1)
+a=$(awk "BEGIN {{ print $lr + 0.5 }}")
+b=$(awk "BEGIN {{ print $lr + 0.25 }}")
+printf 'epoch,loss,val_loss\r\n0,1.0,%s\r\n1,0.9,%s\r\n' "$a" "$b" > "$run/tune-epochs.csv"
+printf '{{"epoch":[0,1],"history":{{"val_loss":[%s,%s]}}}}' "$a" "$b" > "$run/history.json"
+"#
+    );
+    std::fs::write(&script, body).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+fn setup(dir: &Path, tuner: &str, behaviour: &str) -> (TuneConfig, StudyOptions) {
+    std::fs::write(dir.join("base.toml"), BASE).unwrap();
+    let path = dir.join("t.toml");
+    let tuner = if tuner.contains("max_trials") {
+        tuner.to_string()
+    } else {
+        format!("{tuner}\nmax_trials = 3")
+    };
+    std::fs::write(&path, TUNE.replace("TUNER", &tuner)).unwrap();
+    let cfg = TuneConfig::load(&path).unwrap();
+    let mut runner = Runner::new(fake_kiln(dir, behaviour));
+    runner.poll = Duration::from_millis(20);
+    let opts = StudyOptions {
+        study_dir: dir.join("study"),
+        storage: None,
+        max_trials: None,
+        runner,
+        check_config: None,
+        stop: None,
+    };
+    (cfg, opts)
+}
+
+#[test]
+fn a_study_records_each_trial_and_writes_the_best_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, opts) = setup(dir.path(), "", "");
+    let mut lines = Vec::new();
+    let report = run(&cfg, &opts, &mut |l| lines.push(l.to_string())).unwrap();
+    assert_eq!(report.trials.len(), 3);
+    for t in &report.trials {
+        let lr = match t.record.plan.params["lr"] {
+            crate::trial::Value::Float(f) => f,
+            ref other => panic!("{other:?}"),
+        };
+        assert_eq!(t.record.state, TrialState::Complete);
+        // The best epoch of a minimised objective: lr + 0.25.
+        assert!((t.record.value.unwrap() - (lr + 0.25)).abs() < 1e-9);
+        let inter: Vec<u32> = t.record.intermediate.iter().map(|(e, _)| *e).collect();
+        assert_eq!(inter, vec![0, 1]);
+        // The trial's config sets the parameter at its key.
+        let text = std::fs::read_to_string(
+            opts.study_dir
+                .join("trials")
+                .join(t.record.number.to_string())
+                .join("config.toml"),
+        )
+        .unwrap();
+        let table: toml::Table = toml::from_str(&text).unwrap();
+        assert_eq!(
+            crate::keypath::get(&table, "compile.optimizer.learning_rate")
+                .and_then(|v| v.as_float()),
+            Some(lr)
+        );
+    }
+    let best = report::ranked(&report.trials, crate::trial::Direction::Min)[0];
+    assert_eq!(report.best, Some(best.record.number));
+    let text = std::fs::read_to_string(opts.study_dir.join("best.toml")).unwrap();
+    assert!(
+        text.contains(&format!("trial {}, val_loss", best.record.number)),
+        "{text}"
+    );
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    assert!(table.get("callbacks").is_none(), "{text}");
+    assert_eq!(table["name"].as_str(), Some("m-best"));
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("complete")).count(),
+        3,
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_crashed_trial_is_retried_in_its_run_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each trial crashes on its first run (no marker yet), then succeeds.
+    let (cfg, opts) = setup(
+        dir.path(),
+        "max_retries_per_trial = 1",
+        "if [ ! -f \"$run/crashed\" ]; then touch \"$run/crashed\"; kill -9 $$; fi",
+    );
+    let mut lines = Vec::new();
+    let report = run(&cfg, &opts, &mut |l| lines.push(l.to_string())).unwrap();
+    let numbers: Vec<u64> = report.trials.iter().map(|t| t.record.number).collect();
+    assert_eq!(numbers, vec![0, 1, 2]);
+    for t in &report.trials {
+        assert_eq!(t.record.state, TrialState::Complete);
+        assert_eq!(t.record.retries, 1);
+    }
+    let text = lines.join("\n");
+    assert!(text.contains("killed by signal 9"), "{text}");
+}
+
+#[test]
+fn consecutive_failures_stop_the_study_with_the_last_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, opts) = setup(
+        dir.path(),
+        "max_consecutive_failed_trials = 2\nmax_trials = 5",
+        "echo 'kiln: error: out of data' >&2; exit 1",
+    );
+    let err = run(&cfg, &opts, &mut |_| {}).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, TuneError::Study(_)), "{msg}");
+    assert!(msg.contains("2 trials failed in a row"), "{msg}");
+    assert!(
+        msg.contains("kiln train exited with code 1: kiln: error: out of data"),
+        "{msg}"
+    );
+    // Resuming tries one more trial (the cause may be fixed); failing again, it stops: the
+    // count runs over the study's history, not this run's.
+    let err = run(&cfg, &opts, &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("failed in a row"));
+    let mut storage = open_storage(&cfg, &opts).unwrap();
+    assert_eq!(storage.trials().unwrap().len(), 3);
+}
+
+#[test]
+fn a_missing_objective_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cfg, opts) = setup(dir.path(), "", "");
+    cfg.objective.name = "val_auc".into();
+    let err = run(&cfg, &opts, &mut |_| {}).unwrap_err();
+    assert!(err.is_usage(), "{err}");
+    assert!(err.to_string().contains("\"val_auc\" is not in"), "{err}");
+}
+
+#[test]
+fn a_stop_request_puts_the_trial_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, mut opts) = setup(dir.path(), "", "trap 'exit 143' TERM; sleep 5 & wait");
+    let stop = Arc::new(AtomicI32::new(0));
+    opts.stop = Some(stop.clone());
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        stop.store(15, Ordering::SeqCst);
+    });
+    let err = run(&cfg, &opts, &mut |_| {}).unwrap_err();
+    setter.join().unwrap();
+    assert!(matches!(err, TuneError::Interrupted(15)), "{err}");
+    let mut storage = open_storage(&cfg, &opts).unwrap();
+    let trials = storage.trials().unwrap();
+    assert_eq!(trials.len(), 1);
+    assert!(trials[0].waiting);
+    assert_eq!(trials[0].record.retries, 0);
+}
+
+/// Trial 0 trains 1 epoch; trial 1 continues it to 2 epochs (a Hyperband promotion); then
+/// done.
+struct Promote;
+
+impl Oracle for Promote {
+    fn next(&self, history: &[TrialRecord]) -> crate::trial::Decision {
+        let mut params = crate::trial::Params::new();
+        params.insert("lr".into(), crate::trial::Value::Float(0.1));
+        let plan = |epochs, resume_from, round| crate::trial::TrialPlan {
+            params: params.clone(),
+            epochs,
+            resume_from,
+            bracket: Some((0, round)),
+        };
+        match history.len() {
+            0 => crate::trial::Decision::Run(plan(1, None, 0)),
+            1 if history[0].state == TrialState::Running => crate::trial::Decision::Wait,
+            1 => crate::trial::Decision::Run(plan(2, Some(0), 1)),
+            _ => crate::trial::Decision::Done,
+        }
+    }
+}
+
+#[test]
+fn a_promoted_trial_continues_from_a_copy_of_its_parents_run_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    // The fake trainer leaves a "checkpoint" naming the epochs it reached; a run that finds
+    // one records where it started.
+    let (cfg, opts) = setup(
+        dir.path(),
+        "",
+        r#"epochs=$(sed -n 's/^epochs = //p' "$2" | head -1)
+if [ -f "$run/checkpoints/ckpt" ]; then cp "$run/checkpoints/ckpt" "$run/resumed-from"; fi
+mkdir -p "$run/checkpoints"; echo "$epochs" > "$run/checkpoints/ckpt""#,
+    );
+    let report = run_with(&cfg, &opts, &Promote, None, &mut |_| {}).unwrap();
+    assert_eq!(report.trials.len(), 2);
+    assert!(
+        report
+            .trials
+            .iter()
+            .all(|t| t.record.state == TrialState::Complete)
+    );
+    let trial = |n: u64| opts.study_dir.join("trials").join(n.to_string());
+    // Trial 1 started from trial 0's checkpoint (1 epoch) and trained to 2.
+    assert_eq!(
+        std::fs::read_to_string(trial(1).join("resumed-from"))
+            .unwrap()
+            .trim(),
+        "1"
+    );
+    assert_eq!(
+        std::fs::read_to_string(trial(1).join("checkpoints/ckpt"))
+            .unwrap()
+            .trim(),
+        "2"
+    );
+    assert!(!trial(0).join("resumed-from").exists());
+    let config: toml::Table =
+        toml::from_str(&std::fs::read_to_string(trial(1).join("config.toml")).unwrap()).unwrap();
+    assert_eq!(config["fit"]["epochs"].as_integer(), Some(2));
+}
+
+/// Prunes a trial whose latest value is above 0.5.
+struct Above;
+
+impl Pruner for Above {
+    fn should_prune(
+        &self,
+        trial: &TrialRecord,
+        history: &[TrialRecord],
+        _direction: crate::trial::Direction,
+    ) -> bool {
+        assert!(history.iter().any(|t| t.number == trial.number));
+        trial.intermediate.last().is_some_and(|(_, v)| *v > 0.5)
+    }
+}
+
+#[test]
+fn a_pruned_trial_is_stopped_after_the_epoch_that_condemns_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // Epoch 0 reports 0.75 (> 0.5: pruned), then the trainer would sleep 10 s and exit
+    // successfully: only the SIGTERM makes it write `signals` and exit 143.
+    let (cfg, opts) = setup(
+        dir.path(),
+        "max_trials = 1",
+        r#"trap 'echo stopped >> "$run/signals"; exit 143' TERM
+printf 'epoch,loss,val_loss\r\n0,1.0,0.75\r\n' > "$run/tune-epochs.csv"
+sleep 10 & wait
+exit 0"#,
+    );
+    let (oracle, _) = crate::search::build(&cfg).unwrap();
+    let report = run_with(&cfg, &opts, oracle.as_ref(), Some(&Above), &mut |_| {}).unwrap();
+    let t = &report.trials[0];
+    assert_eq!(t.record.state, TrialState::Pruned);
+    assert_eq!(t.record.value, Some(0.75));
+    assert_eq!(t.record.intermediate, vec![(0, 0.75)]);
+    let signals = opts.study_dir.join("trials/0/signals");
+    assert_eq!(std::fs::read_to_string(signals).unwrap().trim(), "stopped");
+    // No best.toml: no trial completed.
+    assert!(!opts.study_dir.join("best.toml").exists());
+}
+
+#[test]
+fn executions_train_with_their_own_seeds_and_average() {
+    let dir = tempfile::tempdir().unwrap();
+    // The fake trainer's val_loss is seed / 10 (the base config's seed is 1).
+    let (cfg, opts) = setup(
+        dir.path(),
+        "executions_per_trial = 2\nmax_trials = 1",
+        r#"seed=$(sed -n 's/^seed = //p' "$2" | head -1)
+v=$(awk "BEGIN { print $seed / 10 }")
+printf 'epoch,val_loss\r\n0,%s\r\n' "$v" > "$run/tune-epochs.csv"
+printf '{"epoch":[0],"history":{"val_loss":[%s]}}' "$v" > "$run/history.json"
+exit 0"#,
+    );
+    let report = run(&cfg, &opts, &mut |_| {}).unwrap();
+    let t = &report.trials[0];
+    assert!(
+        (t.record.value.unwrap() - 0.15).abs() < 1e-12,
+        "{:?}",
+        t.record.value
+    );
+    // Intermediate values come from the first execution.
+    assert_eq!(t.record.intermediate, vec![(0, 0.1)]);
+    let second = opts.study_dir.join("trials/0/execution-1/history.json");
+    assert!(second.is_file());
+    let config: toml::Table = toml::from_str(
+        &std::fs::read_to_string(opts.study_dir.join("trials/0/execution-1/config.toml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(config["seed"].as_integer(), Some(2));
+}
