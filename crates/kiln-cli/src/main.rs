@@ -6,8 +6,8 @@ mod deploy;
 mod estimate;
 mod progress;
 mod scaling;
-mod workers;
 mod tune;
+mod workers;
 
 // Training allocates and frees tensors of many megabytes every step; glibc's allocator hands
 // them back to the OS and faults them in again, mimalloc keeps them (measured in bench/README.md).
