@@ -99,7 +99,8 @@ enum Command {
         /// global batch.
         #[arg(long)]
         strategy: Option<String>,
-        /// Override distribute.num_replicas (implies --strategy mirrored).
+        /// Override distribute.num_replicas (implies --strategy mirrored over one_device; refused
+        /// with multi_worker_mirrored, whose replicas are mpirun's processes).
         #[arg(long)]
         num_replicas: Option<usize>,
     },
@@ -204,6 +205,12 @@ fn retain_freed_memory() {
 }
 
 fn main() -> ExitCode {
+    // A closed stdout (`kiln tune ... | head`) ends the process quietly, as for other Unix
+    // tools, instead of a panic in `println!`: Rust starts programs with SIGPIPE ignored.
+    // A killed `kiln train` resumes from its last checkpoint; a killed `kiln tune` from its
+    // study database.
+    // SAFETY: restores the default disposition of one signal before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     // A bug must still end in one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
         if kiln::fit::is_out_of_memory(info.payload()) {
@@ -369,7 +376,14 @@ fn run_command(command: Command) -> anyhow::Result<()> {
                 cfg.distribute.strategy = s.parse()?;
             }
             if let Some(n) = num_replicas {
-                cfg.distribute.strategy = kiln::config::StrategyKind::Mirrored;
+                // Implies mirrored only over the default; with another strategy (from
+                // --strategy or the config) the check below refuses the combination.
+                if matches!(
+                    cfg.distribute.strategy,
+                    kiln::config::StrategyKind::OneDevice
+                ) {
+                    cfg.distribute.strategy = kiln::config::StrategyKind::Mirrored;
+                }
                 cfg.distribute.num_replicas = Some(n);
                 cfg.distribute.devices.clear();
             }

@@ -702,3 +702,31 @@ fn data_inspect_reads_tfrecords_and_reports_a_flipped_byte() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A reader that closes the pipe early (`kiln data inspect ... | head -2`) ends kiln quietly
+/// by SIGPIPE, as other Unix tools end, not with an "internal error" panic message.
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    require_data();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["data", "inspect", "-n", "10000"])
+        .arg(Path::new(DATA).join("t10k-labels-idx1-ubyte.gz"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap(); // then the pipe closes
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.signal(), Some(SIGPIPE), "{:?}", out.status);
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// SIGPIPE's number on Linux (signal(7)).
+const SIGPIPE: i32 = 13;

@@ -250,6 +250,27 @@ fn one_worker_without_mpirun_trains_as_one_device() {
     assert_eq!(weights(&one), weights(&solo));
 }
 
+/// `--num-replicas` does not turn `--strategy multi_worker_mirrored` into `mirrored`: the
+/// combination is refused, naming the key, as it is in a config file.
+#[test]
+fn num_replicas_with_multi_worker_mirrored_is_refused() {
+    require_data();
+    let dir = common::scratch("mpi-num-replicas");
+    let cfg = config(&dir, 64, 1, 1000);
+    let out = common::train_command(
+        &cfg,
+        &dir.join("run"),
+        &["--strategy", "multi_worker_mirrored", "--num-replicas", "2"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("num_replicas"), "{err}");
+    assert!(err.contains("multi_worker_mirrored"), "{err}");
+    assert!(!dir.join("run").join("model.safetensors").exists());
+}
+
 /// `mpirun -np 2 kiln train` with another strategy is refused (the processes would train
 /// alone into the same run directory).
 #[test]
