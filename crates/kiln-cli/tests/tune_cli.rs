@@ -331,3 +331,38 @@ fn hyperband_promotes_trials_that_continue_from_their_parents_checkpoints() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_second_study_in_the_same_directory_does_not_reuse_the_first_ones_runs() {
+    let dir = common::scratch("tune-cli-second");
+    let config = write_study(&dir, "first", "max_trials = 1");
+    let study = dir.join("study");
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let stamp = std::fs::read_to_string(study.join("trials/0/study.json")).unwrap();
+    assert!(stamp.contains("\"study\":\"first#1@"), "{stamp}");
+    let best = std::fs::read_to_string(study.join("best.toml")).unwrap();
+    // Another study name in the same directory: refused before any trial.
+    let other = write_study(&dir, "other", "max_trials = 1\nstudy_name = \"other\"");
+    let out = tune_command(&other, &study, &[]).output().unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("trials/0 belongs to another study"), "{text}");
+    assert!(text.contains("Use another --study-dir"), "{text}");
+    assert!(!text.contains("evaluating it again"), "{text}");
+    // The same study started again after its database was deleted: refused too.
+    for f in std::fs::read_dir(&study).unwrap() {
+        let p = f.unwrap().path();
+        if p.file_name().unwrap().to_string_lossy().starts_with("study.db") {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("belongs to another study"), "{text}");
+    // The first study's results are untouched.
+    assert_eq!(std::fs::read_to_string(study.join("best.toml")).unwrap(), best);
+    assert!(study.join("trials/0/history.json").is_file());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -196,7 +196,12 @@ pub trait Storage: Send {
     /// # Errors
     /// [`TuneError::Config`] when the study exists with other settings (naming what changed);
     /// [`TuneError::Storage`] for database errors.
-    fn open_study(&mut self, name: &str, settings: &serde_json::Value) -> Result<(), TuneError>;
+    ///
+    /// Returns the study's identity ([`study_identity`]): the same for every worker of this
+    /// study, another for a study of another name or one created again after its database
+    /// was deleted.
+    fn open_study(&mut self, name: &str, settings: &serde_json::Value)
+    -> Result<String, TuneError>;
 
     /// Claims the next trial to run ([`claim_in`]).
     ///
@@ -508,6 +513,13 @@ pub(crate) fn changed_error(name: &str, location: &str, changed: &[String]) -> T
          new study (another --study-dir, or another [tuner] study_name with --storage)",
         changed.join(", ")
     ))
+}
+
+/// A study's identity: `<name>#<id>@<created_ms>` (its row in `kiln_studies`, with its
+/// creation time in ms since the Unix epoch, so that a study created again in a new database
+/// file under the same name and id differs). Trial directories are stamped with it.
+pub fn study_identity(name: &str, id: i64, created_ms: i64) -> String {
+    format!("{name}#{id}@{created_ms}")
 }
 
 /// 64-bit FNV-1a of `text`, in hex: the `fingerprint` column (a quick check; the settings
