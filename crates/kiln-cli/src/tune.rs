@@ -119,16 +119,26 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
         .and_then(|n| report.trials.iter().find(|t| t.record.number == n))
     {
         Some(best) => println!(
-            "Study done: {} trials ({complete} complete). Best: trial {}, {} = {:.4} ({}). Its \
+            "Study done: {} trial{} ({complete} complete). Best: trial {}, {} = {:.4} ({}). Its \
              config: {}",
             report.trials.len(),
+            if report.trials.len() == 1 { "" } else { "s" },
             best.record.number,
             cfg.objective.name,
             best.record.value.unwrap_or(f64::NAN),
             kiln_tune::report::format_params(&best.record.plan.params),
             opts.study_dir.join("best.toml").display()
         ),
-        None => println!("Study done: {} trials, none complete.", report.trials.len()),
+        None => {
+            let n = report.trials.len();
+            return Err(TuneError::Study(format!(
+                "Study done: {n} trial{}, none complete. Each trial's error is in its \
+                 train.log under {}",
+                if n == 1 { "" } else { "s" },
+                opts.study_dir.join("trials").display()
+            ))
+            .into());
+        }
     }
     Ok(())
 }

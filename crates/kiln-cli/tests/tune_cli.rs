@@ -366,3 +366,34 @@ fn a_second_study_in_the_same_directory_does_not_reuse_the_first_ones_runs() {
     assert!(study.join("trials/0/history.json").is_file());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn failed_studies_exit_non_zero_and_a_usage_error_is_not_retried() {
+    let dir = common::scratch("tune-cli-failing");
+    // Every trial fails at run time (no data): exit code 1, "none complete".
+    let config = tune_common::write_study_with(
+        &dir,
+        "nodata",
+        "max_trials = 1\nmax_retries_per_trial = 0",
+        "\"data.data_dir\" = \"/nonexistent-kiln-data\"",
+    );
+    let out = tune_command(&config, &dir.join("s1"), &[]).output().unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("Study done: 1 trial, none complete"), "{text}");
+    // kiln train's usage error (exit code 2): the study stops at once with it, no retry.
+    let config = write_study(&dir, "bogus", "max_trials = 3\nmax_retries_per_trial = 2");
+    let study = dir.join("s2");
+    let out = tune_command(&config, &study, &["--train-arg=--bogus"])
+        .output()
+        .unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("--bogus"), "{text}");
+    assert!(text.contains("not retried"), "{text}");
+    let all = trials(&config, &study, None);
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].state_name(), "failed");
+    assert_eq!(all[0].record.retries, 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -269,6 +269,12 @@ pub fn open(spec: Option<&str>, study_dir: &Path) -> Result<Box<dyn Storage>, Tu
                 url::redact(s)
             )))
         }
+        Some(s) if !s.contains("://") && s.contains('=') => Err(TuneError::Config(format!(
+            "--storage {}: a keyword=value connection string is not supported (it would be \
+             taken as an SQLite file name); use postgresql://user:password@host:port/db, \
+             sqlite:///path/study.db or a file path",
+            url::redact(s)
+        ))),
         Some(s) => Ok(Box::new(SqliteStorage::open(Path::new(
             s.strip_prefix("sqlite://").unwrap_or(s),
         ))?)),

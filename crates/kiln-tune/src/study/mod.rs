@@ -464,6 +464,16 @@ impl Worker<'_> {
                         Err(e) => return Ok(Ok(Outcome::Failed(e.to_string()))),
                     }
                 }
+                Ok(Some(status)) if status.code() == Some(2) => {
+                    // kiln train's usage/config error: every retry and every trial would
+                    // fail the same way, so the study stops (exit code 2).
+                    return Err(TuneError::Config(format!(
+                        "trial {}: {} (a usage or config error: not retried; fix the tune \
+                         config or the --train-arg values)",
+                        t.record.number,
+                        describe_failure(&status, &run_dir.join("train.log"))
+                    )));
+                }
                 Ok(Some(status)) => {
                     return Ok(Ok(Outcome::Failed(describe_failure(
                         &status,
