@@ -81,6 +81,12 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
     };
     // The fixed part of every trial's config is checked before anything runs.
     let fixed = cfg.fixed_text()?;
+    // Each override and each hyperparameter key at its default, naming the culprit.
+    cfg.check_up_front(&|text: &str| {
+        kiln::RunConfig::from_toml_str(text)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })?;
     kiln::RunConfig::from_toml_str(&fixed).map_err(|e| {
         TuneError::Config(format!(
             "{}: the base config with [overrides] is not a valid run config: {e}",

@@ -397,3 +397,45 @@ fn failed_studies_exit_non_zero_and_a_usage_error_is_not_retried() {
     assert_eq!(all[0].record.retries, 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_misspelt_key_is_refused_before_the_study_naming_the_tune_file_entry() {
+    let dir = common::scratch("tune-cli-misspelt");
+    let config = write_study(&dir, "typo", "max_trials = 1");
+    let tune = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        tune.replace(
+            "\"compile.optimizer.learning_rate\"",
+            "\"compile.optimiser.learning_rate\"",
+        ),
+    )
+    .unwrap();
+    let study = dir.join("study");
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("typo.toml"), "{text}");
+    assert!(
+        text.contains("hyperparameters[0].key = \"compile.optimiser.learning_rate\""),
+        "{text}"
+    );
+    assert!(text.contains(": unknown field `optimiser`"), "{text}");
+    assert!(!text.contains(": :"), "{text}");
+    assert!(!text.contains("line "), "{text}");
+    // Nothing was created: no database, no trial.
+    assert!(!study.join("study.db").exists(), "{text}");
+    // A misspelt override key likewise.
+    std::fs::write(
+        &config,
+        tune.replace("\"fit.epochs\" = 2", "\"fit.epoch\" = 2"),
+    )
+    .unwrap();
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("[overrides] \"fit.epoch\" = 2"), "{text}");
+    assert!(!text.contains("line "), "{text}");
+    assert!(!study.join("study.db").exists(), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
