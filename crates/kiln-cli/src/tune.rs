@@ -14,7 +14,7 @@ pub struct TuneArgs {
     /// (docs/tuning.md, examples/fashion-mnist/tune-mlp.toml).
     config: PathBuf,
     /// Override [tuner] max_trials (a finished study continues up to the new number).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_trials: Option<u64>,
     /// The study directory: trial run directories, TensorBoard logs, best.toml and the SQLite
     /// database (default runs/tune/<config file stem>).
@@ -28,8 +28,8 @@ pub struct TuneArgs {
     #[arg(long)]
     summary: bool,
     /// How many trials --summary lists.
-    #[arg(long, default_value_t = 10)]
-    top: usize,
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    top: u64,
     /// Arguments for each trial's `kiln train` (e.g. --train-arg=--device --train-arg=gpu).
     #[arg(long = "train-arg", allow_hyphen_values = true)]
     train_args: Vec<String>,
@@ -106,7 +106,7 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
         let trials = storage.trials()?;
         print!(
             "{}",
-            kiln_tune::report::summary(&trials, &cfg, args.top, storage.location())
+            kiln_tune::report::summary(&trials, &cfg, args.top as usize, storage.location())
         );
         let best = opts.study_dir.join("best.toml");
         if best.is_file() {

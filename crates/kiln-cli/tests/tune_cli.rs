@@ -439,3 +439,34 @@ fn a_misspelt_key_is_refused_before_the_study_naming_the_tune_file_entry() {
     assert!(!study.join("study.db").exists(), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn an_exhausted_grid_says_so_and_zero_counts_are_refused() {
+    let dir = common::scratch("tune-cli-exhausted");
+    let config = write_study(&dir, "one", "max_trials = 3\nalgorithm = \"grid\"");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("values = [0.0003, 0.001, 0.003, 0.01]", "values = [0.003]")
+        .replace("values = [16, 32, 64]", "values = [32]");
+    std::fs::write(&config, text).unwrap();
+    let study = dir.join("study");
+    for bad in [["--max-trials", "0"], ["--top", "0"]] {
+        let out = tune_command(&config, &study, &bad).output().unwrap();
+        let text = output_text(&out);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {text}");
+        assert!(text.contains(bad[0]), "{text}");
+    }
+    assert!(!study.exists());
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("The search space has no more new points: 1 trial of max_trials = 3"),
+        "{text}"
+    );
+    assert!(text.contains("Study done: 1 trial (1 complete)"), "{text}");
+    let out = tune_command(&config, &study, &["--summary"]).output().unwrap();
+    let text = output_text(&out);
+    assert!(text.contains(": 1 trial (1 complete"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

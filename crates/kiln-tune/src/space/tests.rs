@@ -530,3 +530,23 @@ parent_values = ["sgd"]
     let e = err(&alt.replace("parent_values = [\"sgd\"]", "parent_values = [\"sgd\", \"adam\"]"));
     assert!(e.contains("both set key \"lr\""), "{e}");
 }
+
+#[test]
+fn messages_show_values_as_toml() {
+    let e = err(r#"
+[[hyperparameters]]
+name = "opt"
+type = "Choice"
+values = ["Adam", "RMSprop", "Adam"]
+"#);
+    assert!(e.contains("duplicate value \"Adam\""), "{e}");
+    let e = err(r#"
+[[hyperparameters]]
+name = "lr"
+type = "Choice"
+values = [1.0, 2.0]
+default = 5.0
+"#);
+    assert!(e.contains("5.0 is not one of the values [1.0, 2.0]"), "{e}");
+    assert!(!e.contains("Float("), "{e}");
+}

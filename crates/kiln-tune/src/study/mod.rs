@@ -276,6 +276,14 @@ impl Worker<'_> {
             }
         }
         let trials = self.storage.trials()?;
+        if (trials.len() as u64) < s.max_trials {
+            (self.out)(&format!(
+                "The search space has no more new points: {} trial{} of max_trials = {}",
+                trials.len(),
+                if trials.len() == 1 { "" } else { "s" },
+                s.max_trials
+            ));
+        }
         let best = report::ranked(&trials, self.cfg.objective.direction)
             .first()
             .map(|t| t.record.number);
