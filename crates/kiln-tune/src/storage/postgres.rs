@@ -274,7 +274,7 @@ impl Storage for PostgresStorage {
                     serde_json::from_str(row.get::<_, &str>(1)).unwrap_or_default();
                 let changed = changed_settings(&old, settings);
                 if !changed.is_empty() {
-                    return Err(changed_error(name, &location, &changed));
+                    return Err(changed_error(name, &location, &changed, &old, settings));
                 }
                 (row.get(0), row.get(2))
             }

@@ -261,7 +261,7 @@ impl Storage for SqliteStorage {
                 let old: serde_json::Value = serde_json::from_str(&stored).unwrap_or_default();
                 let changed = changed_settings(&old, settings);
                 if !changed.is_empty() {
-                    return Err(changed_error(name, &location, &changed));
+                    return Err(changed_error(name, &location, &changed, &old, settings));
                 }
                 (id, created)
             }

@@ -210,6 +210,10 @@ fn a_study_resumes_from_its_file_and_refuses_changed_settings() {
     assert!(err.is_usage());
     let msg = err.to_string();
     assert!(msg.contains("[[hyperparameters]] changed"), "{msg}");
+    assert!(
+        msg.contains("(first difference: [[hyperparameters]][0].name: was \"x\", now \"y\")"),
+        "{msg}"
+    );
     assert!(msg.contains("another --study-dir"), "{msg}");
     // Another name is another study in the same file.
     other.open_study("t", &changed).unwrap();
