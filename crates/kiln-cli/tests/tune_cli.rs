@@ -353,7 +353,11 @@ fn a_second_study_in_the_same_directory_does_not_reuse_the_first_ones_runs() {
     // The same study started again after its database was deleted: refused too.
     for f in std::fs::read_dir(&study).unwrap() {
         let p = f.unwrap().path();
-        if p.file_name().unwrap().to_string_lossy().starts_with("study.db") {
+        if p.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("study.db")
+        {
             std::fs::remove_file(p).unwrap();
         }
     }
@@ -362,7 +366,10 @@ fn a_second_study_in_the_same_directory_does_not_reuse_the_first_ones_runs() {
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("belongs to another study"), "{text}");
     // The first study's results are untouched.
-    assert_eq!(std::fs::read_to_string(study.join("best.toml")).unwrap(), best);
+    assert_eq!(
+        std::fs::read_to_string(study.join("best.toml")).unwrap(),
+        best
+    );
     assert!(study.join("trials/0/history.json").is_file());
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -377,10 +384,15 @@ fn failed_studies_exit_non_zero_and_a_usage_error_is_not_retried() {
         "max_trials = 1\nmax_retries_per_trial = 0",
         "\"data.data_dir\" = \"/nonexistent-kiln-data\"",
     );
-    let out = tune_command(&config, &dir.join("s1"), &[]).output().unwrap();
+    let out = tune_command(&config, &dir.join("s1"), &[])
+        .output()
+        .unwrap();
     let text = output_text(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(text.contains("Study done: 1 trial, none complete"), "{text}");
+    assert!(
+        text.contains("Study done: 1 trial, none complete"),
+        "{text}"
+    );
     // kiln train's usage error (exit code 2): the study stops at once with it, no retry.
     let config = write_study(&dir, "bogus", "max_trials = 3\nmax_retries_per_trial = 2");
     let study = dir.join("s2");
@@ -465,7 +477,9 @@ fn an_exhausted_grid_says_so_and_zero_counts_are_refused() {
         "{text}"
     );
     assert!(text.contains("Study done: 1 trial (1 complete)"), "{text}");
-    let out = tune_command(&config, &study, &["--summary"]).output().unwrap();
+    let out = tune_command(&config, &study, &["--summary"])
+        .output()
+        .unwrap();
     let text = output_text(&out);
     assert!(text.contains(": 1 trial (1 complete"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();

@@ -315,7 +315,10 @@ impl TuneConfig {
     /// [`TuneError::Config`] naming the tune file and `[overrides] "key"` or
     /// `hyperparameters[i].key = "key"`. A base config that fails the check by itself is
     /// not reported here (the caller checks it with its own message).
-    pub fn check_up_front(&self, check: &dyn Fn(&str) -> Result<(), String>) -> Result<(), TuneError> {
+    pub fn check_up_front(
+        &self,
+        check: &dyn Fn(&str) -> Result<(), String>,
+    ) -> Result<(), TuneError> {
         let text = |t: &toml::Table| {
             toml::to_string_pretty(t).map_err(|e| {
                 config_err(&self.path, format!("cannot write the config as TOML: {e}"))

@@ -463,7 +463,11 @@ fn parse_choice(
                 "default",
                 format!(
                     "{d} is not one of the values [{}]",
-                    values.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                    values
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             ));
         }

@@ -527,7 +527,10 @@ parent_name = "opt"
 parent_values = ["sgd"]
 "#;
     assert!(space(alt).is_ok());
-    let e = err(&alt.replace("parent_values = [\"sgd\"]", "parent_values = [\"sgd\", \"adam\"]"));
+    let e = err(&alt.replace(
+        "parent_values = [\"sgd\"]",
+        "parent_values = [\"sgd\", \"adam\"]",
+    ));
     assert!(e.contains("both set key \"lr\""), "{e}");
 }
 

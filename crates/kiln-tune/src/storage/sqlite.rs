@@ -9,8 +9,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::{
-    Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial, Tx, changed_error, study_identity,
-    changed_settings, claim_in, fingerprint, finish_in, now_ms, release_in,
+    Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial, Tx, changed_error,
+    changed_settings, claim_in, fingerprint, finish_in, now_ms, release_in, study_identity,
 };
 use crate::error::TuneError;
 use crate::trial::{Decision, TrialRecord};

@@ -314,7 +314,10 @@ fn a_keyword_value_connection_string_is_refused_without_its_password() {
     };
     let text = err.to_string();
     assert!(err.is_usage(), "{text}");
-    assert!(text.contains("use postgresql://user:password@host:port/db"), "{text}");
+    assert!(
+        text.contains("use postgresql://user:password@host:port/db"),
+        "{text}"
+    );
     assert!(!text.contains("kvsecret"), "{text}");
     assert!(!std::path::Path::new(spec).exists());
 }

@@ -137,7 +137,9 @@ fn stamp(dir: &Path, identity: &str) -> Result<(), TuneError> {
     std::fs::create_dir_all(dir).map_err(|e| TuneError::io("create", dir, e))?;
     report::write_atomic(
         &dir.join(STAMP),
-        serde_json::json!({ "study": identity }).to_string().as_bytes(),
+        serde_json::json!({ "study": identity })
+            .to_string()
+            .as_bytes(),
     )
 }
 
