@@ -14,7 +14,7 @@ pub struct TuneArgs {
     /// (docs/tuning.md, examples/fashion-mnist/tune-mlp.toml).
     config: PathBuf,
     /// Override [tuner] max_trials (a finished study continues up to the new number).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_trials: Option<u64>,
     /// The study directory: trial run directories, TensorBoard logs, best.toml and the SQLite
     /// database (default runs/tune/<config file stem>).
@@ -28,8 +28,8 @@ pub struct TuneArgs {
     #[arg(long)]
     summary: bool,
     /// How many trials --summary lists.
-    #[arg(long, default_value_t = 10)]
-    top: usize,
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    top: u64,
     /// Arguments for each trial's `kiln train` (e.g. --train-arg=--device --train-arg=gpu).
     #[arg(long = "train-arg", allow_hyphen_values = true)]
     train_args: Vec<String>,
@@ -81,6 +81,12 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
     };
     // The fixed part of every trial's config is checked before anything runs.
     let fixed = cfg.fixed_text()?;
+    // Each override and each hyperparameter key at its default, naming the culprit.
+    cfg.check_up_front(&|text: &str| {
+        kiln::RunConfig::from_toml_str(text)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })?;
     kiln::RunConfig::from_toml_str(&fixed).map_err(|e| {
         TuneError::Config(format!(
             "{}: the base config with [overrides] is not a valid run config: {e}",
@@ -100,7 +106,7 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
         let trials = storage.trials()?;
         print!(
             "{}",
-            kiln_tune::report::summary(&trials, &cfg, args.top, storage.location())
+            kiln_tune::report::summary(&trials, &cfg, args.top as usize, storage.location())
         );
         let best = opts.study_dir.join("best.toml");
         if best.is_file() {
@@ -119,16 +125,26 @@ pub fn run(args: TuneArgs) -> anyhow::Result<()> {
         .and_then(|n| report.trials.iter().find(|t| t.record.number == n))
     {
         Some(best) => println!(
-            "Study done: {} trials ({complete} complete). Best: trial {}, {} = {:.4} ({}). Its \
+            "Study done: {} trial{} ({complete} complete). Best: trial {}, {} = {:.4} ({}). Its \
              config: {}",
             report.trials.len(),
+            if report.trials.len() == 1 { "" } else { "s" },
             best.record.number,
             cfg.objective.name,
             best.record.value.unwrap_or(f64::NAN),
             kiln_tune::report::format_params(&best.record.plan.params),
             opts.study_dir.join("best.toml").display()
         ),
-        None => println!("Study done: {} trials, none complete.", report.trials.len()),
+        None => {
+            let n = report.trials.len();
+            return Err(TuneError::Study(format!(
+                "Study done: {n} trial{}, none complete. Each trial's error is in its \
+                 train.log under {}",
+                if n == 1 { "" } else { "s" },
+                opts.study_dir.join("trials").display()
+            ))
+            .into());
+        }
     }
     Ok(())
 }

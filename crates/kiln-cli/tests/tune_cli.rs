@@ -331,3 +331,156 @@ fn hyperband_promotes_trials_that_continue_from_their_parents_checkpoints() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_second_study_in_the_same_directory_does_not_reuse_the_first_ones_runs() {
+    let dir = common::scratch("tune-cli-second");
+    let config = write_study(&dir, "first", "max_trials = 1");
+    let study = dir.join("study");
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let stamp = std::fs::read_to_string(study.join("trials/0/study.json")).unwrap();
+    assert!(stamp.contains("\"study\":\"first#1@"), "{stamp}");
+    let best = std::fs::read_to_string(study.join("best.toml")).unwrap();
+    // Another study name in the same directory: refused before any trial.
+    let other = write_study(&dir, "other", "max_trials = 1\nstudy_name = \"other\"");
+    let out = tune_command(&other, &study, &[]).output().unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("trials/0 belongs to another study"), "{text}");
+    assert!(text.contains("Use another --study-dir"), "{text}");
+    assert!(!text.contains("evaluating it again"), "{text}");
+    // The same study started again after its database was deleted: refused too.
+    for f in std::fs::read_dir(&study).unwrap() {
+        let p = f.unwrap().path();
+        if p.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("study.db")
+        {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("belongs to another study"), "{text}");
+    // The first study's results are untouched.
+    assert_eq!(
+        std::fs::read_to_string(study.join("best.toml")).unwrap(),
+        best
+    );
+    assert!(study.join("trials/0/history.json").is_file());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn failed_studies_exit_non_zero_and_a_usage_error_is_not_retried() {
+    let dir = common::scratch("tune-cli-failing");
+    // Every trial fails at run time (no data): exit code 1, "none complete".
+    let config = tune_common::write_study_with(
+        &dir,
+        "nodata",
+        "max_trials = 1\nmax_retries_per_trial = 0",
+        "\"data.data_dir\" = \"/nonexistent-kiln-data\"",
+    );
+    let out = tune_command(&config, &dir.join("s1"), &[])
+        .output()
+        .unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("Study done: 1 trial, none complete"),
+        "{text}"
+    );
+    // kiln train's usage error (exit code 2): the study stops at once with it, no retry.
+    let config = write_study(&dir, "bogus", "max_trials = 3\nmax_retries_per_trial = 2");
+    let study = dir.join("s2");
+    let out = tune_command(&config, &study, &["--train-arg=--bogus"])
+        .output()
+        .unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("--bogus"), "{text}");
+    assert!(text.contains("not retried"), "{text}");
+    let all = trials(&config, &study, None);
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].state_name(), "failed");
+    assert_eq!(all[0].record.retries, 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_misspelt_key_is_refused_before_the_study_naming_the_tune_file_entry() {
+    let dir = common::scratch("tune-cli-misspelt");
+    let config = write_study(&dir, "typo", "max_trials = 1");
+    let tune = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        tune.replace(
+            "\"compile.optimizer.learning_rate\"",
+            "\"compile.optimiser.learning_rate\"",
+        ),
+    )
+    .unwrap();
+    let study = dir.join("study");
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("typo.toml"), "{text}");
+    assert!(
+        text.contains("hyperparameters[0].key = \"compile.optimiser.learning_rate\""),
+        "{text}"
+    );
+    assert!(text.contains(": unknown field `optimiser`"), "{text}");
+    assert!(!text.contains(": :"), "{text}");
+    assert!(!text.contains("line "), "{text}");
+    // Nothing was created: no database, no trial.
+    assert!(!study.join("study.db").exists(), "{text}");
+    // A misspelt override key likewise.
+    std::fs::write(
+        &config,
+        tune.replace("\"fit.epochs\" = 2", "\"fit.epoch\" = 2"),
+    )
+    .unwrap();
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("[overrides] \"fit.epoch\" = 2"), "{text}");
+    assert!(!text.contains("line "), "{text}");
+    assert!(!study.join("study.db").exists(), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_exhausted_grid_says_so_and_zero_counts_are_refused() {
+    let dir = common::scratch("tune-cli-exhausted");
+    let config = write_study(&dir, "one", "max_trials = 3\nalgorithm = \"grid\"");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("values = [0.0003, 0.001, 0.003, 0.01]", "values = [0.003]")
+        .replace("values = [16, 32, 64]", "values = [32]");
+    std::fs::write(&config, text).unwrap();
+    let study = dir.join("study");
+    for bad in [["--max-trials", "0"], ["--top", "0"]] {
+        let out = tune_command(&config, &study, &bad).output().unwrap();
+        let text = output_text(&out);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {text}");
+        assert!(text.contains(bad[0]), "{text}");
+    }
+    assert!(!study.exists());
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("The search space has no more new points: 1 trial of max_trials = 3"),
+        "{text}"
+    );
+    assert!(text.contains("Study done: 1 trial (1 complete)"), "{text}");
+    let out = tune_command(&config, &study, &["--summary"])
+        .output()
+        .unwrap();
+    let text = output_text(&out);
+    assert!(text.contains(": 1 trial (1 complete"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -105,10 +105,11 @@ pub fn ranked(trials: &[StoredTrial], direction: Direction) -> Vec<&StoredTrial>
 pub fn summary(trials: &[StoredTrial], cfg: &TuneConfig, n: usize, location: &str) -> String {
     let count = |s: &str| trials.iter().filter(|t| t.state_name() == s).count();
     let mut out = format!(
-        "Study \"{}\" in {location}: {} trials ({} complete, {} pruned, {} failed, {} running, \
+        "Study \"{}\" in {location}: {} trial{} ({} complete, {} pruned, {} failed, {} running, \
          {} waiting); objective {} ({})\n",
         cfg.settings.study_name,
         trials.len(),
+        if trials.len() == 1 { "" } else { "s" },
         count("complete"),
         count("pruned"),
         count("failed"),

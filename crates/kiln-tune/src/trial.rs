@@ -18,6 +18,13 @@ pub enum Value {
     Str(String),
 }
 
+/// A value as TOML writes it (`"RMSprop"`, `5.0`, `32`, `true`): how messages show it.
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", crate::config::toml_value(self))
+    }
+}
+
 /// The active hyperparameters of one trial, by name (inactive conditional ones are absent).
 pub type Params = BTreeMap<String, Value>;
 

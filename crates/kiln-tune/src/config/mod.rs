@@ -101,6 +101,47 @@ pub struct TuneConfig {
     pub objective: Objective,
 }
 
+/// `message` without TOML parse positions (`at line 20, column 1`, `line 20`): they count
+/// lines of the merged document the tuner writes, not of any file the user has.
+fn strip_position(message: &str) -> String {
+    let mut out = String::new();
+    for line in message.lines() {
+        let t = line.trim();
+        // toml's snippet lines: `   |`, `20 | key = 1`, `   ^^^`.
+        let snippet = t.starts_with('|')
+            || t.starts_with('^')
+            || t.split_once('|').is_some_and(|(n, _)| {
+                !n.trim().is_empty() && n.trim().chars().all(|c| c.is_ascii_digit())
+            });
+        if snippet || t.is_empty() {
+            continue;
+        }
+        let mut l = line.to_string();
+        for pat in [" at line ", "line "] {
+            while let Some(i) = l.find(pat) {
+                let rest = &l[i + pat.len()..];
+                let digits = rest.chars().take_while(char::is_ascii_digit).count();
+                if digits == 0 {
+                    break;
+                }
+                let mut end = i + pat.len() + digits;
+                if let Some(col) = l[end..].strip_prefix(", column ") {
+                    end += ", column ".len() + col.chars().take_while(char::is_ascii_digit).count();
+                }
+                l.replace_range(i..end, "");
+            }
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(l.trim());
+    }
+    while out.contains(": :") {
+        out = out.replace(": :", ":");
+    }
+    out.trim_start_matches([':', ' ']).to_string()
+}
+
 fn config_err(file: &Path, m: impl std::fmt::Display) -> TuneError {
     TuneError::Config(format!("{}: {m}", file.display()))
 }
@@ -262,6 +303,65 @@ impl TuneConfig {
     pub fn fixed_text(&self) -> Result<String, TuneError> {
         toml::to_string_pretty(&self.fixed()?)
             .map_err(|e| config_err(&self.path, format!("cannot write the config as TOML: {e}")))
+    }
+
+    /// Checks, before the study starts, that the base config with each override, then with
+    /// each hyperparameter at its default, passes `check` (the CLI passes kiln's config
+    /// parser), so that a misspelt key is reported against the tune file's override or
+    /// `[[hyperparameters]]` entry instead of failing trial 0. The check's message has its
+    /// position in the internal merged document (`line N, column M`) removed.
+    ///
+    /// # Errors
+    /// [`TuneError::Config`] naming the tune file and `[overrides] "key"` or
+    /// `hyperparameters[i].key = "key"`. A base config that fails the check by itself is
+    /// not reported here (the caller checks it with its own message).
+    pub fn check_up_front(
+        &self,
+        check: &dyn Fn(&str) -> Result<(), String>,
+    ) -> Result<(), TuneError> {
+        let text = |t: &toml::Table| {
+            toml::to_string_pretty(t).map_err(|e| {
+                config_err(&self.path, format!("cannot write the config as TOML: {e}"))
+            })
+        };
+        let mut t = self.base.clone();
+        if check(&text(&t)?).is_err() {
+            return Ok(()); // the base config itself: the caller's check of it says why
+        }
+        for (key, value) in &self.overrides {
+            keypath::set(&mut t, key, value.clone())
+                .map_err(|m| config_err(&self.path, format!("[overrides] \"{key}\": {m}")))?;
+            check(&text(&t)?).map_err(|m| {
+                config_err(
+                    &self.path,
+                    format!(
+                        "[overrides] \"{key}\" = {value}: not a valid run config: {}",
+                        strip_position(&m)
+                    ),
+                )
+            })?;
+        }
+        for (i, hp) in self.space.hyperparameters().iter().enumerate() {
+            keypath::set(&mut t, &hp.key, toml_value(&hp.default)).map_err(|m| {
+                config_err(
+                    &self.path,
+                    format!("hyperparameters[{i}].key = \"{}\": {m}", hp.key),
+                )
+            })?;
+            check(&text(&t)?).map_err(|m| {
+                config_err(
+                    &self.path,
+                    format!(
+                        "hyperparameters[{i}].key = \"{}\" (\"{}\" at its default {}): {}",
+                        hp.key,
+                        hp.name,
+                        toml_value(&hp.default),
+                        strip_position(&m)
+                    ),
+                )
+            })?;
+        }
+        Ok(())
     }
 
     /// The run config of `plan` as a ready-to-train table: the base config, the overrides,

@@ -43,6 +43,18 @@ pub struct SearchSpace {
     hps: Vec<HyperParameter>,
 }
 
+/// Whether two hyperparameters with these conditions are never active together: the same
+/// parent and no parent value in common.
+fn alternatives(a: Option<&Condition>, b: Option<&Condition>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            a.parent_name == b.parent_name
+                && !a.parent_values.iter().any(|v| b.parent_values.contains(v))
+        }
+        _ => false,
+    }
+}
+
 impl SearchSpace {
     /// Reads the tune config's `hyperparameters` array (`[[hyperparameters]]` tables).
     ///
@@ -64,7 +76,7 @@ impl SearchSpace {
             let hp = parse::parse_one(i, item, &out)?;
             out.push(hp);
         }
-        Ok(SearchSpace { hps: out })
+        SearchSpace::new(out)
     }
 
     /// A space from already-built hyperparameters (parents must precede children).
@@ -85,6 +97,17 @@ impl SearchSpace {
                 return Err(TuneError::Config(format!(
                     "hyperparameters[{i}].parent_name: '{}' is not defined before '{}'",
                     c.parent_name, hp.name
+                )));
+            }
+            if let Some(j) = hps[..i].iter().position(|h| {
+                h.key == hp.key && !alternatives(h.condition.as_ref(), hp.condition.as_ref())
+            }) {
+                return Err(TuneError::Config(format!(
+                    "hyperparameters[{j}] \"{}\" and hyperparameters[{i}] \"{}\" both set key \
+                     \"{}\": only one value can be trained, so the recorded parameters would \
+                     not be the trained ones; give each its own key, or make them conditional \
+                     alternatives (the same parent_name with parent_values that do not overlap)",
+                    hps[j].name, hp.name, hp.key
                 )));
             }
         }

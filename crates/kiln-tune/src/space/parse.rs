@@ -342,7 +342,7 @@ fn parse_int(
             return Err(err(
                 i,
                 "default",
-                format!("expected an integer within [{min}, {max}], found {other:?}"),
+                format!("expected an integer within [{min}, {max}], found {other}"),
             ));
         }
     };
@@ -367,7 +367,7 @@ fn parse_float(
             return Err(err(
                 i,
                 "default",
-                format!("expected a number within [{min}, {max}], found {other:?}"),
+                format!("expected a number within [{min}, {max}], found {other}"),
             ));
         }
     };
@@ -430,7 +430,7 @@ fn parse_choice(
             return Err(err(
                 i,
                 &format!("values[{j}]"),
-                format!("duplicate value {v:?}; list each choice once"),
+                format!("duplicate value {v}; list each choice once"),
             ));
         }
         values.push(v);
@@ -461,7 +461,14 @@ fn parse_choice(
             return Err(err(
                 i,
                 "default",
-                format!("{d:?} is not one of the values {values:?}"),
+                format!(
+                    "{d} is not one of the values [{}]",
+                    values
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             ));
         }
     };
@@ -540,7 +547,7 @@ fn parse_condition(
                 i,
                 &field,
                 format!(
-                    "{value:?} is a {} but parent '{parent_name}' takes {} values",
+                    "{value} is a {} but parent '{parent_name}' takes {} values",
                     type_name(&value),
                     type_name(&parent.default)
                 ),
@@ -551,7 +558,7 @@ fn parse_condition(
                 i,
                 &field,
                 format!(
-                    "{value:?} is not a value parent '{parent_name}' can take, so this hyperparameter would never be active"
+                    "{value} is not a value parent '{parent_name}' can take, so this hyperparameter would never be active"
                 ),
             ));
         }

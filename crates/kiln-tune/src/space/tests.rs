@@ -485,3 +485,71 @@ fn stepped_indices_round_trip_without_listing() {
             .contains("grid grows past")
     );
 }
+
+#[test]
+fn two_hyperparameters_setting_one_key_must_be_alternatives() {
+    let two = r#"
+[[hyperparameters]]
+name = "lr"
+key = "compile.optimizer.learning_rate"
+type = "Choice"
+values = [0.1, 0.01]
+[[hyperparameters]]
+name = "lr2"
+key = "compile.optimizer.learning_rate"
+type = "Choice"
+values = [0.5]
+"#;
+    let e = err(two);
+    assert!(
+        e.contains("hyperparameters[0] \"lr\" and hyperparameters[1] \"lr2\" both set key \"compile.optimizer.learning_rate\""),
+        "{e}"
+    );
+    // Conditional alternatives (same parent, disjoint values) may share a key.
+    let alt = r#"
+[[hyperparameters]]
+name = "opt"
+type = "Choice"
+values = ["adam", "sgd"]
+[[hyperparameters]]
+name = "adam_lr"
+key = "lr"
+type = "Choice"
+values = [0.001]
+parent_name = "opt"
+parent_values = ["adam"]
+[[hyperparameters]]
+name = "sgd_lr"
+key = "lr"
+type = "Choice"
+values = [0.1]
+parent_name = "opt"
+parent_values = ["sgd"]
+"#;
+    assert!(space(alt).is_ok());
+    let e = err(&alt.replace(
+        "parent_values = [\"sgd\"]",
+        "parent_values = [\"sgd\", \"adam\"]",
+    ));
+    assert!(e.contains("both set key \"lr\""), "{e}");
+}
+
+#[test]
+fn messages_show_values_as_toml() {
+    let e = err(r#"
+[[hyperparameters]]
+name = "opt"
+type = "Choice"
+values = ["Adam", "RMSprop", "Adam"]
+"#);
+    assert!(e.contains("duplicate value \"Adam\""), "{e}");
+    let e = err(r#"
+[[hyperparameters]]
+name = "lr"
+type = "Choice"
+values = [1.0, 2.0]
+default = 5.0
+"#);
+    assert!(e.contains("5.0 is not one of the values [1.0, 2.0]"), "{e}");
+    assert!(!e.contains("Float("), "{e}");
+}

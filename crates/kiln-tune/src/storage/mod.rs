@@ -196,7 +196,12 @@ pub trait Storage: Send {
     /// # Errors
     /// [`TuneError::Config`] when the study exists with other settings (naming what changed);
     /// [`TuneError::Storage`] for database errors.
-    fn open_study(&mut self, name: &str, settings: &serde_json::Value) -> Result<(), TuneError>;
+    ///
+    /// Returns the study's identity ([`study_identity`]): the same for every worker of this
+    /// study, another for a study of another name or one created again after its database
+    /// was deleted.
+    fn open_study(&mut self, name: &str, settings: &serde_json::Value)
+    -> Result<String, TuneError>;
 
     /// Claims the next trial to run ([`claim_in`]).
     ///
@@ -264,6 +269,12 @@ pub fn open(spec: Option<&str>, study_dir: &Path) -> Result<Box<dyn Storage>, Tu
                 url::redact(s)
             )))
         }
+        Some(s) if !s.contains("://") && s.contains('=') => Err(TuneError::Config(format!(
+            "--storage {}: a keyword=value connection string is not supported (it would be \
+             taken as an SQLite file name); use postgresql://user:password@host:port/db, \
+             sqlite:///path/study.db or a file path",
+            url::redact(s)
+        ))),
         Some(s) => Ok(Box::new(SqliteStorage::open(Path::new(
             s.strip_prefix("sqlite://").unwrap_or(s),
         ))?)),
@@ -501,13 +512,85 @@ pub(crate) fn changed_settings(old: &serde_json::Value, new: &serde_json::Value)
 }
 
 /// The error for a study whose settings changed.
-pub(crate) fn changed_error(name: &str, location: &str, changed: &[String]) -> TuneError {
+pub(crate) fn changed_error(
+    name: &str,
+    location: &str,
+    changed: &[String],
+    old: &serde_json::Value,
+    new: &serde_json::Value,
+) -> TuneError {
+    let first = changed.first().and_then(|k| {
+        let (o, n) = (old.get(k)?, new.get(k)?);
+        let (at, was, now) = first_difference(Some(o), Some(n), k.clone())?;
+        Some(format!(
+            " (first difference: {at}: was {}, now {})",
+            short(was),
+            short(now)
+        ))
+    });
     TuneError::Config(format!(
-        "the study \"{name}\" in {location} was started with other settings: {} changed since. \
+        "the study \"{name}\" in {location} was started with other settings: {} changed since{}. \
          A study keeps its search space, base config and objective: put them back, or start a \
          new study (another --study-dir, or another [tuner] study_name with --storage)",
-        changed.join(", ")
+        changed.join(", "),
+        first.unwrap_or_default()
     ))
+}
+
+/// The path (`<at>[1].values`, `<at>.fit.epochs`) of the first place where `a` and `b`
+/// differ, with the two values there (`None`: absent), or `None` when they are equal.
+type Difference<'a> = (
+    String,
+    Option<&'a serde_json::Value>,
+    Option<&'a serde_json::Value>,
+);
+
+fn first_difference<'a>(
+    a: Option<&'a serde_json::Value>,
+    b: Option<&'a serde_json::Value>,
+    at: String,
+) -> Option<Difference<'a>> {
+    use serde_json::Value as J;
+    if a == b {
+        return None;
+    }
+    match (a, b) {
+        (Some(J::Object(x)), Some(J::Object(y))) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter()
+                .find_map(|k| first_difference(x.get(k), y.get(k), format!("{at}.{k}")))
+        }
+        (Some(J::Array(x)), Some(J::Array(y))) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (p, q))| first_difference(Some(p), Some(q), format!("{at}[{i}]"))),
+        _ => Some((at, a, b)),
+    }
+}
+
+/// A JSON value in a message, cut to 80 characters; `absent` for none.
+fn short(v: Option<&serde_json::Value>) -> String {
+    match v {
+        None => "absent".into(),
+        Some(v) => {
+            let t = v.to_string();
+            if t.chars().count() > 80 {
+                format!("{}...", t.chars().take(80).collect::<String>())
+            } else {
+                t
+            }
+        }
+    }
+}
+
+/// A study's identity: `<name>#<id>@<created_ms>` (its row in `kiln_studies`, with its
+/// creation time in ms since the Unix epoch, so that a study created again in a new database
+/// file under the same name and id differs). Trial directories are stamped with it.
+pub fn study_identity(name: &str, id: i64, created_ms: i64) -> String {
+    format!("{name}#{id}@{created_ms}")
 }
 
 /// 64-bit FNV-1a of `text`, in hex: the `fingerprint` column (a quick check; the settings

@@ -11,7 +11,7 @@ use postgres::{Client, NoTls, Transaction};
 use super::url::{redact, scrub};
 use super::{
     Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial, Tx, changed_error,
-    changed_settings, claim_in, fingerprint, finish_in, release_in,
+    changed_settings, claim_in, fingerprint, finish_in, release_in, study_identity,
 };
 use crate::error::TuneError;
 use crate::trial::{Decision, TrialRecord};
@@ -245,7 +245,11 @@ impl Storage for PostgresStorage {
         &self.location
     }
 
-    fn open_study(&mut self, name: &str, settings: &serde_json::Value) -> Result<(), TuneError> {
+    fn open_study(
+        &mut self,
+        name: &str,
+        settings: &serde_json::Value,
+    ) -> Result<String, TuneError> {
         let (url, location) = (self.url.clone(), self.location.clone());
         let err = |e: postgres::Error| {
             TuneError::Storage(format!(
@@ -260,34 +264,36 @@ impl Storage for PostgresStorage {
         tx.batch_execute(SCHEMA).map_err(err)?;
         let found = tx
             .query_opt(
-                "SELECT id, settings FROM kiln_studies WHERE name = $1",
+                "SELECT id, settings, created_ms FROM kiln_studies WHERE name = $1",
                 &[&name],
             )
             .map_err(err)?;
-        let id: i64 = match found {
+        let (id, created): (i64, i64) = match found {
             Some(row) => {
                 let old: serde_json::Value =
                     serde_json::from_str(row.get::<_, &str>(1)).unwrap_or_default();
                 let changed = changed_settings(&old, settings);
                 if !changed.is_empty() {
-                    return Err(changed_error(name, &location, &changed));
+                    return Err(changed_error(name, &location, &changed, &old, settings));
                 }
-                row.get(0)
+                (row.get(0), row.get(2))
             }
-            None => tx
-                .query_one(
-                    &format!(
-                        "INSERT INTO kiln_studies (name, fingerprint, settings, created_ms) \
-                         VALUES ($1, $2, $3, {NOW_MS}) RETURNING id"
-                    ),
-                    &[&name, &fingerprint(&text), &text],
-                )
-                .map_err(err)?
-                .get(0),
+            None => {
+                let row = tx
+                    .query_one(
+                        &format!(
+                            "INSERT INTO kiln_studies (name, fingerprint, settings, created_ms) \
+                             VALUES ($1, $2, $3, {NOW_MS}) RETURNING id, created_ms"
+                        ),
+                        &[&name, &fingerprint(&text), &text],
+                    )
+                    .map_err(err)?;
+                (row.get(0), row.get(1))
+            }
         };
         tx.commit().map_err(err)?;
         self.study = Some(id);
-        Ok(())
+        Ok(study_identity(name, id, created))
     }
 
     fn claim(

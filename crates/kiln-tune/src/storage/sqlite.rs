@@ -10,7 +10,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, 
 
 use super::{
     Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial, Tx, changed_error,
-    changed_settings, claim_in, fingerprint, finish_in, now_ms, release_in,
+    changed_settings, claim_in, fingerprint, finish_in, now_ms, release_in, study_identity,
 };
 use crate::error::TuneError;
 use crate::trial::{Decision, TrialRecord};
@@ -236,7 +236,11 @@ impl Storage for SqliteStorage {
         &self.location
     }
 
-    fn open_study(&mut self, name: &str, settings: &serde_json::Value) -> Result<(), TuneError> {
+    fn open_study(
+        &mut self,
+        name: &str,
+        settings: &serde_json::Value,
+    ) -> Result<String, TuneError> {
         let location = self.location.clone();
         let err = db_err(&location);
         let text = settings.to_string();
@@ -244,36 +248,37 @@ impl Storage for SqliteStorage {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(&err)?;
-        let found: Option<(i64, String)> = tx
+        let found: Option<(i64, String, i64)> = tx
             .query_row(
-                "SELECT id, settings FROM kiln_studies WHERE name = ?1",
+                "SELECT id, settings, created_ms FROM kiln_studies WHERE name = ?1",
                 [name],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()
             .map_err(&err)?;
-        let id = match found {
-            Some((id, stored)) => {
+        let (id, created) = match found {
+            Some((id, stored, created)) => {
                 let old: serde_json::Value = serde_json::from_str(&stored).unwrap_or_default();
                 let changed = changed_settings(&old, settings);
                 if !changed.is_empty() {
-                    return Err(changed_error(name, &location, &changed));
+                    return Err(changed_error(name, &location, &changed, &old, settings));
                 }
-                id
+                (id, created)
             }
             None => {
+                let created = now_ms();
                 tx.execute(
                     "INSERT INTO kiln_studies (name, fingerprint, settings, created_ms) \
                      VALUES (?1, ?2, ?3, ?4)",
-                    params![name, fingerprint(&text), text, now_ms()],
+                    params![name, fingerprint(&text), text, created],
                 )
                 .map_err(&err)?;
-                tx.last_insert_rowid()
+                (tx.last_insert_rowid(), created)
             }
         };
         tx.commit().map_err(&err)?;
         self.study = Some(id);
-        Ok(())
+        Ok(study_identity(name, id, created))
     }
 
     fn claim(

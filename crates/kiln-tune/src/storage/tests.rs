@@ -210,6 +210,10 @@ fn a_study_resumes_from_its_file_and_refuses_changed_settings() {
     assert!(err.is_usage());
     let msg = err.to_string();
     assert!(msg.contains("[[hyperparameters]] changed"), "{msg}");
+    assert!(
+        msg.contains("(first difference: [[hyperparameters]][0].name: was \"x\", now \"y\")"),
+        "{msg}"
+    );
     assert!(msg.contains("another --study-dir"), "{msg}");
     // Another name is another study in the same file.
     other.open_study("t", &changed).unwrap();
@@ -299,4 +303,21 @@ fn postgres_errors_never_show_the_password() {
     };
     assert!(!err.contains("Sup3rSecretPw"), "{err}");
     assert!(err.contains("kiln_nobody:***@"), "{err}");
+}
+
+#[test]
+fn a_keyword_value_connection_string_is_refused_without_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "host=127.0.0.1 port=1 password=kvsecret";
+    let Err(err) = super::open(Some(spec), dir.path()) else {
+        panic!("{spec} was accepted");
+    };
+    let text = err.to_string();
+    assert!(err.is_usage(), "{text}");
+    assert!(
+        text.contains("use postgresql://user:password@host:port/db"),
+        "{text}"
+    );
+    assert!(!text.contains("kvsecret"), "{text}");
+    assert!(!std::path::Path::new(spec).exists());
 }

@@ -4,8 +4,20 @@
 
 /// `url` with its password replaced by `***`: the `user:password@` part of the authority
 /// (`postgresql://kiln:secret@db/tune` -> `postgresql://kiln:***@db/tune`) and any
-/// `password=` query parameter. Text without a password is returned unchanged.
+/// `password=` query parameter, or the `password=` keyword of a libpq keyword/value string
+/// (`host=db password=secret` -> `host=db password=***`). Text without a password is
+/// returned unchanged.
 pub fn redact(url: &str) -> String {
+    if !url.contains("://") && url.contains('=') {
+        return url
+            .split(' ')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.trim().eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => kv.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
     let mut out = url.to_string();
     if let Some(scheme_end) = out.find("://") {
         let start = scheme_end + 3;
@@ -109,6 +121,10 @@ mod tests {
         );
         assert_eq!(redact("postgresql://db/tune"), "postgresql://db/tune");
         assert_eq!(redact("runs/tune/study.db"), "runs/tune/study.db");
+        assert_eq!(
+            redact("host=127.0.0.1 port=1 password=kvsecret"),
+            "host=127.0.0.1 port=1 password=***"
+        );
         // A password holding '@' or '/' written percent-encoded stays hidden.
         assert!(!redact("postgresql://u:a%2Fb%40c@h/d").contains("a%2Fb"));
     }

@@ -73,9 +73,74 @@ pub fn default_study_dir(tune_file: &Path) -> PathBuf {
 /// [`TuneError::Storage`], or [`TuneError::Config`] when the stored study has other
 /// settings.
 pub fn open_storage(cfg: &TuneConfig, opts: &StudyOptions) -> Result<Box<dyn Storage>, TuneError> {
+    open_storage_with_identity(cfg, opts).map(|(s, _)| s)
+}
+
+/// [`open_storage`] and the study's identity ([`storage::study_identity`]).
+fn open_storage_with_identity(
+    cfg: &TuneConfig,
+    opts: &StudyOptions,
+) -> Result<(Box<dyn Storage>, String), TuneError> {
     let mut storage = storage::open(opts.storage.as_deref(), &opts.study_dir)?;
-    storage.open_study(&cfg.settings.study_name, &cfg.settings_json())?;
-    Ok(storage)
+    let identity = storage.open_study(&cfg.settings.study_name, &cfg.settings_json())?;
+    Ok((storage, identity))
+}
+
+/// The file in a trial directory naming the study it belongs to (JSON `{"study": identity}`).
+pub const STAMP: &str = "study.json";
+
+/// Refuses a study directory whose `trials/<n>/` directories belong to another study (their
+/// [`STAMP`] names another identity) or to no known study (not stamped, not empty): a trial
+/// would resume the other study's finished run and record its value as its own.
+///
+/// # Errors
+/// [`TuneError::Config`] naming the directory and the fix.
+pub fn check_trial_dirs(study_dir: &Path, identity: &str) -> Result<(), TuneError> {
+    let trials = study_dir.join("trials");
+    let Ok(entries) = std::fs::read_dir(&trials) else {
+        return Ok(());
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let owner = std::fs::read_to_string(dir.join(STAMP))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v.get("study").and_then(|s| s.as_str()).map(str::to_string));
+        let why = match owner {
+            Some(o) if o == identity => continue,
+            Some(o) => format!("belongs to another study ({o})"),
+            None => {
+                let empty = std::fs::read_dir(&dir).map_or(true, |mut d| d.next().is_none());
+                if empty {
+                    continue;
+                }
+                format!("holds a run of no known study (no {STAMP})")
+            }
+        };
+        return Err(TuneError::Config(format!(
+            "the trial directory {} {why}, not to this study ({identity}): its trials would \
+             resume that run instead of training. Use another --study-dir, or delete {} if \
+             that study is no longer needed",
+            dir.display(),
+            trials.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Writes `dir`/[`STAMP`] with `identity` (creating `dir`).
+fn stamp(dir: &Path, identity: &str) -> Result<(), TuneError> {
+    std::fs::create_dir_all(dir).map_err(|e| TuneError::io("create", dir, e))?;
+    report::write_atomic(
+        &dir.join(STAMP),
+        serde_json::json!({ "study": identity })
+            .to_string()
+            .as_bytes(),
+    )
 }
 
 /// Runs (or resumes) `cfg`'s study as one worker; `out` receives the lines of the live table.
@@ -111,8 +176,10 @@ pub fn run_with(
     pruner: Option<&dyn Pruner>,
     out: &mut dyn FnMut(&str),
 ) -> Result<StudyReport, TuneError> {
-    let mut storage = open_storage(cfg, opts)?;
+    let (mut storage, identity) = open_storage_with_identity(cfg, opts)?;
+    check_trial_dirs(&opts.study_dir, &identity)?;
     let mut worker = Worker {
+        identity,
         cfg,
         opts,
         oracle,
@@ -125,6 +192,7 @@ pub fn run_with(
 }
 
 struct Worker<'a> {
+    identity: String,
     cfg: &'a TuneConfig,
     opts: &'a StudyOptions,
     oracle: &'a dyn Oracle,
@@ -210,6 +278,14 @@ impl Worker<'_> {
             }
         }
         let trials = self.storage.trials()?;
+        if (trials.len() as u64) < s.max_trials {
+            (self.out)(&format!(
+                "The search space has no more new points: {} trial{} of max_trials = {}",
+                trials.len(),
+                if trials.len() == 1 { "" } else { "s" },
+                s.max_trials
+            ));
+        }
         let best = report::ranked(&trials, self.cfg.objective.direction)
             .first()
             .map(|t| t.record.number);
@@ -336,6 +412,7 @@ impl Worker<'_> {
         if let Err(e) = self.prepare(t, &dir) {
             return Ok(Ok(Outcome::Failed(e.to_string())));
         }
+        stamp(&dir, &self.identity)?;
         let mut values = Vec::new();
         let executions = self.cfg.settings.executions_per_trial;
         for k in 0..executions {
@@ -396,6 +473,16 @@ impl Worker<'_> {
                         Err(e @ TuneError::Config(_)) => return Err(e),
                         Err(e) => return Ok(Ok(Outcome::Failed(e.to_string()))),
                     }
+                }
+                Ok(Some(status)) if status.code() == Some(2) => {
+                    // kiln train's usage/config error: every retry and every trial would
+                    // fail the same way, so the study stops (exit code 2).
+                    return Err(TuneError::Config(format!(
+                        "trial {}: {} (a usage or config error: not retried; fix the tune \
+                         config or the --train-arg values)",
+                        t.record.number,
+                        describe_failure(&status, &run_dir.join("train.log"))
+                    )));
                 }
                 Ok(Some(status)) => {
                     return Ok(Ok(Outcome::Failed(describe_failure(
