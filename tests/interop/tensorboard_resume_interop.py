@@ -4,7 +4,9 @@
     cargo build --release --workspace --bins --examples
     python tests/interop/tensorboard_resume_interop.py --kiln target/release/kiln
 
-Trains a small MLP on 4096 Fashion-MNIST images (64 batches of 64 per epoch, 3 epochs) with a
+Trains a small MLP on 32,768 Fashion-MNIST images (512 batches of 64 per epoch, 3 epochs: an
+epoch long enough that a signal sent 50 ms after the epoch-1 checkpoint lands inside epoch 2
+on a fast machine too; with 64 batches a whole epoch once passed first) with a
 TensorBoard callback (update_freq = 1: batch_loss at every batch). The first process is sent
 SIGTERM after its epoch-1 checkpoint, inside epoch 2; it finishes the batch, checkpoints and
 exits 143. The same command then resumes the run to the end. With tensorboard's
@@ -39,7 +41,7 @@ from tensorboard.util import tensor_util  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
 EPOCHS = 3
-BATCHES = 64
+BATCHES = 512
 CONFIG = f"""
 name = "tb-resume"
 seed = 11
