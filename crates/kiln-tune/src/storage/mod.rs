@@ -495,6 +495,20 @@ pub(crate) fn release_in(tx: &mut dyn Tx, attempt: &Attempt) -> Result<(), TuneE
     Ok(())
 }
 
+/// Adds the rows of `kiln_trial_values` (`(number, epoch, value)`, ordered by number and
+/// epoch) to the trials' `intermediate` values; `trials` are ordered by number (both backends
+/// select them so). A row of an unknown trial is ignored.
+pub(crate) fn attach_intermediate(
+    trials: &mut [StoredTrial],
+    values: impl IntoIterator<Item = (i64, i64, f64)>,
+) {
+    for (n, epoch, value) in values {
+        if let Ok(i) = trials.binary_search_by_key(&(n as u64), |t| t.record.number) {
+            trials[i].record.intermediate.push((epoch as u32, value));
+        }
+    }
+}
+
 /// The settings keys whose values differ between a study's stored settings and `new`.
 pub(crate) fn changed_settings(old: &serde_json::Value, new: &serde_json::Value) -> Vec<String> {
     let empty = serde_json::Map::new();

@@ -10,8 +10,8 @@ use postgres::{Client, NoTls, Transaction};
 
 use super::url::{redact, scrub};
 use super::{
-    Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial, Tx, changed_error,
-    changed_settings, claim_in, fingerprint, finish_in, release_in, study_identity,
+    Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial, Tx, attach_intermediate,
+    changed_error, changed_settings, claim_in, fingerprint, finish_in, release_in, study_identity,
 };
 use crate::error::TuneError;
 use crate::trial::{Decision, TrialRecord};
@@ -231,12 +231,10 @@ fn load(
             &[&study],
         )
         .map_err(err)?;
-    for v in values {
-        let (n, epoch, value): (i64, i64, f64) = (v.get(0), v.get(1), v.get(2));
-        if let Some(t) = trials.iter_mut().find(|t| t.record.number == n as u64) {
-            t.record.intermediate.push((epoch as u32, value));
-        }
-    }
+    attach_intermediate(
+        &mut trials,
+        values.iter().map(|v| (v.get(0), v.get(1), v.get(2))),
+    );
     Ok(trials)
 }
 

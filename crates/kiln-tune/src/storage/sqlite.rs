@@ -9,8 +9,9 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::{
-    Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial, Tx, changed_error,
-    changed_settings, claim_in, fingerprint, finish_in, now_ms, release_in, study_identity,
+    Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial, Tx, attach_intermediate,
+    changed_error, changed_settings, claim_in, fingerprint, finish_in, now_ms, release_in,
+    study_identity,
 };
 use crate::error::TuneError;
 use crate::trial::{Decision, TrialRecord};
@@ -221,13 +222,10 @@ fn load(conn: &Connection, study: i64, location: &str) -> Result<Vec<StoredTrial
                 r.get::<_, f64>(2)?,
             ))
         })
+        .map_err(&err)?
+        .collect::<Result<Vec<_>, _>>()
         .map_err(&err)?;
-    for v in values {
-        let (n, epoch, value) = v.map_err(&err)?;
-        if let Some(t) = trials.iter_mut().find(|t| t.record.number == n as u64) {
-            t.record.intermediate.push((epoch as u32, value));
-        }
-    }
+    attach_intermediate(&mut trials, values);
     Ok(trials)
 }
 
