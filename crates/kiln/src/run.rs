@@ -230,6 +230,10 @@ pub fn train_with(
     let scratch = (!chief).then(crate::distribute::world::worker_scratch_dir);
     let _remove_scratch = scratch.as_ref().map(|d| RemoveOnDrop(d.clone()));
     let notes: fn(&str) = if chief { opts.notes } else { |_| {} };
+    if let crate::distribute::Strategy::Pipeline(p) = &mut strategy {
+        // Checked against the model before anything is written.
+        notes(p.describe(&cfg.model)?.trim_end());
+    }
     // Created now so that an unwritable place fails before training; the files are written
     // together after training, so a failed run never leaves a config that does not match the
     // weights beside it.

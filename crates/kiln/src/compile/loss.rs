@@ -179,6 +179,16 @@ pub enum Labels {
     Dense(Tensor<2>),
 }
 
+impl Labels {
+    /// The labels on `device` (themselves when already there).
+    pub fn to_device(self, device: &Device) -> Labels {
+        match self {
+            Labels::Sparse(t) => Labels::Sparse(t.to_device(device)),
+            Labels::Dense(t) => Labels::Dense(t.to_device(device)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

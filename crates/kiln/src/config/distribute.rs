@@ -3,6 +3,7 @@
 //! ```toml
 //! [distribute]
 //! strategy = "mirrored"   # "one_device" (default) | "mirrored" | "multi_worker_mirrored"
+//!                         # | "pipeline"
 //! num_replicas = 2        # mirrored: replicas on the training device (--device)
 //! # devices = ["cpu", "cpu"]   # or one replica per listed device: "cpu", "gpu" / "gpu:0"
 //! ```
@@ -10,12 +11,21 @@
 //! `multi_worker_mirrored` takes no other key: the workers are the processes `mpirun -np N`
 //! starts (docs/distribute.md).
 //!
+//! ```toml
+//! [distribute]
+//! strategy = "pipeline"
+//! stages = 2                  # balanced automatically, or layers per stage: [3, 2]
+//! balance_by = "parameters"   # or "flops" (automatic balancing only)
+//! num_micro_batches = 4       # GPipe micro-batches per global batch (default 1)
+//! # devices = ["gpu", "gpu"]  # one device per stage (default: all on the training device)
+//! ```
+//!
 //! `fit.batch_size` is the *global* batch size, split across the replicas (see
 //! [`crate::distribute`]).
 
 use serde::{Deserialize, Serialize};
 
-use crate::distribute::{MirroredStrategy, Strategy};
+use crate::distribute::{BalanceBy, MirroredStrategy, PipelineStrategy, Stages, Strategy};
 use crate::error::{KilnError, Result};
 
 /// `[distribute] strategy`.
@@ -29,7 +39,7 @@ pub enum StrategyKind {
     Mirrored,
     /// `tf.distribute.MultiWorkerMirroredStrategy`: one process per worker under `mpirun`.
     MultiWorkerMirrored,
-    /// Pipeline model parallelism (GPipe): not built yet (refused).
+    /// Pipeline model parallelism (GPipe, [`crate::distribute::PipelineStrategy`]).
     Pipeline,
 }
 
@@ -83,7 +93,21 @@ pub struct DistributeConfig {
     /// compiled in). Exclusive with `num_replicas`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<String>,
+    /// `pipeline`: a number of stages (balanced by `balance_by`) or each stage's number of
+    /// layers (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<Stages>,
+    /// `pipeline` with a number of `stages`: what the stages are balanced by (default
+    /// parameters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance_by: Option<BalanceBy>,
+    /// `pipeline`: micro-batches per global batch (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_micro_batches: Option<usize>,
 }
+
+/// Stages of `strategy = "pipeline"` without a `stages` key.
+pub const DEFAULT_STAGES: usize = 2;
 
 impl DistributeConfig {
     /// True for the default (`one_device`, nothing else set): the resolved config then
@@ -96,19 +120,48 @@ impl DistributeConfig {
     ///
     /// # Errors
     /// [`KilnError::Config`] naming the key: `num_replicas = 0`, both `num_replicas` and
-    /// `devices`, replica keys without `strategy = "mirrored"`, or a strategy not built yet.
+    /// `devices`, replica keys without `strategy = "mirrored"`, pipeline keys without
+    /// `strategy = "pipeline"`, or pipeline settings that cannot work (zero stages or
+    /// micro-batches, not one device per stage).
     pub fn validate(&self) -> Result<()> {
+        let pipeline_key = [
+            ("stages", self.stages.is_some()),
+            ("balance_by", self.balance_by.is_some()),
+            ("num_micro_batches", self.num_micro_batches.is_some()),
+        ]
+        .into_iter()
+        .find(|(_, set)| *set);
+        if let Some((key, _)) = pipeline_key
+            && self.strategy != StrategyKind::Pipeline
+        {
+            return Err(KilnError::config(
+                format!("distribute.{key}"),
+                format!(
+                    "is a key of strategy = \"pipeline\", not of \"{}\"",
+                    self.strategy.name()
+                ),
+            ));
+        }
         match self.strategy {
             StrategyKind::Pipeline => {
-                return Err(KilnError::config(
-                    "distribute.strategy",
-                    format!(
-                        "\"{}\" is not available yet; use \"mirrored\" (replicas in one \
-                         process), \"multi_worker_mirrored\" (processes under mpirun) or \
-                         \"one_device\"",
-                        self.strategy.name()
-                    ),
-                ));
+                if self.num_replicas.is_some() {
+                    return Err(KilnError::config(
+                        "distribute.num_replicas",
+                        "is a key of strategy = \"mirrored\"; a pipeline has one replica \
+                         (give its stages with `stages`)",
+                    ));
+                }
+                let pipe = self.pipeline()?;
+                if !self.devices.is_empty() {
+                    pipe.on_devices(vec![burn::prelude::Device::flex(); self.devices.len()])?;
+                }
+                if let (Some(Stages::Sizes(_)), Some(_)) = (&self.stages, self.balance_by) {
+                    return Err(KilnError::config(
+                        "distribute.balance_by",
+                        "applies when `stages` is a number; with each stage's layer count \
+                         given there is nothing to balance",
+                    ));
+                }
             }
             StrategyKind::OneDevice | StrategyKind::MultiWorkerMirrored
                 if self.num_replicas.is_some() || !self.devices.is_empty() =>
@@ -164,19 +217,43 @@ impl DistributeConfig {
                 ));
             }
             StrategyKind::Mirrored => {}
-            _ => return Ok(Strategy::OneDevice),
+            StrategyKind::Pipeline => return self.build_pipeline().map(Strategy::Pipeline),
+            StrategyKind::OneDevice => return Ok(Strategy::OneDevice),
         }
         if self.devices.is_empty() {
             return Ok(Strategy::Mirrored(MirroredStrategy::new(
                 self.num_replicas.unwrap_or(1),
             )?));
         }
-        let devices = self
-            .devices
+        Ok(Strategy::Mirrored(MirroredStrategy::on_devices(
+            self.resolve_devices()?,
+        )?))
+    }
+}
+
+impl DistributeConfig {
+    /// The pipeline's stages and micro-batches, its stages not yet placed on devices.
+    fn pipeline(&self) -> Result<PipelineStrategy> {
+        PipelineStrategy::new(
+            self.stages.clone().unwrap_or(Stages::Count(DEFAULT_STAGES)),
+            self.balance_by.unwrap_or_default(),
+            self.num_micro_batches.unwrap_or(1),
+        )
+    }
+
+    fn build_pipeline(&self) -> Result<PipelineStrategy> {
+        let pipe = self.pipeline()?;
+        if self.devices.is_empty() {
+            return Ok(pipe);
+        }
+        pipe.on_devices(self.resolve_devices()?)
+    }
+
+    fn resolve_devices(&self) -> Result<Vec<burn::prelude::Device>> {
+        self.devices
             .iter()
             .map(|d| crate::device::resolve(device_kind(d).expect("validated")))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Strategy::Mirrored(MirroredStrategy::on_devices(devices)?))
+            .collect()
     }
 }
 
@@ -237,10 +314,48 @@ mod tests {
         assert!(err("num_replicas = 2").contains("need strategy = \"mirrored\""));
         let workers = err("strategy = \"multi_worker_mirrored\"\nnum_replicas = 2");
         assert!(workers.contains("mpirun -np N"), "{workers}");
-        let later = err("strategy = \"pipeline\"");
-        assert!(later.contains("not available yet"), "{later}");
+        let stray = err("num_micro_batches = 4");
+        assert!(
+            stray.contains("distribute.num_micro_batches") && stray.contains("\"one_device\""),
+            "{stray}"
+        );
+        let replicas = err("strategy = \"pipeline\"\nnum_replicas = 2");
+        assert!(replicas.contains("distribute.num_replicas"), "{replicas}");
+        let devices = err("strategy = \"pipeline\"\nstages = 3\ndevices = [\"cpu\", \"cpu\"]");
+        assert!(
+            devices.contains("2 devices for 3 stages"),
+            "{devices}"
+        );
+        let micro = err("strategy = \"pipeline\"\nnum_micro_batches = 0");
+        assert!(micro.contains("distribute.num_micro_batches"), "{micro}");
+        let nothing = err("strategy = \"pipeline\"\nstages = []");
+        assert!(nothing.contains("distribute.stages"), "{nothing}");
+        let both = err("strategy = \"pipeline\"\nstages = [1, 2]\nbalance_by = \"flops\"");
+        assert!(both.contains("distribute.balance_by"), "{both}");
+        let by = err("strategy = \"pipeline\"\nbalance_by = \"memory\"");
+        assert!(by.contains("parameters") && by.contains("flops"), "{by}");
         assert!(err("strategy = \"ring\"").contains("mirrored"));
         assert!(err("replicas = 2").contains("replicas"));
+    }
+
+    #[test]
+    fn pipeline_keys_build_a_pipeline() {
+        let c = parse(
+            "strategy = \"pipeline\"\nstages = [2, 1]\nnum_micro_batches = 4\n\
+             devices = [\"cpu\", \"cpu\"]",
+        )
+        .unwrap();
+        let Strategy::Pipeline(p) = c.build().unwrap() else {
+            panic!("a pipeline")
+        };
+        assert_eq!(p.num_micro_batches(), 4);
+        assert!(p.has_devices());
+        let c = parse("strategy = \"pipeline\"\nbalance_by = \"flops\"").unwrap();
+        assert_eq!(c.balance_by, Some(BalanceBy::Flops));
+        assert!(matches!(c.build().unwrap(), Strategy::Pipeline(_)));
+        // Round trip through the resolved config's TOML.
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(toml::from_str::<DistributeConfig>(&text).unwrap(), c);
     }
 
     #[test]

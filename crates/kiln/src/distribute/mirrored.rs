@@ -8,10 +8,10 @@ use burn::prelude::*;
 
 use super::split::{split_batch, split_sizes};
 use crate::batch::DeviceBatch;
-use crate::compile::{Compiled, Labels};
+use crate::compile::Compiled;
 use crate::error::{KilnError, Result};
 use crate::fit::{PendingOutput, StepProfile, compute_gradients_scaled};
-use crate::model::{Act, ModelSpec, Network};
+use crate::model::{ModelSpec, Network};
 
 /// Where the replicas live.
 #[derive(Debug, Clone)]
@@ -96,7 +96,7 @@ impl MirroredStrategy {
         mut profile: Option<&mut StepProfile>,
     ) -> (Network, GradientsParams, PendingOutput) {
         let global = batch.size;
-        let home = act_device(&batch.x);
+        let home = batch.x.device();
         let n = self.num_replicas();
         if n == 1 || global == 0 {
             return compute_gradients_scaled(net, spec, compiled, batch, loss_factor, profile);
@@ -159,26 +159,11 @@ impl MirroredStrategy {
     }
 }
 
-pub(super) fn act_device(x: &Act) -> Device {
-    match x {
-        Act::Flat(t) => t.device(),
-        Act::Seq(t) => t.device(),
-        Act::Image(t) => t.device(),
-    }
-}
-
 /// `batch` copied to `device` (host copies unchanged).
 fn to_device(batch: DeviceBatch, device: &Device) -> DeviceBatch {
     DeviceBatch {
-        x: match batch.x {
-            Act::Flat(t) => Act::Flat(t.to_device(device)),
-            Act::Seq(t) => Act::Seq(t.to_device(device)),
-            Act::Image(t) => Act::Image(t.to_device(device)),
-        },
-        labels: batch.labels.map(|l| match l {
-            Labels::Sparse(t) => Labels::Sparse(t.to_device(device)),
-            Labels::Dense(t) => Labels::Dense(t.to_device(device)),
-        }),
+        x: batch.x.to_device(device),
+        labels: batch.labels.map(|l| l.to_device(device)),
         sample_weight: batch.sample_weight.map(|w| w.to_device(device)),
         ..batch
     }

@@ -14,6 +14,9 @@
 //! - [`Strategy::MultiWorkerMirrored`] ([`MultiWorkerMirroredStrategy`]): the same over
 //!   processes started by `mpirun`, one replica each, gradients summed by one MPI all-reduce
 //!   per step (TensorFlow's `MultiWorkerMirroredStrategy`; needs the cargo feature `mpi`).
+//! - [`Strategy::Pipeline`] ([`PipelineStrategy`]): model parallelism. The layers are split
+//!   into stages ([`balance`]), each stage's weights on its own device, and each batch runs as
+//!   GPipe micro-batches; the gradients are those of one device.
 //!
 //! Semantics are those of `tf.distribute` (TensorFlow guide "Distributed training with
 //! TensorFlow", `tensorflow/python/distribute/mirrored_strategy.py`, and
@@ -32,15 +35,19 @@
 //!   update is applied once (TensorFlow's `ReductionToOneDevice`); every replica then reads the
 //!   same updated weights.
 
+pub mod balance;
 pub mod cost_model;
 pub mod diagnosis;
 mod mirrored;
 mod multi_worker;
+mod pipeline;
 mod split;
 pub mod world;
 
+pub use balance::{BalanceBy, Stages};
 pub use mirrored::MirroredStrategy;
 pub use multi_worker::MultiWorkerMirroredStrategy;
+pub use pipeline::PipelineStrategy;
 pub use split::{split_batch, split_sizes};
 
 use burn::optim::GradientsParams;
@@ -71,6 +78,8 @@ pub enum Strategy {
     /// Synchronous data parallelism over MPI processes, one replica each
     /// (`tf.distribute.MultiWorkerMirroredStrategy`).
     MultiWorkerMirrored(MultiWorkerMirroredStrategy),
+    /// Pipeline model parallelism: the layers in stages, batches in micro-batches (GPipe).
+    Pipeline(PipelineStrategy),
 }
 
 impl Strategy {
@@ -80,6 +89,16 @@ impl Strategy {
             Strategy::OneDevice => 1,
             Strategy::Mirrored(m) => m.num_replicas(),
             Strategy::MultiWorkerMirrored(m) => m.num_replicas(),
+            Strategy::Pipeline(_) => 1,
+        }
+    }
+
+    /// True when the step moves data between replicas or devices (several replicas, or
+    /// pipeline stages on devices): the epoch then reports its communication time.
+    pub fn communicates(&self) -> bool {
+        match self {
+            Strategy::Pipeline(p) => p.has_devices(),
+            other => other.num_replicas_in_sync() > 1,
         }
     }
 
@@ -119,20 +138,26 @@ impl Strategy {
             Strategy::MultiWorkerMirrored(m) => {
                 m.compute_gradients(net, spec, compiled, batch, loss_factor, profile)
             }
+            Strategy::Pipeline(p) => {
+                p.compute_gradients(net, spec, compiled, batch, loss_factor, profile)
+            }
         }
     }
 
     /// Seconds spent combining replicas (gradient reduction, device copies, moving-statistics
-    /// averaging) since the last call; 0 for [`Strategy::OneDevice`]. The epoch's
-    /// communication time of [`diagnosis`].
+    /// averaging) or copying activations between pipeline stages since the last call; 0 for
+    /// [`Strategy::OneDevice`]. The epoch's communication time of [`diagnosis`].
     pub fn take_reduce_seconds(&mut self) -> f64 {
         match self {
             Strategy::OneDevice => 0.0,
             Strategy::Mirrored(m) => m.take_reduce_seconds(),
             Strategy::MultiWorkerMirrored(m) => m.take_reduce_seconds(),
+            Strategy::Pipeline(p) => p.take_transfer_seconds(),
         }
     }
 }
 
+#[cfg(test)]
+mod pipeline_tests;
 #[cfg(test)]
 mod tests;

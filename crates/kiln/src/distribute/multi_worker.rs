@@ -7,7 +7,6 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 
-use super::mirrored::act_device;
 use super::split::{split_batch, split_sizes};
 use super::world::{self, World};
 use crate::batch::DeviceBatch;
@@ -128,7 +127,7 @@ impl MultiWorkerMirroredStrategy {
         };
         self.reduce_seconds += clock.elapsed().as_secs_f64();
         let global = batch.size;
-        let home = act_device(&batch.x);
+        let home = batch.x.device();
         let sizes = split_sizes(global, self.world.size);
         let mine = sizes[self.world.rank];
         let start: usize = sizes[..self.world.rank].iter().sum();

@@ -9,7 +9,7 @@ use crate::config::RunConfig;
 use crate::fit::Model;
 use crate::model::weights::keras_weights;
 
-fn config(layers: &str, optimizer: &str, loss: &str) -> RunConfig {
+pub(super) fn config(layers: &str, optimizer: &str, loss: &str) -> RunConfig {
     RunConfig::from_toml_str(&format!(
         r#"name = "mirror"
 [data]
@@ -24,7 +24,7 @@ metrics = ["accuracy"]
     .unwrap()
 }
 
-fn model(cfg: &RunConfig, strategy: Strategy) -> Model {
+pub(super) fn model(cfg: &RunConfig, strategy: Strategy) -> Model {
     let mut m = Model::new(
         "mirror",
         cfg.model.clone(),
@@ -36,12 +36,12 @@ fn model(cfg: &RunConfig, strategy: Strategy) -> Model {
     m
 }
 
-fn mirrored(n: usize) -> Strategy {
+pub(super) fn mirrored(n: usize) -> Strategy {
     Strategy::Mirrored(MirroredStrategy::new(n).unwrap())
 }
 
 /// `n` examples of 6 features in [-1, 1) and 3 classes, deterministic.
-fn classification(n: usize, batch: usize) -> Dataset {
+pub(super) fn classification(n: usize, batch: usize) -> Dataset {
     let x: Vec<f32> = (0..n * 6)
         .map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0)
         .collect();
@@ -53,14 +53,14 @@ fn classification(n: usize, batch: usize) -> Dataset {
         .batch(batch, false)
 }
 
-fn weights(m: &Model) -> Vec<(String, Vec<f32>)> {
+pub(super) fn weights(m: &Model) -> Vec<(String, Vec<f32>)> {
     keras_weights(m.spec(), m.network())
         .into_iter()
         .map(|(n, _, v)| (n, v))
         .collect()
 }
 
-fn max_diff(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> f32 {
+pub(super) fn max_diff(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
         .zip(b)
@@ -71,11 +71,11 @@ fn max_diff(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-const MLP: &str = r#"{ type = "Input", shape = [6] },
+pub(super) const MLP: &str = r#"{ type = "Input", shape = [6] },
     { type = "Dense", units = 16, activation = "relu" },
     { type = "Dense", units = 3 }"#;
-const ADAMW: &str = r#"{ type = "AdamW", learning_rate = 0.01 }"#;
-const SCCE: &str = r#"{ type = "sparse_categorical_crossentropy", from_logits = true }"#;
+pub(super) const ADAMW: &str = r#"{ type = "AdamW", learning_rate = 0.01 }"#;
+pub(super) const SCCE: &str = r#"{ type = "sparse_categorical_crossentropy", from_logits = true }"#;
 
 /// The issue's acceptance: 2 replicas, 5 AdamW steps on a small MLP, global batch 8: the
 /// weights of one device with batch 8, within 1e-5; so are the epoch's loss and accuracy.

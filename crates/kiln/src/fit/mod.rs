@@ -553,7 +553,7 @@ impl Model {
             logs.set(SAMPLES_PER_SECOND, examples_this_run / train_time.max(1e-9));
             logs.set(INPUT_WAIT_SECONDS, input_wait);
             let communication = accumulation.strategy.take_reduce_seconds();
-            if self.strategy.num_replicas_in_sync() > 1 {
+            if self.strategy.communicates() {
                 logs.set(
                     crate::distribute::diagnosis::COMMUNICATION_SECONDS,
                     communication,

@@ -79,6 +79,30 @@ pub enum Act {
     Image(Tensor<4>),
 }
 
+impl Act {
+    /// The device the activation lives on.
+    pub fn device(&self) -> Device {
+        match self {
+            Act::Flat(t) => t.device(),
+            Act::Seq(t) => t.device(),
+            Act::Image(t) => t.device(),
+        }
+    }
+
+    /// The activation on `device` (itself when it is already there; otherwise a copy that
+    /// autodiff tracks).
+    pub fn to_device(self, device: &Device) -> Act {
+        if self.device() == *device {
+            return self;
+        }
+        match self {
+            Act::Flat(t) => Act::Flat(t.to_device(device)),
+            Act::Seq(t) => Act::Seq(t.to_device(device)),
+            Act::Image(t) => Act::Image(t.to_device(device)),
+        }
+    }
+}
+
 /// What a forward pass returns.
 #[derive(Debug)]
 pub struct Forward {
@@ -221,6 +245,55 @@ impl Network {
         training: bool,
         observe: &mut dyn FnMut(usize, std::time::Duration, &Act),
     ) -> Forward {
+        // A network whose layers live on several devices (pipeline stages) runs each layer on
+        // its parameters' device; a layer without parameters runs on the previous one's.
+        match self.layer_devices() {
+            Some(devices) => {
+                let at = move |i: usize| devices[i].clone();
+                self.forward_placed(spec, inputs, training, observe, Some(&at))
+            }
+            None => self.forward_placed(spec, inputs, training, observe, None),
+        }
+    }
+
+    /// Each layer's device when the parameters live on more than one device; `None` when
+    /// they share one (the usual case).
+    fn layer_devices(&self) -> Option<Vec<Device>> {
+        if self.devices().len() <= 1 {
+            return None;
+        }
+        let mut last: Option<Device> = None;
+        let mut per_layer: Vec<Option<Device>> = self
+            .layers
+            .iter()
+            .map(|l| {
+                if let Some(d) = l.devices().into_iter().next() {
+                    last = Some(d);
+                }
+                last.clone()
+            })
+            .collect();
+        // Leading parameter-free layers run on the first parameterized layer's device.
+        let first = per_layer.iter().flatten().next().cloned()?;
+        for d in per_layer.iter_mut().take_while(|d| d.is_none()) {
+            *d = Some(first.clone());
+        }
+        Some(per_layer.into_iter().map(|d| d.expect("filled")).collect())
+    }
+
+    /// [`Network::forward_graph`] with each layer run where `placement(layer index)` says
+    /// (pipeline model parallelism, `crate::distribute::PipelineStrategy`): a layer's inputs
+    /// that live on another device are copied to its device first (a differentiable copy, so
+    /// the backward pass copies their gradients back). The layer's parameters must already be
+    /// on that device. `None` runs every layer where its inputs are.
+    pub fn forward_placed(
+        &self,
+        spec: &ModelSpec,
+        inputs: Vec<Act>,
+        training: bool,
+        observe: &mut dyn FnMut(usize, std::time::Duration, &Act),
+        placement: Option<&dyn Fn(usize) -> Device>,
+    ) -> Forward {
         use super::spec::NodeRef;
         let mut logits = None;
         let mut batch_stats = Vec::new();
@@ -258,6 +331,9 @@ impl Network {
                     slot.clone()
                 };
                 let mut v = v.expect("inputs are computed before their consumers");
+                if let Some(place) = placement {
+                    v = v.to_device(&place(i));
+                }
                 if let Some(dt) = compute
                     && was != Some(dt)
                 {
