@@ -10,53 +10,13 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{DATA, require_data};
-
-/// A seeded MLP on the first TAKE Fashion-MNIST examples in batches of 32, AdamW.
-const CONFIG: &str = r#"
-name = "mpi"
-seed = 11
-[data]
-data_dir = "DATA"
-[data.train]
-source = "idx"
-files = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"]
-components = ["image", "label"]
-x = "image"
-y = "label"
-take = TAKE
-map = [{ op = "rescale", scale = 0.00392156862745098, component = "image" }]
-batch_size = 32
-[model]
-layers = [
-  { type = "Input", shape = [28, 28, 1] },
-  { type = "Flatten" },
-  { type = "Dense", units = 16, activation = "relu" },
-  { type = "Dense", units = 10 },
-]
-[compile]
-optimizer = { type = "adamw", learning_rate = 0.01 }
-loss = { type = "sparse_categorical_crossentropy", from_logits = true }
-metrics = ["accuracy"]
-[fit]
-epochs = EPOCHS
-[[callbacks]]
-type = "BackupAndRestore"
-save_freq = SAVE_FREQ
-"#;
+use common::{max_difference, require_data, text, weights};
 
 const NO_MPIRUN: &str = "mpirun is not installed: run scripts/setup.sh (it installs Debian's \
     openmpi-bin, libopenmpi-dev and libclang-dev; .ci/run does)";
 
 fn config(dir: &Path, take: usize, epochs: usize, save_freq: usize) -> PathBuf {
-    let path = dir.join(format!("mpi-{take}-{epochs}.toml"));
-    let text = CONFIG
-        .replace("DATA", DATA)
-        .replace("TAKE", &take.to_string())
-        .replace("EPOCHS", &epochs.to_string())
-        .replace("SAVE_FREQ", &save_freq.to_string());
-    std::fs::write(&path, text).unwrap();
-    path
+    common::mlp_config(dir, take, epochs, save_freq, "")
 }
 
 /// `kiln train CONFIG --run-dir RUN` in one process.
@@ -99,49 +59,6 @@ fn mpirun(n: usize, config: &Path, run: &Path, extra: &[&str]) -> Command {
     .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
     .stdin(Stdio::null());
     c
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// The float32 tensors of a safetensors file, by name (its 8-byte header length, JSON header,
-/// little-endian data).
-fn weights(run: &Path) -> Vec<(String, Vec<f32>)> {
-    let bytes = std::fs::read(run.join("model.safetensors")).unwrap();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-    let data = &bytes[8 + n..];
-    let mut out: Vec<(String, Vec<f32>)> = header
-        .as_object()
-        .unwrap()
-        .iter()
-        .filter(|(k, _)| *k != "__metadata__")
-        .map(|(k, v)| {
-            assert_eq!(v["dtype"], "F32", "{k}");
-            let at = |i: usize| v["data_offsets"][i].as_u64().unwrap() as usize;
-            let values = data[at(0)..at(1)]
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect();
-            (k.clone(), values)
-        })
-        .collect();
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
-}
-
-/// Largest absolute difference between two runs' weights (same names and shapes).
-fn max_difference(a: &Path, b: &Path) -> f32 {
-    let (a, b) = (weights(a), weights(b));
-    assert_eq!(
-        a.iter().map(|t| (&t.0, t.1.len())).collect::<Vec<_>>(),
-        b.iter().map(|t| (&t.0, t.1.len())).collect::<Vec<_>>()
-    );
-    a.iter()
-        .zip(&b)
-        .flat_map(|(x, y)| x.1.iter().zip(&y.1).map(|(p, q)| (p - q).abs()))
-        .fold(0.0, f32::max)
 }
 
 /// The epoch lines' `loss: ...` and `accuracy: ...` values, from a `kiln train` stdout.

@@ -322,10 +322,7 @@ mod tests {
         let replicas = err("strategy = \"pipeline\"\nnum_replicas = 2");
         assert!(replicas.contains("distribute.num_replicas"), "{replicas}");
         let devices = err("strategy = \"pipeline\"\nstages = 3\ndevices = [\"cpu\", \"cpu\"]");
-        assert!(
-            devices.contains("2 devices for 3 stages"),
-            "{devices}"
-        );
+        assert!(devices.contains("2 devices for 3 stages"), "{devices}");
         let micro = err("strategy = \"pipeline\"\nnum_micro_batches = 0");
         assert!(micro.contains("distribute.num_micro_batches"), "{micro}");
         let nothing = err("strategy = \"pipeline\"\nstages = []");

@@ -116,7 +116,11 @@ pub fn partition(costs: &[f64], k: usize) -> Vec<Range<usize>> {
         k,
         |best, i, j| {
             let r = run(i, j);
-            if r <= bound { best + r * r } else { f64::INFINITY }
+            if r <= bound {
+                best + r * r
+            } else {
+                f64::INFINITY
+            }
         },
         f64::INFINITY,
     );

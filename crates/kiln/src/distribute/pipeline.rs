@@ -195,7 +195,9 @@ impl PipelineStrategy {
             return None;
         }
         let devices: Vec<Device> = self.devices.iter().map(|d| d.clone().autodiff()).collect();
-        let plan = self.plan(spec).expect("the plan is checked before training");
+        let plan = self
+            .plan(spec)
+            .expect("the plan is checked before training");
         let mut per_layer = Vec::with_capacity(spec.layers().len());
         for (s, r) in plan.iter().enumerate() {
             per_layer.extend(r.clone().map(|_| devices[s].clone()));
@@ -251,7 +253,9 @@ impl PipelineStrategy {
                 fwd.output.clone(),
                 fwd.logits,
                 &labels.to_device(&out_device),
-                part.sample_weight.map(|w| w.to_device(&out_device)).as_ref(),
+                part.sample_weight
+                    .map(|w| w.to_device(&out_device))
+                    .as_ref(),
             );
             outputs.push(fwd.output.detach().to_device(&home));
             losses.push(loss.clone().detach().mul_scalar(share).to_device(&home));

@@ -25,7 +25,10 @@ fn two_stages_train_the_one_device_weights() {
     let initial = weights(&one);
     let h1 = one.fit(&data, None, 1, &mut []).unwrap();
     let h2 = two.fit(&data, None, 1, &mut []).unwrap();
-    assert!(max_diff(&initial, &weights(&one)) > 1e-2, "the weights moved");
+    assert!(
+        max_diff(&initial, &weights(&one)) > 1e-2,
+        "the weights moved"
+    );
     let diff = max_diff(&weights(&one), &weights(&two));
     assert!(diff <= 1e-5, "2 stages differ from one device by {diff}");
     for key in ["loss", "accuracy"] {
@@ -122,6 +125,12 @@ fn a_plan_that_does_not_fit_the_model_is_refused() {
     );
     let text = pipeline(Stages::Count(2), 4).describe(&cfg.model).unwrap();
     assert!(text.starts_with("Pipeline: 2 stages balanced by parameters, 4 micro-batches"));
-    assert!(text.contains("stage 0: dense (1 layer), 112 parameters"), "{text}");
-    assert!(text.contains("stage 1: dense_1 (1 layer), 51 parameters"), "{text}");
+    assert!(
+        text.contains("stage 0: dense (1 layer), 112 parameters"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stage 1: dense_1 (1 layer), 51 parameters"),
+        "{text}"
+    );
 }
