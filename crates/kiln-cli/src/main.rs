@@ -95,8 +95,9 @@ enum Command {
         #[arg(long)]
         precision: Option<String>,
         /// Override distribute.strategy: one_device, mirrored (with [distribute] num_replicas
-        /// or devices), multi_worker_mirrored (under `mpirun -np N`); fit.batch_size is the
-        /// global batch.
+        /// or devices), multi_worker_mirrored (under `mpirun -np N`), pipeline (model
+        /// parallelism: [distribute] stages, num_micro_batches); fit.batch_size is the global
+        /// batch.
         #[arg(long)]
         strategy: Option<String>,
         /// Override distribute.num_replicas (implies --strategy mirrored over one_device; refused
