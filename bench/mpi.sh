@@ -17,13 +17,19 @@
 # (global batch 8: 4 examples per worker, 1,000 steps per epoch) on 2 processes: a Dense
 # network's compute per step grows with examples × parameters, its all-reduce with parameters
 # only, so its diagnosis should name communication as the bound.
+# Then the ring model of `kiln estimate` is checked against the mpi-2 run: the
+# MPI_Allreduce latency and bandwidth between two processes are measured alone
+# (target/release/examples/allreduce), `kiln estimate --workers 2` projects the step from them
+# and from mpi-2's measured compute per step, and the projection is printed beside what
+# mpi-2 measured (all-reduce ms per step, samples/s).
 # Results are appended to bench/results-mpi.jsonl; bench/README.md keeps the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EPOCHS=${1:-3}
 TARGET=${CARGO_TARGET_DIR:-$HOME/.cache/kiln/target}
 K=$TARGET/release/kiln
-[ -x "$K" ] || cargo build --release --workspace --bins --examples
+[ -x "$K" ] && [ -x "$TARGET/release/examples/allreduce" ] ||
+  CARGO_TARGET_DIR=$TARGET cargo build --release --workspace --bins --examples
 command -v mpirun >/dev/null || { echo "bench/mpi.sh needs mpirun: run scripts/setup.sh" >&2; exit 1; }
 # As root (containers, CI) OpenMPI needs these; plain copies in the shared-memory transport
 # work where cross-process memory access (CMA) is forbidden.
@@ -96,3 +102,33 @@ run one_device 0 "$CORES" "$cfg"
 run mpi-1 1 "$CORES" "$cfg"
 run mpi-2 2 "$HALF" "$cfg"
 run tiny-step-2 2 "$HALF" "$tiny"
+
+# The ring model at N = 2, checked against mpi-2.
+echo
+echo "ring model check (N = 2):"
+mpirun -np 2 --oversubscribe --bind-to none "$TARGET/release/examples/allreduce" 4 2678824 >"$work/allreduce.jsonl"
+python3 - "$work/allreduce.jsonl" "$work/mpi-2/history.json" "$K" "$cfg" <<'EOF'
+import json, math, subprocess, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+link = next(l for l in lines if l["bytes"] == 2678824)
+alpha_us, gbit = link["alpha_s"] * 1e6, link["bandwidth_gbit_s"]
+h = json.load(open(sys.argv[2]))["history"]
+steps = math.ceil(60000 / 128)
+epochs = range(1, len(h["train_seconds"])) or range(len(h["train_seconds"]))
+per_step = lambda key: sum(h[key][e] for e in epochs) / (len(epochs) * steps)
+train, comm, wait = per_step("train_seconds"), per_step("communication_seconds"), per_step("input_wait_seconds")
+compute = train - comm - wait
+measured_sps = 128 / train
+# One worker's rate at its 64 examples per step (what the model takes as input).
+one = 64 / compute
+out = subprocess.run([sys.argv[3], "estimate", sys.argv[4], "--workers", "2",
+                      "--bandwidth", f"{gbit:.3f}Gbit", "--latency-us", f"{alpha_us:.3f}",
+                      "--samples-per-second", f"{one:.1f}", "--batch-per-worker", "64"],
+                     capture_output=True, text=True, check=True).stdout
+row = next(l.split() for l in out.splitlines() if l.strip().startswith("2 "))
+proj_ms, proj_sps = float(row[3]), float(row[4])
+print(f"  MPI_Allreduce alone: alpha {alpha_us:.2f} us, {gbit:.2f} Gbit/s at 2,678,824 bytes ({link['seconds'] * 1e3:.2f} ms)")
+print(f"  mpi-2 measured: compute {compute * 1e3:.2f} ms, communication {comm * 1e3:.2f} ms, input wait {wait * 1e3:.2f} ms per step; {measured_sps:.0f} samples/s")
+print(f"  kiln estimate --workers 2: all-reduce {proj_ms:.2f} ms per step, {proj_sps:.0f} samples/s "
+      f"({(proj_sps / measured_sps - 1) * 100:+.1f}% vs measured; communication {(proj_ms / (comm * 1e3) - 1) * 100:+.1f}%)")
+EOF

@@ -156,8 +156,9 @@ pub fn finalize() {
 }
 
 /// Element-wise sum of `buf` over all processes, in place (`MPI_Allreduce`, `MPI_SUM`,
-/// `MPI_FLOAT`): every process must call it with a buffer of the same length.
-pub(crate) fn all_reduce_sum(buf: &mut Vec<f32>) {
+/// `MPI_FLOAT`): every process must call it with a buffer of the same length. Without the
+/// `mpi` feature (a job of one) the buffer is left as it is.
+pub fn all_reduce_sum(buf: &mut Vec<f32>) {
     imp::all_reduce_sum(buf)
 }
 
