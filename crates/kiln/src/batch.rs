@@ -40,6 +40,21 @@ pub struct DeviceBatch {
     pub sample_weight: Option<Tensor<1>>,
 }
 
+impl DeviceBatch {
+    /// A batch of no examples with `self`'s tensors (which nothing reads at size 0): what a
+    /// worker whose input shard is exhausted steps with while the others still have data.
+    pub fn empty_like(&self) -> DeviceBatch {
+        DeviceBatch {
+            x: self.x.clone(),
+            labels: self.labels.clone(),
+            classes: Vec::new(),
+            targets: Vec::new(),
+            size: 0,
+            sample_weight: self.sample_weight.clone(),
+        }
+    }
+}
+
 /// Features `[batch, ...]` as a network input for `spec`, on `device`.
 ///
 /// # Errors

@@ -272,9 +272,15 @@ fn array_source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Datase
     Ok(Dataset::from_tensor_slices(element)?)
 }
 
-/// `make_csv_dataset` over each `files` pattern, one element per row.
-fn csv_source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset> {
-    resolve_files(cfg, p, key)?; // clear errors for missing files
+/// `make_csv_dataset` over each `files` pattern, one element per row; with `shard`, over
+/// this worker's files.
+fn csv_source(
+    cfg: &RunConfig,
+    p: &PipelineConfig,
+    key: &str,
+    shard: Option<Shard>,
+) -> Result<Dataset> {
+    let resolved = resolve_files(cfg, p, key)?; // clear errors for missing files
     let options = |select: Option<Vec<String>>, label: Option<String>| -> Result<MakeCsvOptions> {
         Ok(MakeCsvOptions {
             header: p.header.unwrap_or(true),
@@ -302,9 +308,21 @@ fn csv_source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset>
             ..MakeCsvOptions::default()
         })
     };
+    let patterns: Vec<String> = match shard {
+        Some(s) => s
+            .keep(resolved)
+            .iter()
+            .map(|f| f.to_string_lossy().into_owned())
+            .collect(),
+        None => p
+            .files
+            .to_vec()
+            .iter()
+            .map(|f| under_data_dir(cfg, f).to_string_lossy().into_owned())
+            .collect(),
+    };
     let mut out: Option<Dataset> = None;
-    for pattern in p.files.to_vec() {
-        let pattern = under_data_dir(cfg, &pattern).to_string_lossy().into_owned();
+    for pattern in patterns {
         let select = match &p.select_cols {
             None => None,
             Some(cols) => {
@@ -360,13 +378,20 @@ fn compression_of(p: &PipelineConfig, key: &str) -> Result<Compression> {
     }
 }
 
-/// The pipeline's source, before any transformation.
-fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset> {
+/// The pipeline's source, before any transformation; with `shard`, this worker's files only.
+fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str, shard: Option<Shard>) -> Result<Dataset> {
+    let files = |cfg, p, key| -> Result<Vec<PathBuf>> {
+        let all = resolve_files(cfg, p, key)?;
+        Ok(match shard {
+            Some(s) => s.keep(all),
+            None => all,
+        })
+    };
     Ok(match p.source {
         Source::Idx | Source::Npy => array_source(cfg, p, key)?,
-        Source::Csv => csv_source(cfg, p, key)?,
+        Source::Csv => csv_source(cfg, p, key, shard)?,
         Source::Tfrecord => {
-            let files = resolve_files(cfg, p, key)?;
+            let files = files(cfg, p, key)?;
             let c = compression_of(p, key)?;
             let mut spec = ExampleSpec::new();
             for (name, f) in p.features.iter().flatten() {
@@ -379,7 +404,7 @@ fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Dataset> {
             Dataset::tfrecord(files, c).parse_example(spec, p.parallelism())
         }
         Source::Text => {
-            Dataset::text_line_dataset_with(resolve_files(cfg, p, key)?, compression_of(p, key)?)
+            Dataset::text_line_dataset_with(files(cfg, p, key)?, compression_of(p, key)?)
         }
         Source::ImageFolder => {
             let dir = resolve_files(cfg, p, key)?
@@ -423,6 +448,32 @@ struct Parts {
     ops_only: Option<usize>,
     /// Leave out `cache` and `shuffle` (for a quick look at the first element).
     no_cache_no_shuffle: bool,
+    /// Read only this worker's files, batched at its batch size.
+    shard: Option<Shard>,
+}
+
+/// One worker's part of a pipeline whose files are split across workers (tf.data's
+/// `AutoShardPolicy.FILE`): worker `index` of `count` reads files `index`, `index + count`,
+/// … of the sorted file list, and batches them at `batch_size` (its part of the global
+/// batch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This worker's rank.
+    pub index: usize,
+    /// Number of workers.
+    pub count: usize,
+    /// This worker's batch size.
+    pub batch_size: usize,
+}
+
+impl Shard {
+    fn keep<T>(&self, files: Vec<T>) -> Vec<T> {
+        files
+            .into_iter()
+            .skip(self.index)
+            .step_by(self.count.max(1))
+            .collect()
+    }
 }
 
 fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
@@ -443,7 +494,7 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
             },
         ));
     }
-    let mut ds = source(cfg, p, key)?;
+    let mut ds = source(cfg, p, key, parts.shard)?;
     if let Some(n) = p.skip {
         ds = ds.skip(n);
     }
@@ -503,7 +554,11 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
         Ok(Element::new().with(FEATURES, xs).with(LABELS, ys))
     };
     ds = ds.map(select, Parallelism::Sequential);
-    let mut batch_size = p.batch_size.unwrap_or(cfg.fit.batch_size).max(1);
+    let mut batch_size = match parts.shard {
+        Some(s) => s.batch_size,
+        None => p.batch_size.unwrap_or(cfg.fit.batch_size),
+    }
+    .max(1);
     if let Cardinality::Finite(n) = ds.cardinality() {
         // A batch larger than the data is the whole data (and allocates no more).
         batch_size = batch_size.min(n.max(1) as usize);
@@ -521,6 +576,37 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
 /// reading array files or CSV headers. Errors in the data itself come while iterating.
 pub fn build(cfg: &RunConfig, split: Split) -> Result<Dataset> {
     build_with(cfg, split, Parts::default())
+}
+
+/// [`build`] for one worker of a multi-worker job that splits the files (see [`Shard`]).
+///
+/// # Errors
+/// As [`build`].
+pub fn build_shard(cfg: &RunConfig, split: Split, shard: Shard) -> Result<Dataset> {
+    let parts = Parts {
+        shard: Some(shard),
+        ..Parts::default()
+    };
+    build_with(cfg, split, parts)
+}
+
+/// The number of files `split`'s pipeline reads record by record, which workers can split
+/// among themselves (`tfrecord`, `text` and `csv` sources, globs expanded); `None` for the
+/// other sources (IDX and NPY files hold one component each; an image folder is one
+/// directory) and for a split without a table.
+///
+/// # Errors
+/// [`KilnError::MissingData`] / [`KilnError::Config`] for files that do not exist.
+pub fn shardable_files(cfg: &RunConfig, split: Split) -> Result<Option<usize>> {
+    let Some(p) = split.table(cfg) else {
+        return Ok(None);
+    };
+    Ok(match p.source {
+        Source::Tfrecord | Source::Text | Source::Csv => {
+            Some(resolve_files(cfg, p, split.key())?.len())
+        }
+        _ => None,
+    })
 }
 
 /// The first element of `split` before `cache`, `shuffle` and batching, components `x`, `y`:

@@ -219,10 +219,13 @@ pub fn train_with(
     let mut strategy = cfg.distribute.build()?;
     let chief = strategy.is_chief();
     let mut interrupt = opts.interrupt.clone();
+    let mut shard = None;
     if let crate::distribute::Strategy::MultiWorkerMirrored(m) = &mut strategy {
         let agreed = Interrupt::new();
         m.set_interrupts(opts.interrupt.clone().unwrap_or_default(), agreed.clone());
         interrupt = Some(agreed);
+        shard = crate::distribute::shard::input_shard(cfg, m.world())?;
+        m.set_local_input(shard.is_some());
     }
     if !chief {
         crate::distribute::world::remove_stale_scratch_dirs();
@@ -249,11 +252,14 @@ pub fn train_with(
     model.set_strategy(strategy.clone());
     on_model(&mut model);
     let units = cfg.model.output_shape()[0];
-    let train = match crate::fit::ClassWeight::from_config(&cfg.fit.class_weight, units)? {
-        Some(class_weight) => class_weight.apply(train),
-        None => train,
+    let class_weight = crate::fit::ClassWeight::from_config(&cfg.fit.class_weight, units)?;
+    let weighted = |ds: Dataset| match &class_weight {
+        Some(w) => w.clone().apply(ds),
+        None => ds,
     };
+    let train = weighted(train);
     let mut fingerprints = std::collections::BTreeMap::new();
+    // The whole input's fingerprint, the same on every worker, also when each reads a shard.
     fingerprints.insert("train".to_string(), format!("{:016x}", train.fingerprint()));
     if let Some(v) = &validation {
         fingerprints.insert(
@@ -261,6 +267,18 @@ pub fn train_with(
             format!("{:016x}", v.fingerprint()),
         );
     }
+    let train = match shard {
+        Some(s) => {
+            notes(&format!(
+                "Input sharded by file (auto_shard_policy): each of the {} workers reads every \
+                 {}th file of data.train and batches it at its part of the global batch ({} \
+                 examples on worker 0)",
+                s.count, s.count, s.batch_size
+            ));
+            weighted(pipelines::build_shard(cfg, Split::Train, s)?)
+        }
+        None => train,
+    };
     let chief_dir = if chief { dir.path() } else { run_dir };
     let ckpt_dir = CheckpointDir::new(cfg.backup.dir_in(chief_dir), cfg.backup.keep);
     let config_toml = cfg.to_toml();

@@ -8,7 +8,8 @@
 //! # devices = ["cpu", "cpu"]   # or one replica per listed device: "cpu", "gpu" / "gpu:0"
 //! ```
 //!
-//! `multi_worker_mirrored` takes no other key: the workers are the processes `mpirun -np N`
+//! `multi_worker_mirrored` takes only `auto_shard_policy = "auto" | "file" | "data"` (how the
+//! training input is split across workers); the workers are the processes `mpirun -np N`
 //! starts (docs/distribute.md).
 //!
 //! ```toml
@@ -104,6 +105,25 @@ pub struct DistributeConfig {
     /// `pipeline`: micro-batches per global batch (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_micro_batches: Option<usize>,
+    /// `multi_worker_mirrored`: how the training input is split across workers (default
+    /// `auto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_shard_policy: Option<AutoShardPolicy>,
+}
+
+/// `[distribute] auto_shard_policy`: how `multi_worker_mirrored` splits the training input
+/// across workers (`tf.data.experimental.AutoShardPolicy`, lowercased).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoShardPolicy {
+    /// `file` when the training pipeline reads at least as many files as there are workers
+    /// (`tfrecord`, `text` and `csv` sources), `data` otherwise (TensorFlow's `AUTO`).
+    #[default]
+    Auto,
+    /// Each worker reads every N-th file and batches it at its part of the global batch.
+    File,
+    /// Every worker reads the whole input and keeps its rows of each global batch.
+    Data,
 }
 
 /// Stages of `strategy = "pipeline"` without a `stages` key.
@@ -124,6 +144,15 @@ impl DistributeConfig {
     /// `strategy = "pipeline"`, or pipeline settings that cannot work (zero stages or
     /// micro-batches, not one device per stage).
     pub fn validate(&self) -> Result<()> {
+        if self.auto_shard_policy.is_some() && self.strategy != StrategyKind::MultiWorkerMirrored {
+            return Err(KilnError::config(
+                "distribute.auto_shard_policy",
+                format!(
+                    "is a key of strategy = \"multi_worker_mirrored\", not of \"{}\"",
+                    self.strategy.name()
+                ),
+            ));
+        }
         let pipeline_key = [
             ("stages", self.stages.is_some()),
             ("balance_by", self.balance_by.is_some()),
@@ -329,6 +358,13 @@ mod tests {
         assert!(nothing.contains("distribute.stages"), "{nothing}");
         let both = err("strategy = \"pipeline\"\nstages = [1, 2]\nbalance_by = \"flops\"");
         assert!(both.contains("distribute.balance_by"), "{both}");
+        let shard = err("strategy = \"mirrored\"\nauto_shard_policy = \"file\"");
+        assert!(shard.contains("distribute.auto_shard_policy"), "{shard}");
+        let policy = err("strategy = \"multi_worker_mirrored\"\nauto_shard_policy = \"off\"");
+        assert!(
+            policy.contains("auto") && policy.contains("file"),
+            "{policy}"
+        );
         let by = err("strategy = \"pipeline\"\nbalance_by = \"memory\"");
         assert!(by.contains("parameters") && by.contains("flops"), "{by}");
         assert!(err("strategy = \"ring\"").contains("mirrored"));

@@ -34,7 +34,7 @@ pub use callbacks::{
     ModelCheckpointSpec, ReduceLROnPlateauSpec, TensorBoardSpec, TerminateOnNaNSpec,
 };
 pub use data::{ARRAY_FORM_KEYS, DataConfig, PIPELINE_KEYS};
-pub use distribute::{DistributeConfig, StrategyKind};
+pub use distribute::{AutoShardPolicy, DistributeConfig, StrategyKind};
 pub use fit::{AUTO_BATCH_SIZE, FitConfig, OnNanConfig};
 pub use pipeline::{
     AxisConfig, ColumnRef, FeatureConfig, OneOrMany, OpConfig, PipelineConfig, ShuffleConfig,

@@ -41,6 +41,7 @@ pub mod diagnosis;
 mod mirrored;
 mod multi_worker;
 mod pipeline;
+pub mod shard;
 mod split;
 pub mod world;
 
@@ -99,6 +100,21 @@ impl Strategy {
         match self {
             Strategy::Pipeline(p) => p.has_devices(),
             other => other.num_replicas_in_sync() > 1,
+        }
+    }
+
+    /// True when each worker of a [`Strategy::MultiWorkerMirrored`] job reads its own input
+    /// shard (see [`MultiWorkerMirroredStrategy::set_local_input`]).
+    pub fn shards_input(&self) -> bool {
+        matches!(self, Strategy::MultiWorkerMirrored(m) if m.local_input())
+    }
+
+    /// With sharded input, the step's global batch size agreed from each worker's `local`
+    /// one (0: every shard is exhausted); otherwise `local`.
+    pub fn agree_input(&mut self, local: usize) -> usize {
+        match self {
+            Strategy::MultiWorkerMirrored(m) => m.agree_input(local),
+            _ => local,
         }
     }
 

@@ -12,7 +12,7 @@ use super::world::{self, World};
 use crate::batch::DeviceBatch;
 use crate::compile::Compiled;
 use crate::error::Result;
-use crate::fit::{Interrupt, PendingOutput, StepProfile, compute_gradients_scaled};
+use crate::fit::{HostLabels, Interrupt, PendingOutput, StepProfile, compute_gradients_scaled};
 use crate::model::{ModelSpec, Network};
 
 /// `tf.distribute.MultiWorkerMirroredStrategy` over MPI: `mpirun -np N kiln train CONFIG`
@@ -54,6 +54,11 @@ pub struct MultiWorkerMirroredStrategy {
     /// What the training loop reads: set on every worker after the step in which any worker
     /// had a stop request.
     agreed_stop: Option<Interrupt>,
+    /// Each worker reads its own shard of the input (`auto_shard_policy` "file"): its
+    /// batches are its own, not its rows of a global batch.
+    local_input: bool,
+    /// This step's `(global batch, this worker's first row)`, agreed by [`Self::agree_input`].
+    agreed_rows: Option<(usize, usize)>,
 }
 
 impl MultiWorkerMirroredStrategy {
@@ -69,7 +74,41 @@ impl MultiWorkerMirroredStrategy {
             synced: false,
             local_stop: None,
             agreed_stop: None,
+            local_input: false,
+            agreed_rows: None,
         })
+    }
+
+    /// Each worker trains on the batches of its own input shard (tf.data's
+    /// `AutoShardPolicy.FILE`: the worker reads every N-th file) instead of its rows of a
+    /// global batch that every worker reads. Before each step the workers agree on their
+    /// batch sizes ([`Self::agree_input`]); the step's global batch is their union, each
+    /// worker's gradients weighted by its share of it.
+    pub fn set_local_input(&mut self, on: bool) {
+        self.local_input = on;
+    }
+
+    /// True when each worker reads its own shard ([`Self::set_local_input`]).
+    pub fn local_input(&self) -> bool {
+        self.local_input && self.world.size > 1
+    }
+
+    /// With local input: every worker gives its batch size for the next step (0 when its
+    /// shard is exhausted) and gets the step's global batch size (one `MPI_Allreduce` of one
+    /// count per worker); 0 means every shard is exhausted and the epoch ends. Without local
+    /// input, `local` itself.
+    pub fn agree_input(&mut self, local: usize) -> usize {
+        if !self.local_input() {
+            return local;
+        }
+        let mut counts = vec![0.0f32; self.world.size];
+        counts[self.world.rank] = local as f32;
+        world::all_reduce_sum(&mut counts);
+        let counts: Vec<usize> = counts.iter().map(|&c| c as usize).collect();
+        let start = counts[..self.world.rank].iter().sum();
+        let global = counts.iter().sum();
+        self.agreed_rows = Some((global, start));
+        global
     }
 
     /// This worker's rank and the number of workers.
@@ -126,21 +165,32 @@ impl MultiWorkerMirroredStrategy {
             broadcast_weights(net)
         };
         self.reduce_seconds += clock.elapsed().as_secs_f64();
-        let global = batch.size;
         let home = batch.x.device();
-        let sizes = split_sizes(global, self.world.size);
-        let mine = sizes[self.world.rank];
-        let start: usize = sizes[..self.world.rank].iter().sum();
         let units: usize = spec.output_shape().iter().product();
+        let (global, mine, start, part) = match self.agreed_rows.take() {
+            Some((global, start)) if self.local_input() => (global, batch.size, start, batch),
+            _ => {
+                let global = batch.size;
+                let sizes = split_sizes(global, self.world.size);
+                let mine = sizes[self.world.rank];
+                let start: usize = sizes[..self.world.rank].iter().sum();
+                (global, mine, start, batch)
+            }
+        };
+        let labels = self.local_input().then(|| HostLabels::of(&part));
         let (net, grads, local) = if mine == 0 {
             (net, GradientsParams::new(), None)
         } else {
-            // The other workers' rows are dropped; `split_batch` skips empty parts, so this
-            // worker's is the first or the second.
-            let part = split_batch(batch, &[start, mine, global - start - mine])
-                .into_iter()
-                .nth(usize::from(start > 0))
-                .expect("a worker with examples has its part");
+            // With a global batch, the other workers' rows are dropped; `split_batch` skips
+            // empty parts, so this worker's is the first or the second.
+            let part = if self.local_input() {
+                part
+            } else {
+                split_batch(part, &[start, mine, global - start - mine])
+                    .into_iter()
+                    .nth(usize::from(start > 0))
+                    .expect("a worker with examples has its part")
+            };
             // The share's scale folded into the loss factor: the gradients come out scaled.
             let factor = loss_factor * mine as f64 / global as f64;
             let (net, grads, pending) =
@@ -148,24 +198,33 @@ impl MultiWorkerMirroredStrategy {
             (net, grads, Some(pending))
         };
         let clock = Instant::now();
-        let out = self.reduce(net, grads, local, global, mine, start, units, &home);
+        let rows = Rows {
+            global,
+            mine,
+            start,
+            units,
+        };
+        let out = self.reduce(net, grads, local, labels, rows, &home);
         self.reduce_seconds += clock.elapsed().as_secs_f64();
         out
     }
 
     /// Packs, all-reduces and unpacks one step (the buffer of the type's documentation).
-    #[allow(clippy::too_many_arguments)]
     fn reduce(
         &mut self,
         mut net: Network,
         mut grads: GradientsParams,
         local: Option<PendingOutput>,
-        global: usize,
-        mine: usize,
-        start: usize,
-        units: usize,
+        labels: Option<HostLabels>,
+        rows: Rows,
         home: &Device,
     ) -> (Network, GradientsParams, PendingOutput) {
+        let Rows {
+            global,
+            mine,
+            start,
+            units,
+        } = rows;
         let scale = mine as f32 / global.max(1) as f32;
         let mut buf = Vec::new();
         let mut pack = Pack {
@@ -209,6 +268,23 @@ impl MultiWorkerMirroredStrategy {
         // output shape.
         assert_eq!(outputs.len(), rows.len(), "outputs of [examples, units]");
         rows.copy_from_slice(&outputs);
+        // With local input, the labels of the global batch for its metrics: class indices
+        // `[global]`, then dense targets `[global, units]` when the labels are dense.
+        let labels_start = buf.len();
+        let dense = labels.as_ref().is_some_and(|l| !l.targets.is_empty());
+        if let Some(l) = &labels {
+            buf.resize(
+                labels_start + global * (1 + if dense { units } else { 0 }),
+                0.0,
+            );
+            for (i, c) in l.classes.iter().enumerate() {
+                buf[labels_start + start + i] = *c as f32;
+            }
+            if dense {
+                let t0 = labels_start + global + start * units;
+                buf[t0..t0 + l.targets.len()].copy_from_slice(&l.targets);
+            }
+        }
 
         world::all_reduce_sum(&mut buf);
 
@@ -241,11 +317,39 @@ impl MultiWorkerMirroredStrategy {
         let loss = Tensor::<1>::from_data(TensorData::new(vec![buf[scalars + 1]], [1]), home);
         self.share_stop(signal, buf[scalars + 2], buf[scalars + 3]);
         let outputs = Tensor::<2>::from_data(
-            TensorData::new(buf[out_start..].to_vec(), [global, units]),
+            TensorData::new(buf[out_start..labels_start].to_vec(), [global, units]),
             home,
         );
-        (net, grads, PendingOutput::new(loss, outputs))
+        let pending = PendingOutput::new(loss, outputs);
+        let pending = match labels {
+            Some(_) => pending.with_labels(HostLabels {
+                classes: buf[labels_start..labels_start + global]
+                    .iter()
+                    .map(|&c| c as i64)
+                    .collect(),
+                targets: if dense {
+                    buf[labels_start + global..].to_vec()
+                } else {
+                    Vec::new()
+                },
+            }),
+            None => pending,
+        };
+        (net, grads, pending)
     }
+}
+
+/// Where a worker's examples sit in the step's global batch.
+#[derive(Debug, Clone, Copy)]
+struct Rows {
+    /// Examples in the global batch.
+    global: usize,
+    /// This worker's.
+    mine: usize,
+    /// This worker's first row.
+    start: usize,
+    /// Output units per example.
+    units: usize,
 }
 
 impl MultiWorkerMirroredStrategy {

@@ -95,6 +95,24 @@ impl<'a> InputCursor<'a> {
             }
         }
     }
+
+    /// [`InputCursor::next_batch`] for a worker of a multi-worker job that reads its own shard:
+    /// once the current iterator is exhausted it stays open and every further call returns
+    /// `None` while still counting a batch, so that the position counts the epoch's *steps*,
+    /// which are the same on every worker (the others may still have data). Restoring that
+    /// position on any worker replays its own shard up to that step (or to its end).
+    /// [`InputCursor::close`] ends the pass as usual.
+    pub fn next_step_batch(&mut self) -> Option<Result<Element>> {
+        if self.current.is_none() {
+            self.current = Some(self.dataset.iter());
+            self.position.iterators_started += 1;
+            self.position.batches_taken = 0;
+            self.position.open = true;
+        }
+        self.position.batches_taken += 1;
+        let it = self.current.as_mut().expect("opened above");
+        it.next().map(|b| b.map_err(Into::into))
+    }
 }
 
 #[cfg(test)]
@@ -141,5 +159,46 @@ mod tests {
             let tail = firsts(&mut c, 13 - cut);
             assert_eq!([head, tail].concat(), all, "cut after {cut}");
         }
+    }
+
+    /// A shard's cursor counts steps past its own end, and a position taken there (or from a
+    /// worker whose shard is longer) restores to the same place: the end, then a new pass.
+    #[test]
+    fn step_positions_count_past_the_end_of_a_short_shard() {
+        let ds = dataset();
+        let mut a = InputCursor::restore(&ds, InputPosition::default()).unwrap();
+        let step = |c: &mut InputCursor| match c.next_step_batch() {
+            Some(b) => b
+                .unwrap()
+                .require("x")
+                .unwrap()
+                .data()
+                .try_to_f32()
+                .unwrap()[0],
+            None => -1.0,
+        };
+        let first: Vec<f32> = (0..6).map(|_| step(&mut a)).collect();
+        assert_eq!(
+            &first[4..],
+            [-1.0, -1.0],
+            "4 batches, then nothing while held"
+        );
+        assert_eq!(a.position().batches_taken, 6);
+        assert!(a.position().open);
+        // Restored at step 6 (e.g. from a worker with a longer shard): still exhausted.
+        let ds2 = dataset();
+        let mut b = InputCursor::restore(&ds2, a.position()).unwrap();
+        assert_eq!(step(&mut b), -1.0);
+        // Restored at step 2: the same third and fourth batches.
+        let ds3 = dataset();
+        let mut c = InputCursor::restore(&ds3, InputPosition::default()).unwrap();
+        let _ = (step(&mut c), step(&mut c));
+        let ds4 = dataset();
+        let mut d = InputCursor::restore(&ds4, c.position()).unwrap();
+        assert_eq!([step(&mut d), step(&mut d)], [first[2], first[3]]);
+        // The next pass starts after close().
+        a.close();
+        let second = step(&mut a);
+        assert_ne!(second, -1.0);
     }
 }

@@ -22,8 +22,8 @@ pub use oom::{INJECT_ENV as OOM_INJECT_ENV, is_out_of_memory};
 pub use options::{Backup, FitOptions, Interrupt, OnNan, SaveFreq};
 pub use profile::StepProfile;
 pub use step::{
-    PendingOutput, StepOutput, apply_gradients, compute_gradients, compute_gradients_scaled,
-    eval_step, train_step,
+    HostLabels, PendingOutput, StepOutput, apply_gradients, compute_gradients,
+    compute_gradients_scaled, eval_step, train_step,
 };
 
 /// Epoch and batch logs key: the loss scale (`mixed_float16`; TensorBoard `epoch_loss_scale`).
@@ -380,6 +380,9 @@ impl Model {
                 .with_strategy(self.strategy.clone());
         accumulation.inject_oom_at(self.oom_test_step.or_else(oom::injection_from_env));
         let mut checkpoint_due = false;
+        // multi_worker_mirrored with each worker reading its own shard (see the loop).
+        let sharded = accumulation.strategy.shards_input();
+        let mut empty_batch: Option<crate::batch::DeviceBatch> = None;
         hooks!(|c, ctx| c.on_train_begin(ctx));
         let mut last = Logs::default();
         let mut guard = NumericsGuard::new(self.check_numerics, DataSplit::Train);
@@ -408,40 +411,85 @@ impl Model {
                     break;
                 }
                 let mut clock = Instant::now();
-                let mut batch = match input.next_batch() {
-                    Some(b) => b?,
-                    None if opts.steps_per_epoch.is_some() && step == 0 => {
-                        // The repeated pass ended exactly at an epoch boundary: start the next.
-                        match input.next_batch() {
-                            Some(b) => b?,
-                            None => break,
-                        }
+                let (batch, b, waited) = if sharded {
+                    // Each worker reads its own shard: a worker whose shard is exhausted (or
+                    // whose batch check_numerics emptied) still steps, with no examples, until
+                    // every shard is exhausted.
+                    let fetched = input.next_step_batch().transpose()?;
+                    let waited = clock.elapsed().as_secs_f64();
+                    input_wait += waited;
+                    clock = Instant::now();
+                    let mut batch = fetched.unwrap_or_default();
+                    let local = if batch.is_empty() {
+                        None
+                    } else {
+                        to_device_guarded(
+                            &mut batch,
+                            &self.spec,
+                            &self.compiled.loss,
+                            &train_device,
+                            &mut guard,
+                        )?
+                    };
+                    if let Some(b) = &local
+                        && empty_batch.is_none()
+                    {
+                        empty_batch = Some(b.empty_like());
                     }
-                    None if opts.steps_per_epoch.is_some() => {
-                        eprintln!(
-                            "warning: the training input ran out of data after {step} of \
-                             steps_per_epoch = {} batches in epoch {}; stopping. Make sure the \
-                             dataset yields steps_per_epoch × epochs batches (add `repeat`).",
-                            opts.steps_per_epoch.unwrap_or(0),
-                            epoch + 1
-                        );
-                        control.stop_training = true;
+                    let size = local.as_ref().map_or(0, |b| b.size);
+                    if accumulation.strategy.agree_input(size) == 0 {
                         break;
                     }
-                    None => break,
-                };
-                let waited = clock.elapsed().as_secs_f64();
-                input_wait += waited;
-                clock = Instant::now();
-                let Some(b) = to_device_guarded(
-                    &mut batch,
-                    &self.spec,
-                    &self.compiled.loss,
-                    &train_device,
-                    &mut guard,
-                )?
-                else {
-                    continue; // check_numerics = "skip" dropped every example
+                    let b = match (local, &empty_batch) {
+                        (Some(b), _) => b,
+                        (None, Some(e)) => e.empty_like(),
+                        (None, None) => {
+                            return Err(crate::KilnError::config(
+                                "distribute.auto_shard_policy",
+                                "this worker's input shard had no batch in its first step while \
+                                 other workers had data; give every worker at least one \
+                                 non-empty file, or set auto_shard_policy = \"data\"",
+                            ));
+                        }
+                    };
+                    (batch, b, waited)
+                } else {
+                    let mut batch = match input.next_batch() {
+                        Some(b) => b?,
+                        None if opts.steps_per_epoch.is_some() && step == 0 => {
+                            // The repeated pass ended exactly at an epoch boundary: start the next.
+                            match input.next_batch() {
+                                Some(b) => b?,
+                                None => break,
+                            }
+                        }
+                        None if opts.steps_per_epoch.is_some() => {
+                            eprintln!(
+                                "warning: the training input ran out of data after {step} of \
+                                 steps_per_epoch = {} batches in epoch {}; stopping. Make sure the \
+                                 dataset yields steps_per_epoch × epochs batches (add `repeat`).",
+                                opts.steps_per_epoch.unwrap_or(0),
+                                epoch + 1
+                            );
+                            control.stop_training = true;
+                            break;
+                        }
+                        None => break,
+                    };
+                    let waited = clock.elapsed().as_secs_f64();
+                    input_wait += waited;
+                    clock = Instant::now();
+                    let Some(b) = to_device_guarded(
+                        &mut batch,
+                        &self.spec,
+                        &self.compiled.loss,
+                        &train_device,
+                        &mut guard,
+                    )?
+                    else {
+                        continue; // check_numerics = "skip" dropped every example
+                    };
+                    (batch, b, waited)
                 };
                 if let Some(p) = profile.as_mut() {
                     p.input_wait_s += waited;
@@ -484,6 +532,11 @@ impl Model {
                     }
                 }
                 clock = Instant::now();
+                // A sharded multi-worker step reports the global batch's outputs and labels.
+                let (classes, targets, size) = match &out.labels {
+                    Some(l) => (l.classes.clone(), l.targets.clone(), l.classes.len()),
+                    None => (classes, targets, size),
+                };
                 state
                     .acc
                     .add(&self.compiled, &out, &classes, &targets, size, units);

@@ -23,6 +23,28 @@ pub struct StepOutput {
     pub loss: f64,
     /// Model outputs `[batch, units]`, row-major.
     pub outputs: Vec<f32>,
+    /// The labels of the batch the outputs belong to, when they are not the step's own batch's
+    /// (a multi-worker step on sharded input returns the whole global batch's).
+    pub labels: Option<HostLabels>,
+}
+
+/// A batch's labels on the host, for metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostLabels {
+    /// Class index per example (argmax for dense targets).
+    pub classes: Vec<i64>,
+    /// Dense targets `[batch, units]` row-major, empty for sparse labels.
+    pub targets: Vec<f32>,
+}
+
+impl HostLabels {
+    /// The host copies of `batch`'s labels.
+    pub fn of(batch: &DeviceBatch) -> HostLabels {
+        HostLabels {
+            classes: batch.classes.clone(),
+            targets: batch.targets.clone(),
+        }
+    }
 }
 
 fn read(t: Tensor<2>) -> Vec<f32> {
@@ -64,6 +86,7 @@ pub fn train_step(
 pub struct PendingOutput {
     loss: Tensor<1>,
     outputs: Tensor<2>,
+    labels: Option<HostLabels>,
 }
 
 impl PendingOutput {
@@ -84,13 +107,25 @@ impl PendingOutput {
         PendingOutput {
             loss: loss.expect("at least one part"),
             outputs: Tensor::cat(outputs, 0),
+            labels: None,
         }
     }
 
     /// A pending loss (`[1]`) and outputs (`[batch, units]`), e.g. combined across replicas
     /// (`crate::distribute`).
     pub fn new(loss: Tensor<1>, outputs: Tensor<2>) -> PendingOutput {
-        PendingOutput { loss, outputs }
+        PendingOutput {
+            loss,
+            outputs,
+            labels: None,
+        }
+    }
+
+    /// The same, for a batch other than the step's own: `labels` are its labels (see
+    /// [`StepOutput::labels`]).
+    pub fn with_labels(mut self, labels: HostLabels) -> PendingOutput {
+        self.labels = Some(labels);
+        self
     }
 
     /// The loss (`[1]`) and outputs (`[batch, units]`), not read back.
@@ -104,6 +139,7 @@ impl PendingOutput {
         let out = StepOutput {
             loss: self.loss.into_scalar::<f32>() as f64,
             outputs: read(self.outputs),
+            labels: self.labels,
         };
         if let Some(p) = profile {
             p.metrics_s += clock.elapsed().as_secs_f64();
@@ -178,6 +214,7 @@ pub fn compute_gradients_scaled(
     let pending = PendingOutput {
         loss: loss.detach(),
         outputs,
+        labels: None,
     };
     (net, grads, pending)
 }
@@ -228,5 +265,6 @@ pub fn eval_step(
     StepOutput {
         loss,
         outputs: read(fwd.output),
+        labels: None,
     }
 }
