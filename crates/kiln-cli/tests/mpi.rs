@@ -15,6 +15,14 @@ use common::{max_difference, require_data, text, weights};
 const NO_MPIRUN: &str = "mpirun is not installed: run scripts/setup.sh (it installs Debian's \
     openmpi-bin, libopenmpi-dev and libclang-dev; .ci/run does)";
 
+/// MPI jobs of this file run one at a time: each starts workers that remove the scratch
+/// directories of dead workers (`kiln-worker-<pid>`), which a concurrent kill test checks, and
+/// two jobs of 2 processes would oversubscribe the machine's cores.
+fn one_job_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn config(dir: &Path, take: usize, epochs: usize, save_freq: usize) -> PathBuf {
     common::mlp_config(dir, take, epochs, save_freq, "")
 }
@@ -81,6 +89,7 @@ fn epoch_logs(stdout: &str) -> Vec<String> {
 /// and no scratch directory left behind.
 #[test]
 fn two_workers_train_to_the_one_process_weights() {
+    let _serial = one_job_at_a_time();
     require_data();
     let dir = common::scratch("mpi-same");
     let cfg = config(&dir, 129, 2, 1000);
@@ -116,6 +125,7 @@ fn two_workers_train_to_the_one_process_weights() {
 /// worker 0's statistics count).
 #[test]
 fn two_workers_with_batch_normalization_equal_two_mirrored_replicas() {
+    let _serial = one_job_at_a_time();
     require_data();
     let dir = common::scratch("mpi-bn");
     let cfg = config(&dir, 97, 1, 1000);
@@ -151,6 +161,7 @@ fn two_workers_with_batch_normalization_equal_two_mirrored_replicas() {
 /// singleton start): it trains as one device, to bit-identical weights.
 #[test]
 fn one_worker_without_mpirun_trains_as_one_device() {
+    let _serial = one_job_at_a_time();
     require_data();
     let dir = common::scratch("mpi-one");
     let cfg = config(&dir, 100, 1, 1000);
@@ -171,6 +182,7 @@ fn one_worker_without_mpirun_trains_as_one_device() {
 /// combination is refused, naming the key, as it is in a config file.
 #[test]
 fn num_replicas_with_multi_worker_mirrored_is_refused() {
+    let _serial = one_job_at_a_time();
     require_data();
     let dir = common::scratch("mpi-num-replicas");
     let cfg = config(&dir, 64, 1, 1000);
@@ -192,6 +204,7 @@ fn num_replicas_with_multi_worker_mirrored_is_refused() {
 /// alone into the same run directory).
 #[test]
 fn other_strategies_are_refused_under_mpirun() {
+    let _serial = one_job_at_a_time();
     require_data();
     let dir = common::scratch("mpi-refused");
     let cfg = config(&dir, 64, 1, 1000);
@@ -251,6 +264,7 @@ fn checkpoints(run: &Path) -> usize {
 /// removing the killed worker's scratch directory.
 #[test]
 fn a_killed_worker_ends_the_job_and_the_same_command_resumes() {
+    let _serial = one_job_at_a_time();
     require_data();
     let dir = common::scratch("mpi-kill");
     // 6,000 examples, 188 batches of 32 per epoch, 3 epochs, a checkpoint every 40 batches.
@@ -355,6 +369,7 @@ fn csv_rows(rows: impl Iterator<Item = usize>) -> String {
 /// differs by 0.056: checked once by hand.)
 #[test]
 fn workers_reading_their_own_files_train_what_one_process_trains() {
+    let _serial = one_job_at_a_time();
     let dir = common::scratch("mpi-shard");
     std::fs::write(dir.join("a.csv"), csv_rows(0..24)).unwrap();
     std::fs::write(dir.join("b.csv"), csv_rows(24..40)).unwrap();
@@ -401,4 +416,65 @@ fn workers_reading_their_own_files_train_what_one_process_trains() {
             && stderr.contains("1 file(s) for 2 workers"),
         "{stderr}"
     );
+}
+
+/// Sharded input, killed in the middle of an epoch in which one worker's file has run out,
+/// resumes where it stopped. a.csv has 40 rows (5 batches of 8 on worker 0), b.csv 16 (2 on
+/// worker 1, which then steps empty); BackupAndRestore every 3 batches. Rank 0 stalls in its
+/// third checkpoint write (`KILN_TEST_CHECKPOINT_STALL`), both workers are killed, and the
+/// last complete checkpoint is the one after step 3 of epoch 1 (worker 1 already exhausted).
+/// The same command then resumes from it and ends on the weights of an uninterrupted run.
+#[test]
+fn sharded_input_resumes_in_the_middle_of_an_uneven_epoch() {
+    let _serial = one_job_at_a_time();
+    let dir = common::scratch("mpi-shard-kill");
+    std::fs::write(dir.join("a.csv"), csv_rows(0..40)).unwrap();
+    std::fs::write(dir.join("b.csv"), csv_rows(40..56)).unwrap();
+    let cfg = dir.join("c.toml");
+    let text_cfg = CSV_CONFIG
+        .replace("DIR", dir.to_str().unwrap())
+        .replace("FILES", r#"["a.csv", "b.csv"]"#)
+        + "[[callbacks]]\ntype = \"BackupAndRestore\"\nsave_freq = 3\n";
+    std::fs::write(&cfg, text_cfg).unwrap();
+    let args = ["--strategy", "multi_worker_mirrored"];
+    let whole = dir.join("whole");
+    let out = mpirun(2, &cfg, &whole, &args).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let run = dir.join("run");
+    let job = mpirun(2, &cfg, &run, &args)
+        .env("KILN_TEST_CHECKPOINT_STALL", "3")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let stalled = || {
+        std::fs::read_dir(run.join("checkpoints"))
+            .is_ok_and(|d| d.flatten().any(|e| e.path().join("STALLED").exists()))
+    };
+    while !stalled() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no stalled checkpoint after a minute"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for (_, pid) in workers(&job) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    let _ = job.wait_with_output().unwrap();
+    assert!(!run.join("model.safetensors").exists());
+
+    let out = mpirun(2, &cfg, &run, &args).output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Resuming from") && stderr.contains("(epoch 1, batch 3 of it"),
+        "{stderr}"
+    );
+    let diff = max_difference(&whole, &run);
+    assert!(diff <= 1e-6, "the resumed run differs by {diff}");
 }

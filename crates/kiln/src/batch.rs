@@ -41,17 +41,30 @@ pub struct DeviceBatch {
 }
 
 impl DeviceBatch {
-    /// A batch of no examples with `self`'s tensors (which nothing reads at size 0): what a
-    /// worker whose input shard is exhausted steps with while the others still have data.
-    pub fn empty_like(&self) -> DeviceBatch {
-        DeviceBatch {
-            x: self.x.clone(),
-            labels: self.labels.clone(),
+    /// A batch of no examples: what a worker whose input shard is exhausted steps with while
+    /// the others still have data. Its tensors are one zero example of `spec`'s input and
+    /// `loss`'s label kind, which nothing reads at size 0.
+    pub fn empty(spec: &ModelSpec, loss: &LossSpec, device: &Device) -> Result<DeviceBatch> {
+        let per: usize = spec.input_shape().iter().product();
+        let mut shape = vec![1];
+        shape.extend_from_slice(spec.input_shape());
+        let x = Array::new(shape, kiln_data::Buffer::F32(vec![0.0; per]))
+            .map_err(|e| KilnError::Shape(e.to_string()))?;
+        let (x, _) = features(&x, spec, device)?;
+        let units: usize = spec.output_shape().iter().product();
+        let labels = if loss.sparse_labels() {
+            Labels::Sparse(Tensor::<1, Int>::zeros([1], device))
+        } else {
+            Labels::Dense(Tensor::<2>::zeros([1, units], device))
+        };
+        Ok(DeviceBatch {
+            x,
+            labels: Some(labels),
             classes: Vec::new(),
             targets: Vec::new(),
             size: 0,
-            sample_weight: self.sample_weight.clone(),
-        }
+            sample_weight: None,
+        })
     }
 }
 

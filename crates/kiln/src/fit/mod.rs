@@ -382,7 +382,6 @@ impl Model {
         let mut checkpoint_due = false;
         // multi_worker_mirrored with each worker reading its own shard (see the loop).
         let sharded = accumulation.strategy.shards_input();
-        let mut empty_batch: Option<crate::batch::DeviceBatch> = None;
         hooks!(|c, ctx| c.on_train_begin(ctx));
         let mut last = Logs::default();
         let mut guard = NumericsGuard::new(self.check_numerics, DataSplit::Train);
@@ -431,26 +430,17 @@ impl Model {
                             &mut guard,
                         )?
                     };
-                    if let Some(b) = &local
-                        && empty_batch.is_none()
-                    {
-                        empty_batch = Some(b.empty_like());
-                    }
                     let size = local.as_ref().map_or(0, |b| b.size);
                     if accumulation.strategy.agree_input(size) == 0 {
                         break;
                     }
-                    let b = match (local, &empty_batch) {
-                        (Some(b), _) => b,
-                        (None, Some(e)) => e.empty_like(),
-                        (None, None) => {
-                            return Err(crate::KilnError::config(
-                                "distribute.auto_shard_policy",
-                                "this worker's input shard had no batch in its first step while \
-                                 other workers had data; give every worker at least one \
-                                 non-empty file, or set auto_shard_policy = \"data\"",
-                            ));
-                        }
+                    let b = match local {
+                        Some(b) => b,
+                        None => crate::batch::DeviceBatch::empty(
+                            &self.spec,
+                            &self.compiled.loss,
+                            &train_device,
+                        )?,
                     };
                     (batch, b, waited)
                 } else {
