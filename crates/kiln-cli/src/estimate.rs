@@ -83,5 +83,12 @@ pub fn run(args: EstimateArgs) -> anyhow::Result<()> {
     };
     let e = at(batch);
     print!("{}", kiln::estimate::report(&e, memory, &at));
+    if let Some(stages) = cfg
+        .distribute
+        .pipeline_plan(&cfg.model)
+        .map_err(|e| e.in_file(&config))?
+    {
+        print!("{}", kiln::estimate::stage_report(&e, &stages));
+    }
     Ok(())
 }

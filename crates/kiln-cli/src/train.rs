@@ -95,7 +95,12 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         cfg.distribute.num_replicas = Some(n);
         cfg.distribute.devices.clear();
     }
-    cfg.distribute.validate()?;
+    // The [distribute] keys against the strategy the flags chose, and a pipeline's stages
+    // against the model, before anything starts.
+    cfg.distribute
+        .validate()
+        .and_then(|()| cfg.distribute.check_model(&cfg.model))
+        .map_err(|e| e.in_file(&config))?;
     // multi_worker_mirrored: MPI starts here; only rank 0 prints and writes the run.
     let worker = match cfg.distribute.strategy {
         kiln::config::StrategyKind::MultiWorkerMirrored => Some(kiln::distribute::world::init()?),

@@ -82,3 +82,44 @@ fn impossible_plans_are_refused_naming_the_key() {
     assert!(stderr.contains("distribute.num_replicas"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--strategy pipeline` with the pipeline's keys in the file (and no strategy there) trains:
+/// the keys are checked against the strategy the flags chose. Bad `stages` values say what
+/// is expected; sizes too large to add up are refused, not a crash.
+#[test]
+fn the_flag_chooses_the_strategy_and_bad_stages_are_explained() {
+    require_data();
+    let dir = scratch("pipeline-flag");
+    let cfg = mlp_config(&dir, 64, 1, 1000, "\n[distribute]\nstages = 2\n");
+    let out = train(&cfg, &dir.join("run"), &["--strategy", "pipeline"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = train(&cfg, &dir.join("run1"), &[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("distribute.stages") && stderr.contains("--strategy"),
+        "{stderr}"
+    );
+    for (stages, want) in [
+        ("\"two\"", "expected a number of stages"),
+        ("[1.5, 2]", "expected a number of stages"),
+        (
+            "[9223372036854775807, 9223372036854775807, 6]",
+            "distribute.stages[0]",
+        ),
+    ] {
+        let bad = mlp_config(
+            &dir,
+            64,
+            1,
+            1000,
+            &format!("\n[distribute]\nstrategy = \"pipeline\"\nstages = {stages}\n"),
+        );
+        let out = train(&bad, &dir.join("bad"), &[]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stages}: {stderr}");
+        assert!(stderr.contains(want), "{stages}: {stderr}");
+        assert!(!stderr.contains("internal error"), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -32,6 +32,16 @@ impl std::str::FromStr for DeviceKind {
 /// True when a GPU backend was compiled in.
 pub const HAS_GPU_BACKEND: bool = cfg!(any(feature = "vulkan", feature = "cuda"));
 
+/// `"cpu"` for Burn's flex CPU device, `"gpu"` for any other (the names of `--device` and
+/// `[distribute] devices`).
+pub fn name(device: &Device) -> &'static str {
+    if *device == Device::flex() {
+        "cpu"
+    } else {
+        "gpu"
+    }
+}
+
 /// The Burn device for `kind`.
 ///
 /// # Errors

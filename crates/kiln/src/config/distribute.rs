@@ -127,7 +127,7 @@ pub enum AutoShardPolicy {
 }
 
 /// Stages of `strategy = "pipeline"` without a `stages` key.
-pub const DEFAULT_STAGES: usize = 2;
+pub const DEFAULT_PIPELINE_STAGES: usize = 2;
 
 impl DistributeConfig {
     /// True for the default (`one_device`, nothing else set): the resolved config then
@@ -136,22 +136,29 @@ impl DistributeConfig {
         *self == DistributeConfig::default()
     }
 
-    /// Checks the keys together.
+    /// Checks the keys: [`DistributeConfig::validate_values`], then that each key belongs to
+    /// the strategy in use.
     ///
     /// # Errors
-    /// [`KilnError::Config`] naming the key: `num_replicas = 0`, both `num_replicas` and
-    /// `devices`, replica keys without `strategy = "mirrored"`, pipeline keys without
-    /// `strategy = "pipeline"`, or pipeline settings that cannot work (zero stages or
-    /// micro-batches, not one device per stage).
+    /// [`KilnError::Config`] naming the key: as [`DistributeConfig::validate_values`]; replica
+    /// keys without `strategy = "mirrored"`, pipeline keys without `strategy = "pipeline"`,
+    /// `auto_shard_policy` without `"multi_worker_mirrored"`, not one device per pipeline
+    /// stage.
     pub fn validate(&self) -> Result<()> {
-        if self.auto_shard_policy.is_some() && self.strategy != StrategyKind::MultiWorkerMirrored {
-            return Err(KilnError::config(
-                "distribute.auto_shard_policy",
+        self.validate_values()?;
+        let strategy = self.strategy.name();
+        let wrong = |key: &str, of: &str| {
+            KilnError::config(
+                format!("distribute.{key}"),
                 format!(
-                    "is a key of strategy = \"multi_worker_mirrored\", not of \"{}\"",
-                    self.strategy.name()
+                    "is a key of strategy = \"{of}\", but the strategy is \"{strategy}\" \
+                     ([distribute] strategy or --strategy); set strategy = \"{of}\", or \
+                     remove the key"
                 ),
-            ));
+            )
+        };
+        if self.auto_shard_policy.is_some() && self.strategy != StrategyKind::MultiWorkerMirrored {
+            return Err(wrong("auto_shard_policy", "multi_worker_mirrored"));
         }
         let pipeline_key = [
             ("stages", self.stages.is_some()),
@@ -163,33 +170,20 @@ impl DistributeConfig {
         if let Some((key, _)) = pipeline_key
             && self.strategy != StrategyKind::Pipeline
         {
-            return Err(KilnError::config(
-                format!("distribute.{key}"),
-                format!(
-                    "is a key of strategy = \"pipeline\", not of \"{}\"",
-                    self.strategy.name()
-                ),
-            ));
+            return Err(wrong(key, "pipeline"));
         }
         match self.strategy {
             StrategyKind::Pipeline => {
                 if self.num_replicas.is_some() {
                     return Err(KilnError::config(
                         "distribute.num_replicas",
-                        "is a key of strategy = \"mirrored\"; a pipeline has one replica \
-                         (give its stages with `stages`)",
+                        "(or --num-replicas) is for strategy = \"mirrored\"; a pipeline has \
+                         one replica, split into `stages`",
                     ));
                 }
-                let pipe = self.pipeline()?;
                 if !self.devices.is_empty() {
-                    pipe.on_devices(vec![burn::prelude::Device::flex(); self.devices.len()])?;
-                }
-                if let (Some(Stages::Sizes(_)), Some(_)) = (&self.stages, self.balance_by) {
-                    return Err(KilnError::config(
-                        "distribute.balance_by",
-                        "applies when `stages` is a number; with each stage's layer count \
-                         given there is nothing to balance",
-                    ));
+                    self.pipeline()?
+                        .on_devices(vec![burn::prelude::Device::flex(); self.devices.len()])?;
                 }
             }
             StrategyKind::OneDevice | StrategyKind::MultiWorkerMirrored
@@ -203,6 +197,40 @@ impl DistributeConfig {
             }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// Checks the settings against the model: a pipeline's stages must fit its layers
+    /// ([`crate::distribute::balance::plan`]).
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] (`distribute.stages`) as [`crate::distribute::balance::plan`].
+    pub fn check_model(&self, spec: &crate::model::ModelSpec) -> Result<()> {
+        self.pipeline_plan(spec).map(|_| ())
+    }
+
+    /// With `strategy = "pipeline"`, each stage's layer range for `spec`; `None` otherwise.
+    ///
+    /// # Errors
+    /// As [`DistributeConfig::check_model`].
+    pub fn pipeline_plan(
+        &self,
+        spec: &crate::model::ModelSpec,
+    ) -> Result<Option<Vec<std::ops::Range<usize>>>> {
+        if self.strategy != StrategyKind::Pipeline {
+            return Ok(None);
+        }
+        Ok(Some(self.pipeline()?.plan(spec)?.to_vec()))
+    }
+
+    /// Checks each key's value on its own, whatever the strategy (what a config file is
+    /// refused for when it is loaded, before `kiln train --strategy` may change the strategy).
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming the key: `num_replicas = 0`, both `num_replicas` and
+    /// `devices`, an unknown device, zero stages or micro-batches, a stage of 0 layers,
+    /// `balance_by` with the stages' sizes given.
+    pub fn validate_values(&self) -> Result<()> {
         if self.num_replicas == Some(0) {
             return Err(KilnError::config(
                 "distribute.num_replicas",
@@ -217,6 +245,22 @@ impl DistributeConfig {
         }
         for (i, d) in self.devices.iter().enumerate() {
             device_kind(d).map_err(|m| KilnError::config(format!("distribute.devices[{i}]"), m))?;
+        }
+        self.pipeline()?;
+        if let Some(Stages::Sizes(sizes)) = &self.stages {
+            if let Some(s) = sizes.iter().position(|&s| s == 0) {
+                return Err(KilnError::config(
+                    format!("distribute.stages[{s}]"),
+                    "is 0: each stage runs at least one layer",
+                ));
+            }
+            if self.balance_by.is_some() {
+                return Err(KilnError::config(
+                    "distribute.balance_by",
+                    "applies when `stages` is a number; with each stage's layer count given \
+                     there is nothing to balance",
+                ));
+            }
         }
         Ok(())
     }
@@ -264,7 +308,9 @@ impl DistributeConfig {
     /// The pipeline's stages and micro-batches, its stages not yet placed on devices.
     fn pipeline(&self) -> Result<PipelineStrategy> {
         PipelineStrategy::new(
-            self.stages.clone().unwrap_or(Stages::Count(DEFAULT_STAGES)),
+            self.stages
+                .clone()
+                .unwrap_or(Stages::Count(DEFAULT_PIPELINE_STAGES)),
             self.balance_by.unwrap_or_default(),
             self.num_micro_batches.unwrap_or(1),
         )
@@ -281,7 +327,19 @@ impl DistributeConfig {
     fn resolve_devices(&self) -> Result<Vec<burn::prelude::Device>> {
         self.devices
             .iter()
-            .map(|d| crate::device::resolve(device_kind(d).expect("validated")))
+            .enumerate()
+            .map(|(i, d)| {
+                crate::device::resolve(device_kind(d).expect("validated")).map_err(|_| {
+                    KilnError::config(
+                        format!("distribute.devices[{i}]"),
+                        format!(
+                            "\"{d}\" needs a GPU backend, and this kiln was built without one \
+                             (rebuild with `cargo build --release --features vulkan`), or list \
+                             \"cpu\" instead"
+                        ),
+                    )
+                })
+            })
             .collect()
     }
 }
@@ -292,7 +350,7 @@ fn device_kind(name: &str) -> std::result::Result<crate::DeviceKind, String> {
         "gpu" | "gpu:0" => Ok(crate::DeviceKind::Gpu),
         other => Err(format!(
             "unknown device \"{other}\"; allowed: \"cpu\", \"gpu\" (= \"gpu:0\"); other GPU \
-             indices are not addressable yet: list \"cpu\" several times for CPU replicas"
+             indices are not addressable yet (\"cpu\" may be listed several times)"
         )),
     }
 }
@@ -345,7 +403,9 @@ mod tests {
         assert!(workers.contains("mpirun -np N"), "{workers}");
         let stray = err("num_micro_batches = 4");
         assert!(
-            stray.contains("distribute.num_micro_batches") && stray.contains("\"one_device\""),
+            stray.contains("distribute.num_micro_batches")
+                && stray.contains("the strategy is \"one_device\"")
+                && stray.contains("--strategy"),
             "{stray}"
         );
         let replicas = err("strategy = \"pipeline\"\nnum_replicas = 2");

@@ -34,7 +34,7 @@ pub use callbacks::{
     ModelCheckpointSpec, ReduceLROnPlateauSpec, TensorBoardSpec, TerminateOnNaNSpec,
 };
 pub use data::{ARRAY_FORM_KEYS, DataConfig, PIPELINE_KEYS};
-pub use distribute::{AutoShardPolicy, DistributeConfig, StrategyKind};
+pub use distribute::{AutoShardPolicy, DEFAULT_PIPELINE_STAGES, DistributeConfig, StrategyKind};
 pub use fit::{AUTO_BATCH_SIZE, FitConfig, OnNanConfig};
 pub use pipeline::{
     AxisConfig, ColumnRef, FeatureConfig, OneOrMany, OpConfig, PipelineConfig, ShuffleConfig,
@@ -171,7 +171,9 @@ impl RunConfig {
         }
         data.validate()?;
         let (callbacks, backup) = callbacks::read(&raw.callbacks)?;
-        raw.distribute.validate()?;
+        // Whether each key fits the strategy is checked after command-line overrides (kiln
+        // train --strategy), when the strategy is built.
+        raw.distribute.validate_values()?;
         let cfg = RunConfig {
             name: raw.name,
             seed: raw.seed,

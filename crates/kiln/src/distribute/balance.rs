@@ -29,13 +29,35 @@ pub enum BalanceBy {
 
 /// How the layers are split (`[distribute] stages`): a number of stages, balanced
 /// automatically, or each stage's number of layers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Stages {
     /// This many stages, balanced by [`BalanceBy`].
     Count(usize),
     /// Layers per stage, in order (they must add up to the model's layer count).
     Sizes(Vec<usize>),
+}
+
+impl<'de> Deserialize<'de> for Stages {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Stages, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Count(usize),
+            Sizes(Vec<usize>),
+        }
+        Raw::deserialize(d)
+            .map(|r| match r {
+                Raw::Count(n) => Stages::Count(n),
+                Raw::Sizes(s) => Stages::Sizes(s),
+            })
+            .map_err(|_| {
+                serde::de::Error::custom(
+                    "distribute.stages: expected a number of stages (at least 1), or each \
+                     stage's number of layers as a list, e.g. stages = 2 or stages = [5, 2]",
+                )
+            })
+    }
 }
 
 impl Stages {
@@ -177,8 +199,11 @@ pub fn plan(spec: &ModelSpec, stages: &Stages, by: BalanceBy) -> Result<Vec<Rang
                 return Err(KilnError::config(
                     "distribute.stages",
                     format!(
-                        "{k} stages for a model of {n} layers: give between 1 and {n} (each \
-                         stage runs at least one layer)"
+                        "{k} stage{} for a model of {n} layer{}: give between 1 and {n} (each \
+                         stage runs at least one layer; without `stages` a pipeline has {})",
+                        if *k == 1 { "" } else { "s" },
+                        if n == 1 { "" } else { "s" },
+                        crate::config::DEFAULT_PIPELINE_STAGES,
                     ),
                 ));
             }
@@ -191,7 +216,17 @@ pub fn plan(spec: &ModelSpec, stages: &Stages, by: BalanceBy) -> Result<Vec<Rang
                     "is 0: each stage runs at least one layer",
                 ));
             }
-            let total: usize = sizes.iter().sum();
+            if let Some(s) = sizes.iter().position(|&s| s > n) {
+                return Err(KilnError::config(
+                    format!("distribute.stages[{s}]"),
+                    format!(
+                        "is {} layers, but the model has {n} (`kiln train` prints its summary; \
+                         Input layers do not count)",
+                        sizes[s]
+                    ),
+                ));
+            }
+            let total = sizes.iter().fold(0usize, |a, &b| a.saturating_add(b));
             if total != n || sizes.is_empty() {
                 return Err(KilnError::config(
                     "distribute.stages",
@@ -332,6 +367,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(zero.contains("distribute.stages[1]"), "{zero}");
+        // Sizes that would overflow a sum are refused by the first one too large.
+        let huge = plan(
+            &spec,
+            &Stages::Sizes(vec![usize::MAX, usize::MAX, 2]),
+            BalanceBy::Parameters,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(huge.contains("distribute.stages[0]"), "{huge}");
         let many = plan(&spec, &Stages::Count(5), BalanceBy::Parameters)
             .unwrap_err()
             .to_string();

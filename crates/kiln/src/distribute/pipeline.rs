@@ -138,8 +138,9 @@ impl PipelineStrategy {
         let plan = self.plan(spec)?.to_vec();
         let costs = balance::layer_costs(spec, BalanceBy::Flops);
         let mut out = format!(
-            "Pipeline: {} stages{}, {micro} micro-batch{} per batch\n",
+            "Pipeline: {} stage{}{}, {micro} micro-batch{} per batch\n",
             plan.len(),
+            if plan.len() == 1 { "" } else { "s" },
             if auto {
                 format!(
                     " balanced by {}",
@@ -165,8 +166,7 @@ impl PipelineStrategy {
             let flops: f64 = costs[r.clone()].iter().sum();
             let device = devices
                 .get(s)
-                .map(|d| format!("{d:?}"))
-                .unwrap_or_else(|| "the training device".into());
+                .map_or("the training device", crate::device::name);
             out.push_str(&format!(
                 "  stage {s}: {} ({} layer{}), {} parameters, {} forward FLOPs/example, on {device}\n",
                 if names.len() == 1 {
@@ -240,13 +240,19 @@ impl PipelineStrategy {
             let share = part.size as f64 / global;
             let labels = part.labels.expect("training batches carry labels");
             let at = placement.as_ref().map(|d| move |i: usize| d[i].clone());
+            let mut layer_times = Vec::new();
             let fwd = net.forward_placed(
                 spec,
                 vec![part.x],
                 true,
-                &mut |_, _, _| {},
+                &mut |i, d, _| layer_times.push((i, d)),
                 at.as_ref().map(|f| f as &dyn Fn(usize) -> Device),
             );
+            if let Some(p) = profile.as_deref_mut() {
+                for (i, d) in layer_times {
+                    p.add_layer(i, &spec.layers()[i].name, d);
+                }
+            }
             lap(|p| &mut p.forward_s, &mut profile);
             let out_device = fwd.output.device();
             let loss = compiled.loss.compute_weighted(

@@ -39,7 +39,7 @@ pub use activations::LayerActivations;
 pub use bytes::{format_bytes, parse_bytes};
 pub use host::{HostData, mem_available, vm_hwm, vm_rss};
 pub use precision::Precision;
-pub use report::report;
+pub use report::{report, stage_report};
 pub use resolve::{DEFAULT_BUDGET_FRACTION, resolve_batch_size};
 pub use search::{AutoBatch, GPU_SIZES_GB, auto_batch_size, max_batch_size};
 

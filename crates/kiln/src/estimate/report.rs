@@ -122,3 +122,35 @@ pub fn report(e: &Estimate, memory: Option<u64>, at: &dyn Fn(usize) -> Estimate)
     out.push('\n');
     out
 }
+
+/// Per pipeline stage (`[distribute] strategy = "pipeline"`, stages as layer ranges of
+/// `e.layers`): what each stage's device holds — its layers' weights, gradients, optimizer
+/// state and kept activations (GPipe keeps every micro-batch's activations for the backward
+/// pass, so a stage keeps its layers' activations of the whole batch), the input batch on the
+/// first stage — plus the whole model's backward workspace as an upper bound of the stage's.
+pub fn stage_report(e: &Estimate, stages: &[std::ops::Range<usize>]) -> String {
+    let mut out = String::from("Pipeline stages (device memory per stage):\n");
+    for (s, r) in stages.iter().enumerate() {
+        let layers = &e.layers[r.clone()];
+        let params: u64 = layers.iter().map(|l| l.trainable + l.non_trainable).sum();
+        let state: u64 = layers
+            .iter()
+            .map(|l| l.weight_bytes + l.gradient_bytes + l.optimizer_bytes)
+            .sum();
+        let input = if s == 0 { e.input_bytes } else { 0 };
+        let acts: u64 = layers.iter().map(|l| l.activation_bytes).sum::<u64>() + input;
+        out.push_str(&format!(
+            "  stage {s}: {} … {} ({} layer{}), {} parameters: weights, gradients and optimizer \
+             {}, activations {}; peak at most {}\n",
+            layers[0].name,
+            layers[layers.len() - 1].name,
+            layers.len(),
+            if layers.len() == 1 { "" } else { "s" },
+            thousands(params as usize),
+            format_bytes(state),
+            format_bytes(acts),
+            format_bytes(state + acts + e.workspace_bytes),
+        ));
+    }
+    out
+}

@@ -173,3 +173,34 @@ fn auto_batch_size_picks_the_largest_fitting_batch_and_says_why() {
         .to_string();
     assert!(e.contains("fit.batch_size") && e.contains("mixed"), "{e}");
 }
+
+/// A pipeline's stages split BERT-large's memory: balanced by parameters into 4 stages of
+/// 82–88 M parameters each (16 bytes per parameter with AdamW in float32), whose parameters
+/// add up to the model's, each stage's peak well under the one-device peak.
+#[test]
+fn pipeline_stages_split_bert_large() {
+    let mut cfg = example("bert-large.toml");
+    cfg.distribute.strategy = crate::config::StrategyKind::Pipeline;
+    cfg.distribute.stages = Some(crate::distribute::Stages::Count(4));
+    let stages = cfg.distribute.pipeline_plan(&cfg.model).unwrap().unwrap();
+    let e = estimate(&cfg.model, &cfg.compile.optimizer, 8, Precision::Float32);
+    let text = stage_report(&e, &stages);
+    assert_eq!(text.lines().count(), 5, "{text}");
+    assert!(
+        text.contains(
+            "stage 1: transformer_layer_4 … transformer_layer_10 (7 layers), 88,173,568 parameters"
+        ),
+        "{text}"
+    );
+    let params: u64 = stages
+        .iter()
+        .flat_map(|r| &e.layers[r.clone()])
+        .map(|l| l.trainable + l.non_trainable)
+        .sum();
+    assert_eq!(params, 335_143_938);
+    // 88,173,568 × 16 bytes = 1.31 GiB of weights, gradients and moments on stage 1.
+    assert!(
+        text.contains("weights, gradients and optimizer 1.31 GiB"),
+        "{text}"
+    );
+}

@@ -458,7 +458,7 @@ fn gzip_text_and_csv_sources() {
     );
     // Only the source matters here: the text source yields {line}.
     let p = cfg.data.train.as_ref().unwrap();
-    let lines: Vec<Vec<u8>> = source(&cfg, p, "data.train")
+    let lines: Vec<Vec<u8>> = source(&cfg, p, "data.train", None)
         .unwrap()
         .iter()
         .map(|e| e.unwrap().get("line").unwrap().data().as_strings().unwrap()[0].clone())
@@ -542,4 +542,46 @@ fn tfrecord_pipeline_over_s3() {
     let err = ds.iter().next().unwrap().unwrap_err().to_string();
     assert!(err.contains(&missing), "{err}");
     kiln_data::storage::set_s3_options(None);
+}
+
+/// A worker's shard of a CSV pipeline reads every N-th file of the sorted glob and batches
+/// at its own batch size; `shardable_files` counts the files (IDX sources: none).
+#[test]
+fn a_shard_reads_every_nth_file_at_its_batch_size() {
+    let s = Scratch::new("shard");
+    for (name, rows) in [("p0.csv", 0..3), ("p1.csv", 3..5), ("p2.csv", 5..9)] {
+        let body: String = rows.map(|i| format!("{i},{}\n", i % 2)).collect();
+        std::fs::write(s.0.join(name), format!("v,label\n{body}")).unwrap();
+    }
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"csv\"\nfiles = \"p*.csv\"\nlabel_name = \"label\"\nx = \"v\"\nbatch_size = 4\n",
+    );
+    assert_eq!(shardable_files(&cfg, Split::Train).unwrap(), Some(3));
+    let values = |ds: &Dataset| -> Vec<Vec<f32>> {
+        batches(ds)
+            .iter()
+            .map(|b| match b.get("x").unwrap().data() {
+                Buffer::I32(v) => v.iter().map(|&x| x as f32).collect(),
+                Buffer::I64(v) => v.iter().map(|&x| x as f32).collect(),
+                Buffer::F32(v) => v.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    let shard = |index| Shard {
+        index,
+        count: 2,
+        batch_size: 2,
+    };
+    // Worker 0: p0 and p2 (rows 0..3, 5..9) in batches of 2; worker 1: p1 (rows 3..5).
+    let w0 = values(&build_shard(&cfg, Split::Train, shard(0)).unwrap());
+    assert_eq!(
+        w0,
+        [vec![0.0, 1.0], vec![2.0, 5.0], vec![6.0, 7.0], vec![8.0]]
+    );
+    let w1 = values(&build_shard(&cfg, Split::Train, shard(1)).unwrap());
+    assert_eq!(w1, [vec![3.0, 4.0]]);
+    // The whole pipeline, for comparison: every file at batch_size 4.
+    assert_eq!(values(&build(&cfg, Split::Train).unwrap()).len(), 3);
 }
