@@ -19,6 +19,13 @@ pub const COMMUNICATION_SECONDS: &str = "communication_seconds";
 /// excluded); set with [`COMMUNICATION_SECONDS`].
 pub const TRAIN_SECONDS: &str = "train_seconds";
 
+/// Epoch logs key (multi-worker runs): of [`COMMUNICATION_SECONDS`], the seconds spent
+/// waiting for the slowest worker before each all-reduce.
+pub const WAIT_SECONDS: &str = "communication_wait_seconds";
+/// Epoch logs key (multi-worker runs): of [`COMMUNICATION_SECONDS`], the seconds in the
+/// `MPI_Allreduce` calls themselves (what the ring model of [`super::cost_model`] predicts).
+pub const ALL_REDUCE_SECONDS: &str = "all_reduce_seconds";
+
 /// The share of the epoch above which input wait or communication is named as the bound.
 pub const BOUND_SHARE: f64 = 0.2;
 

@@ -94,6 +94,18 @@ impl Strategy {
         }
     }
 
+    /// For [`Strategy::MultiWorkerMirrored`] across processes: the seconds since the last call
+    /// spent waiting for the slowest worker and in the all-reduce itself (parts of
+    /// [`Strategy::take_reduce_seconds`]); `None` for the other strategies.
+    pub fn take_wait_and_all_reduce_seconds(&mut self) -> Option<(f64, f64)> {
+        match self {
+            Strategy::MultiWorkerMirrored(m) if m.num_replicas() > 1 => {
+                Some(m.take_wait_and_all_reduce_seconds())
+            }
+            _ => None,
+        }
+    }
+
     /// True when the step moves data between replicas or devices (several replicas, or
     /// pipeline stages on devices): the epoch then reports its communication time.
     pub fn communicates(&self) -> bool {

@@ -48,6 +48,10 @@ use crate::model::{ModelSpec, Network};
 pub struct MultiWorkerMirroredStrategy {
     world: World,
     reduce_seconds: f64,
+    /// Of `reduce_seconds`: waiting at a barrier for the slowest worker, and the all-reduce
+    /// itself (the rest packs and unpacks the buffer).
+    wait_seconds: f64,
+    all_reduce_seconds: f64,
     synced: bool,
     /// Set by this process's signal handler.
     local_stop: Option<Interrupt>,
@@ -71,6 +75,8 @@ impl MultiWorkerMirroredStrategy {
         Ok(MultiWorkerMirroredStrategy {
             world: world::init()?,
             reduce_seconds: 0.0,
+            wait_seconds: 0.0,
+            all_reduce_seconds: 0.0,
             synced: false,
             local_stop: None,
             agreed_stop: None,
@@ -139,6 +145,16 @@ impl MultiWorkerMirroredStrategy {
     /// (which includes waiting for the slowest worker) and unpacking.
     pub fn take_reduce_seconds(&mut self) -> f64 {
         std::mem::take(&mut self.reduce_seconds)
+    }
+
+    /// Of the communication since the last call: seconds waiting for the slowest worker (a
+    /// barrier before each all-reduce) and seconds in the `MPI_Allreduce` itself; the rest of
+    /// [`Self::take_reduce_seconds`] is packing and unpacking the buffer.
+    pub fn take_wait_and_all_reduce_seconds(&mut self) -> (f64, f64) {
+        (
+            std::mem::take(&mut self.wait_seconds),
+            std::mem::take(&mut self.all_reduce_seconds),
+        )
     }
 
     /// One step's gradients on this worker's share of the global `batch`, summed over the
@@ -286,7 +302,14 @@ impl MultiWorkerMirroredStrategy {
             }
         }
 
+        // The barrier separates waiting for the slowest worker from the transfer (the
+        // all-reduce could not finish before the last worker arrives anyway).
+        let clock = Instant::now();
+        world::barrier();
+        let arrived = Instant::now();
         world::all_reduce_sum(&mut buf);
+        self.wait_seconds += (arrived - clock).as_secs_f64();
+        self.all_reduce_seconds += arrived.elapsed().as_secs_f64();
 
         let mut unpack = Unpack {
             grads: GradientsParams::new(),

@@ -603,6 +603,12 @@ impl Model {
                 );
                 logs.set(crate::distribute::diagnosis::TRAIN_SECONDS, train_time);
             }
+            if let Some((wait, all_reduce)) =
+                accumulation.strategy.take_wait_and_all_reduce_seconds()
+            {
+                logs.set(crate::distribute::diagnosis::WAIT_SECONDS, wait);
+                logs.set(crate::distribute::diagnosis::ALL_REDUCE_SECONDS, all_reduce);
+            }
             if state.skipped_nan_steps > 0 {
                 logs.set(
                     "skipped_nan_steps",
