@@ -77,13 +77,7 @@ impl<'a> InputCursor<'a> {
     /// The next batch, starting a new iterator when none is open; `None` when the current one
     /// is exhausted (it is then closed).
     pub fn next_batch(&mut self) -> Option<Result<Element>> {
-        if self.current.is_none() {
-            self.current = Some(self.dataset.iter());
-            self.position.iterators_started += 1;
-            self.position.batches_taken = 0;
-            self.position.open = true;
-        }
-        let it = self.current.as_mut().expect("opened above");
+        let it = self.open();
         match it.next() {
             Some(batch) => {
                 self.position.batches_taken += 1;
@@ -103,15 +97,20 @@ impl<'a> InputCursor<'a> {
     /// position on any worker replays its own shard up to that step (or to its end).
     /// [`InputCursor::close`] ends the pass as usual.
     pub fn next_step_batch(&mut self) -> Option<Result<Element>> {
+        let batch = self.open().next();
+        self.position.batches_taken += 1;
+        batch.map(|b| b.map_err(Into::into))
+    }
+
+    /// The current iterator, starting a new one (a new pass) when none is open.
+    fn open(&mut self) -> &mut DatasetIter {
         if self.current.is_none() {
             self.current = Some(self.dataset.iter());
             self.position.iterators_started += 1;
             self.position.batches_taken = 0;
             self.position.open = true;
         }
-        self.position.batches_taken += 1;
-        let it = self.current.as_mut().expect("opened above");
-        it.next().map(|b| b.map_err(Into::into))
+        self.current.as_mut().expect("opened above")
     }
 }
 
