@@ -400,8 +400,11 @@ impl MultiWorkerMirroredStrategy {
 
 /// A tensor's elements as `f32`.
 fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data()
-        .convert::<f32>()
+    to_vec_data(t.into_data())
+}
+
+fn to_vec_data(data: TensorData) -> Vec<f32> {
+    data.convert::<f32>()
         .try_to_vec::<f32>()
         .expect("float tensors convert to f32")
 }
@@ -419,7 +422,12 @@ impl ModuleVisitor for Pack<'_> {
         let n: usize = p.val().dims().iter().product();
         match self.grads.remove::<D>(p.id) {
             Some(g) => {
-                self.buf.extend(to_vec(g));
+                // One copy, straight from the tensor's data (to_vec would copy twice).
+                let data = g.into_data();
+                match data.as_slice::<f32>() {
+                    Ok(values) => self.buf.extend_from_slice(values),
+                    Err(_) => self.buf.extend(to_vec_data(data)),
+                }
                 self.flags.push(1.0);
             }
             None => {
