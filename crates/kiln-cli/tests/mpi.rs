@@ -412,8 +412,7 @@ fn workers_reading_their_own_files_train_what_one_process_trains() {
     let stderr = text(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("distribute.auto_shard_policy")
-            && stderr.contains("1 file(s) for 2 workers"),
+        stderr.contains("distribute.auto_shard_policy") && stderr.contains("1 file for 2 workers"),
         "{stderr}"
     );
 }
@@ -468,6 +467,14 @@ fn sharded_input_resumes_in_the_middle_of_an_uneven_epoch() {
     let _ = job.wait_with_output().unwrap();
     assert!(!run.join("model.safetensors").exists());
 
+    // Another number of workers would read other files from the checkpoint's step on.
+    let out = mpirun(3, &cfg, &run, &args).output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("their number changed (2 -> 1 readers)"),
+        "{stderr}"
+    );
     let out = mpirun(2, &cfg, &run, &args).output().unwrap();
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -477,4 +484,105 @@ fn sharded_input_resumes_in_the_middle_of_an_uneven_epoch() {
     );
     let diff = max_difference(&whole, &run);
     assert!(diff <= 1e-6, "the resumed run differs by {diff}");
+}
+
+/// Sharded input agrees with one process where a worker's files alone cannot tell: with
+/// `steps_per_epoch` and no `repeat` the input runs out in epoch 2 (worker 0 still has a
+/// batch at its step 0, worker 1 none; then neither), so both stop there with the same
+/// warning and weights; with `check_numerics = "skip"` a NaN row in worker 1's file is
+/// counted in the logged `skipped_nonfinite` of the whole job (1), as one process counts it.
+#[test]
+fn sharded_steps_per_epoch_and_skipped_examples_match_one_process() {
+    let _serial = one_job_at_a_time();
+    let dir = common::scratch("mpi-shard-edges");
+    let mut b_rows = csv_rows(24..40);
+    // Row 3 of b.csv (example 27) gets a NaN feature.
+    let lines: Vec<String> = b_rows.lines().map(String::from).collect();
+    let mut fields: Vec<String> = lines[4].split(',').map(String::from).collect();
+    fields[1] = "nan".into();
+    let nan_line = fields.join(",");
+    b_rows = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| if i == 4 { nan_line.clone() } else { l.clone() } + "\n")
+        .collect();
+    std::fs::write(dir.join("a.csv"), csv_rows(0..24)).unwrap();
+    std::fs::write(dir.join("b.csv"), &b_rows).unwrap();
+    // The same examples in each step in one file: a 0..8, b 24..32, a 8..16, b 32..40, a 16..24.
+    let b_body: Vec<&str> = b_rows.lines().skip(1).collect();
+    let a_rows = csv_rows(0..24);
+    let a_body: Vec<&str> = a_rows.lines().skip(1).collect();
+    let mut joined = String::from("a,b,c,d,label\n");
+    for part in [
+        &a_body[0..8],
+        &b_body[0..8],
+        &a_body[8..16],
+        &b_body[8..16],
+        &a_body[16..24],
+    ] {
+        for l in part {
+            joined += l;
+            joined.push('\n');
+        }
+    }
+    std::fs::write(dir.join("joined.csv"), joined).unwrap();
+    let extra =
+        "column_defaults = [\"float32\", \"float32\", \"float32\", \"float32\", \"int32\"]\n";
+    let write = |name: &str, files: &str, fit: &str| {
+        let path = dir.join(name);
+        let text = CSV_CONFIG
+            .replace("DIR", dir.to_str().unwrap())
+            .replace("FILES", files)
+            .replace("batch_size = 16\n", &format!("batch_size = 16\n{extra}"))
+            .replace("[fit]\nepochs = 2\n", fit);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let args = ["--strategy", "multi_worker_mirrored"];
+    let history = |run: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(run.join("history.json")).unwrap()).unwrap()
+    };
+    for (name, fit, check) in [
+        (
+            "steps",
+            "[fit]\nepochs = 3\nsteps_per_epoch = 2\ncheck_numerics = \"skip\"\n",
+            "ran out of data after 1 of",
+        ),
+        (
+            "skip",
+            "[fit]\nepochs = 2\ncheck_numerics = \"skip\"\n",
+            "Input sharded by file",
+        ),
+    ] {
+        let one_cfg = write(&format!("{name}-one.toml"), r#""joined.csv""#, fit);
+        let two_cfg = write(&format!("{name}-two.toml"), r#"["a.csv", "b.csv"]"#, fit);
+        let one = dir.join(format!("{name}-one"));
+        let single = one_process(&one_cfg, &one);
+        let two = dir.join(format!("{name}-two"));
+        let out = mpirun(2, &two_cfg, &two, &args).output().unwrap();
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains(check), "{name}: {stderr}");
+        if name == "steps" {
+            assert!(
+                text(&single.stderr).contains(check),
+                "{}",
+                text(&single.stderr)
+            );
+        }
+        let diff = max_difference(&one, &two);
+        assert!(diff <= 1e-5, "{name}: weights differ by {diff}");
+        let (h1, h2) = (history(&one), history(&two));
+        assert_eq!(h1["epoch"], h2["epoch"], "{name}");
+        assert_eq!(
+            h1["history"]["skipped_nonfinite"], h2["history"]["skipped_nonfinite"],
+            "{name}"
+        );
+        if name == "skip" {
+            assert_eq!(
+                h2["history"]["skipped_nonfinite"],
+                serde_json::json!([1.0, 1.0])
+            );
+        }
+    }
 }

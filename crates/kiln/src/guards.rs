@@ -284,6 +284,14 @@ impl NumericsGuard {
         self.skipped
     }
 
+    /// Replaces the count of skipped examples by `total(count)` (e.g. the sum over the
+    /// workers of a multi-worker job that each read their own shard).
+    pub fn sum_skipped(&mut self, total: impl FnOnce(f64) -> f64) {
+        if self.mode == CheckNumerics::Skip {
+            self.skipped = total(self.skipped as f64).round() as _;
+        }
+    }
+
     /// Adds [`SKIPPED_KEY`] (the skipped count) to `logs` when the mode is skip.
     pub fn report(&self, logs: &mut Logs) {
         if self.mode == CheckNumerics::Skip && self.split != DataSplit::Predict {

@@ -184,27 +184,33 @@ pub fn train_with(
     callbacks: &mut [&mut dyn Callback],
     on_model: impl FnOnce(&mut Model),
 ) -> Result<TrainReport> {
-    let (resolved, train, validation, test) = if cfg.data.uses_pipelines() {
+    // `inputs`: the config the pipelines are built from (each worker's own cache files).
+    let (resolved, inputs, train, validation, test) = if cfg.data.uses_pipelines() {
         // adapt runs first: its statistics go into the resolved config and the pipelines.
         let resolved = pipelines::adapt(cfg)?;
         check_pipelines_against_model(&resolved)?;
+        // Several workers (mpirun) must not share cache files.
+        let inputs = match crate::distribute::world::launched().filter(|w| w.size > 1) {
+            Some(w) => crate::distribute::shard::per_worker_caches(&resolved, w),
+            None => resolved.clone(),
+        };
         let validation = match (
-            &resolved.data.validation,
-            resolved.fit.validation_data.as_deref(),
+            &inputs.data.validation,
+            inputs.fit.validation_data.as_deref(),
         ) {
-            (Some(_), _) => Some(pipelines::build(&resolved, Split::Validation)?),
-            (None, Some("test")) => Some(pipelines::build(&resolved, Split::Test)?),
+            (Some(_), _) => Some(pipelines::build(&inputs, Split::Validation)?),
+            (None, Some("test")) => Some(pipelines::build(&inputs, Split::Test)?),
             _ => None,
         };
-        let train = pipelines::build(&resolved, Split::Train)?;
-        let test = match resolved.data.test {
-            Some(_) => Some(pipelines::build(&resolved, Split::Test)?),
+        let train = pipelines::build(&inputs, Split::Train)?;
+        let test = match inputs.data.test {
+            Some(_) => Some(pipelines::build(&inputs, Split::Test)?),
             None => None,
         };
-        (resolved, train, validation, test)
+        (resolved, inputs, train, validation, test)
     } else {
         let (train, validation, test) = array_pipelines(cfg)?;
-        (cfg.clone(), train, validation, Some(test))
+        (cfg.clone(), cfg.clone(), train, validation, Some(test))
     };
     let mut resolved = resolved;
     if resolved.data.data_dir.is_relative() {
@@ -219,12 +225,14 @@ pub fn train_with(
     let mut strategy = cfg.distribute.build()?;
     let chief = strategy.is_chief();
     let mut interrupt = opts.interrupt.clone();
-    let mut shard = None;
+    let (mut shard, mut shard_note) = (None, None);
     if let crate::distribute::Strategy::MultiWorkerMirrored(m) = &mut strategy {
         let agreed = Interrupt::new();
         m.set_interrupts(opts.interrupt.clone().unwrap_or_default(), agreed.clone());
         interrupt = Some(agreed);
-        shard = crate::distribute::shard::input_shard(cfg, m.world())?;
+        let sharding = crate::distribute::shard::input_shard(&inputs, m.world())?;
+        shard = sharding.shard;
+        shard_note = sharding.note;
         m.set_local_input(shard.is_some());
     }
     if !chief {
@@ -267,15 +275,19 @@ pub fn train_with(
             format!("{:016x}", v.fingerprint()),
         );
     }
+    if let Some(note) = &shard_note {
+        notes(note);
+    }
     let train = match shard {
         Some(s) => {
-            notes(&format!(
-                "Input sharded by file (auto_shard_policy): each of the {} workers reads every \
-                 {}th file of data.train and batches it at its part of the global batch ({} \
-                 examples on worker 0)",
-                s.count, s.count, s.batch_size
-            ));
-            weighted(pipelines::build_shard(cfg, Split::Train, s)?)
+            // The data each worker reads depends on the number of workers: a resume with
+            // another number is a change of data (refused unless allow_changed_data).
+            let whole = fingerprints.get("train").cloned().unwrap_or_default();
+            fingerprints.insert(
+                "train".to_string(),
+                format!("{whole}/file-shards-{}", s.count),
+            );
+            weighted(pipelines::build_shard(&inputs, Split::Train, s)?)
         }
         None => train,
     };
@@ -498,9 +510,24 @@ fn check_unchanged(
             (Some(old), Some((_, v))) if old != fp && data.is_empty() => data.push(format!(
                 "  seed: {v} (the {split} data's shuffle order and random maps follow the seed)"
             )),
-            (Some(old), None) if old != fp && data.is_empty() => data.push(format!(
-                "  the {split} data: the files or the pipeline it reads changed (fingerprint {old} -> {fp})"
-            )),
+            (Some(old), None) if old != fp && data.is_empty() => {
+                let shards = |f: &str| {
+                    let (whole, n) = f.split_once("/file-shards-").unwrap_or((f, "1"));
+                    (whole.to_string(), n.to_string())
+                };
+                let ((was, n_was), (now, n_now)) = (shards(old), shards(fp));
+                data.push(if was == now {
+                    format!(
+                        "  the {split} data: the workers of the job read it file by file \
+                         (auto_shard_policy), and their number changed ({n_was} -> {n_now} \
+                         readers), so each reads other files than the checkpoint's"
+                    )
+                } else {
+                    format!(
+                        "  the {split} data: the files or the pipeline it reads changed (fingerprint {old} -> {fp})"
+                    )
+                });
+            }
             _ => {}
         }
     }

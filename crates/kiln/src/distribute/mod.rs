@@ -130,6 +130,19 @@ impl Strategy {
         }
     }
 
+    /// `value` summed over the workers of a [`Strategy::MultiWorkerMirrored`] job (one
+    /// all-reduce; every worker must call it); `value` itself otherwise.
+    pub fn sum_over_workers(&mut self, value: f64) -> f64 {
+        match self {
+            Strategy::MultiWorkerMirrored(m) if m.num_replicas() > 1 => {
+                let mut v = vec![value as f32];
+                world::all_reduce_sum(&mut v);
+                f64::from(v[0])
+            }
+            _ => value,
+        }
+    }
+
     /// False on the workers of a [`Strategy::MultiWorkerMirrored`] job other than rank 0:
     /// they write nothing to the run directory and print nothing. True otherwise.
     pub fn is_chief(&self) -> bool {

@@ -95,9 +95,11 @@ impl PipelineStrategy {
             return Err(KilnError::config(
                 "distribute.devices",
                 format!(
-                    "lists {} devices for {} stages: give one device per stage",
+                    "lists {} device{} for {} stage{}: give one device per stage",
                     devices.len(),
-                    self.stages.len()
+                    if devices.len() == 1 { "" } else { "s" },
+                    self.stages.len(),
+                    if self.stages.len() == 1 { "" } else { "s" },
                 ),
             ));
         }

@@ -405,7 +405,7 @@ impl Model {
             let first_step = state.acc.batches;
             let mut examples_this_run = 0.0;
             let mut input_wait = 0.0;
-            for step in first_step.. {
+            'steps: for step in first_step.. {
                 if opts.steps_per_epoch.is_some_and(|n| step >= n) {
                     break;
                 }
@@ -414,26 +414,47 @@ impl Model {
                     // Each worker reads its own shard: a worker whose shard is exhausted (or
                     // whose batch check_numerics emptied) still steps, with no examples, until
                     // every shard is exhausted.
-                    let fetched = input.next_step_batch().transpose()?;
-                    let waited = clock.elapsed().as_secs_f64();
-                    input_wait += waited;
-                    clock = Instant::now();
-                    let mut batch = fetched.unwrap_or_default();
-                    let local = if batch.is_empty() {
-                        None
-                    } else {
-                        to_device_guarded(
-                            &mut batch,
-                            &self.spec,
-                            &self.compiled.loss,
-                            &train_device,
-                            &mut guard,
-                        )?
+                    let mut new_pass = false;
+                    let (batch, local, waited) = loop {
+                        let fetched = input.next_step_batch().transpose()?;
+                        let waited = clock.elapsed().as_secs_f64();
+                        input_wait += waited;
+                        clock = Instant::now();
+                        let mut batch = fetched.unwrap_or_default();
+                        let local = if batch.is_empty() {
+                            None
+                        } else {
+                            to_device_guarded(
+                                &mut batch,
+                                &self.spec,
+                                &self.compiled.loss,
+                                &train_device,
+                                &mut guard,
+                            )?
+                        };
+                        let size = local.as_ref().map_or(0, |b| b.size);
+                        if accumulation.strategy.agree_input(size) > 0 {
+                            break (batch, local, waited);
+                        }
+                        // Every worker's shard is exhausted (all see it at the same step).
+                        if opts.steps_per_epoch.is_some() && step == 0 && !new_pass {
+                            // The repeated pass ended exactly at an epoch boundary.
+                            input.close();
+                            new_pass = true;
+                            continue;
+                        }
+                        if let Some(n) = opts.steps_per_epoch {
+                            eprintln!(
+                                "warning: the training input ran out of data after {step} of \
+                                 steps_per_epoch = {n} batches in epoch {}; stopping. Make sure \
+                                 the dataset yields steps_per_epoch × epochs batches (add \
+                                 `repeat`).",
+                                epoch + 1
+                            );
+                            control.stop_training = true;
+                        }
+                        break 'steps;
                     };
-                    let size = local.as_ref().map_or(0, |b| b.size);
-                    if accumulation.strategy.agree_input(size) == 0 {
-                        break;
-                    }
                     let b = match local {
                         Some(b) => b,
                         None => crate::batch::DeviceBatch::empty(
@@ -589,6 +610,10 @@ impl Model {
             let mut logs = state.acc.logs(&self.compiled);
             if let Some(ls) = state.loss_scale {
                 logs.set(LOSS_SCALE, ls.scale);
+            }
+            if sharded {
+                // Each worker skipped the non-finite examples of its own shard.
+                guard.sum_skipped(|n| accumulation.strategy.sum_over_workers(n));
             }
             guard.report(&mut logs);
             // Throughput and time blocked on the input pipeline, for TensorBoard
