@@ -79,7 +79,13 @@ pub fn run(args: EstimateArgs) -> anyhow::Result<()> {
             )?;
             resolved.fit.batch_size
         }
-        None => cfg.fit.batch_size,
+        // The training pipeline's own batch_size, as `kiln train` batches it.
+        None => cfg
+            .data
+            .train
+            .as_ref()
+            .and_then(|p| p.batch_size)
+            .unwrap_or(cfg.fit.batch_size),
     };
     let e = at(batch);
     print!("{}", kiln::estimate::report(&e, memory, &at));

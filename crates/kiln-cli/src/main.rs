@@ -254,19 +254,27 @@ fn main() -> ExitCode {
             if let Some(w) = worker.filter(|w| w.rank > 0) {
                 // Rank 0 reports a stop that every worker shared.
                 if !workers::shared(&e) {
-                    let message = message.replace('\n', " ");
-                    eprintln!("kiln (worker {} of {}): error: {message}", w.rank, w.size);
+                    // One write, so that the workers' lines do not interleave.
+                    let line = format!(
+                        "kiln (worker {} of {}): error: {}\n",
+                        w.rank,
+                        w.size,
+                        message.replace('\n', " ")
+                    );
+                    let _ = std::io::stderr().write_all(line.as_bytes());
                 }
                 workers::abort_unless_finalized(code);
                 return ExitCode::from(code);
             }
-            match e.downcast_ref::<KilnError>() {
+            let line = match e.downcast_ref::<KilnError>() {
                 // Reports that are laid out in lines.
                 Some(KilnError::Changed(_) | KilnError::NanLoss(_)) => {
-                    eprintln!("kiln: error: {message}")
+                    format!("kiln: error: {message}\n")
                 }
-                _ => eprintln!("kiln: error: {}", message.replace('\n', " ")),
-            }
+                _ => format!("kiln: error: {}\n", message.replace('\n', " ")),
+            };
+            // One write (under mpirun the workers share the terminal).
+            let _ = std::io::stderr().write_all(line.as_bytes());
             workers::abort_unless_finalized(code);
             ExitCode::from(code)
         }

@@ -113,7 +113,7 @@ pub struct DistributeConfig {
 
 /// `[distribute] auto_shard_policy`: how `multi_worker_mirrored` splits the training input
 /// across workers (`tf.data.experimental.AutoShardPolicy`, lowercased).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AutoShardPolicy {
     /// `file` when the training pipeline reads at least as many files as there are workers
@@ -124,6 +124,25 @@ pub enum AutoShardPolicy {
     File,
     /// Every worker reads the whole input and keeps its rows of each global batch.
     Data,
+}
+
+impl<'de> Deserialize<'de> for AutoShardPolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<AutoShardPolicy, D::Error> {
+        let name = String::deserialize(d).ok();
+        match name.as_deref() {
+            Some("auto") => Ok(AutoShardPolicy::Auto),
+            Some("file") => Ok(AutoShardPolicy::File),
+            Some("data") => Ok(AutoShardPolicy::Data),
+            _ => Err(serde::de::Error::custom(format!(
+                "distribute.auto_shard_policy: {} is not a policy; use \"auto\", \"file\" or \
+                 \"data\" (tf.data's AutoShardPolicy names in lower case; OFF, where every \
+                 worker trains on all the data, is not offered)",
+                name.map_or("this value".to_string(), |n| format!("{n:?}"))
+            ))),
+        }
+    }
 }
 
 /// Stages of `strategy = "pipeline"` without a `stages` key.
