@@ -23,7 +23,7 @@ pub const LABELS: &str = "y";
 pub const SAMPLE_WEIGHT: &str = "sample_weight";
 
 /// A batch on the device, plus the host copies that metrics need.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DeviceBatch {
     /// Features, in the network's layout.
     pub x: Act,

@@ -49,7 +49,7 @@ pub use balance::{BalanceBy, Stages};
 pub use mirrored::MirroredStrategy;
 pub use multi_worker::MultiWorkerMirroredStrategy;
 pub use pipeline::PipelineStrategy;
-pub use split::{split_batch, split_sizes};
+pub use split::{even_sizes, split_batch, split_sizes};
 
 use burn::optim::GradientsParams;
 

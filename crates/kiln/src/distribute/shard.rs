@@ -87,12 +87,10 @@ pub fn input_shard(cfg: &RunConfig, world: World) -> Result<InputSharding> {
              reads the whole input and keeps its rows of each global batch"
         )));
     }
-    // As even as possible (the first `global % n` workers one more), so that every worker
-    // has examples: TensorFlow's replica split (`split_sizes`) would give 4 over 3 workers as
-    // 2 + 2 + 0, and a worker batching its own files needs at least one per batch.
-    let sizes: Vec<usize> = (0..n)
-        .map(|r| global / n + usize::from(r < global % n))
-        .collect();
+    // As even as possible, so that every worker has examples: TensorFlow's replica split
+    // (`split_sizes`) would give 4 over 3 workers as 2 + 2 + 0, and a worker batching its own
+    // files needs at least one per batch.
+    let sizes = crate::distribute::even_sizes(global, n);
     Ok(InputSharding {
         shard: Some(Shard {
             index: world.rank,

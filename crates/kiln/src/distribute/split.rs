@@ -29,6 +29,15 @@ pub fn split_sizes(global: usize, replicas: usize) -> Vec<usize> {
         .collect()
 }
 
+/// `total` examples in `parts` parts as equal as can be, the first `total % parts` one
+/// larger: 4 in 3 gives `[2, 1, 1]` (where [`split_sizes`] gives TensorFlow's `[2, 2, 0]`).
+/// With `parts == 0` the result is empty.
+pub fn even_sizes(total: usize, parts: usize) -> Vec<usize> {
+    (0..parts)
+        .map(|i| total / parts + usize::from(i < total % parts))
+        .collect()
+}
+
 /// Splits `batch` into consecutive parts of `sizes` examples (which must add up to
 /// `batch.size`), dropping empty parts: the non-empty parts in order. Tensors are narrowed
 /// on their first axis (no copy on the CPU backend); the host copies are split alike.
@@ -103,6 +112,10 @@ mod tests {
         assert_eq!(split_sizes(4, 3), [2, 2, 0]);
         assert_eq!(split_sizes(0, 2), [0, 0]);
         assert!(split_sizes(3, 0).is_empty());
+        assert_eq!(even_sizes(4, 3), [2, 1, 1]);
+        assert_eq!(even_sizes(5, 2), [3, 2]);
+        assert_eq!(even_sizes(2, 4), [1, 1, 0, 0]);
+        assert!(even_sizes(3, 0).is_empty());
     }
 
     #[test]

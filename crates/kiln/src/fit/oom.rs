@@ -28,8 +28,6 @@
 use burn::prelude::*;
 
 use crate::batch::DeviceBatch;
-use crate::compile::Labels;
-use crate::model::Act;
 
 /// Environment variable of the injected failure (a 0-based batch index).
 pub const INJECT_ENV: &str = "KILN_TEST_OOM_AT_STEP";
@@ -68,73 +66,26 @@ pub fn is_out_of_memory(payload: &(dyn std::any::Any + Send)) -> bool {
 
 /// The device of a batch's features.
 pub fn device_of(batch: &DeviceBatch) -> Device {
-    match &batch.x {
-        Act::Flat(t) => t.device(),
-        Act::Seq(t) => t.device(),
-        Act::Image(t) => t.device(),
-    }
+    batch.x.device()
 }
 
 /// `batch` cut into `parts` consecutive parts along the batch axis (sizes as equal as can be,
-/// the first ones one larger; never an empty part: fewer parts when the batch is smaller).
+/// the first ones one larger, [`crate::distribute::even_sizes`]; never an empty part: fewer
+/// parts when the batch is smaller; one part is the batch itself, even an empty one).
 pub fn split(batch: &DeviceBatch, parts: usize) -> Vec<DeviceBatch> {
     let n = batch.size;
     let parts = parts.clamp(1, n.max(1));
     if parts == 1 {
-        return vec![DeviceBatch {
-            x: batch.x.clone(),
-            labels: batch.labels.clone(),
-            classes: batch.classes.clone(),
-            targets: batch.targets.clone(),
-            size: n,
-            sample_weight: batch.sample_weight.clone(),
-        }];
+        return vec![batch.clone()];
     }
-    let (base, extra) = (n / parts, n % parts);
-    let mut out = Vec::with_capacity(parts);
-    let mut start = 0;
-    for i in 0..parts {
-        let len = base + usize::from(i < extra);
-        let r = start..start + len;
-        let units = if batch.targets.is_empty() || n == 0 {
-            0
-        } else {
-            batch.targets.len() / n
-        };
-        out.push(DeviceBatch {
-            x: match &batch.x {
-                Act::Flat(t) => Act::Flat(t.clone().slice(r.clone())),
-                Act::Seq(t) => Act::Seq(t.clone().slice(r.clone())),
-                Act::Image(t) => Act::Image(t.clone().slice(r.clone())),
-            },
-            labels: batch.labels.as_ref().map(|l| match l {
-                Labels::Sparse(t) => Labels::Sparse(t.clone().slice(r.clone())),
-                Labels::Dense(t) => Labels::Dense(t.clone().slice(r.clone())),
-            }),
-            classes: batch
-                .classes
-                .get(r.clone())
-                .map(<[i64]>::to_vec)
-                .unwrap_or_default(),
-            targets: batch
-                .targets
-                .get(r.start * units..r.end * units)
-                .map(<[f32]>::to_vec)
-                .unwrap_or_default(),
-            size: len,
-            sample_weight: batch
-                .sample_weight
-                .as_ref()
-                .map(|w| w.clone().slice(r.clone())),
-        });
-        start += len;
-    }
-    out
+    crate::distribute::split_batch(batch.clone(), &crate::distribute::even_sizes(n, parts))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::Labels;
+    use crate::model::Act;
 
     #[test]
     fn parts_cover_the_batch_in_order() {
