@@ -127,19 +127,22 @@ mod tests {
             .batch(3, false)
     }
 
+    /// A batch's first value, -1 for none.
+    fn first(batch: Option<Result<Element>>) -> f32 {
+        match batch {
+            Some(b) => b
+                .unwrap()
+                .require("x")
+                .unwrap()
+                .data()
+                .try_to_f32()
+                .unwrap()[0],
+            None => -1.0,
+        }
+    }
+
     fn firsts(c: &mut InputCursor, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| match c.next_batch() {
-                Some(b) => b
-                    .unwrap()
-                    .require("x")
-                    .unwrap()
-                    .data()
-                    .try_to_f32()
-                    .unwrap()[0],
-                None => -1.0,
-            })
-            .collect()
+        (0..n).map(|_| first(c.next_batch())).collect()
     }
 
     #[test]
@@ -166,16 +169,7 @@ mod tests {
     fn step_positions_count_past_the_end_of_a_short_shard() {
         let ds = dataset();
         let mut a = InputCursor::restore(&ds, InputPosition::default()).unwrap();
-        let step = |c: &mut InputCursor| match c.next_step_batch() {
-            Some(b) => b
-                .unwrap()
-                .require("x")
-                .unwrap()
-                .data()
-                .try_to_f32()
-                .unwrap()[0],
-            None => -1.0,
-        };
+        let step = |c: &mut InputCursor| first(c.next_step_batch());
         let first: Vec<f32> = (0..6).map(|_| step(&mut a)).collect();
         assert_eq!(
             &first[4..],
