@@ -44,8 +44,9 @@ pub fn abort_unless_finalized(code: u8) {
 pub fn signal_message(w: World, signal: i32, checkpoints: &std::path::Path) -> String {
     format!(
         "kiln (worker {} of {}): signal {signal}: the workers stop together after the current \
-         step and rank 0 writes a checkpoint; if a worker died, mpirun ends the job instead. \
-         Either way, rerunning the same mpirun command resumes from the last checkpoint in {}",
+         step and rank 0 writes a checkpoint; if a worker failed or died, mpirun ends the job \
+         instead (that worker's error, if any, is printed above: fix its cause first). Either \
+         way, rerunning the same mpirun command resumes from the last checkpoint in {}",
         w.rank,
         w.size,
         checkpoints.display()
