@@ -102,7 +102,9 @@ impl StepTimes {
         let total = self.total_s().max(1e-12);
         let part = |s: f64| format!("{s:.1}s ({:.0}%)", 100.0 * s / total);
         let advice = match self.bound() {
-            Bound::Compute => "compute-bound: more replicas or a faster device would help",
+            Bound::Compute => {
+                "compute-bound: faster devices (or more replicas, for data parallelism) would help"
+            }
             Bound::Communication => {
                 "communication-bound: use a larger batch per replica (a larger global \
                  batch_size), fewer replicas, or fewer, larger gradient buckets"
