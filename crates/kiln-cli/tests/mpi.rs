@@ -128,15 +128,7 @@ fn two_workers_with_batch_normalization_equal_two_mirrored_replicas() {
     let _serial = one_job_at_a_time();
     require_data();
     let dir = common::scratch("mpi-bn");
-    let cfg = config(&dir, 97, 1, 1000);
-    let text_cfg = std::fs::read_to_string(&cfg).unwrap().replace(
-        r#"{ type = "Dense", units = 16, activation = "relu" },"#,
-        r#"{ type = "Dense", units = 16 },
-  { type = "BatchNormalization" },
-  { type = "Activation", activation = "relu" },"#,
-    );
-    assert!(text_cfg.contains("BatchNormalization"));
-    std::fs::write(&cfg, text_cfg).unwrap();
+    let cfg = bn_config(&dir, "");
     let mirrored = dir.join("mirrored");
     let out = common::train_command(&cfg, &mirrored, &["--num-replicas", "2"])
         .env("RAYON_NUM_THREADS", "1")
@@ -155,6 +147,59 @@ fn two_workers_with_batch_normalization_equal_two_mirrored_replicas() {
     );
     let diff = max_difference(&mirrored, &two);
     assert!(diff <= 1e-5, "weights differ by {diff}");
+}
+
+/// The MLP on 97 examples for one epoch (global batches 32, 32, 32, 1), with a
+/// BatchNormalization layer after its hidden Dense layer, `extra` TOML appended.
+fn bn_config(dir: &Path, extra: &str) -> PathBuf {
+    let cfg = common::mlp_config(dir, 97, 1, 1000, extra);
+    let text_cfg = std::fs::read_to_string(&cfg).unwrap().replace(
+        r#"{ type = "Dense", units = 16, activation = "relu" },"#,
+        r#"{ type = "Dense", units = 16 },
+  { type = "BatchNormalization" },
+  { type = "Activation", activation = "relu" },"#,
+    );
+    assert!(text_cfg.contains("BatchNormalization"));
+    std::fs::write(&cfg, text_cfg).unwrap();
+    cfg
+}
+
+/// With `sync_batch_norm = true` BatchNormalization's statistics are the global batch's, so
+/// two workers train what one process trains on the same global batches: the same weights,
+/// moving mean and variance within 1e-5. The last batch of 1 splits `[1, 0]`: worker 1 runs
+/// a placeholder row to take part in the statistics' all-reduces (else the job would hang).
+/// Without the key (per-replica statistics) the weights differ, so the comparison can fail.
+#[test]
+fn two_workers_with_sync_batch_norm_train_to_the_one_process_weights() {
+    let _serial = one_job_at_a_time();
+    require_data();
+    let dir = common::scratch("mpi-sync-bn");
+    let cfg = bn_config(&dir, "\n[distribute]\nsync_batch_norm = true\n");
+    let one = dir.join("one");
+    one_process(&cfg, &one);
+    let two = dir.join("two");
+    let out = mpirun(2, &cfg, &two, &["--strategy", "multi_worker_mirrored"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let diff = max_difference(&one, &two);
+    assert!(diff <= 1e-5, "weights differ by {diff}");
+
+    let per_replica_dir = dir.join("per-replica");
+    std::fs::create_dir_all(&per_replica_dir).unwrap();
+    let per_replica_cfg = bn_config(&per_replica_dir, "");
+    let per_replica = dir.join("per-replica-run");
+    let out = mpirun(
+        2,
+        &per_replica_cfg,
+        &per_replica,
+        &["--strategy", "multi_worker_mirrored"],
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let diff = max_difference(&one, &per_replica);
+    assert!(diff > 1e-4, "per-replica statistics differ by only {diff}");
 }
 
 /// `kiln train --strategy multi_worker_mirrored` without `mpirun` is a job of one (MPI's

@@ -245,6 +245,16 @@ pub fn train_with(
         // Checked against the model before anything is written.
         notes(p.describe(&cfg.model)?.trim_end());
     }
+    if let crate::distribute::Strategy::Mirrored(m) = &strategy
+        && m.sync_batch_norm()
+        && m.num_replicas() > 1
+    {
+        notes(&format!(
+            "sync_batch_norm: the {} replicas share one device, so each step runs as one \
+             replica on the global batch (the same statistics and gradients)",
+            m.num_replicas()
+        ));
+    }
     // Created now so that an unwritable place fails before training; the files are written
     // together after training, so a failed run never leaves a config that does not match the
     // weights beside it.

@@ -6,11 +6,13 @@
 //!                         # | "pipeline"
 //! num_replicas = 2        # mirrored: replicas on the training device (--device)
 //! # devices = ["cpu", "cpu"]   # or one replica per listed device: "cpu", "gpu" / "gpu:0"
+//! sync_batch_norm = false # BatchNormalization statistics per replica (default) or over
+//!                         # the global batch (true; mirrored and multi_worker_mirrored)
 //! ```
 //!
-//! `multi_worker_mirrored` takes only `auto_shard_policy = "auto" | "file" | "data"` (how the
-//! training input is split across workers); the workers are the processes `mpirun -np N`
-//! starts (docs/distribute.md).
+//! `multi_worker_mirrored` takes `auto_shard_policy = "auto" | "file" | "data"` (how the
+//! training input is split across workers) and `sync_batch_norm`; the workers are the
+//! processes `mpirun -np N` starts (docs/distribute.md).
 //!
 //! ```toml
 //! [distribute]
@@ -109,6 +111,11 @@ pub struct DistributeConfig {
     /// `auto`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_shard_policy: Option<AutoShardPolicy>,
+    /// `mirrored` and `multi_worker_mirrored`: BatchNormalization batch statistics over the
+    /// whole global batch (Keras' `BatchNormalization(synchronized=True)`) instead of each
+    /// replica's share (default false). `one_device` has one replica: nothing to synchronize.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_batch_norm: Option<bool>,
 }
 
 /// `[distribute] auto_shard_policy`: how `multi_worker_mirrored` splits the training input
@@ -178,6 +185,15 @@ impl DistributeConfig {
         };
         if self.auto_shard_policy.is_some() && self.strategy != StrategyKind::MultiWorkerMirrored {
             return Err(wrong("auto_shard_policy", "multi_worker_mirrored"));
+        }
+        if self.sync_batch_norm == Some(true) && self.strategy == StrategyKind::Pipeline {
+            return Err(KilnError::config(
+                "distribute.sync_batch_norm",
+                "is for the data-parallel strategies (\"mirrored\", \"multi_worker_mirrored\"); \
+                 a pipeline has one replica, and its micro-batches keep their own statistics \
+                 (GPipe); remove the key, or set num_micro_batches = 1 for whole-batch \
+                 statistics",
+            ));
         }
         let pipeline_key = [
             ("stages", self.stages.is_some()),
@@ -302,24 +318,24 @@ impl DistributeConfig {
                 self.strategy.name(),
             ));
         }
+        let sync = self.sync_batch_norm.unwrap_or(false);
         match self.strategy {
             StrategyKind::MultiWorkerMirrored => {
                 return Ok(Strategy::MultiWorkerMirrored(
-                    crate::distribute::MultiWorkerMirroredStrategy::new()?,
+                    crate::distribute::MultiWorkerMirroredStrategy::new()?
+                        .with_sync_batch_norm(sync),
                 ));
             }
             StrategyKind::Mirrored => {}
             StrategyKind::Pipeline => return self.build_pipeline().map(Strategy::Pipeline),
             StrategyKind::OneDevice => return Ok(Strategy::OneDevice),
         }
-        if self.devices.is_empty() {
-            return Ok(Strategy::Mirrored(MirroredStrategy::new(
-                self.num_replicas.unwrap_or(1),
-            )?));
-        }
-        Ok(Strategy::Mirrored(MirroredStrategy::on_devices(
-            self.resolve_devices()?,
-        )?))
+        let mirrored = if self.devices.is_empty() {
+            MirroredStrategy::new(self.num_replicas.unwrap_or(1))?
+        } else {
+            MirroredStrategy::on_devices(self.resolve_devices()?)?
+        };
+        Ok(Strategy::Mirrored(mirrored.with_sync_batch_norm(sync)?))
     }
 }
 
@@ -443,6 +459,11 @@ mod tests {
         assert!(
             policy.contains("auto") && policy.contains("file"),
             "{policy}"
+        );
+        let sync = err("strategy = \"pipeline\"\nsync_batch_norm = true");
+        assert!(
+            sync.contains("distribute.sync_batch_norm") && sync.contains("micro-batches"),
+            "{sync}"
         );
         let by = err("strategy = \"pipeline\"\nbalance_by = \"memory\"");
         assert!(by.contains("parameters") && by.contains("flops"), "{by}");

@@ -32,6 +32,7 @@ enum Replicas {
 pub struct MirroredStrategy {
     replicas: Replicas,
     reduce_seconds: f64,
+    sync_batch_norm: bool,
 }
 
 impl MirroredStrategy {
@@ -49,6 +50,7 @@ impl MirroredStrategy {
         Ok(MirroredStrategy {
             replicas: Replicas::OnModelDevice(num_replicas),
             reduce_seconds: 0.0,
+            sync_batch_norm: false,
         })
     }
 
@@ -67,7 +69,40 @@ impl MirroredStrategy {
         Ok(MirroredStrategy {
             replicas: Replicas::Devices(devices),
             reduce_seconds: 0.0,
+            sync_batch_norm: false,
         })
+    }
+
+    /// BatchNormalization statistics over the whole global batch (`[distribute]
+    /// sync_batch_norm`, [`super::sync_bn`]) instead of each replica's share. Replicas that
+    /// share the model's device then compute exactly what one replica computes on the global
+    /// batch, so the step runs as one: the same statistics, the same summed gradients, without
+    /// the split.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] (`distribute.sync_batch_norm`) for replicas on several devices:
+    /// in-process replicas run one after another, and synchronized statistics need them to
+    /// run together (use `multi_worker_mirrored`, one process per device).
+    pub fn with_sync_batch_norm(mut self, on: bool) -> Result<MirroredStrategy> {
+        if let Replicas::Devices(d) = &self.replicas
+            && on
+            && d.iter().any(|x| *x != d[0])
+        {
+            return Err(KilnError::config(
+                "distribute.sync_batch_norm",
+                "is not supported with replicas on several devices (`devices`): kiln runs \
+                 in-process replicas one after another, and synchronized statistics need them \
+                 side by side; use strategy = \"multi_worker_mirrored\" with one process per \
+                 device, or per-replica statistics (sync_batch_norm = false)",
+            ));
+        }
+        self.sync_batch_norm = on;
+        Ok(self)
+    }
+
+    /// True when BatchNormalization statistics are synchronized across the replicas.
+    pub fn sync_batch_norm(&self) -> bool {
+        self.sync_batch_norm
     }
 
     /// `num_replicas_in_sync`.
@@ -98,7 +133,7 @@ impl MirroredStrategy {
         let global = batch.size;
         let home = batch.x.device();
         let n = self.num_replicas();
-        if n == 1 || global == 0 {
+        if n == 1 || global == 0 || self.sync_batch_norm {
             return compute_gradients_scaled(net, spec, compiled, batch, loss_factor, profile);
         }
         let parts = split_batch(batch, &split_sizes(global, n));

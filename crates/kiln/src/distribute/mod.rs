@@ -24,8 +24,8 @@
 //! - BatchNormalization uses per-replica batch statistics (as TensorFlow without
 //!   `SyncBatchNormalization`); the moving averages end as the mean of the replicas' updates,
 //!   which is what tf.keras' `moving_mean` / `moving_variance` variables
-//!   (`synchronization=ON_READ, aggregation=MEAN`) read as. `sync_batch_norm` is not
-//!   supported.
+//!   (`synchronization=ON_READ, aggregation=MEAN`) read as. With `sync_batch_norm` the
+//!   statistics are the global batch's ([`sync_bn`]).
 //! - Dropout draws its masks per replica, so a mirrored run with Dropout is not bitwise the
 //!   one-device run (neither is TensorFlow's).
 //! - Replicas run one after another on the host thread; each replica's kernels use the
@@ -43,6 +43,7 @@ mod multi_worker;
 mod pipeline;
 pub mod shard;
 mod split;
+pub mod sync_bn;
 pub mod world;
 
 pub use balance::{BalanceBy, Stages};

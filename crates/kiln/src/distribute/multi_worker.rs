@@ -63,6 +63,8 @@ pub struct MultiWorkerMirroredStrategy {
     local_input: bool,
     /// This step's `(global batch, this worker's first row)`, agreed by [`Self::agree_input`].
     agreed_rows: Option<(usize, usize)>,
+    /// BatchNormalization statistics over the global batch ([`super::sync_bn`]).
+    sync_batch_norm: bool,
 }
 
 impl MultiWorkerMirroredStrategy {
@@ -82,7 +84,21 @@ impl MultiWorkerMirroredStrategy {
             agreed_stop: None,
             local_input: false,
             agreed_rows: None,
+            sync_batch_norm: false,
         })
+    }
+
+    /// BatchNormalization layers compute their batch statistics over the whole global batch,
+    /// all-reduced across the workers in the forward and backward passes (`[distribute]
+    /// sync_batch_norm`, [`super::sync_bn`]), instead of over each worker's share.
+    pub fn with_sync_batch_norm(mut self, on: bool) -> MultiWorkerMirroredStrategy {
+        self.sync_batch_norm = on;
+        self
+    }
+
+    /// True when BatchNormalization statistics are synchronized across the workers.
+    pub fn sync_batch_norm(&self) -> bool {
+        self.sync_batch_norm
     }
 
     /// Each worker trains on the batches of its own input shard (tf.data's
@@ -194,7 +210,20 @@ impl MultiWorkerMirroredStrategy {
             }
         };
         let labels = self.local_input().then(|| HostLabels::of(&part));
+        // Synchronized BatchNormalization all-reduces inside the passes: every worker runs
+        // them, one without examples on a placeholder row it does not contribute.
+        let sync = self.sync_batch_norm.then(|| {
+            super::sync_bn::scope(std::sync::Arc::new(super::sync_bn::MpiReplicas), mine > 0)
+        });
         let (net, grads, local) = if mine == 0 {
+            let net = match &sync {
+                Some(_) => {
+                    let placeholder = DeviceBatch::empty(spec, &compiled.loss, &home)
+                        .expect("a placeholder batch of the model's own input shape");
+                    compute_gradients_scaled(net, spec, compiled, placeholder, 0.0, None).0
+                }
+                None => net,
+            };
             (net, GradientsParams::new(), None)
         } else {
             // With a global batch, the other workers' rows are dropped; `split_batch` skips
@@ -213,6 +242,7 @@ impl MultiWorkerMirroredStrategy {
                 compute_gradients_scaled(net, spec, compiled, part, factor, profile);
             (net, grads, Some(pending))
         };
+        drop(sync);
         let clock = Instant::now();
         let rows = Rows {
             global,

@@ -158,7 +158,9 @@ fn replicas_without_examples_are_skipped() {
 /// `sync_batch_norm`), and its moving averages end as the mean of the replicas' updates.
 /// One SGD step on x = [[0,0],[2,2] | [10,10],[14,14]] (momentum 0.9): replica means 1 and
 /// 12, biased variances 1 and 4, so moving_mean = 0.1 * 6.5 = 0.65 (as on one device) but
-/// moving_variance = 0.9 + 0.1 * 2.5 = 1.15 (one device: 0.9 + 0.1 * 32.75 = 4.175).
+/// moving_variance = 0.9 + 0.1 * 2.5 = 1.15 (one device: 0.9 + 0.1 * 32.75 = 4.175). With
+/// `sync_batch_norm` the replicas use the global batch's statistics: 4.175, and one device's
+/// weights.
 #[test]
 fn batch_normalization_statistics_are_per_replica() {
     let cfg = config(
@@ -185,8 +187,14 @@ fn batch_normalization_statistics_are_per_replica() {
     };
     let mut one = model(&cfg, Strategy::OneDevice);
     let mut two = model(&cfg, mirrored(2));
+    let synced = MirroredStrategy::new(2)
+        .unwrap()
+        .with_sync_batch_norm(true)
+        .unwrap();
+    let mut sync = model(&cfg, Strategy::Mirrored(synced));
     one.fit(&data, None, 1, &mut []).unwrap();
     two.fit(&data, None, 1, &mut []).unwrap();
+    sync.fit(&data, None, 1, &mut []).unwrap();
     let close = |got: Vec<f32>, want: f32| {
         assert!(
             got.iter().all(|v| (v - want).abs() < 1e-5),
@@ -197,6 +205,9 @@ fn batch_normalization_statistics_are_per_replica() {
     close(stat(&two, "moving_mean"), 0.65);
     close(stat(&one, "moving_variance"), 4.175);
     close(stat(&two, "moving_variance"), 1.15);
+    close(stat(&sync, "moving_variance"), 4.175);
+    assert!(max_diff(&weights(&one), &weights(&sync)) <= 1e-6);
+    assert!(max_diff(&weights(&one), &weights(&two)) > 1e-3);
 }
 
 #[test]

@@ -679,7 +679,11 @@ fn batch_normalization(x: Act, p: &LayerParams, eps: f64, training: bool) -> (Ac
     // features there; Seq keeps them last and is transposed around the call.
     macro_rules! norm {
         ($t:expr) => {{
-            if training {
+            if training && crate::distribute::sync_bn::active() {
+                let (y, mean, var) =
+                    crate::distribute::sync_bn::batch_norm_sync($t, gamma, beta, eps);
+                (y, Some((mean, var)))
+            } else if training {
                 let out = batch_norm_train($t, gamma, beta, eps);
                 (out.output, Some((out.mean, out.variance)))
             } else {

@@ -135,6 +135,24 @@ impl<B: KilnOps> Backward<B, 1> for RoundBackward {
     }
 }
 
+#[derive(Debug)]
+struct CrossReplicaSumBackward;
+
+impl<B: KilnOps> Backward<B, 1> for CrossReplicaSumBackward {
+    type State = ();
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x] = ops.parents;
+        let dy = grads.consume::<B>(&ops.node);
+        // Runs even when this replica's input needs no gradient: the other replicas wait for
+        // its share of the all-reduce.
+        let dx = B::kiln_cross_replica_sum(dy, true);
+        if let Some(node) = node_x {
+            grads.register::<B>(node.id, dx);
+        }
+    }
+}
+
 impl<B: KilnOps, C: CheckpointStrategy> KilnOps for Autodiff<B, C> {
     fn kiln_conv2d(
         x: FloatTensor<Self>,
@@ -238,6 +256,19 @@ impl<B: KilnOps, C: CheckpointStrategy> KilnOps for Autodiff<B, C> {
         match RoundBackward.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => prep.finish(bfloat16, B::kiln_round_half(x, bfloat16)),
             OpsKind::UnTracked(prep) => prep.finish(B::kiln_round_half(x, bfloat16)),
+        }
+    }
+
+    fn kiln_cross_replica_sum(x: FloatTensor<Self>, adjoint: bool) -> FloatTensor<Self> {
+        let nodes = [x.node()];
+        let x = x.into_primitive();
+        match CrossReplicaSumBackward
+            .prepare::<C>(nodes)
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((), B::kiln_cross_replica_sum(x, adjoint)),
+            OpsKind::UnTracked(prep) => prep.finish(B::kiln_cross_replica_sum(x, adjoint)),
         }
     }
 }

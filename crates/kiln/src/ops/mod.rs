@@ -99,6 +99,10 @@ pub trait KilnOps: Backend {
     /// `x` rounded to bfloat16 (`bfloat16`) or float16 values, kept float32
     /// ([`crate::kernels::round`]); its gradient is the output gradient rounded the same way.
     fn kiln_round_half(x: FloatTensor<Self>, bfloat16: bool) -> FloatTensor<Self>;
+
+    /// `x` summed element-wise over the replicas of the current `sync_batch_norm` group
+    /// ([`crate::distribute::sync_bn`]); `adjoint` for the backward pass.
+    fn kiln_cross_replica_sum(x: FloatTensor<Self>, adjoint: bool) -> FloatTensor<Self>;
 }
 
 /// The plain-number form of a convolution's geometry, with or without a fused ReLU.
@@ -179,6 +183,34 @@ pub fn round_half<const D: usize>(x: Tensor<D>, dtype: burn::tensor::FloatDType)
         x.into_dispatch(),
         bfloat16,
     ))
+}
+
+/// `x [n]` summed element-wise over the replicas of the `sync_batch_norm` group current on
+/// this thread (see [`crate::distribute::sync_bn`]), and unchanged without one. Differentiable:
+/// the gradient is summed over the replicas the same way (a sum is its own adjoint). Runs on
+/// the host: a tensor on another device goes through the CPU (the values are a few per
+/// channel).
+pub fn cross_replica_sum(x: Tensor<1>) -> Tensor<1> {
+    let device = x.device();
+    let on_host = device.clone().inner() == Device::flex();
+    let x = if on_host {
+        x
+    } else if device.clone().inner() == device {
+        x.to_device(&Device::flex())
+    } else {
+        // Keep the autodiff graph: the host device with autodiff.
+        x.to_device(&Device::flex().autodiff())
+    };
+    let x = if x.dtype() == burn::tensor::DType::F32 {
+        x
+    } else {
+        x.cast(burn::tensor::FloatDType::F32)
+    };
+    let y = Tensor::from_dispatch(burn::backend::Dispatch::kiln_cross_replica_sum(
+        x.into_dispatch(),
+        false,
+    ));
+    if on_host { y } else { y.to_device(&device) }
 }
 
 /// 2-D convolution with explicit `(begin, end)` padding per spatial axis, as
