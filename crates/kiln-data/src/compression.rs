@@ -6,7 +6,7 @@
 //! member, RFC 1952; `ZLIB` a zlib stream, RFC 1950).
 
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::str::FromStr;
 
 use flate2::read::{MultiGzDecoder, ZlibDecoder};
@@ -43,6 +43,84 @@ impl Compression {
             Compression::Gzip => Box::new(MultiGzDecoder::new(inner)),
             Compression::Zlib => Box::new(ZlibDecoder::new(inner)),
         }
+    }
+
+    /// The bytes of text file `path` (lines or CSV) as [`Compression::decoder`] gives them,
+    /// after checking the file's first bytes against the setting, so that a wrong or missing
+    /// `compression_type` is named as such instead of surfacing as a decoding error: a file
+    /// that starts with gzip's magic bytes `1f 8b` (never valid UTF-8 text) without `"GZIP"`,
+    /// a `"GZIP"` file without them, a `"ZLIB"` file without a zlib header (RFC 1950: `CM` 8
+    /// and `(CMF × 256 + FLG) mod 31 = 0`). Empty files pass.
+    ///
+    /// # Errors
+    /// [`DataError::Decode`] naming the file, its first bytes and the setting to use;
+    /// [`DataError::Io`] when the file cannot be read.
+    pub fn text_decoder(
+        self,
+        path: &std::path::Path,
+        mut file: crate::storage::SourceReader,
+    ) -> Result<crate::storage::SourceReader, DataError> {
+        // Peeked, not consumed: the first read of the result returns the whole buffer, so
+        // readers that look at the start (the CSV reader's byte-order mark) see it whole.
+        let mut file = io::BufReader::with_capacity(64 * 1024, file);
+        let head = match file.fill_buf() {
+            Ok(b) => b[..b.len().min(2)].to_vec(),
+            Err(source) => {
+                return Err(DataError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        };
+        let gzip = head.starts_with(&[0x1f, 0x8b]);
+        let zlib = head.len() == 2
+            && head[0] & 0x0f == 8
+            && (u16::from(head[0]) * 256 + u16::from(head[1])) % 31 == 0;
+        let first = head
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let wrong = |message: String| {
+            Err(DataError::Decode {
+                path: path.to_path_buf(),
+                message,
+            })
+        };
+        match self {
+            _ if head.is_empty() => {}
+            Compression::None if gzip => {
+                return wrong(
+                    "the file starts with gzip's magic bytes 1f 8b: it is GZIP-compressed; set \
+                     compression_type = \"GZIP\" for it"
+                        .into(),
+                );
+            }
+            Compression::Gzip if !gzip => {
+                let fix = if zlib {
+                    "it has a zlib header: set compression_type = \"ZLIB\""
+                } else {
+                    "remove compression_type if the file is plain text"
+                };
+                return wrong(format!(
+                    "compression_type = \"GZIP\", but the file does not start with gzip's \
+                     magic bytes 1f 8b (it starts with {first}); {fix}"
+                ));
+            }
+            Compression::Zlib if !zlib => {
+                let fix = if gzip {
+                    "it is GZIP-compressed: set compression_type = \"GZIP\""
+                } else {
+                    "remove compression_type if the file is plain text"
+                };
+                return wrong(format!(
+                    "compression_type = \"ZLIB\", but the file does not start with a zlib \
+                     header (it starts with {first}); {fix}"
+                ));
+            }
+            _ => {}
+        }
+        Ok(self.decoder(file))
     }
 
     /// Wraps `inner` so that bytes written are compressed (flate2's default level, 6, which
@@ -142,6 +220,57 @@ mod tests {
         for c in [Compression::None, Compression::Gzip, Compression::Zlib] {
             assert_eq!(c.tf_name().parse::<Compression>().unwrap(), c);
         }
+    }
+
+    fn compressed(c: Compression, text: &[u8]) -> Vec<u8> {
+        let mut enc = c.encoder(Vec::new());
+        enc.write_all(text).unwrap();
+        enc.finish().unwrap()
+    }
+
+    /// What [`Compression::text_decoder`] reads from `bytes` under setting `c`, or its error.
+    fn read_text(c: Compression, bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+        let path = std::path::Path::new("data/rows.csv");
+        let mut out = Vec::new();
+        c.text_decoder(path, Box::new(io::Cursor::new(bytes)))
+            .map_err(|e| e.to_string())?
+            .read_to_end(&mut out)
+            .unwrap();
+        Ok(out)
+    }
+
+    #[test]
+    fn a_text_file_is_checked_against_its_compression_setting() {
+        let text = b"a,b\n1,2\n".to_vec();
+        for c in [Compression::None, Compression::Gzip, Compression::Zlib] {
+            assert_eq!(read_text(c, compressed(c, &text)).unwrap(), text, "{c}");
+        }
+        // Short plain files are read whole (the peeked bytes are not consumed).
+        assert_eq!(read_text(Compression::None, Vec::new()).unwrap(), b"");
+        assert_eq!(read_text(Compression::None, b"x".to_vec()).unwrap(), b"x");
+        let missing = read_text(Compression::None, compressed(Compression::Gzip, &text));
+        let missing = missing.unwrap_err();
+        assert!(
+            missing.contains("data/rows.csv")
+                && missing.contains("1f 8b")
+                && missing.contains("compression_type = \"GZIP\""),
+            "{missing}"
+        );
+        let plain = read_text(Compression::Gzip, text.clone()).unwrap_err();
+        assert!(
+            plain.contains("starts with 61 2c") && plain.contains("remove compression_type"),
+            "{plain}"
+        );
+        let zlib = read_text(Compression::Gzip, compressed(Compression::Zlib, &text));
+        assert!(
+            zlib.unwrap_err()
+                .contains("set compression_type = \"ZLIB\"")
+        );
+        let gzip = read_text(Compression::Zlib, compressed(Compression::Gzip, &text));
+        assert!(
+            gzip.unwrap_err()
+                .contains("set compression_type = \"GZIP\"")
+        );
     }
 
     #[test]

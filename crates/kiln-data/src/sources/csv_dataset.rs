@@ -387,24 +387,26 @@ pub(super) fn parse_field(field: &[u8], dtype: DType) -> Option<Buffer> {
     })
 }
 
-/// A CSV reader over `file` with the options' dialect. Headers are not interpreted (records
-/// come back as read, so positions stay physical); blank lines are skipped; records may have
-/// any number of fields (checked by the caller).
+/// A CSV reader over the file at `path` with the options' dialect and compression (checked
+/// against the file's first bytes, [`Compression::text_decoder`]). Headers are not
+/// interpreted (records come back as read, so positions stay physical); blank lines are
+/// skipped; records may have any number of fields (checked by the caller).
+///
+/// # Errors
+/// As [`open`] and [`Compression::text_decoder`].
 pub(super) fn reader(
-    file: SourceReader,
+    path: &Path,
     options: &CsvOptions,
-) -> csv::Reader<BufReader<SourceReader>> {
-    csv::ReaderBuilder::new()
+) -> Result<csv::Reader<BufReader<SourceReader>>> {
+    let file = options.compression_type.text_decoder(path, open(path)?)?;
+    Ok(csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
         .delimiter(options.field_delim)
         .quoting(options.use_quote_delim)
         .double_quote(true)
         .buffer_capacity(64 * 1024)
-        .from_reader(BufReader::with_capacity(
-            BUFFER_SIZE,
-            options.compression_type.decoder(file),
-        ))
+        .from_reader(BufReader::with_capacity(BUFFER_SIZE, file)))
 }
 
 /// A read error of a [`reader`] at `position`: for a compressed file, an I/O error is a
@@ -510,9 +512,8 @@ impl CsvIter {
                 let index = self.next_file;
                 let path = self.spec.files.get(index)?;
                 self.next_file += 1;
-                match open(path) {
-                    Ok(file) => {
-                        let mut rdr = reader(file, &self.spec.options);
+                match reader(path, &self.spec.options) {
+                    Ok(mut rdr) => {
                         if self.spec.options.header
                             && let Err(e) = rdr.read_byte_record(&mut self.record)
                         {

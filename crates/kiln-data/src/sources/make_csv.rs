@@ -7,8 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::csv_dataset::{csv_error, parse_field, reader};
-use super::{CsvOptions, RecordDefault, SkipCounter, matching_files, open};
+use super::csv_dataset::{parse_field, read_error, reader};
+use super::{CsvOptions, RecordDefault, SkipCounter, matching_files};
 use crate::compression::Compression;
 use crate::dataset::{AUTOTUNE, Dataset};
 use crate::element::DType;
@@ -246,11 +246,11 @@ fn header_names(files: &[PathBuf], dialect: &CsvOptions) -> Result<Vec<String>> 
 
 /// The first record of `path`, as UTF-8 column names.
 fn read_header(path: &Path, dialect: &CsvOptions) -> Result<Vec<String>> {
-    let mut rdr = reader(open(path)?, dialect);
+    let mut rdr = reader(path, dialect)?;
     let mut record = csv::ByteRecord::new();
     if !rdr
         .read_byte_record(&mut record)
-        .map_err(|e| csv_error(path, e))?
+        .map_err(|e| read_error(path, e, rdr.position(), dialect.compression_type))?
     {
         return Err(DataError::Record {
             path: path.to_path_buf(),
@@ -311,7 +311,7 @@ fn infer_defaults(
     let mut seen = 0;
     let mut record = csv::ByteRecord::new();
     'files: for path in files {
-        let mut rdr = reader(open(path)?, dialect);
+        let mut rdr = reader(path, dialect)?;
         let mut first = true;
         loop {
             if seen >= rows {
@@ -319,7 +319,7 @@ fn infer_defaults(
             }
             if !rdr
                 .read_byte_record(&mut record)
-                .map_err(|e| csv_error(path, e))?
+                .map_err(|e| read_error(path, e, rdr.position(), dialect.compression_type))?
             {
                 break;
             }
@@ -454,6 +454,41 @@ mod tests {
             b[0].get("score").unwrap().data(),
             &Buffer::F32(vec![0.5, -1000.0, 2.25])
         );
+    }
+
+    /// A GZIP file cut inside the rows read for type inference: the error names the file,
+    /// the line and the uncompressed byte, and says what to check; the same file without
+    /// `compression_type` is refused naming the setting.
+    #[test]
+    fn a_gzip_file_cut_during_type_inference_names_the_line_and_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv: String = std::iter::once("id,score\n".to_string())
+            .chain((0..150).map(|i| format!("{i},{}.5\n", i * 7 % 13)))
+            .collect();
+        let mut enc = Compression::Gzip.encoder(Vec::new());
+        std::io::Write::write_all(&mut enc, csv.as_bytes()).unwrap();
+        let whole = enc.finish().unwrap();
+        let path = write(dir.path(), "cut.csv.gz", &whole[..whole.len() / 2]);
+        let options = |compression_type| MakeCsvOptions {
+            num_epochs: Some(1),
+            shuffle: false,
+            compression_type,
+            ..MakeCsvOptions::default()
+        };
+        let pattern = path.display().to_string();
+        let err = Dataset::make_csv_dataset(&pattern, 4, options(Compression::Gzip))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cut.csv.gz:")
+                && err.contains("uncompressed byte")
+                && err.contains("truncated or damaged"),
+            "{err}"
+        );
+        let plain = Dataset::make_csv_dataset(&pattern, 4, options(Compression::None))
+            .unwrap_err()
+            .to_string();
+        assert!(plain.contains("compression_type = \"GZIP\""), "{plain}");
     }
 
     #[test]
