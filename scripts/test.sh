@@ -6,6 +6,8 @@
 # For a quick loop while developing: cargo test --release
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One build for the tests and the interop scripts (scripts/interop.sh builds here too).
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${KILN_CACHE_DIR:-$HOME/.cache/kiln}/target}"
 scripts/setup.sh
 # kiln-data's s3:// tests read from a real S3-compatible server on loopback (moto, from PyPI):
 # start one unless the caller points at theirs.

@@ -69,6 +69,11 @@ pub fn run(config: Option<&Path>, args: &ScalingArgs) -> anyhow::Result<()> {
                 bytes_per_parameter: 4.0,
                 batch_per_worker: cfg.fit.batch_size,
                 samples_per_second: sps,
+                sync_batch_norm_channels: if cfg.distribute.sync_batch_norm == Some(true) {
+                    cfg.model.batch_norm_channels()
+                } else {
+                    Vec::new()
+                },
             }]
         }
         None => {
@@ -111,6 +116,14 @@ pub fn run(config: Option<&Path>, args: &ScalingArgs) -> anyhow::Result<()> {
     );
     let counts = cost_model::worker_counts(workers);
     for w in &workloads {
+        if !w.sync_batch_norm_channels.is_empty() {
+            println!(
+                "sync_batch_norm: + 2 all-reduces per step for each of the {} \
+                 BatchNormalization layers ((2 × channels + 1) floats; recursive doubling, \
+                 ⌈log2 N⌉ messages each)",
+                w.sync_batch_norm_channels.len()
+            );
+        }
         println!();
         print!(
             "{}",

@@ -17,6 +17,16 @@
 //! assumes no overlap of communication with the backward pass (an upper bound on the step
 //! time: Horovod and NCCL overlap part of it), that each worker keeps its batch size (weak
 //! scaling, as `MirroredStrategy` users scale the global batch), and float32 gradients.
+//!
+//! With `sync_batch_norm`, each BatchNormalization layer adds two small all-reduces per step
+//! (its `2 × channels + 1` statistics in the forward pass, their gradient in the backward
+//! pass). Short messages are latency-bound, and MPI reduces them by recursive doubling,
+//! `⌈log₂ N⌉` rounds of one message each (R. Thakur, R. Rabenseifner and W. Gropp,
+//! "Optimization of collective communication operations in MPICH", IJHPCA 19(1), 2005):
+//!
+//! ```text
+//! T_small(N) = ⌈log₂ N⌉ × (α + bytes / bandwidth)
+//! ```
 
 use crate::error::{KilnError, Result};
 
@@ -37,6 +47,22 @@ pub fn ring_allreduce_seconds(
     rounds * latency_s + rounds / n * bytes * 8.0 / bandwidth_bits_per_s
 }
 
+/// The recursive-doubling all-reduce time of a short message of `bytes` over `workers`
+/// workers: `⌈log₂ N⌉ × (α + bytes / bandwidth)`, seconds (units as
+/// [`ring_allreduce_seconds`]). 0 for one worker.
+pub fn small_allreduce_seconds(
+    workers: usize,
+    bytes: f64,
+    bandwidth_bits_per_s: f64,
+    latency_s: f64,
+) -> f64 {
+    if workers <= 1 {
+        return 0.0;
+    }
+    let rounds = f64::from(usize::BITS - (workers - 1).leading_zeros());
+    rounds * (latency_s + bytes * 8.0 / bandwidth_bits_per_s)
+}
+
 /// What one worker does alone: the inputs of a projection.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Workload {
@@ -50,6 +76,9 @@ pub struct Workload {
     pub batch_per_worker: usize,
     /// One worker's training throughput, examples per second.
     pub samples_per_second: f64,
+    /// With `sync_batch_norm`: the channels of each BatchNormalization layer (two small
+    /// all-reduces each per step); empty for per-replica statistics.
+    pub sync_batch_norm_channels: Vec<usize>,
 }
 
 impl Workload {
@@ -63,16 +92,34 @@ impl Workload {
         self.batch_per_worker as f64 / self.samples_per_second
     }
 
+    /// The synchronized BatchNormalization all-reduces of one step, seconds: two per layer
+    /// of `(2 × channels + 1)` float32 values ([`small_allreduce_seconds`]).
+    pub fn sync_batch_norm_seconds(
+        &self,
+        workers: usize,
+        bandwidth_bits_per_s: f64,
+        latency_s: f64,
+    ) -> f64 {
+        self.sync_batch_norm_channels
+            .iter()
+            .map(|&c| {
+                let bytes = (2 * c + 1) as f64 * 4.0;
+                2.0 * small_allreduce_seconds(workers, bytes, bandwidth_bits_per_s, latency_s)
+            })
+            .sum()
+    }
+
     /// The projection for `workers` workers on links of `bandwidth_bits_per_s` with
     /// `latency_s` per message.
     pub fn project(&self, workers: usize, bandwidth_bits_per_s: f64, latency_s: f64) -> Projection {
         let compute_s = self.compute_seconds();
-        let communication_s = ring_allreduce_seconds(
-            workers,
-            self.gradient_bytes(),
-            bandwidth_bits_per_s,
-            latency_s,
-        );
+        let communication_s =
+            ring_allreduce_seconds(
+                workers,
+                self.gradient_bytes(),
+                bandwidth_bits_per_s,
+                latency_s,
+            ) + self.sync_batch_norm_seconds(workers, bandwidth_bits_per_s, latency_s);
         let step_s = compute_s + communication_s;
         let samples_per_second = (workers * self.batch_per_worker) as f64 / step_s;
         Projection {
@@ -115,6 +162,7 @@ pub fn presets() -> Vec<Workload> {
             bytes_per_parameter: 4.0,
             batch_per_worker: 128,
             samples_per_second: 2_009.0,
+            sync_batch_norm_channels: Vec::new(),
         },
         Workload {
             name: "resnet50".into(),
@@ -122,6 +170,7 @@ pub fn presets() -> Vec<Workload> {
             bytes_per_parameter: 4.0,
             batch_per_worker: 256,
             samples_per_second: 2_500.0,
+            sync_batch_norm_channels: Vec::new(),
         },
         Workload {
             name: "bert-large".into(),
@@ -129,6 +178,7 @@ pub fn presets() -> Vec<Workload> {
             bytes_per_parameter: 4.0,
             batch_per_worker: 64,
             samples_per_second: 400.0,
+            sync_batch_norm_channels: Vec::new(),
         },
     ]
 }
@@ -245,6 +295,7 @@ mod tests {
             bytes_per_parameter: 4.0,
             batch_per_worker: 100,
             samples_per_second: 1000.0,
+            sync_batch_norm_channels: Vec::new(),
         };
         let one = w.project(1, 25e9, 1e-5);
         assert_eq!((one.samples_per_second, one.efficiency), (1000.0, 1.0));
@@ -256,6 +307,20 @@ mod tests {
         // More bandwidth, better efficiency; more workers, lower efficiency.
         assert!(w.project(2, 400e9, 1e-5).efficiency > two.efficiency);
         assert!(w.project(64, 25e9, 1e-5).efficiency < two.efficiency);
+        // Synchronized BatchNormalization: two layers of 64 and 255 channels add, per step,
+        // 2 × ⌈log₂ N⌉ × (10 µs + (2C + 1) × 4 B / 3.125e9 B/s) per layer: at N = 2,
+        // 2 × (10 µs + 516 B / 3.125e9) + 2 × (10 µs + 2044 B / 3.125e9) = 41.6384 µs.
+        let synced = Workload {
+            sync_batch_norm_channels: vec![64, 255],
+            ..w.clone()
+        };
+        let extra = synced.project(2, 25e9, 1e-5).communication_s - two.communication_s;
+        assert!((extra - 41.6384e-6).abs() < 1e-12, "{extra}");
+        // At N = 64, six rounds each.
+        let at64 = synced.sync_batch_norm_seconds(64, 25e9, 1e-5);
+        assert!((at64 - 6.0 * 41.6384e-6).abs() < 1e-12, "{at64}");
+        assert_eq!(small_allreduce_seconds(1, 1e3, 25e9, 1e-5), 0.0);
+        assert_eq!(small_allreduce_seconds(3, 0.0, 25e9, 1e-5), 2e-5);
     }
 
     #[test]

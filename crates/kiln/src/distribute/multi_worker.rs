@@ -65,6 +65,8 @@ pub struct MultiWorkerMirroredStrategy {
     agreed_rows: Option<(usize, usize)>,
     /// BatchNormalization statistics over the global batch ([`super::sync_bn`]).
     sync_batch_norm: bool,
+    /// The workers as a `sync_batch_norm` group, with the clock of its all-reduces.
+    sync_group: std::sync::Arc<super::sync_bn::MpiReplicas>,
 }
 
 impl MultiWorkerMirroredStrategy {
@@ -85,6 +87,7 @@ impl MultiWorkerMirroredStrategy {
             local_input: false,
             agreed_rows: None,
             sync_batch_norm: false,
+            sync_group: Default::default(),
         })
     }
 
@@ -212,9 +215,9 @@ impl MultiWorkerMirroredStrategy {
         let labels = self.local_input().then(|| HostLabels::of(&part));
         // Synchronized BatchNormalization all-reduces inside the passes: every worker runs
         // them, one without examples on a placeholder row it does not contribute.
-        let sync = self.sync_batch_norm.then(|| {
-            super::sync_bn::scope(std::sync::Arc::new(super::sync_bn::MpiReplicas), mine > 0)
-        });
+        let sync = self
+            .sync_batch_norm
+            .then(|| super::sync_bn::scope(self.sync_group.clone(), mine > 0));
         let (net, grads, local) = if mine == 0 {
             let net = match &sync {
                 Some(_) => {
@@ -243,6 +246,11 @@ impl MultiWorkerMirroredStrategy {
             (net, grads, Some(pending))
         };
         drop(sync);
+        // The statistics' all-reduces ran inside the passes: communication, not compute
+        // (waiting for the slowest worker included: there is no barrier before them).
+        let in_sync = self.sync_group.take_seconds();
+        self.reduce_seconds += in_sync;
+        self.all_reduce_seconds += in_sync;
         let clock = Instant::now();
         let rows = Rows {
             global,

@@ -33,13 +33,25 @@ pub trait CrossReplica: Send + Sync + std::fmt::Debug {
     fn all_reduce_sum(&self, values: &mut Vec<f32>);
 }
 
-/// The processes of the MPI job (`MPI_COMM_WORLD`, [`super::world::all_reduce_sum`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct MpiReplicas;
+/// The processes of the MPI job (`MPI_COMM_WORLD`, [`super::world::all_reduce_sum`]), with
+/// a clock of the time spent in its all-reduces (waiting for the other workers included).
+#[derive(Debug, Default)]
+pub struct MpiReplicas {
+    seconds: Mutex<f64>,
+}
+
+impl MpiReplicas {
+    /// Seconds spent in all-reduces since the last call.
+    pub fn take_seconds(&self) -> f64 {
+        std::mem::take(&mut *self.seconds.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
 
 impl CrossReplica for MpiReplicas {
     fn all_reduce_sum(&self, values: &mut Vec<f32>) {
+        let clock = std::time::Instant::now();
         super::world::all_reduce_sum(values);
+        *self.seconds.lock().unwrap_or_else(|p| p.into_inner()) += clock.elapsed().as_secs_f64();
     }
 }
 
@@ -159,21 +171,31 @@ pub(crate) fn sum_across_replicas(values: &mut Vec<f32>, adjoint: bool) {
 /// (training mode): `y = (x - mean) / sqrt(variance + epsilon) * gamma + beta`, per channel.
 /// Returns `y` and the (detached) batch mean and biased variance `[channels]` for the moving
 /// averages.
+///
+/// The sums are taken of `x - shift` (`shift [channels]`, a constant every replica holds
+/// alike: the layer's moving mean), which keeps `Σx²/n - mean²` from cancelling when the
+/// mean is large against the spread (the shifted-data algorithm; TensorFlow's
+/// `tf.nn.sufficient_statistics` has the same `shift` argument). The result does not depend
+/// on the shift but through rounding.
 pub fn batch_norm_sync<const D: usize>(
     x: Tensor<D>,
     gamma: Tensor<1>,
     beta: Tensor<1>,
+    shift: Tensor<1>,
     epsilon: f64,
 ) -> (Tensor<D>, Tensor<1>, Tensor<1>) {
     let dims = x.dims();
     let (batch, channels) = (dims[0], dims[1]);
     let positions: usize = dims[2..].iter().product();
-    let x3 = x.reshape([batch, channels, positions]);
-    let device = x3.device();
-    let sum = x3.clone().sum_dim(2).sum_dim(0).reshape([channels]);
-    let squares = x3
+    let shift = shift.detach();
+    let centered = x
+        .reshape([batch, channels, positions])
+        .sub(shift.clone().reshape([1, channels, 1]));
+    let device = centered.device();
+    let sum = centered.clone().sum_dim(2).sum_dim(0).reshape([channels]);
+    let squares = centered
         .clone()
-        .mul(x3.clone())
+        .mul(centered.clone())
         .sum_dim(2)
         .sum_dim(0)
         .reshape([channels]);
@@ -183,15 +205,18 @@ pub fn batch_norm_sync<const D: usize>(
         .clone()
         .slice(2 * channels..2 * channels + 1)
         .detach();
-    let mean = global.clone().slice(0..channels).div(n.clone());
+    let offset = global.clone().slice(0..channels).div(n.clone());
     let mean_sq = global.slice(channels..2 * channels).div(n);
-    let variance = mean_sq.sub(mean.clone().mul(mean.clone())).clamp_min(0.0);
+    let variance = mean_sq
+        .sub(offset.clone().mul(offset.clone()))
+        .clamp_min(0.0);
     let scale = gamma.div(variance.clone().add_scalar(epsilon).sqrt());
-    let y = x3
-        .sub(mean.clone().reshape([1, channels, 1]))
+    let y = centered
+        .sub(offset.clone().reshape([1, channels, 1]))
         .mul(scale.reshape([1, channels, 1]))
         .add(beta.reshape([1, channels, 1]));
-    (y.reshape(dims), mean.detach(), variance.detach())
+    let mean = offset.add(shift).detach();
+    (y.reshape(dims), mean, variance.detach())
 }
 
 #[cfg(test)]

@@ -81,7 +81,8 @@ fn run(p: &Problem, rows: std::ops::Range<usize>, sync: bool, factor: f32) -> Re
     let gamma = Tensor::<1>::from_data(p.gamma.clone(), &device).require_grad();
     let beta = Tensor::<1>::from_data(p.beta.clone(), &device).require_grad();
     let (y, mean, var) = if sync {
-        batch_norm_sync(x.clone(), gamma.clone(), beta.clone(), 1e-3)
+        let shift = Tensor::<1>::from_floats([2.0, 2.5, 3.0], &device);
+        batch_norm_sync(x.clone(), gamma.clone(), beta.clone(), shift, 1e-3)
     } else {
         let out = batch_norm_train(x.clone(), gamma.clone(), beta.clone(), 1e-3);
         (out.output, out.mean, out.variance)

@@ -680,9 +680,10 @@ fn batch_normalization(x: Act, p: &LayerParams, eps: f64, training: bool) -> (Ac
     macro_rules! norm {
         ($t:expr) => {{
             if training && crate::distribute::sync_bn::active() {
-                let (y, mean, var) =
-                    crate::distribute::sync_bn::batch_norm_sync($t, gamma, beta, eps);
-                (y, Some((mean, var)))
+                // Sums shifted by the moving mean, which every replica holds alike.
+                let (y, batch_mean, batch_var) =
+                    crate::distribute::sync_bn::batch_norm_sync($t, gamma, beta, mean, eps);
+                (y, Some((batch_mean, batch_var)))
             } else if training {
                 let out = batch_norm_train($t, gamma, beta, eps);
                 (out.output, Some((out.mean, out.variance)))

@@ -1267,6 +1267,16 @@ impl ModelSpec {
             .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
     }
 
+    /// The channel count (the last axis, Keras' `axis=-1`) of each BatchNormalization layer,
+    /// in layer order: what `sync_batch_norm` all-reduces per layer (`2 × channels + 1`
+    /// values).
+    pub fn batch_norm_channels(&self) -> Vec<usize> {
+        (0..self.layers.len())
+            .filter(|&i| matches!(self.layers[i].kind, LayerKind::BatchNormalization { .. }))
+            .map(|i| self.shape_after(i).last().copied().unwrap_or(1))
+            .collect()
+    }
+
     /// True when the output layer ends in a softmax (its outputs are probabilities).
     pub fn ends_in_softmax(&self) -> bool {
         matches!(
