@@ -58,7 +58,7 @@ impl Compression {
     pub fn text_decoder(
         self,
         path: &std::path::Path,
-        mut file: crate::storage::SourceReader,
+        file: crate::storage::SourceReader,
     ) -> Result<crate::storage::SourceReader, DataError> {
         // Peeked, not consumed: the first read of the result returns the whole buffer, so
         // readers that look at the start (the CSV reader's byte-order mark) see it whole.
