@@ -430,12 +430,16 @@ fn copy_flat_dir(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Removes a worker's scratch directory when the run ends (success or error).
+/// Removes a worker's scratch directory, and dead workers' ones, when the run ends (success
+/// or error).
 struct RemoveOnDrop(PathBuf);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        // Again at the end: a worker of a killed job that was still exiting when this job
+        // started has exited by now.
+        crate::distribute::world::remove_stale_scratch_dirs();
     }
 }
 
