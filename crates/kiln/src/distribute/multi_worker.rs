@@ -41,6 +41,9 @@ use crate::model::{ModelSpec, Network};
 /// first step, rank 0's weights are broadcast to every worker (`MPI_Bcast`), so the workers
 /// start identical whatever their initialization.
 ///
+/// With [`MultiWorkerMirroredStrategy::with_sync_batch_norm`], each BatchNormalization layer
+/// adds two small all-reduces inside the forward and backward passes ([`super::sync_bn`]).
+///
 /// A stop request (SIGINT / SIGTERM through [`MultiWorkerMirroredStrategy::set_interrupts`])
 /// is shared through the same buffer: every worker sees it after the same step, so they all
 /// stop there and rank 0 writes the checkpoint.
