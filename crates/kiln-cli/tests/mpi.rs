@@ -190,7 +190,12 @@ fn two_workers_with_sync_batch_norm_train_to_the_one_process_weights() {
     };
     let cfg = with_sgd(bn_config(&dir, "\n[distribute]\nsync_batch_norm = true\n"));
     let one = dir.join("one");
-    one_process(&cfg, &one);
+    let single = one_process(&cfg, &one);
+    let said = format!("{}{}", text(&single.stdout), text(&single.stderr));
+    assert!(
+        said.contains("sync_batch_norm: one replica"),
+        "one device says the key changes nothing: {said}"
+    );
     let two = dir.join("two");
     let out = mpirun(2, &cfg, &two, &["--strategy", "multi_worker_mirrored"])
         .output()

@@ -245,6 +245,17 @@ pub fn train_with(
         // Checked against the model before anything is written.
         notes(p.describe(&cfg.model)?.trim_end());
     }
+    if cfg.distribute.sync_batch_norm == Some(true) {
+        if cfg.model.batch_norm_channels().is_empty() {
+            notes(
+                "sync_batch_norm: the model has no BatchNormalization layer: nothing to synchronize",
+            );
+        } else if strategy.num_replicas_in_sync() == 1 {
+            notes(
+                "sync_batch_norm: one replica, whose batch is the global batch: nothing to synchronize",
+            );
+        }
+    }
     if let crate::distribute::Strategy::Mirrored(m) = &strategy
         && m.sync_batch_norm()
         && m.num_replicas() > 1
