@@ -120,8 +120,8 @@ enum DataCommand {
         /// Records to print.
         #[arg(short = 'n', long = "records", default_value_t = 5)]
         n: usize,
-        /// tfrecord, tfrecord-gzip, tfrecord-zlib, csv, idx or npy (default: recognised from
-        /// the name and contents).
+        /// tfrecord, tfrecord-gzip, tfrecord-zlib, csv, csv-gzip, csv-zlib, idx or npy
+        /// (default: recognised from the name and contents).
         #[arg(long)]
         format: Option<String>,
     },

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use super::{Out, io_error};
+use crate::compression::Compression;
 use crate::element::DType;
 use crate::error::{DataError, Result};
 use crate::sources::infer_type;
@@ -22,8 +23,14 @@ fn record_error(path: &Path, err: csv::Error) -> DataError {
     }
 }
 
-fn reader(path: &Path) -> Result<csv::Reader<std::fs::File>> {
+/// The CSV records of `path`, decompressed with `compression` (checked against the file's
+/// first bytes, [`Compression::text_decoder`]).
+fn reader(
+    path: &Path,
+    compression: Compression,
+) -> Result<csv::Reader<crate::storage::SourceReader>> {
     let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
+    let file = compression.text_decoder(path, Box::new(file))?;
     Ok(csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
@@ -42,9 +49,14 @@ fn numeric(field: &[u8]) -> bool {
 /// Describes the CSV file `path`: whether the first row is a header (it is when none of its
 /// fields is a number but a later row has a number in some column), each column's inferred
 /// type (from the first 100 rows, as `make_csv_dataset`), the first `n` rows, the row count.
-pub(super) fn inspect(path: &Path, n: usize, w: &mut Out<'_>) -> Result<u64> {
+pub(super) fn inspect(
+    path: &Path,
+    compression: Compression,
+    n: usize,
+    w: &mut Out<'_>,
+) -> Result<u64> {
     // First pass: the header decision and types, from the first rows.
-    let mut rdr = reader(path)?;
+    let mut rdr = reader(path, compression)?;
     let mut rows: Vec<(u64, csv::ByteRecord)> = Vec::new();
     for r in rdr.byte_records().take(INFERENCE_ROWS + 1) {
         let r = r.map_err(|e| record_error(path, e))?;
@@ -109,7 +121,7 @@ pub(super) fn inspect(path: &Path, n: usize, w: &mut Out<'_>) -> Result<u64> {
     // Second pass: count every row (and surface parse errors anywhere in the file).
     let mut count = 0u64;
     let mut record = csv::ByteRecord::new();
-    let mut rdr = reader(path)?;
+    let mut rdr = reader(path, compression)?;
     while rdr
         .read_byte_record(&mut record)
         .map_err(|e| record_error(path, e))?

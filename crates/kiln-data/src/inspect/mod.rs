@@ -30,8 +30,9 @@ use crate::tfrecord::masked_crc32c;
 pub enum FileFormat {
     /// TFRecord, compressed as given.
     TfRecord(Compression),
-    /// Comma-separated values (RFC 4180).
-    Csv,
+    /// Comma-separated values (RFC 4180), compressed as given (tf.data's
+    /// `compression_type`).
+    Csv(Compression),
     /// MNIST's IDX (gzip or raw).
     Idx,
     /// NumPy `.npy`.
@@ -43,7 +44,8 @@ impl Display for FileFormat {
         match self {
             FileFormat::TfRecord(Compression::None) => f.write_str("TFRecord"),
             FileFormat::TfRecord(c) => write!(f, "TFRecord ({} compressed)", c.tf_name()),
-            FileFormat::Csv => f.write_str("CSV"),
+            FileFormat::Csv(Compression::None) => f.write_str("CSV"),
+            FileFormat::Csv(c) => write!(f, "CSV ({} compressed)", c.tf_name()),
             FileFormat::Idx => f.write_str("IDX"),
             FileFormat::Npy => f.write_str("NPY"),
         }
@@ -59,13 +61,15 @@ impl FromStr for FileFormat {
             "tfrecord" => FileFormat::TfRecord(Compression::None),
             "tfrecord-gzip" => FileFormat::TfRecord(Compression::Gzip),
             "tfrecord-zlib" => FileFormat::TfRecord(Compression::Zlib),
-            "csv" => FileFormat::Csv,
+            "csv" => FileFormat::Csv(Compression::None),
+            "csv-gzip" => FileFormat::Csv(Compression::Gzip),
+            "csv-zlib" => FileFormat::Csv(Compression::Zlib),
             "idx" => FileFormat::Idx,
             "npy" => FileFormat::Npy,
             other => {
                 return Err(DataError::InvalidArgument(format!(
                     "unknown file format {other:?}; allowed: tfrecord, tfrecord-gzip, \
-                     tfrecord-zlib, csv, idx, npy"
+                     tfrecord-zlib, csv, csv-gzip, csv-zlib, idx, npy"
                 )));
             }
         })
@@ -134,7 +138,16 @@ impl FileFormat {
         let ext = stem.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
         match ext {
             "tfrecord" | "tfrecords" | "tfrec" => return Ok(FileFormat::TfRecord(compression)),
-            "csv" if compression == Compression::None => return Ok(FileFormat::Csv),
+            // A `.csv` name on gzip bytes: the content tells.
+            "csv" if compression == Compression::None => {
+                let gzip = head(path, Compression::None, 2)?.starts_with(&GZIP_MAGIC);
+                return Ok(FileFormat::Csv(if gzip {
+                    Compression::Gzip
+                } else {
+                    Compression::None
+                }));
+            }
+            "csv" => return Ok(FileFormat::Csv(compression)),
             "npy" if compression == Compression::None => return Ok(FileFormat::Npy),
             "idx" => return Ok(FileFormat::Idx),
             _ => {}
@@ -164,15 +177,18 @@ impl FileFormat {
         if tfrecord_header(&bytes) {
             return Ok(FileFormat::TfRecord(compression));
         }
-        if compression == Compression::None
-            && std::str::from_utf8(&bytes).is_ok()
-            && bytes.contains(&b',')
-        {
-            return Ok(FileFormat::Csv);
+        // A 64-byte head may end inside a multi-byte character: UTF-8 up to that point.
+        let text = match std::str::from_utf8(&bytes) {
+            Ok(_) => true,
+            Err(e) => e.error_len().is_none(),
+        };
+        if text && bytes.contains(&b',') {
+            return Ok(FileFormat::Csv(compression));
         }
         Err(DataError::InvalidArgument(format!(
             "cannot tell the format of {}: name it *.tfrecord, *.csv, *.npy or *.idx, or pass \
-             --format (tfrecord, tfrecord-gzip, tfrecord-zlib, csv, idx, npy)",
+             --format (tfrecord, tfrecord-gzip, tfrecord-zlib, csv, csv-gzip, csv-zlib, idx, \
+             npy)",
             path.display()
         )))
     }
@@ -220,7 +236,7 @@ pub fn inspect(
     w.line(format_args!("{}: {format}", path.display()))?;
     let records = match format {
         FileFormat::TfRecord(c) => tfrecord::inspect(path, c, n, &mut w)?,
-        FileFormat::Csv => csv::inspect(path, n, &mut w)?,
+        FileFormat::Csv(c) => csv::inspect(path, c, n, &mut w)?,
         FileFormat::Idx => arrays::inspect(&crate::idx::read_idx(path)?, n, &mut w)?,
         FileFormat::Npy => arrays::inspect(&crate::npy::read_npy(path)?, n, &mut w)?,
     };

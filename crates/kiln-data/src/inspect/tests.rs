@@ -171,6 +171,54 @@ fn csv_header_types_and_rows() {
     );
 }
 
+/// GZIP and ZLIB CSV files read like the plain one, whether the name says so (`.csv.gz`),
+/// the content does (gzip bytes under `.csv`, or an unnamed file) or `--format` does; the
+/// wrong `--format` names the mismatch.
+#[test]
+fn compressed_csv_files_are_decompressed() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = b"a,b,label\n1.5,2,0\n3.5,4,1\n5.5,6,2\n";
+    let compress = |c: Compression| {
+        let mut enc = c.encoder(Vec::new());
+        std::io::Write::write_all(&mut enc, csv).unwrap();
+        enc.finish().unwrap()
+    };
+    for (name, c, format) in [
+        ("a.csv.gz", Compression::Gzip, None),
+        ("b.csv", Compression::Gzip, None),
+        ("c.bin", Compression::Gzip, None),
+        ("d.csv.zz", Compression::Zlib, None),
+        (
+            "e.data",
+            Compression::Zlib,
+            Some(FileFormat::Csv(Compression::Zlib)),
+        ),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, compress(c)).unwrap();
+        let (r, text) = run(&path, 1, format);
+        let summary = r.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(summary.format, FileFormat::Csv(c), "{name}");
+        assert_eq!(summary.records, 3, "{name}");
+        assert!(text.contains("row 0 (line 2): 1.5, 2, 0"), "{name}: {text}");
+        assert!(
+            text.contains(&format!("CSV ({} compressed)", c.tf_name())),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        "csv-gzip".parse::<FileFormat>().unwrap(),
+        FileFormat::Csv(Compression::Gzip)
+    );
+    let plain = dir.path().join("plain.csv");
+    std::fs::write(&plain, csv).unwrap();
+    let e = run(&plain, 1, Some(FileFormat::Csv(Compression::Gzip)))
+        .0
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("does not start with gzip's magic bytes"), "{e}");
+}
+
 #[test]
 fn idx_and_npy_show_dtype_shape_and_first_values() {
     let dir = tempfile::tempdir().unwrap();
