@@ -49,6 +49,7 @@ impl Compression {
     /// after checking the file's first bytes against the setting, so that a wrong or missing
     /// `compression_type` is named as such instead of surfacing as a decoding error: a file
     /// that starts with gzip's magic bytes `1f 8b` (never valid UTF-8 text) without `"GZIP"`,
+    /// or with a zlib header other than `x^` (`78 01`, `78 9c`, `78 da`) without `"ZLIB"`,
     /// a `"GZIP"` file without them, a `"ZLIB"` file without a zlib header (RFC 1950: `CM` 8
     /// and `(CMF × 256 + FLG) mod 31 = 0`). Empty files pass.
     ///
@@ -95,6 +96,13 @@ impl Compression {
                      compression_type = \"GZIP\" for it"
                         .into(),
                 );
+            }
+            // A zlib header is text only as "x^" (78 5e); 78 01, 78 9c, 78 da are not.
+            Compression::None if zlib && head[1] != b'^' => {
+                return wrong(format!(
+                    "the file starts with a zlib header ({first}): it is ZLIB-compressed; set \
+                     compression_type = \"ZLIB\" for it"
+                ));
             }
             Compression::Gzip if !gzip => {
                 let fix = if zlib {
@@ -271,6 +279,15 @@ mod tests {
             gzip.unwrap_err()
                 .contains("set compression_type = \"GZIP\"")
         );
+        let zlib = read_text(Compression::None, compressed(Compression::Zlib, &text));
+        let zlib = zlib.unwrap_err();
+        assert!(
+            zlib.contains("78 9c") && zlib.contains("\"ZLIB\""),
+            "{zlib}"
+        );
+        // "x^" starts a zlib header and plain text alike: read as text.
+        let caret = b"x^2,1\n".to_vec();
+        assert_eq!(read_text(Compression::None, caret.clone()).unwrap(), caret);
     }
 
     #[test]

@@ -259,6 +259,7 @@ pub fn train_with(
     if let crate::distribute::Strategy::Mirrored(m) = &strategy
         && m.sync_batch_norm()
         && m.num_replicas() > 1
+        && !cfg.model.batch_norm_channels().is_empty()
     {
         notes(&format!(
             "sync_batch_norm: the {} replicas share one device, so each step runs as one \

@@ -133,7 +133,12 @@ impl MirroredStrategy {
         let global = batch.size;
         let home = batch.x.device();
         let n = self.num_replicas();
-        if n == 1 || global == 0 || self.sync_batch_norm {
+        let synchronized = self.sync_batch_norm
+            && spec
+                .layers()
+                .iter()
+                .any(|l| matches!(l.kind, crate::model::LayerKind::BatchNormalization { .. }));
+        if n == 1 || global == 0 || synchronized {
             return compute_gradients_scaled(net, spec, compiled, batch, loss_factor, profile);
         }
         let parts = split_batch(batch, &split_sizes(global, n));
