@@ -166,7 +166,8 @@ impl FromStr for Compression {
             "GZIP" => Ok(Compression::Gzip),
             "ZLIB" => Ok(Compression::Zlib),
             other => Err(DataError::InvalidArgument(format!(
-                "compression_type {other:?} is not one of \"\", \"GZIP\", \"ZLIB\""
+                "compression_type {other:?} is not one of \"\" (or \"NONE\"), \"GZIP\", \
+                 \"ZLIB\" (TensorFlow's names, upper case)"
             ))),
         }
     }

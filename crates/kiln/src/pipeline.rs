@@ -81,7 +81,10 @@ impl std::str::FromStr for Split {
 /// `compression_type` by tf.data's names.
 pub(crate) fn compression(name: &str) -> std::result::Result<Compression, String> {
     name.parse::<Compression>().map_err(|_| {
-        format!("unknown compression_type \"{name}\"; allowed: \"\", \"GZIP\", \"ZLIB\"")
+        format!(
+            "unknown compression_type \"{name}\"; allowed: \"\" (or \"NONE\"), \"GZIP\", \
+             \"ZLIB\" (TensorFlow's names, upper case)"
+        )
     })
 }
 
