@@ -45,11 +45,25 @@ impl Compression {
         }
     }
 
+    /// The compression the first bytes of a file show for certain: gzip's magic bytes `1f 8b`
+    /// (RFC 1952), or a zlib header with a 32 KiB window and no preset dictionary, `78 01`,
+    /// `78 5e`, `78 9c` or `78 da` (RFC 1950: what zlib, TensorFlow and flate2 write at every
+    /// level). `None` for anything else, which may still be a rarer zlib header
+    /// ([`zlib_header`]).
+    pub fn sniff(head: &[u8]) -> Option<Compression> {
+        match head {
+            [0x1f, 0x8b, ..] => Some(Compression::Gzip),
+            [0x78, 0x01 | 0x5e | 0x9c | 0xda, ..] => Some(Compression::Zlib),
+            _ => None,
+        }
+    }
+
     /// The bytes of text file `path` (lines or CSV) as [`Compression::decoder`] gives them,
     /// after checking the file's first bytes against the setting, so that a wrong or missing
     /// `compression_type` is named as such instead of surfacing as a decoding error: a file
     /// that starts with gzip's magic bytes `1f 8b` (never valid UTF-8 text) without `"GZIP"`,
-    /// or with a zlib header other than `x^` (`78 01`, `78 9c`, `78 da`) without `"ZLIB"`,
+    /// or with one of the zlib headers of [`Compression::sniff`] other than `x^` without
+    /// `"ZLIB"`,
     /// a `"GZIP"` file without them, a `"ZLIB"` file without a zlib header (RFC 1950: `CM` 8
     /// and `(CMF × 256 + FLG) mod 31 = 0`). Empty files pass.
     ///
@@ -73,10 +87,8 @@ impl Compression {
                 });
             }
         };
-        let gzip = head.starts_with(&[0x1f, 0x8b]);
-        let zlib = head.len() == 2
-            && head[0] & 0x0f == 8
-            && (u16::from(head[0]) * 256 + u16::from(head[1])) % 31 == 0;
+        let sniffed = Compression::sniff(&head);
+        let gzip = sniffed == Some(Compression::Gzip);
         let first = head
             .iter()
             .map(|b| format!("{b:02x}"))
@@ -97,15 +109,15 @@ impl Compression {
                         .into(),
                 );
             }
-            // A zlib header is text only as "x^" (78 5e); 78 01, 78 9c, 78 da are not.
-            Compression::None if zlib && head[1] != b'^' => {
+            // Of the zlib headers `sniff` knows, only "x^" (78 5e) is also plain text.
+            Compression::None if sniffed == Some(Compression::Zlib) && head[1] != b'^' => {
                 return wrong(format!(
                     "the file starts with a zlib header ({first}): it is ZLIB-compressed; set \
                      compression_type = \"ZLIB\" for it"
                 ));
             }
             Compression::Gzip if !gzip => {
-                let fix = if zlib {
+                let fix = if zlib_header(&head) {
                     "it has a zlib header: set compression_type = \"ZLIB\""
                 } else {
                     "remove compression_type if the file is plain text"
@@ -115,7 +127,7 @@ impl Compression {
                      magic bytes 1f 8b (it starts with {first}); {fix}"
                 ));
             }
-            Compression::Zlib if !zlib => {
+            Compression::Zlib if !zlib_header(&head) => {
                 let fix = if gzip {
                     "it is GZIP-compressed: set compression_type = \"GZIP\""
                 } else {
@@ -140,6 +152,18 @@ impl Compression {
             Compression::Gzip => Encoder::Gzip(GzEncoder::new(inner, level)),
             Compression::Zlib => Encoder::Zlib(ZlibEncoder::new(inner, level)),
         }
+    }
+}
+
+/// True when `head` starts with a valid zlib header (RFC 1950: compression method 8, a window
+/// of at most 32 KiB, `(CMF × 256 + FLG) mod 31 = 0`): what a `"ZLIB"` setting is checked
+/// against, so that no valid stream is refused.
+fn zlib_header(head: &[u8]) -> bool {
+    match head {
+        [cmf, flg, ..] => {
+            cmf & 0x0f == 8 && cmf >> 4 <= 7 && (u16::from(*cmf) * 256 + u16::from(*flg)) % 31 == 0
+        }
+        _ => false,
     }
 }
 
@@ -286,7 +310,11 @@ mod tests {
             zlib.contains("78 9c") && zlib.contains("\"ZLIB\""),
             "{zlib}"
         );
-        // "x^" starts a zlib header and plain text alike: read as text.
+        // Plain text that fits RFC 1950's header arithmetic is read as text: "80" (38 30) and
+        // "(4" (28 34) are zlib headers with small windows, "x^" the level-1 one.
+        for text in [&b"80,1\n"[..], b"(4,2\n"] {
+            assert_eq!(read_text(Compression::None, text.to_vec()).unwrap(), text);
+        }
         let caret = b"x^2,1\n".to_vec();
         assert_eq!(read_text(Compression::None, caret.clone()).unwrap(), caret);
     }

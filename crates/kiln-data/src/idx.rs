@@ -33,7 +33,7 @@ use crate::error::{DataError, Result, check_payload, format_error};
 /// truncated gzip stream, or any problem [`parse_idx`] reports.
 pub fn read_idx(path: &Path) -> Result<Array> {
     let raw = crate::storage::read(path)?;
-    if raw.starts_with(&[0x1f, 0x8b]) {
+    if crate::compression::Compression::sniff(&raw) == Some(crate::compression::Compression::Gzip) {
         let bytes = gunzip(&raw, path)?;
         parse_idx(&bytes, path).map_err(|err| match err {
             DataError::Format {

@@ -76,9 +76,6 @@ impl FromStr for FileFormat {
     }
 }
 
-/// gzip's magic bytes (RFC 1952).
-const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
-
 /// The first `n` bytes of `path` (fewer for a short file), decompressed with `compression`.
 fn head(path: &Path, compression: Compression, n: usize) -> Result<Vec<u8>> {
     let file = std::fs::File::open(path).map_err(|source| io_error(path, source))?;
@@ -140,7 +137,8 @@ impl FileFormat {
             "tfrecord" | "tfrecords" | "tfrec" => return Ok(FileFormat::TfRecord(compression)),
             // A `.csv` name on gzip bytes: the content tells.
             "csv" if compression == Compression::None => {
-                let gzip = head(path, Compression::None, 2)?.starts_with(&GZIP_MAGIC);
+                let gzip = Compression::sniff(&head(path, Compression::None, 2)?)
+                    == Some(Compression::Gzip);
                 return Ok(FileFormat::Csv(if gzip {
                     Compression::Gzip
                 } else {
@@ -156,16 +154,7 @@ impl FileFormat {
         if raw.starts_with(b"\x93NUMPY") {
             return Ok(FileFormat::Npy);
         }
-        let compression = if raw.starts_with(&GZIP_MAGIC) {
-            Compression::Gzip
-        } else if raw.first() == Some(&0x78)
-            && raw.len() >= 2
-            && u16::from_be_bytes([raw[0], raw[1]]) % 31 == 0
-        {
-            Compression::Zlib
-        } else {
-            Compression::None
-        };
+        let compression = Compression::sniff(&raw).unwrap_or(Compression::None);
         let bytes = if compression == Compression::None {
             raw
         } else {
