@@ -245,8 +245,9 @@ pub fn train_with(
         // Checked against the model before anything is written.
         notes(p.describe(&cfg.model)?.trim_end());
     }
+    let has_batch_norm = !cfg.model.batch_norm_channels().is_empty();
     if cfg.distribute.sync_batch_norm == Some(true) {
-        if cfg.model.batch_norm_channels().is_empty() {
+        if !has_batch_norm {
             notes(
                 "sync_batch_norm: the model has no BatchNormalization layer: nothing to synchronize",
             );
@@ -259,7 +260,7 @@ pub fn train_with(
     if let crate::distribute::Strategy::Mirrored(m) = &strategy
         && m.sync_batch_norm()
         && m.num_replicas() > 1
-        && !cfg.model.batch_norm_channels().is_empty()
+        && has_batch_norm
     {
         notes(&format!(
             "sync_batch_norm: the {} replicas share one device, so each step runs as one \

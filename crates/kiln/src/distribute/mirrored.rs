@@ -133,11 +133,7 @@ impl MirroredStrategy {
         let global = batch.size;
         let home = batch.x.device();
         let n = self.num_replicas();
-        let synchronized = self.sync_batch_norm
-            && spec
-                .layers()
-                .iter()
-                .any(|l| matches!(l.kind, crate::model::LayerKind::BatchNormalization { .. }));
+        let synchronized = self.sync_batch_norm && !spec.batch_norm_channels().is_empty();
         if n == 1 || global == 0 || synchronized {
             return compute_gradients_scaled(net, spec, compiled, batch, loss_factor, profile);
         }
