@@ -260,9 +260,9 @@ fn sigterm_stops_the_study_and_the_trial_resumes_from_its_checkpoint() {
         .unwrap();
     // Once trial 0 has finished an epoch, SIGTERM the tuner (not its child).
     let csv = study.join("trials/0/tune-epochs.csv");
-    while std::fs::read_to_string(&csv).map_or(0, |t| t.lines().count()) < 2 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    tune_common::wait_until("trial 0's first epoch", || {
+        std::fs::read_to_string(&csv).map_or(0, |t| t.lines().count()) >= 2
+    });
     let status = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -9,7 +9,7 @@
 //! - [`pruner`]: stop unpromising trials from their per-epoch metrics (median, successive
 //!   halving).
 //! - [`storage`]: the study database (SQLite by default, PostgreSQL for many workers): trials
-//!   claimed in transactions, heartbeats, stale trials failed and retried.
+//!   claimed in transactions, heartbeats, the trials of workers that are gone run again.
 //! - [`runner`]: each trial is a `kiln train` child process in its own run directory.
 //! - [`study`]: the loop that ties them together, resumable at any instant.
 //!
@@ -23,6 +23,7 @@
 pub mod config;
 pub mod error;
 pub mod keypath;
+mod lock;
 pub mod objective;
 pub mod oracle;
 pub mod pruner;

@@ -9,8 +9,11 @@
 //!   SIGTERM: `kiln train` finishes its batch, writes a checkpoint and exits; after
 //!   [`Runner::term_timeout`] it is killed.
 //! - On Linux the child gets `PR_SET_PDEATHSIG = SIGKILL`: when the tuner dies (even by
-//!   `kill -9`), its child dies too instead of training on unseen, so a retried trial never
-//!   shares its run directory with an orphan.
+//!   `kill -9`), its child dies too instead of training on unseen, so a trial run again never
+//!   shares its run directory with an orphan. Should one still hold it (`kiln train` locks its
+//!   run directory; the orphan of a tuner on a system without `PR_SET_PDEATHSIG`), the run
+//!   exits with code 2 saying so ([`run_dir_in_use`]) and the worker runs it again once the
+//!   directory is free.
 
 use std::io::{BufRead, Read, Seek};
 use std::path::{Path, PathBuf};
@@ -92,6 +95,33 @@ pub fn describe_failure(status: &ExitStatus, log: &Path) -> String {
         tail.map(|t| format!(": {t}")).unwrap_or_default(),
         log.display()
     )
+}
+
+/// The holder, in `kiln train`'s words, when `exit` is `kiln train` refusing a run directory
+/// another process holds (exit code 2, an error line saying the directory is in use, in the
+/// part of `log` written after byte `from`). Such a run failed only to start: it runs again
+/// once the holder (typically a child left over from an interrupted run) has gone.
+pub fn run_dir_in_use(exit: &Exit, log: &Path, from: u64) -> Option<String> {
+    let Exit::Finished(status) = exit else {
+        return None;
+    };
+    if status.code() != Some(2) {
+        return None;
+    }
+    let mut f = std::fs::File::open(log).ok()?;
+    f.seek(std::io::SeekFrom::Start(from)).ok()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    text.lines()
+        .find(|l| {
+            let l = l.to_lowercase();
+            l.contains("error") && (l.contains("in use") || l.contains("locked by"))
+        })
+        .map(|l| {
+            let l = l.trim();
+            l.strip_prefix("kiln: error: ").unwrap_or(l).to_string()
+        })
 }
 
 /// The last `kiln: error:` line of a log (or its last line).
@@ -185,13 +215,21 @@ impl Runner {
     }
 }
 
+/// The child gets SIGKILL when the thread that started it ends (the tuner's, which lives as
+/// long as the child is watched), so a killed tuner never leaves a `kiln train` behind.
 #[cfg(target_os = "linux")]
 fn die_with_parent(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe; it runs in the child between fork and exec.
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl, getppid and raise are async-signal-safe; this runs in the child between
+    // fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            // The tuner died between fork and prctl: the death signal was missed.
+            if libc::getppid() != parent {
+                libc::raise(libc::SIGKILL);
+            }
             Ok(())
         });
     }

@@ -122,6 +122,19 @@ pub fn trials(config: &Path, study_dir: &Path, storage: Option<&str>) -> Vec<Sto
     storage.trials().unwrap()
 }
 
+/// Polls `ready` every 10 ms until it holds; panics after two minutes naming `what` (a
+/// generous deadline: the event is awaited, never assumed after a fixed time).
+pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not reached within 120 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Output of a finished command as text, stdout then stderr.
 pub fn output_text(o: &std::process::Output) -> String {
     format!(

@@ -61,14 +61,15 @@ pub struct TunerSettings {
     /// Child runs per trial, each with its own seed (`seed + k`); the objective is their mean
     /// (default 1).
     pub executions_per_trial: u32,
-    /// Times a failed trial is started again (default 0).
+    /// Times a trial that failed by itself (its child crashed) is started again (default 0);
+    /// a trial interrupted with its worker runs again without counting.
     pub max_retries_per_trial: u32,
     /// Failed trials in a row (in order of finishing) that end the study (default 3).
     pub max_consecutive_failed_trials: u32,
     /// Seconds between a worker's heartbeats while its trial trains (default 5).
     pub heartbeat_interval: f64,
-    /// Seconds without a heartbeat after which a running trial counts as failed (default twice
-    /// the heartbeat interval, as Optuna's `grace_period`).
+    /// Seconds without a heartbeat after which a running trial's worker counts as gone and the
+    /// trial runs again (default twice the heartbeat interval, as Optuna's `grace_period`).
     pub grace_period: f64,
     /// The study's name in the database (default: the tune file's stem); workers sharing a
     /// PostgreSQL database run the same study by giving the same name.
@@ -535,7 +536,7 @@ fn settings(tuner: &toml::Table, path: &Path) -> Result<TunerSettings, TuneError
             path,
             format!(
                 "[tuner] grace_period ({grace_period} s) must be longer than heartbeat_interval \
-                 ({heartbeat_interval} s), else a live trial counts as failed; Optuna uses twice \
+                 ({heartbeat_interval} s), else a live trial is taken from its worker; Optuna uses twice \
                  the interval"
             ),
         ));

@@ -10,10 +10,14 @@
 //!   `waiting` (failed, to be run again), `running`, `complete`, `pruned`, `failed`.
 //! - `kiln_trial_values(study_id, number, epoch, value)`: the intermediate objective values.
 //!
-//! Claiming a trial is one transaction ([`claim_in`]): running trials whose heartbeat is older
-//! than the grace period (or whose worker process on this machine is gone) are failed, and
-//! put back as `waiting` while retries remain; a waiting trial is claimed before a new one;
-//! else the oracle decides from the whole history and the new trial is inserted as running.
+//! Claiming a trial is one transaction ([`claim_in`]): running trials whose worker is gone are
+//! put back as `waiting` (interrupted, not failed: they run again from their last checkpoint
+//! without spending a retry); a waiting trial is claimed before a new one; else the oracle
+//! decides from the whole history and the new trial is inserted as running. A worker is gone
+//! when its heartbeat is older than the grace period (a lease, for workers on any machine), or
+//! at once when it is on this machine and its lock file ([`crate::lock`]) is free or its
+//! process no longer exists. Only the worker that ran a trial records it failed
+//! ([`finish_in`]), when its child failed by itself.
 //! SQLite serialises these transactions with `BEGIN IMMEDIATE`, PostgreSQL by locking the
 //! study's row (`SELECT ... FOR UPDATE`), so two workers never claim the same trial or create
 //! two trials with one number.
@@ -25,9 +29,10 @@ pub mod url;
 pub use self::postgres::PostgresStorage;
 pub use self::sqlite::SqliteStorage;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::TuneError;
+use crate::lock::Liveness;
 use crate::trial::{Decision, TrialPlan, TrialRecord, TrialState};
 
 /// One trial row.
@@ -136,8 +141,13 @@ pub struct Attempt {
 pub struct ClaimPolicy {
     /// Who claims (`host:pid`).
     pub worker: String,
-    /// A running trial without a heartbeat for this long (ms) counts as failed.
+    /// A running trial without a heartbeat for this long (ms) is interrupted: its worker is
+    /// gone.
     pub grace_ms: i64,
+    /// Where the lock files of this study directory's workers are
+    /// ([`crate::lock::WORKERS`]): a worker of this machine whose lock is free is gone at
+    /// once.
+    pub workers_dir: Option<PathBuf>,
     /// Retries for a failed trial.
     pub max_retries: u32,
     /// No new trial once the study holds this many (all states).
@@ -295,9 +305,13 @@ pub(crate) trait Tx {
     fn insert(&mut self, t: &StoredTrial) -> Result<(), TuneError>;
 }
 
-/// The worker id of this process: `host:pid`.
-pub fn worker_id() -> String {
-    format!("{}:{}", hostname(), std::process::id())
+/// A new worker id: `host:pid` for the process's first worker, `host:pid-<n>` for the
+/// `n`-th more (a library user running several workers in one process).
+pub fn new_worker_id() -> String {
+    static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let id = format!("{}:{}", hostname(), std::process::id());
+    if n == 0 { id } else { format!("{id}-{n}") }
 }
 
 fn hostname() -> String {
@@ -311,28 +325,45 @@ fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-/// Whether `owner` is a worker on this machine (same host as `me`) whose process is gone:
-/// its trial need not wait for the grace period.
-fn owner_gone(owner: &str, me: &str) -> bool {
-    let split = |w: &str| {
-        w.rsplit_once(':')
-            .map(|(h, p)| (h.to_string(), p.parse::<i32>()))
+/// `(host, pid)` of a worker id (`host:pid` or `host:pid-<n>`).
+fn host_and_pid(worker: &str) -> Option<(&str, i32)> {
+    let (host, rest) = worker.rsplit_once(':')?;
+    let pid = rest.split_once('-').map_or(rest, |(p, _)| p);
+    Some((host, pid.parse().ok()?))
+}
+
+/// Whether `owner` is a worker on this machine that is gone, so that its
+/// trial need not wait for the grace period: the claimer itself (a worker claims only when it
+/// runs no trial, so this is an earlier process that had its id), a worker whose lock file in
+/// `policy.workers_dir` is free, or, without a lock file, one whose process no longer exists.
+fn owner_gone(owner: &str, policy: &ClaimPolicy) -> bool {
+    let Some((host, pid)) = host_and_pid(owner) else {
+        return false;
     };
-    match (split(owner), split(me)) {
-        (Some((host, Ok(pid))), Some((my_host, Ok(my_pid))))
-            if host == my_host && pid != my_pid =>
-        {
+    if host != hostname() {
+        return false;
+    }
+    if owner == policy.worker {
+        return true;
+    }
+    let by_lock = policy
+        .workers_dir
+        .as_deref()
+        .map_or(Liveness::Unknown, |d| crate::lock::liveness(d, owner));
+    match by_lock {
+        Liveness::Alive => false,
+        Liveness::Gone => true,
+        Liveness::Unknown => {
             // SAFETY: signal 0 only checks that the process exists.
             let rc = unsafe { libc::kill(pid, 0) };
             rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
         }
-        _ => false,
     }
 }
 
-/// The claim transaction's logic (see the module docs): fail stale trials (retry them while
-/// retries remain), claim the lowest waiting trial, else ask `decide` (the oracle) with the
-/// whole history and insert its plan as a new running trial numbered after the last.
+/// The claim transaction's logic (see the module docs): put back the trials of workers that
+/// are gone, claim the lowest waiting trial, else ask `decide` (the oracle) with the whole
+/// history and insert its plan as a new running trial numbered after the last.
 pub(crate) fn claim_in(
     tx: &mut dyn Tx,
     policy: &ClaimPolicy,
@@ -345,20 +376,17 @@ pub(crate) fn claim_in(
             continue;
         }
         let owner = t.worker.clone().unwrap_or_default();
-        let silent = t.heartbeat_ms.is_none_or(|h| now - h > policy.grace_ms);
-        let gone = owner_gone(&owner, &policy.worker);
-        if !silent && !gone {
-            continue;
-        }
-        let why = if gone {
+        let why = if owner_gone(&owner, policy) {
             format!("its worker {owner} is gone")
-        } else {
+        } else if t.heartbeat_ms.is_none_or(|h| now - h > policy.grace_ms) {
             format!(
                 "no heartbeat from its worker {owner} for more than {:.0} s",
                 policy.grace_ms as f64 / 1000.0
             )
+        } else {
+            continue;
         };
-        fail_or_retry(t, why, policy.max_retries, now);
+        interrupted(t, &why);
         tx.update(t)?;
     }
     if let Some(t) = trials.iter_mut().find(|t| t.waiting) {
@@ -402,6 +430,16 @@ pub(crate) fn claim_in(
         Decision::Wait => Ok(Claim::Wait),
         Decision::Done => Ok(Claim::Done { active }),
     }
+}
+
+/// Puts `t` back as waiting, its retries unchanged: its worker was interrupted (stopped,
+/// killed, or lost), not the trial.
+fn interrupted(t: &mut StoredTrial, why: &str) {
+    t.waiting = true;
+    t.worker = None;
+    t.message = Some(format!(
+        "interrupted ({why}): runs again from its last checkpoint, not counted as a failure"
+    ));
 }
 
 /// Marks `t` failed, or waiting with one more retry while `retries < max_retries`.
@@ -487,9 +525,7 @@ pub(crate) fn release_in(tx: &mut dyn Tx, attempt: &Attempt) -> Result<(), TuneE
         .into_iter()
         .find(|t| t.record.number == attempt.number && owns(t, attempt))
     {
-        t.waiting = true;
-        t.worker = None;
-        t.message = Some("interrupted: runs again when the study resumes".into());
+        interrupted(&mut t, "its worker was stopped");
         tx.update(&t)?;
     }
     Ok(())

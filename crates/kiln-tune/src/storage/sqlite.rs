@@ -1,12 +1,17 @@
 //! The SQLite study database: one file (default `<study_dir>/study.db`) in WAL mode, so that
 //! readers never block the worker; writers wait for each other up to a 60 s busy timeout;
-//! claims run in `BEGIN IMMEDIATE` transactions (the write lock taken before the history is
-//! read).
+//! claims, the schema and the study's row are written in `BEGIN IMMEDIATE` transactions (the
+//! write lock taken before anything is read). The few "database is locked" answers SQLite
+//! gives without waiting (the switch of a new file to WAL, a write whose snapshot another
+//! worker's commit made stale) are retried within the same 60 s, so that workers started
+//! together never fail on them.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior, params,
+};
 
 use super::{
     Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial, Tx, attach_intermediate,
@@ -61,6 +66,67 @@ fn db_err(location: &str) -> impl Fn(rusqlite::Error) -> TuneError + '_ {
     move |e| TuneError::Storage(format!("study database {location}: {e}"))
 }
 
+/// How long a writer waits for the others.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Whether `e` is SQLite's "database is locked" or "busy".
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Pauses between tries of a busy database: 1 ms growing to 50 ms (varied by the process id
+/// so that workers do not retry in step), for up to [`BUSY_TIMEOUT`].
+struct Backoff {
+    start: Instant,
+    pause: Duration,
+}
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff {
+            start: Instant::now(),
+            pause: Duration::from_micros(1_000 + u64::from(std::process::id() % 500)),
+        }
+    }
+
+    /// Whether to try again after `e`: it is busy and the time is not up (then it paused).
+    fn again(&mut self, e: &rusqlite::Error) -> bool {
+        if !is_busy(e) || self.start.elapsed() >= BUSY_TIMEOUT {
+            return false;
+        }
+        std::thread::sleep(self.pause);
+        self.pause = (self.pause * 2).min(Duration::from_millis(50));
+        true
+    }
+}
+
+/// Runs `f` again while it fails with "database is locked" ([`Backoff`]).
+fn retry_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let mut backoff = Backoff::new();
+    loop {
+        match f() {
+            Err(e) if backoff.again(&e) => {}
+            r => return r,
+        }
+    }
+}
+
+/// `BEGIN IMMEDIATE` on `conn`, tried again while busy ([`Backoff`]). (A connection runs one
+/// transaction at a time: each method of the storage opens and ends its own.)
+fn begin_immediate(conn: &Connection) -> rusqlite::Result<Transaction<'_>> {
+    let mut backoff = Backoff::new();
+    loop {
+        match Transaction::new_unchecked(conn, TransactionBehavior::Immediate) {
+            Err(e) if backoff.again(&e) => {}
+            r => return r,
+        }
+    }
+}
+
 impl SqliteStorage {
     /// Opens (creating) the database file at `path`, its directory included.
     ///
@@ -73,10 +139,12 @@ impl SqliteStorage {
         let location = path.display().to_string();
         let conn = (|| {
             let conn = Connection::open(path)?;
-            conn.busy_timeout(Duration::from_secs(60))?;
-            conn.pragma_update(None, "journal_mode", "WAL")?;
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            retry_busy(|| conn.pragma_update(None, "journal_mode", "WAL"))?;
             conn.pragma_update(None, "synchronous", "NORMAL")?;
-            conn.execute_batch(SCHEMA)?;
+            let tx = begin_immediate(&conn)?;
+            tx.execute_batch(SCHEMA)?;
+            tx.commit()?;
             Ok(conn)
         })()
         .map_err(db_err(&location))?;
@@ -101,10 +169,7 @@ impl SqliteStorage {
         let study = self.study()?;
         let location = self.location.clone();
         let err = db_err(&location);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(&err)?;
+        let tx = begin_immediate(&self.conn).map_err(&err)?;
         let mut stx = SqliteTx {
             tx: &tx,
             study,
@@ -242,10 +307,7 @@ impl Storage for SqliteStorage {
         let location = self.location.clone();
         let err = db_err(&location);
         let text = settings.to_string();
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(&err)?;
+        let tx = begin_immediate(&self.conn).map_err(&err)?;
         let found: Option<(i64, String, i64)> = tx
             .query_row(
                 "SELECT id, settings, created_ms FROM kiln_studies WHERE name = ?1",
@@ -289,9 +351,8 @@ impl Storage for SqliteStorage {
 
     fn heartbeat(&mut self, attempt: &Attempt) -> Result<bool, TuneError> {
         let study = self.study()?;
-        let n = self
-            .conn
-            .execute(
+        let n = retry_busy(|| {
+            self.conn.execute(
                 "UPDATE kiln_trials SET heartbeat_ms = ?1 WHERE study_id = ?2 AND number = ?3 \
                  AND state = 'running' AND worker = ?4 AND retries = ?5",
                 params![
@@ -302,20 +363,22 @@ impl Storage for SqliteStorage {
                     attempt.retries as i64
                 ],
             )
-            .map_err(db_err(&self.location))?;
+        })
+        .map_err(db_err(&self.location))?;
         Ok(n == 1)
     }
 
     fn report(&mut self, number: u64, epoch: u32, value: f64) -> Result<(), TuneError> {
         let study = self.study()?;
-        self.conn
-            .execute(
+        retry_busy(|| {
+            self.conn.execute(
                 "INSERT INTO kiln_trial_values (study_id, number, epoch, value) \
                  VALUES (?1, ?2, ?3, ?4) ON CONFLICT (study_id, number, epoch) \
                  DO UPDATE SET value = excluded.value",
                 params![study, number as i64, epoch as i64, value],
             )
-            .map_err(db_err(&self.location))?;
+        })
+        .map_err(db_err(&self.location))?;
         Ok(())
     }
 

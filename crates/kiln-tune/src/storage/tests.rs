@@ -24,6 +24,7 @@ fn policy(worker: &str, grace_ms: i64, max_retries: u32) -> ClaimPolicy {
     ClaimPolicy {
         worker: worker.into(),
         grace_ms,
+        workers_dir: None,
         max_retries,
         max_trials: 3,
     }
@@ -104,39 +105,47 @@ fn claims_number_trials_in_order_until_max_trials(s: &mut dyn Storage) {
     );
 }
 
-fn a_silent_trial_is_retried_before_a_new_one(s: &mut dyn Storage) {
-    let t0 = claimed(s.claim(&policy(A, 60_000, 1), &mut counting).unwrap());
+fn a_silent_trial_runs_again_before_a_new_one_without_spending_a_retry(s: &mut dyn Storage) {
+    let t0 = claimed(s.claim(&policy(A, 60_000, 0), &mut counting).unwrap());
     std::thread::sleep(std::time::Duration::from_millis(30));
-    // B claims with a grace period A's heartbeat has outlived: A's trial fails and, with a
-    // retry left, is B's next trial (same number, same plan), not a new one.
-    let t = claimed(s.claim(&policy(B, 10, 1), &mut counting).unwrap());
+    // B claims with a grace period A's heartbeat has outlived: A is gone, its trial was
+    // interrupted (not failed): even with no retries allowed it is B's next trial (same
+    // number, same plan, retries unchanged), not a new one.
+    let t = claimed(s.claim(&policy(B, 10, 0), &mut counting).unwrap());
     assert_eq!(t.record.number, 0);
     assert_eq!(t.record.plan, t0.record.plan);
-    assert_eq!(t.record.retries, 1);
+    assert_eq!(t.record.retries, 0);
     assert_eq!(t.worker.as_deref(), Some(B));
+    let why = t.message.as_deref().unwrap();
     assert!(
-        t.message
-            .as_deref()
-            .unwrap()
-            .contains("no heartbeat from its worker")
+        why.contains("no heartbeat from its worker host-a.test:1"),
+        "{why}"
     );
+    assert!(why.contains("not counted as a failure"), "{why}");
     // A finds out: its heartbeat and its result are refused, B's result counts.
     assert!(!s.heartbeat(&attempt(A, &t0)).unwrap());
     assert_eq!(
-        s.finish(&attempt(A, &t0), &Outcome::Complete(1.0), 1)
+        s.finish(&attempt(A, &t0), &Outcome::Complete(1.0), 0)
             .unwrap(),
         Finished::Lost
     );
     assert!(s.heartbeat(&attempt(B, &t)).unwrap());
     std::thread::sleep(std::time::Duration::from_millis(30));
-    // Silent again with its retry spent: failed for good, and the next claim is a new trial.
-    let t1 = claimed(s.claim(&policy(A, 10, 1), &mut counting).unwrap());
+    // Silent again: interrupted again, however often.
+    let again = claimed(s.claim(&policy(A, 10, 0), &mut counting).unwrap());
+    assert_eq!((again.record.number, again.record.retries), (0, 0));
+    assert_eq!(
+        s.finish(&attempt(A, &again), &Outcome::Complete(0.5), 0)
+            .unwrap(),
+        Finished::Recorded {
+            state: TrialState::Complete,
+            retry: false
+        }
+    );
+    // A crash of the child (the worker's own report) with a retry left: waiting with one
+    // retry spent, then claimed again first.
+    let t1 = claimed(s.claim(&policy(A, 60_000, 1), &mut counting).unwrap());
     assert_eq!(t1.record.number, 1);
-    let trials = s.trials().unwrap();
-    assert_eq!(trials[0].record.state, TrialState::Failed);
-    assert_eq!(trials[0].record.retries, 1);
-    assert!(trials[0].finished_ms.is_some());
-    // A crash of the child with a retry left: waiting, then claimed again first.
     assert_eq!(
         s.finish(&attempt(A, &t1), &Outcome::Failed("exit 137".into()), 1)
             .unwrap(),
@@ -154,6 +163,20 @@ fn a_silent_trial_is_retried_before_a_new_one(s: &mut dyn Storage) {
     assert_eq!(trials[1].record.retries, 1);
     let again = claimed(s.claim(&policy(B, 60_000, 1), &mut counting).unwrap());
     assert_eq!((again.record.number, again.record.retries), (1, 1));
+    // Crashed again with its retry spent: failed for good; the next claim is a new trial.
+    assert_eq!(
+        s.finish(&attempt(B, &again), &Outcome::Failed("exit 1".into()), 1)
+            .unwrap(),
+        Finished::Recorded {
+            state: TrialState::Failed,
+            retry: false
+        }
+    );
+    let t2 = claimed(s.claim(&policy(B, 60_000, 1), &mut counting).unwrap());
+    assert_eq!(t2.record.number, 2);
+    let trials = s.trials().unwrap();
+    assert_eq!(trials[1].record.state, TrialState::Failed);
+    assert_eq!(trials[1].message.as_deref(), Some("exit 1"));
 }
 
 #[test]
@@ -163,29 +186,75 @@ fn sqlite_claims_number_trials_in_order_until_max_trials() {
 }
 
 #[test]
-fn sqlite_a_silent_trial_is_retried_before_a_new_one() {
+fn sqlite_a_silent_trial_runs_again_without_spending_a_retry() {
     let dir = tempfile::tempdir().unwrap();
-    a_silent_trial_is_retried_before_a_new_one(sqlite(dir.path()).as_mut());
+    a_silent_trial_runs_again_before_a_new_one_without_spending_a_retry(
+        sqlite(dir.path()).as_mut(),
+    );
 }
 
 #[test]
-fn a_trial_of_a_dead_local_worker_is_failed_at_once() {
+fn a_trial_of_a_dead_local_worker_runs_again_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = sqlite(dir.path());
-    // A process of this machine that has exited: its trial needs no grace period.
+    let me = new_worker_id();
+    let host = me.rsplit_once(':').unwrap().0.to_string();
+    let claim_as = |s: &mut Box<dyn Storage>, worker: &str| {
+        claimed(
+            s.claim(&policy(worker, 3_600_000, 0), &mut counting)
+                .unwrap(),
+        )
+    };
+    // A process of this machine that has exited, without a lock file: its trial needs no
+    // grace period.
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let pid = child.id();
     child.wait().unwrap();
-    let me = worker_id();
-    let host = me.rsplit_once(':').unwrap().0.to_string();
     let dead = format!("{host}:{pid}");
-    claimed(
-        s.claim(&policy(&dead, 3_600_000, 1), &mut counting)
-            .unwrap(),
+    claim_as(&mut s, &dead);
+    let t = claim_as(&mut s, &me);
+    assert_eq!((t.record.number, t.record.retries), (0, 0));
+    assert!(
+        t.message
+            .unwrap()
+            .contains(&format!("its worker {dead} is gone"))
     );
-    let t = claimed(s.claim(&policy(&me, 3_600_000, 1), &mut counting).unwrap());
-    assert_eq!((t.record.number, t.record.retries), (0, 1));
-    assert!(t.message.unwrap().contains("is gone"));
+    // A worker whose lock file is free is gone though its process id lives (that of this
+    // test process): the lock decides, not the process id.
+    let workers = dir.path().join(crate::lock::WORKERS);
+    std::fs::create_dir_all(&workers).unwrap();
+    let local = |n: u32| format!("{host}:{}-{n}", std::process::id());
+    let with_locks = |worker: &str| ClaimPolicy {
+        workers_dir: Some(workers.clone()),
+        ..policy(worker, 3_600_000, 0)
+    };
+    let reused = local(7);
+    std::fs::write(workers.join(format!("{reused}.lock")), "").unwrap();
+    assert_eq!(claim_as(&mut s, &reused).record.number, 1);
+    let t = claimed(s.claim(&with_locks(&local(8)), &mut counting).unwrap());
+    assert_eq!((t.record.number, t.record.retries), (1, 0));
+    assert!(
+        t.message
+            .unwrap()
+            .contains(&format!("its worker {reused} is gone"))
+    );
+    // A worker whose lock is held is alive: its trial stays its own.
+    let alive = crate::lock::WorkerLock::register(dir.path(), &reused, "s").unwrap();
+    assert_eq!(claim_as(&mut s, &reused).record.number, 2);
+    assert_eq!(
+        s.claim(&with_locks(&local(9)), &mut counting).unwrap(),
+        Claim::Done { active: 3 }
+    );
+    drop(alive);
+    // The claimer's own id on a running trial: an earlier process with this id (a worker
+    // claims only when it runs nothing).
+    let t = claimed(s.claim(&with_locks(&me), &mut counting).unwrap());
+    assert_eq!((t.record.number, t.record.retries), (0, 0));
+    assert!(
+        t.message
+            .unwrap()
+            .contains(&format!("its worker {me} is gone"))
+    );
 }
 
 #[test]
@@ -286,7 +355,7 @@ fn postgres() -> Box<dyn Storage> {
 #[ignore = "needs PostgreSQL: KILN_TEST_POSTGRES_URL (scripts/test.sh starts one)"]
 fn postgres_claim_heartbeat_retry() {
     claims_number_trials_in_order_until_max_trials(postgres().as_mut());
-    a_silent_trial_is_retried_before_a_new_one(postgres().as_mut());
+    a_silent_trial_runs_again_before_a_new_one_without_spending_a_retry(postgres().as_mut());
 }
 
 #[test]

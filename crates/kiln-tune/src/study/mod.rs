@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 
 use crate::config::TuneConfig;
 use crate::error::TuneError;
+use crate::lock;
 use crate::oracle::Oracle;
 use crate::pruner::Pruner;
 use crate::report;
-use crate::runner::{Action, Event, Exit, Runner, describe_failure};
+use crate::runner::{Action, Event, Exit, Runner, describe_failure, run_dir_in_use};
 use crate::storage::{self, Attempt, Claim, ClaimPolicy, Finished, Outcome, Storage, StoredTrial};
 use crate::trial::{TrialRecord, TrialState};
 
@@ -91,7 +92,10 @@ pub const STAMP: &str = "study.json";
 
 /// Refuses a study directory whose `trials/<n>/` directories belong to another study (their
 /// [`STAMP`] names another identity) or to no known study (not stamped, not empty): a trial
-/// would resume the other study's finished run and record its value as its own.
+/// would resume the other study's finished run and record its value as its own. Call it
+/// holding the study directory's lock: a worker stamps a trial directory under that lock
+/// before writing anything else in it, so a live study's directories are never seen
+/// unstamped.
 ///
 /// # Errors
 /// [`TuneError::Config`] naming the directory and the fix.
@@ -106,34 +110,78 @@ pub fn check_trial_dirs(study_dir: &Path, identity: &str) -> Result<(), TuneErro
         .collect();
     dirs.sort();
     for dir in dirs {
-        let owner = std::fs::read_to_string(dir.join(STAMP))
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| v.get("study").and_then(|s| s.as_str()).map(str::to_string));
-        let why = match owner {
-            Some(o) if o == identity => continue,
-            Some(o) => format!("belongs to another study ({o})"),
-            None => {
-                let empty = std::fs::read_dir(&dir).map_or(true, |mut d| d.next().is_none());
-                if empty {
-                    continue;
-                }
-                format!("holds a run of no known study (no {STAMP})")
-            }
-        };
-        return Err(TuneError::Config(format!(
-            "the trial directory {} {why}, not to this study ({identity}): its trials would \
-             resume that run instead of training. Use another --study-dir, or delete {} if \
-             that study is no longer needed",
-            dir.display(),
-            trials.display()
-        )));
+        let owner = stamp_owner(&dir);
+        if owner.as_deref() == Some(identity) {
+            continue;
+        }
+        if owner.is_none() && std::fs::read_dir(&dir).map_or(true, |mut d| d.next().is_none()) {
+            continue;
+        }
+        return Err(foreign_trial_dir(
+            study_dir,
+            &dir,
+            owner.as_deref(),
+            identity,
+        ));
     }
     Ok(())
 }
 
-/// Writes `dir`/[`STAMP`] with `identity` (creating `dir`).
-fn stamp(dir: &Path, identity: &str) -> Result<(), TuneError> {
+/// The identity a trial directory's [`STAMP`] names.
+fn stamp_owner(dir: &Path) -> Option<String> {
+    std::fs::read_to_string(dir.join(STAMP))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.get("study").and_then(|s| s.as_str()).map(str::to_string))
+}
+
+/// The refusal of the trial directory `dir`, which belongs to the study `owner` (`None`: to
+/// no known study). Deleting `trials/` is suggested only when no worker of that study runs
+/// in this directory now.
+fn foreign_trial_dir(
+    study_dir: &Path,
+    dir: &Path,
+    owner: Option<&str>,
+    identity: &str,
+) -> TuneError {
+    let trials = study_dir.join("trials");
+    let why = match owner {
+        Some(o) => format!("belongs to another study ({o})"),
+        None => format!("holds a run of no known study (no {STAMP})"),
+    };
+    let live = owner.and_then(|o| {
+        lock::live_workers(study_dir)
+            .into_iter()
+            .find(|(_, study)| study == o)
+    });
+    let fix = match live {
+        Some((worker, _)) => format!(
+            "That study is running in this directory now (worker {worker}): use another \
+             --study-dir"
+        ),
+        None => format!(
+            "Use another --study-dir, or delete {} if that study is no longer needed",
+            trials.display()
+        ),
+    };
+    TuneError::Config(format!(
+        "the trial directory {} {why}, not to this study ({identity}): its trials would \
+         resume that run instead of training. {fix}",
+        dir.display()
+    ))
+}
+
+/// Writes `dir`/[`STAMP`] with `identity` (creating `dir`) under the study directory's lock,
+/// refusing a directory another study stamped.
+fn stamp(study_dir: &Path, dir: &Path, identity: &str) -> Result<(), TuneError> {
+    let _lock = lock::lock_study_dir(study_dir)?;
+    let owner = stamp_owner(dir);
+    if owner.as_deref() == Some(identity) {
+        return Ok(());
+    }
+    if let Some(o) = owner {
+        return Err(foreign_trial_dir(study_dir, dir, Some(&o), identity));
+    }
     std::fs::create_dir_all(dir).map_err(|e| TuneError::io("create", dir, e))?;
     report::write_atomic(
         &dir.join(STAMP),
@@ -177,7 +225,12 @@ pub fn run_with(
     out: &mut dyn FnMut(&str),
 ) -> Result<StudyReport, TuneError> {
     let (mut storage, identity) = open_storage_with_identity(cfg, opts)?;
-    check_trial_dirs(&opts.study_dir, &identity)?;
+    let id = storage::new_worker_id();
+    let registered = {
+        let _lock = lock::lock_study_dir(&opts.study_dir)?;
+        check_trial_dirs(&opts.study_dir, &identity)?;
+        lock::WorkerLock::register(&opts.study_dir, &id, &identity)?
+    };
     let mut worker = Worker {
         identity,
         cfg,
@@ -185,10 +238,17 @@ pub fn run_with(
         oracle,
         pruner,
         storage: storage.as_mut(),
-        id: storage::worker_id(),
+        id,
         out,
     };
-    worker.run()
+    let report = worker.run();
+    drop(registered);
+    if report.is_ok() {
+        // Every trial has ended: the lock files killed workers left are no longer needed.
+        let _lock = lock::lock_study_dir(&opts.study_dir)?;
+        lock::remove_stale(&opts.study_dir);
+    }
+    report
 }
 
 struct Worker<'a> {
@@ -224,6 +284,7 @@ impl Worker<'_> {
         let policy = ClaimPolicy {
             worker: self.id.clone(),
             grace_ms: (s.grace_period * 1000.0) as i64,
+            workers_dir: Some(self.opts.study_dir.join(lock::WORKERS)),
             max_retries: s.max_retries_per_trial,
             max_trials: s.max_trials,
         };
@@ -305,6 +366,10 @@ impl Worker<'_> {
 
     /// Trains `t` (all its executions), records the outcome and prints its line.
     fn run_trial(&mut self, t: StoredTrial) -> Result<(), TuneError> {
+        if let Some(why) = &t.message {
+            // Run again: interrupted with its worker, or a failure with retries left.
+            (self.out)(&format!("{:>5}  again: {why}", t.record.number));
+        }
         let attempt = Attempt {
             worker: self.id.clone(),
             number: t.record.number,
@@ -348,9 +413,18 @@ impl Worker<'_> {
             (self.out)(&text);
         }
         if matches!(outcome, Outcome::Complete(_)) {
-            report::write_best(&trials, self.cfg, &self.opts.study_dir.join("best.toml"))?;
+            self.write_best()?;
         }
         self.check_failures(&trials)
+    }
+
+    /// Rewrites `best.toml` from the trials as they are once the study directory's lock is
+    /// held, so that a worker never replaces a newer best with an older one.
+    fn write_best(&mut self) -> Result<(), TuneError> {
+        let _lock = lock::lock_study_dir(&self.opts.study_dir)?;
+        let trials = self.storage.trials()?;
+        report::write_best(&trials, self.cfg, &self.opts.study_dir.join("best.toml"))?;
+        Ok(())
     }
 
     /// `max_consecutive_failed_trials` failed trials in a row (by finishing time) end the
@@ -387,7 +461,7 @@ impl Worker<'_> {
             return Ok(());
         };
         if dir.join("checkpoints").exists() {
-            return Ok(()); // a retried continuation resumes from its own checkpoints
+            return Ok(()); // a continuation run again resumes from its own checkpoints
         }
         let from = self.trial_dir(parent);
         if !from.is_dir() {
@@ -398,7 +472,19 @@ impl Worker<'_> {
                 from.display()
             )));
         }
-        copy_dir(&from, dir)
+        // The checkpoints come last, through a temporary name: a copy cut short by a kill
+        // is made again instead of being resumed from.
+        let (checkpoints, partial) = (dir.join("checkpoints"), dir.join("checkpoints.partial"));
+        copy_dir(&from, dir, &["checkpoints"])?;
+        if partial.exists() {
+            std::fs::remove_dir_all(&partial).map_err(|e| TuneError::io("remove", &partial, e))?;
+        }
+        if from.join("checkpoints").is_dir() {
+            copy_dir(&from.join("checkpoints"), &partial, &[])?;
+            std::fs::rename(&partial, &checkpoints)
+                .map_err(|e| TuneError::io("rename", &partial, e))?;
+        }
+        Ok(())
     }
 
     /// Runs every execution of `t`: `Ok(Ok(outcome))`, or `Ok(Err(stop))` when it was stopped
@@ -409,10 +495,11 @@ impl Worker<'_> {
         attempt: &Attempt,
     ) -> Result<Result<Outcome, Stop>, TuneError> {
         let dir = self.trial_dir(t.record.number);
+        // Stamped first: a worker starting now never sees this directory unstamped.
+        stamp(&self.opts.study_dir, &dir, &self.identity)?;
         if let Err(e) = self.prepare(t, &dir) {
             return Ok(Ok(Outcome::Failed(e.to_string())));
         }
-        stamp(&dir, &self.identity)?;
         let mut values = Vec::new();
         let executions = self.cfg.settings.executions_per_trial;
         for k in 0..executions {
@@ -565,9 +652,19 @@ impl Worker<'_> {
                 Action::Stop
             })
         };
-        let exit = opts
-            .runner
-            .run(config, run_dir, &self.cfg.objective.name, &mut watch)?;
+        let exit = run_when_free(
+            &opts.runner,
+            config,
+            run_dir,
+            &self.cfg.objective.name,
+            &mut watch,
+            &mut |holder: &str| {
+                (self.out)(&format!(
+                    "{number:>5}  waiting: its run directory is in use ({holder}); the trial \
+                     runs once it is free"
+                ))
+            },
+        )?;
         if let Some(e) = failure {
             return Err(e);
         }
@@ -580,26 +677,68 @@ impl Worker<'_> {
         }
         Ok(match (exit, stop) {
             (_, Some(Stop::Interrupted(sig))) => Err(Stop::Interrupted(sig)),
+            (_, Some(Stop::Lost)) => Err(Stop::Lost),
             (Exit::Finished(status), _) => Ok(Some(status)),
             (Exit::Stopped(_), Some(Stop::Pruned)) => Ok(None),
-            (Exit::Stopped(_), Some(s)) => Err(s),
             (Exit::Stopped(status), None) => Ok(Some(status)),
         })
     }
 }
 
-/// Copies the directory `from` into `to` (created), recursively.
+/// How long a worker waits before it starts a trial's child again when the run directory
+/// was in use.
+const IN_USE_RETRY: Duration = Duration::from_secs(1);
+
+/// Runs the trial's child ([`Runner::run`]); while it exits because another process holds
+/// its run directory ([`run_dir_in_use`]: a `kiln train` left over from an interrupted
+/// run), tells `waiting` once, waits (polling `watch`, which sends the heartbeats) and runs
+/// it again. Returns the last exit, or the in-use one when `watch` said stop while waiting.
+fn run_when_free(
+    runner: &Runner,
+    config: &Path,
+    run_dir: &Path,
+    objective: &str,
+    watch: &mut dyn FnMut(Event) -> Action,
+    waiting: &mut dyn FnMut(&str),
+) -> Result<Exit, TuneError> {
+    let log = run_dir.join("train.log");
+    let mut told = false;
+    loop {
+        let from = std::fs::metadata(&log).map_or(0, |m| m.len());
+        let exit = runner.run(config, run_dir, objective, watch)?;
+        let Some(holder) = run_dir_in_use(&exit, &log, from) else {
+            return Ok(exit);
+        };
+        if !told {
+            waiting(&holder);
+            told = true;
+        }
+        let until = Instant::now() + IN_USE_RETRY;
+        while Instant::now() < until {
+            if watch(Event::Tick) == Action::Stop {
+                return Ok(exit);
+            }
+            std::thread::sleep(runner.poll.min(IN_USE_RETRY));
+        }
+    }
+}
+
+/// Copies the directory `from` into `to` (created), recursively, but for the entries of
+/// `from` named in `skip`.
 ///
 /// # Errors
 /// [`TuneError::Io`] naming the file.
-fn copy_dir(from: &Path, to: &Path) -> Result<(), TuneError> {
+fn copy_dir(from: &Path, to: &Path, skip: &[&str]) -> Result<(), TuneError> {
     std::fs::create_dir_all(to).map_err(|e| TuneError::io("create", to, e))?;
     let entries = std::fs::read_dir(from).map_err(|e| TuneError::io("read", from, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| TuneError::io("read", from, e))?;
+        if skip.iter().any(|s| entry.file_name() == *s) {
+            continue;
+        }
         let (src, dst) = (entry.path(), to.join(entry.file_name()));
         if src.is_dir() {
-            copy_dir(&src, &dst)?;
+            copy_dir(&src, &dst, &[])?;
         } else {
             std::fs::copy(&src, &dst).map_err(|e| TuneError::io("copy", &src, e))?;
         }

@@ -52,17 +52,34 @@ fn setup(dir: &Path, tuner: &str, behaviour: &str) -> (TuneConfig, StudyOptions)
     };
     std::fs::write(&path, TUNE.replace("TUNER", &tuner)).unwrap();
     let cfg = TuneConfig::load(&path).unwrap();
-    let mut runner = Runner::new(fake_kiln(dir, behaviour));
+    let opts = options(&dir.join("study"), &fake_kiln(dir, behaviour));
+    (cfg, opts)
+}
+
+/// A worker's options: the study directory and the (fake) kiln binary.
+fn options(study_dir: &Path, kiln: &Path) -> StudyOptions {
+    let mut runner = Runner::new(kiln);
     runner.poll = Duration::from_millis(20);
-    let opts = StudyOptions {
-        study_dir: dir.join("study"),
+    StudyOptions {
+        study_dir: study_dir.to_path_buf(),
         storage: None,
         max_trials: None,
         runner,
         check_config: None,
         stop: None,
-    };
-    (cfg, opts)
+    }
+}
+
+/// Polls `ready` every 10 ms for up to a minute; panics saying `what` did not happen.
+fn wait_for(what: &str, ready: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[test]
@@ -172,11 +189,17 @@ fn a_missing_objective_is_a_config_error() {
 #[test]
 fn a_stop_request_puts_the_trial_back() {
     let dir = tempfile::tempdir().unwrap();
-    let (cfg, mut opts) = setup(dir.path(), "", "trap 'exit 143' TERM; sleep 5 & wait");
+    let (cfg, mut opts) = setup(
+        dir.path(),
+        "",
+        "trap 'exit 143' TERM; touch \"$run/started\"; sleep 5 & wait",
+    );
     let stop = Arc::new(AtomicI32::new(0));
     opts.stop = Some(stop.clone());
+    let started = opts.study_dir.join("trials/0/started");
+    // Once the trial's child runs, the stop is requested (as the CLI's SIGTERM handler does).
     let setter = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(400));
+        wait_for("trial 0's start", || started.exists());
         stop.store(15, Ordering::SeqCst);
     });
     let err = run(&cfg, &opts, &mut |_| {}).unwrap_err();
@@ -321,4 +344,131 @@ exit 0"#,
     )
     .unwrap();
     assert_eq!(config["seed"].as_integer(), Some(2));
+}
+
+#[test]
+fn a_trial_whose_worker_died_runs_again_without_spending_a_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    // Retries 0: a crash of the child would fail the trial for good.
+    let (cfg, opts) = setup(
+        dir.path(),
+        "max_retries_per_trial = 0\nmax_trials = 2",
+        "echo run >> \"$run/runs\"",
+    );
+    // A worker of this machine claimed trial 0 and was killed: its lock file is left, free.
+    let mut storage = open_storage(&cfg, &opts).unwrap();
+    let dead = format!("{}-dead", storage::new_worker_id());
+    let policy = ClaimPolicy {
+        worker: dead.clone(),
+        grace_ms: 3_600_000,
+        workers_dir: None,
+        max_retries: 0,
+        max_trials: 2,
+    };
+    let (oracle, _) = crate::search::build(&cfg).unwrap();
+    let claim = storage.claim(&policy, &mut |h| oracle.next(h)).unwrap();
+    assert!(matches!(claim, Claim::Run(_)), "{claim:?}");
+    let workers = opts.study_dir.join(lock::WORKERS);
+    std::fs::create_dir_all(&workers).unwrap();
+    std::fs::write(workers.join(format!("{dead}.lock")), "").unwrap();
+    let mut lines = Vec::new();
+    let report = run(&cfg, &opts, &mut |l| lines.push(l.to_string())).unwrap();
+    for t in &report.trials {
+        assert_eq!(t.record.state, TrialState::Complete, "{lines:?}");
+        assert_eq!(t.record.retries, 0);
+    }
+    // Trial 0 ran once more, in its own run directory.
+    let runs = std::fs::read_to_string(opts.study_dir.join("trials/0/runs")).unwrap();
+    assert_eq!(runs.lines().count(), 1);
+    // The dead worker's lock file is swept once the study is done; the study's own workers
+    // removed theirs.
+    assert_eq!(std::fs::read_dir(&workers).unwrap().count(), 0);
+}
+
+#[test]
+fn a_run_directory_in_use_is_waited_for_not_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    // The first start of each trial finds its run directory held by a leftover process.
+    let (cfg, opts) = setup(
+        dir.path(),
+        "max_retries_per_trial = 0\nmax_consecutive_failed_trials = 1\nmax_trials = 2",
+        r#"if [ ! -f "$run/held" ]; then
+  touch "$run/held"
+  echo "kiln: error: the run directory $run is in use by kiln train (pid 4242 on host h): wait for it to end" >&2
+  exit 2
+fi"#,
+    );
+    let mut lines = Vec::new();
+    let report = run(&cfg, &opts, &mut |l| lines.push(l.to_string())).unwrap();
+    assert_eq!(report.trials.len(), 2);
+    for t in &report.trials {
+        assert_eq!(t.record.state, TrialState::Complete, "{lines:?}");
+        assert_eq!(t.record.retries, 0);
+    }
+    let waits: Vec<&String> = lines.iter().filter(|l| l.contains("waiting:")).collect();
+    assert_eq!(waits.len(), 2, "{lines:?}");
+    assert!(
+        waits[0].contains("in use by kiln train (pid 4242"),
+        "{lines:?}"
+    );
+    // Any other exit code 2 is still a usage error that stops the study.
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, opts) = setup(
+        dir.path(),
+        "",
+        "echo 'kiln: error: unknown argument --bogus' >&2; exit 2",
+    );
+    let err = run(&cfg, &opts, &mut |_| {}).unwrap_err();
+    assert!(err.is_usage(), "{err}");
+}
+
+#[test]
+fn twenty_studies_of_four_workers_started_at_once_all_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    // Everything is written before any worker starts (a script being written while another
+    // thread forks could not be executed).
+    let studies: Vec<(TuneConfig, PathBuf, PathBuf)> = (0..20)
+        .map(|s| {
+            let d = dir.path().join(format!("s{s}"));
+            std::fs::create_dir_all(&d).unwrap();
+            let (cfg, opts) = setup(&d, "heartbeat_interval = 0.2", "");
+            (cfg, opts.study_dir, opts.runner.kiln)
+        })
+        .collect();
+    let start = Arc::new(std::sync::Barrier::new(80));
+    let workers: Vec<_> = studies
+        .iter()
+        .flat_map(|(cfg, study_dir, kiln)| {
+            (0..4).map(|_| {
+                let (cfg, study_dir, kiln) = (cfg.clone(), study_dir.clone(), kiln.clone());
+                let start = start.clone();
+                std::thread::spawn(move || {
+                    let opts = options(&study_dir, &kiln);
+                    let mut lines = Vec::new();
+                    start.wait();
+                    let r = run(&cfg, &opts, &mut |l| lines.push(l.to_string()));
+                    (study_dir, r.map(|_| ()).map_err(|e| e.to_string()), lines)
+                })
+            })
+        })
+        .collect();
+    for w in workers {
+        let (study_dir, result, lines) = w.join().unwrap();
+        if let Err(e) = result {
+            panic!("a worker of {} died: {e}\n{lines:?}", study_dir.display());
+        }
+    }
+    for (cfg, study_dir, kiln) in &studies {
+        let mut storage = open_storage(cfg, &options(study_dir, kiln)).unwrap();
+        let trials = storage.trials().unwrap();
+        let numbers: Vec<u64> = trials.iter().map(|t| t.record.number).collect();
+        // The whole search space: its 3 points.
+        assert_eq!(numbers, vec![0, 1, 2], "{}", study_dir.display());
+        assert!(
+            trials
+                .iter()
+                .all(|t| t.record.state == TrialState::Complete),
+            "{trials:?}"
+        );
+    }
 }
