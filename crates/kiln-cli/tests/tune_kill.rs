@@ -43,21 +43,27 @@ enum Moment {
 }
 
 impl Moment {
-    fn reached(self, out: &str, before: &BTreeMap<PathBuf, u64>, now: &BTreeMap<PathBuf, u64>) -> bool {
+    fn reached(
+        self,
+        out: &str,
+        before: &BTreeMap<PathBuf, u64>,
+        now: &BTreeMap<PathBuf, u64>,
+    ) -> bool {
         let grown = |p: &&PathBuf| now[*p] > before.get(*p).copied().unwrap_or(0);
         let running = |p: &PathBuf| {
-            let trial = p.ancestors().find(|a| {
-                a.parent().and_then(Path::file_name) == Some("trials".as_ref())
-            });
+            let trial = p
+                .ancestors()
+                .find(|a| a.parent().and_then(Path::file_name) == Some("trials".as_ref()));
             trial.is_some_and(|t| !t.join("history.json").exists())
         };
         let name = |p: &PathBuf, n: &str| p.file_name() == Some(n.as_ref());
         match self {
             Moment::StartUp => out.contains("trial  state"),
             Moment::ChildStarted => now.keys().filter(grown).any(|p| name(p, "train.log")),
-            Moment::Checkpoint => now.keys().filter(grown).any(|p| {
-                p.components().any(|c| c.as_os_str() == "checkpoints") && running(p)
-            }),
+            Moment::Checkpoint => now
+                .keys()
+                .filter(grown)
+                .any(|p| p.components().any(|c| c.as_os_str() == "checkpoints") && running(p)),
             Moment::Epoch => now
                 .keys()
                 .filter(grown)
@@ -68,7 +74,6 @@ impl Moment {
 }
 
 #[test]
-#[ignore = "slow: about a minute on 2 cores (13 tuner starts, 12 trials of a tiny MLP)"]
 fn kill_9_five_times_and_resume_loses_no_trial() {
     let dir = common::scratch("tune-kill");
     // No retries, and the first failure would end the study: every trial must complete.

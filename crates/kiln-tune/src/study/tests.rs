@@ -422,28 +422,40 @@ fi"#,
     assert!(err.is_usage(), "{err}");
 }
 
-#[test]
-fn twenty_studies_of_four_workers_started_at_once_all_finish() {
+/// Starts 20 studies of 4 workers each at one instant (threads past a barrier; each worker
+/// opens its own database connection, as a process would), in `storage` (`None`: each
+/// study's own SQLite file), and checks that no worker dies and each study has its 3 trials.
+fn start_twenty_studies_of_four_workers(storage: Option<String>) {
     let dir = tempfile::tempdir().unwrap();
+    // A name of its own per study, for a shared PostgreSQL database.
+    let tag = format!("race-{}-{}", std::process::id(), storage::now_ms());
     // Everything is written before any worker starts (a script being written while another
     // thread forks could not be executed).
     let studies: Vec<(TuneConfig, PathBuf, PathBuf)> = (0..20)
         .map(|s| {
             let d = dir.path().join(format!("s{s}"));
             std::fs::create_dir_all(&d).unwrap();
-            let (cfg, opts) = setup(&d, "heartbeat_interval = 0.2", "");
+            let tuner = format!("heartbeat_interval = 0.2\nstudy_name = \"{tag}-{s}\"");
+            let (cfg, opts) = setup(&d, &tuner, "");
             (cfg, opts.study_dir, opts.runner.kiln)
         })
         .collect();
+    let opts = |study_dir: &Path, kiln: &Path| StudyOptions {
+        storage: storage.clone(),
+        ..options(study_dir, kiln)
+    };
     let start = Arc::new(std::sync::Barrier::new(80));
     let workers: Vec<_> = studies
         .iter()
         .flat_map(|(cfg, study_dir, kiln)| {
             (0..4).map(|_| {
                 let (cfg, study_dir, kiln) = (cfg.clone(), study_dir.clone(), kiln.clone());
-                let start = start.clone();
+                let (start, storage) = (start.clone(), storage.clone());
                 std::thread::spawn(move || {
-                    let opts = options(&study_dir, &kiln);
+                    let opts = StudyOptions {
+                        storage,
+                        ..options(&study_dir, &kiln)
+                    };
                     let mut lines = Vec::new();
                     start.wait();
                     let r = run(&cfg, &opts, &mut |l| lines.push(l.to_string()));
@@ -452,17 +464,26 @@ fn twenty_studies_of_four_workers_started_at_once_all_finish() {
             })
         })
         .collect();
+    let mut died = Vec::new();
     for w in workers {
         let (study_dir, result, lines) = w.join().unwrap();
         if let Err(e) = result {
-            panic!("a worker of {} died: {e}\n{lines:?}", study_dir.display());
+            died.push(format!("{}: {e}\n{lines:?}", study_dir.display()));
         }
     }
+    assert!(
+        died.is_empty(),
+        "{} workers died:\n{}",
+        died.len(),
+        died.join("\n")
+    );
     for (cfg, study_dir, kiln) in &studies {
-        let mut storage = open_storage(cfg, &options(study_dir, kiln)).unwrap();
-        let trials = storage.trials().unwrap();
+        let trials = open_storage(cfg, &opts(study_dir, kiln))
+            .unwrap()
+            .trials()
+            .unwrap();
         let numbers: Vec<u64> = trials.iter().map(|t| t.record.number).collect();
-        // The whole search space: its 3 points.
+        // The whole search space: its 3 points, each trained once.
         assert_eq!(numbers, vec![0, 1, 2], "{}", study_dir.display());
         assert!(
             trials
@@ -471,4 +492,21 @@ fn twenty_studies_of_four_workers_started_at_once_all_finish() {
             "{trials:?}"
         );
     }
+}
+
+#[test]
+fn twenty_studies_of_four_workers_started_at_once_all_finish() {
+    start_twenty_studies_of_four_workers(None);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: KILN_TEST_POSTGRES_URL (scripts/test.sh starts one)"]
+fn twenty_studies_of_four_workers_started_at_once_all_finish_in_postgres() {
+    let url = std::env::var("KILN_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "KILN_TEST_POSTGRES_URL is not set: scripts/postgres-test-server.sh start prints \
+             one (scripts/test.sh sets it)"
+        )
+    });
+    start_twenty_studies_of_four_workers(Some(url));
 }
