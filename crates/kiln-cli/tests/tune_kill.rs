@@ -26,15 +26,23 @@ fn sizes(dir: &Path) -> BTreeMap<PathBuf, u64> {
     out
 }
 
-/// The moment a kill waits for, in the run of the tuner started after `before` (the sizes of
-/// the trial files then) was taken.
+/// The trial a file under `trials/` belongs to.
+fn trial_of(path: &Path) -> Option<u64> {
+    path.ancestors()
+        .find(|a| a.parent().and_then(Path::file_name) == Some("trials".as_ref()))
+        .and_then(|t| t.file_name()?.to_str()?.parse().ok())
+}
+
+/// The moment a kill waits for, in a trial numbered `from` or more, in the run of the tuner
+/// started after `before` (the sizes of the files under `trials` then) was taken.
 #[derive(Clone, Copy, Debug)]
 enum Moment {
     /// The tuner printed its table's header: the study is open, no trial claimed yet.
     StartUp,
     /// A trial's `kiln train` wrote its first output.
     ChildStarted,
-    /// A running trial (no `history.json` yet) wrote a new checkpoint file.
+    /// A running trial (no `history.json` yet) committed a checkpoint (`kiln train` writes it
+    /// under a temporary name, then renames it `ckpt-<N>`).
     Checkpoint,
     /// A running trial's epoch CSV got a new row.
     Epoch,
@@ -43,34 +51,50 @@ enum Moment {
 }
 
 impl Moment {
+    /// Whether the moment has come: `Some(trial)` it came in (`from` for the start-up).
     fn reached(
         self,
+        from: u64,
         out: &str,
+        trials: &Path,
         before: &BTreeMap<PathBuf, u64>,
-        now: &BTreeMap<PathBuf, u64>,
-    ) -> bool {
-        let grown = |p: &&PathBuf| now[*p] > before.get(*p).copied().unwrap_or(0);
-        let running = |p: &PathBuf| {
-            let trial = p
-                .ancestors()
-                .find(|a| a.parent().and_then(Path::file_name) == Some("trials".as_ref()));
-            trial.is_some_and(|t| !t.join("history.json").exists())
+    ) -> Option<u64> {
+        let now = sizes(trials);
+        let new = |p: &&PathBuf| {
+            now[*p] > before.get(*p).copied().unwrap_or(0) && trial_of(p).is_some_and(|n| n >= from)
         };
-        let name = |p: &PathBuf, n: &str| p.file_name() == Some(n.as_ref());
+        let running = |p: &PathBuf| {
+            trial_of(p).is_some_and(|n| !trials.join(n.to_string()).join("history.json").exists())
+        };
+        let named = |p: &PathBuf, n: &str| p.file_name() == Some(n.as_ref());
+        let mut grown = now.keys().filter(new);
+        let trial = |p: &PathBuf| trial_of(p);
         match self {
-            Moment::StartUp => out.contains("trial  state"),
-            Moment::ChildStarted => now.keys().filter(grown).any(|p| name(p, "train.log")),
-            Moment::Checkpoint => now
-                .keys()
-                .filter(grown)
-                .any(|p| p.components().any(|c| c.as_os_str() == "checkpoints") && running(p)),
-            Moment::Epoch => now
-                .keys()
-                .filter(grown)
-                .any(|p| name(p, "tune-epochs.csv") && running(p)),
-            Moment::TrialEnded => out.contains("  complete  "),
+            Moment::StartUp => out.contains("trial  state").then_some(from),
+            Moment::ChildStarted => grown.find(|p| named(p, "train.log")).and_then(trial),
+            Moment::Checkpoint => grown
+                .find(|p| named(p, "manifest.json") && committed(p) && running(p))
+                .and_then(trial),
+            Moment::Epoch => grown
+                .find(|p| named(p, "tune-epochs.csv") && running(p))
+                .and_then(trial),
+            Moment::TrialEnded => out.lines().find_map(|l| {
+                let mut words = l.split_whitespace();
+                let n = words.next().and_then(|w| w.parse::<u64>().ok())?;
+                (n >= from && words.next() == Some("complete")).then_some(n)
+            }),
         }
     }
+}
+
+/// Whether `path` lies in a committed checkpoint (`checkpoints/ckpt-<N>/`).
+fn committed(path: &Path) -> bool {
+    path.parent().is_some_and(|d| {
+        d.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("ckpt-"))
+            && d.parent().and_then(Path::file_name) == Some("checkpoints".as_ref())
+    })
 }
 
 #[test]
@@ -84,14 +108,17 @@ fn kill_9_five_times_and_resume_loses_no_trial() {
         "",
     );
     let study = dir.join("study");
-    let instants = [
+    let moments = [
         Moment::StartUp,
         Moment::ChildStarted,
         Moment::Checkpoint,
         Moment::Epoch,
         Moment::TrialEnded,
     ];
-    for (k, instant) in instants.into_iter().enumerate() {
+    // Kill k comes in trial 2k or later, so that the kills spread over the study.
+    let mut checkpointed = None;
+    for (k, moment) in moments.into_iter().enumerate() {
+        let from = 2 * k as u64;
         let out_path = dir.join(format!("tuner-{k}.out"));
         let before = sizes(&study.join("trials"));
         let mut child = tune_command(&config, &study, &[])
@@ -99,17 +126,22 @@ fn kill_9_five_times_and_resume_loses_no_trial() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        wait_until(&format!("kill {k} ({instant:?})"), || {
+        let mut hit = None;
+        wait_until(&format!("kill {k} ({moment:?})"), || {
             let out = std::fs::read_to_string(&out_path).unwrap_or_default();
             assert!(
                 child.try_wait().unwrap().is_none(),
-                "the tuner ended before kill {k} ({instant:?}):\n{out}"
+                "the tuner ended before kill {k} ({moment:?}):\n{out}"
             );
-            instant.reached(&out, &before, &sizes(&study.join("trials")))
+            hit = moment.reached(from, &out, &study.join("trials"), &before);
+            hit.is_some()
         });
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        eprintln!("killed at {instant:?}");
+        eprintln!("killed at {moment:?} in trial {hit:?}");
+        if let Moment::Checkpoint = moment {
+            checkpointed = hit;
+        }
     }
     let out = tune_command(&config, &study, &[]).output().unwrap();
     let text = output_text(&out);
@@ -143,10 +175,13 @@ fn kill_9_five_times_and_resume_loses_no_trial() {
             resumed.push(t.record.number);
         }
     }
-    // The kills after a checkpoint and after an epoch interrupted trials mid-training: they
-    // ran again from their checkpoints.
+    // The trial killed after its first checkpoint ran again from it.
     eprintln!("trials resumed from a checkpoint: {resumed:?}");
-    assert!(!resumed.is_empty(), "no trial was interrupted mid-training");
+    let checkpointed = checkpointed.unwrap();
+    assert!(
+        resumed.contains(&checkpointed),
+        "trial {checkpointed} started over"
+    );
     // One run directory per trial, no other.
     let mut dirs: Vec<u64> = std::fs::read_dir(study.join("trials"))
         .unwrap()
