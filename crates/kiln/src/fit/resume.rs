@@ -8,13 +8,8 @@ use burn::tensor::Bytes;
 use super::input_cursor::InputCursor;
 use super::options::{Backup, FitOptions, OnNan};
 use super::{Accumulator, Callback, Control, History, Model};
-use crate::checkpoint::{Checkpoint, EpochSums, FORMAT, Manifest};
+use crate::checkpoint::{Checkpoint, EpochSums, FORMAT, MODEL_FILE, Manifest, OPTIMIZER_FILE};
 use crate::error::{KilnError, Result};
-
-/// File names inside a checkpoint.
-pub(crate) const MODEL_FILE: &str = "model.bpk";
-/// The optimizer state's file.
-pub(crate) const OPTIMIZER_FILE: &str = "optimizer.bpk";
 
 /// The seed of the backend RNG (dropout) for training step `iteration` of a run seeded with
 /// `seed`: SplitMix64's finaliser over both, so neighbouring steps get unrelated streams.
