@@ -107,15 +107,19 @@ impl Model {
         Ok(())
     }
 
-    /// Writes a checkpoint of the loop's state.
+    /// Writes a checkpoint of the loop's state, after every callback's [`Callback::flush`]: what
+    /// they wrote for the steps the checkpoint covers is on disk before the checkpoint is.
     pub(super) fn save_checkpoint(
         &self,
         backup: &Backup,
         control: &Control,
         state: &LoopState,
         input: &InputCursor,
-        callbacks: &[&mut dyn Callback],
+        callbacks: &mut [&mut dyn Callback],
     ) -> Result<std::path::PathBuf> {
+        for c in callbacks.iter_mut() {
+            c.flush()?;
+        }
         let manifest = Manifest {
             format: FORMAT,
             kiln_version: env!("CARGO_PKG_VERSION").to_string(),
