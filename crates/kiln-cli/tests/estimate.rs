@@ -21,12 +21,15 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// The Params column of the table's total row.
+/// The Params column of the table's total row (the line after the dashes).
 fn total_params(out: &str) -> &str {
-    out.lines()
-        .find(|l| l.starts_with("Total "))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap_or_else(|| panic!("no Total row: {out}"))
+    let row = out
+        .lines()
+        .skip_while(|l| !l.starts_with("---"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Total row: {out}"));
+    assert!(row.starts_with("Total "), "{out}");
+    row.split_whitespace().nth(1).unwrap()
 }
 
 #[test]
