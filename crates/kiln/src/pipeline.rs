@@ -806,6 +806,7 @@ pub fn bench_epochs(
                 elapsed: Default::default(),
                 elements: 0,
                 waited: Default::default(),
+                skipped: Default::default(),
                 stages: Vec::new(),
             },
         };
