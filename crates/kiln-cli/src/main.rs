@@ -1,6 +1,7 @@
 //! `kiln`: train, evaluate and predict with Keras-style configs.
 //!
-//! Exit codes: 0 success, 2 usage or configuration error, 1 runtime error.
+//! Exit codes: 0 success, 2 usage or configuration error (also: a run directory another process
+//! is writing, checkpoints none of which can resume), 1 runtime error, 128 + N after signal N.
 
 mod deploy;
 mod estimate;
@@ -268,7 +269,11 @@ fn main() -> ExitCode {
             }
             let line = match e.downcast_ref::<KilnError>() {
                 // Reports that are laid out in lines.
-                Some(KilnError::Changed(_) | KilnError::NanLoss(_)) => {
+                Some(
+                    KilnError::Changed(_)
+                    | KilnError::NanLoss(_)
+                    | KilnError::UnusableCheckpoints(_),
+                ) => {
                     format!("kiln: error: {message}\n")
                 }
                 _ => format!("kiln: error: {}\n", message.replace('\n', " ")),

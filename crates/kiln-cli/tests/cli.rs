@@ -381,22 +381,35 @@ fn mlp_example_reaches_088_test_accuracy() {
 /// `[fit] class_weight` and the optimizer's gradient keys reach training and the run directory:
 /// with every class weighing 0 the training loss is 0, while validation (never class-weighted,
 /// as in Keras) is not.
-#[test]
-fn class_weight_and_gradient_options_reach_training() {
-    require_data();
-    let dir = scratch("weights");
-    let run = dir.join("run");
-    let zeros: Vec<String> = (0..10).map(|c| format!("\"{c}\" = 0.0")).collect();
-    let config = small_run(&dir, "weights", |t| {
+/// One plain-SGD step of the small CNN on its first batch, with `class_weight` (one weight
+/// per class) or without; returns the step's loss and the trained weights.
+fn one_sgd_step(
+    dir: &Path,
+    name: &str,
+    class_weight: Option<[f64; 10]>,
+) -> (f64, Vec<(String, Vec<f32>)>) {
+    let table = class_weight.map(|w| {
+        let entries: Vec<String> = w
+            .iter()
+            .enumerate()
+            .map(|(c, w)| format!("\"{c}\" = {w:?}"))
+            .collect();
+        format!("\nclass_weight = {{ {} }}", entries.join(", "))
+    });
+    let config = small_run(dir, name, |t| {
         t.replace(
-            "learning_rate = 0.001 }",
-            "learning_rate = 0.001, global_clipnorm = 1.0, gradient_accumulation_steps = 2 }",
+            "{ type = \"AdamW\", learning_rate = 0.001 }",
+            "{ type = \"SGD\", learning_rate = 0.1 }",
         )
         .replace(
             "shuffle = true",
-            &format!("shuffle = true\nclass_weight = {{ {} }}", zeros.join(", ")),
+            &format!(
+                "shuffle = true\nsteps_per_epoch = 1{}",
+                table.as_deref().unwrap_or("")
+            ),
         )
     });
+    let run = dir.join(format!("run-{name}"));
     let o = kiln(&[
         "train",
         config.to_str().unwrap(),
@@ -404,18 +417,62 @@ fn class_weight_and_gradient_options_reach_training() {
         run.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    let resolved = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    assert_eq!(
+        resolved.contains("[fit.class_weight]"),
+        class_weight.is_some(),
+        "{resolved}"
+    );
     let history: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run.join("history.json")).unwrap()).unwrap();
-    assert_eq!(history["history"]["loss"][0].as_f64(), Some(0.0));
-    assert!(history["history"]["val_loss"][0].as_f64().unwrap() > 0.1);
-    let resolved = std::fs::read_to_string(run.join("config.toml")).unwrap();
-    for key in [
-        "global_clipnorm = 1.0",
-        "gradient_accumulation_steps = 2",
-        "[fit.class_weight]",
-    ] {
-        assert!(resolved.contains(key), "{key} missing in {resolved}");
+    let loss = history["history"]["loss"][0].as_f64().unwrap();
+    (loss, common::weights(&run))
+}
+
+/// Class weights reach the loss and the gradients. One plain-SGD step is linear in the
+/// examples' loss weights: from the same initial weights W0 on the same first batch (same
+/// seed), its loss is Σ wᵢ·lossᵢ / batch and its update −lr·Σ wᵢ·∇lossᵢ / batch. So with
+/// weight 1 on the even classes (A) and 1 on the odd ones (B), A's and B's losses add up to
+/// the unweighted run's (U), and so do their updates: W_A + W_B = W_U + W0; and all-zero
+/// weights (Z) give loss 0 and leave W0 as it was.
+#[test]
+fn class_weights_reach_the_loss_and_the_gradients() {
+    require_data();
+    let dir = scratch("weights");
+    let even: [f64; 10] = std::array::from_fn(|c| ((c + 1) % 2) as f64);
+    let odd: [f64; 10] = std::array::from_fn(|c| (c % 2) as f64);
+    let (loss_u, u) = one_sgd_step(&dir, "u", None);
+    let (loss_z, z) = one_sgd_step(&dir, "z", Some([0.0; 10]));
+    let (loss_a, a) = one_sgd_step(&dir, "a", Some(even));
+    let (loss_b, b) = one_sgd_step(&dir, "b", Some(odd));
+    assert_eq!(loss_z, 0.0);
+    assert!(loss_a > 0.1 && loss_b > 0.1, "{loss_a} {loss_b}");
+    assert!(
+        (loss_a + loss_b - loss_u).abs() <= 1e-5 * loss_u,
+        "losses: even classes {loss_a} + odd classes {loss_b} != unweighted {loss_u}"
+    );
+    let largest = |f: &dyn Fn(usize, usize) -> f32| -> f32 {
+        let mut m = 0.0f32;
+        for (t, (name, values)) in u.iter().enumerate() {
+            assert_eq!((name, values.len()), (&z[t].0, z[t].1.len()));
+            for i in 0..values.len() {
+                m = m.max(f(t, i).abs());
+            }
+        }
+        m
+    };
+    // The unweighted step moved the weights; the all-zero step did not move them.
+    let step = largest(&|t, i| u[t].1[i] - z[t].1[i]);
+    assert!(step > 1e-3, "the unweighted step changed no weight by 1e-3: {step}");
+    for (name, w) in [("even", &a), ("odd", &b)] {
+        let moved = largest(&|t, i| w[t].1[i] - z[t].1[i]);
+        assert!(moved > 1e-4, "the {name}-class step left the weights: {moved}");
     }
+    let residual = largest(&|t, i| a[t].1[i] + b[t].1[i] - u[t].1[i] - z[t].1[i]);
+    assert!(
+        residual <= 1e-3 * step,
+        "W_A + W_B - W_U - W0 reaches {residual} (the step: {step})"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

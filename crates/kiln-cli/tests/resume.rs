@@ -56,6 +56,29 @@ fn config(dir: &Path, take: usize) -> PathBuf {
     path
 }
 
+/// A ModelCheckpoint every 8 batches to `marks/e{epoch}.safetensors` in the run directory:
+/// the file of epoch N appears at its 8th batch, an event a test can wait for before it kills
+/// the run in the middle of that epoch (128 batches).
+const MARKS: &str = r#"
+[[callbacks]]
+type = "ModelCheckpoint"
+filepath = "marks/e{epoch}.safetensors"
+save_freq = 8
+"#;
+
+/// [`config`] with [`MARKS`].
+fn marked_config(dir: &Path, take: usize) -> PathBuf {
+    let path = config(dir, take);
+    let text = std::fs::read_to_string(&path).unwrap() + MARKS;
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Whether epoch `epoch` (1-based) of the run has trained its first 8 batches.
+fn inside_epoch(run: &Path, epoch: usize) -> bool {
+    run.join(format!("marks/e{epoch}.safetensors")).is_file()
+}
+
 fn command(config: &Path, run: &Path, extra: &[&str]) -> Command {
     let mut c = train_command(config, run, extra);
     // One thread: summation orders then do not depend on how work is split.
@@ -122,7 +145,7 @@ fn resumed_ok(config: &Path, run: &Path) -> Output {
 fn killed_runs_resume_to_bit_identical_weights() {
     require_data();
     let dir = scratch("kill");
-    let cfg = config(&dir, 8192);
+    let cfg = marked_config(&dir, 8192);
 
     let reference = dir.join("reference");
     let o = train(&cfg, &reference, &[]);
@@ -134,8 +157,7 @@ fn killed_runs_resume_to_bit_identical_weights() {
     // 1. SIGKILL early in the first epoch (only the initial checkpoint exists).
     let run = dir.join("early");
     let mut child = spawn(&cfg, &run, &[]);
-    wait_for("the initial checkpoint", || !checkpoints(&run).is_empty());
-    std::thread::sleep(Duration::from_millis(50));
+    wait_for("8 batches of epoch 1", || inside_epoch(&run, 1));
     sigkill(&mut child);
     assert!(!run.join("model.safetensors").exists(), "killed too late");
     resumed_ok(&cfg, &run);
@@ -171,8 +193,7 @@ fn killed_runs_resume_to_bit_identical_weights() {
     // 3. SIGKILL during the third epoch.
     let run = dir.join("late");
     let mut child = spawn(&cfg, &run, &[]);
-    wait_for("the epoch-2 checkpoint", || checkpoints(&run).len() >= 3);
-    std::thread::sleep(Duration::from_millis(30));
+    wait_for("8 batches of epoch 3", || inside_epoch(&run, 3));
     sigkill(&mut child);
     assert!(!run.join("model.safetensors").exists(), "killed too late");
     resumed_ok(&cfg, &run);
@@ -185,8 +206,7 @@ fn killed_runs_resume_to_bit_identical_weights() {
     //    resume starts inside the epoch.
     let run = dir.join("term");
     let child = spawn(&cfg, &run, &[]);
-    wait_for("the epoch-1 checkpoint", || checkpoints(&run).len() >= 2);
-    std::thread::sleep(Duration::from_millis(30));
+    wait_for("8 batches of epoch 2", || inside_epoch(&run, 2));
     let pid = child.id().to_string();
     assert!(
         Command::new("kill")

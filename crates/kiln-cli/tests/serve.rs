@@ -42,10 +42,15 @@ loss = "sparse_categorical_crossentropy"
 
 /// POSTs `body` to `path` over a fresh connection; returns the status and body.
 fn post(port: u16, path: &str, body: &str) -> (u16, String) {
+    request(port, "POST", path, body)
+}
+
+/// Sends `method path` with `body` over a fresh connection; returns the status and body.
+fn request(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
         s,
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -97,7 +102,7 @@ fn export_serve_predict_and_stop_gracefully_on_sigterm() {
     assert_eq!(again.status.code(), Some(2));
 
     let batching = dir.join("batching.txt");
-    std::fs::write(&batching, "batch_timeout_micros { value: 800000 }\n").unwrap();
+    std::fs::write(&batching, "batch_timeout_micros { value: 2000000 }\n").unwrap();
     let port = free_port();
     let mut server = Command::new(kiln)
         .args([
@@ -135,9 +140,19 @@ fn export_serve_predict_and_stop_gracefully_on_sigterm() {
     .predict((0..16).map(|i| i as f32 / 16.0).collect(), 1)
     .unwrap();
 
-    // The request waits 0.8 s in its batch; SIGTERM arrives meanwhile.
+    // The request waits 2 s in its batch; SIGTERM arrives once the metrics show it queued.
     let in_flight = std::thread::spawn(move || post(port, "/v1/models/tiny-cnn:predict", &body));
-    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    while !request(port, "GET", "/monitoring/prometheus/metrics", "")
+        .1
+        .contains("\nkiln_serve_queue_batches 1\n")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the request never reached the batch queue"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let killed = Command::new("kill")
         .args(["-TERM", &server.id().to_string()])
         .status()

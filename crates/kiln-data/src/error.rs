@@ -101,9 +101,13 @@ pub enum DataError {
 
     /// A serialized `tf.train.Example` cannot be decoded, or does not match the parsing spec
     /// (missing feature without default, wrong type, wrong number of values).
-    #[error("{}", example_error_text(*.record, .feature.as_deref(), .message))]
+    #[error("{}", example_error_text(.path.as_deref(), *.record, .feature.as_deref(), .message))]
     Example {
-        /// 0-based index of the record in the dataset being parsed.
+        /// The TFRecord file the record came from, when known (parsing the records of
+        /// [`crate::Dataset::tfrecord`] directly).
+        path: Option<PathBuf>,
+        /// 0-based index of the record: in its file when `path` is known, else in the dataset
+        /// being parsed.
         record: u64,
         /// The feature involved, when the problem is one feature's.
         feature: Option<String>,
@@ -134,11 +138,40 @@ pub enum DataError {
     },
 }
 
+impl DataError {
+    /// The file (or URL) the error is about, when it names one.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            DataError::Io { path, .. }
+            | DataError::Format { path, .. }
+            | DataError::Record { path, .. }
+            | DataError::Decode { path, .. }
+            | DataError::TfRecord { path, .. }
+            | DataError::Cache { path, .. } => Some(path),
+            DataError::Example { path, .. } => path.as_deref(),
+            DataError::Shape(_)
+            | DataError::MissingComponent { .. }
+            | DataError::Map(_)
+            | DataError::InvalidArgument(_)
+            | DataError::Preprocess { .. } => None,
+        }
+    }
+}
+
 /// The text of [`DataError::Example`].
-fn example_error_text(record: u64, feature: Option<&str>, message: &str) -> String {
+fn example_error_text(
+    path: Option<&std::path::Path>,
+    record: u64,
+    feature: Option<&str>,
+    message: &str,
+) -> String {
+    let place = match path {
+        Some(path) => format!("{}: tf.train.Example record {record}", path.display()),
+        None => format!("tf.train.Example record {record}"),
+    };
     match feature {
-        Some(name) => format!("tf.train.Example record {record}, feature {name:?}: {message}"),
-        None => format!("tf.train.Example record {record}: {message}"),
+        Some(name) => format!("{place}, feature {name:?}: {message}"),
+        None => format!("{place}: {message}"),
     }
 }
 

@@ -68,7 +68,8 @@ pub mod tfrecord;
 pub use compression::Compression;
 pub use dataset::{
     AUTOTUNE, AutotuneOptions, BufferSize, CacheTarget, Cardinality, Dataset, DatasetIter,
-    PaddedShapes, Parallelism, PipelineStats, StageStats, WarningHook, set_warning_hook,
+    MAX_LISTED_SKIPS, PaddedShapes, Parallelism, PipelineStats, SkipStats, SkippedRecord,
+    StageStats, WarningHook, set_warning_hook,
 };
 pub use element::{Array, Buffer, DType, Element};
 pub use error::{DataError, Result};

@@ -6,7 +6,6 @@ mod common;
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
 
 use common::*;
 use kiln_serve::{BatchingConfig, ModelConfig};
@@ -20,6 +19,16 @@ fn post(c: &Client, url: &str, body: &Value) -> (u16, Value) {
 fn get(c: &Client, url: &str) -> (u16, Value) {
     let r = c.get(url);
     (r.status, r.json())
+}
+
+/// Waits until the server's metrics show `n` batches waiting in the queue.
+fn wait_for_queued_batches(server: &kiln_serve::Server, n: usize) {
+    let c = client();
+    let metrics = url(server, "/monitoring/prometheus/metrics");
+    let want = format!("\nkiln_serve_queue_batches {n}\n");
+    wait_until(&format!("{n} queued batch(es)"), || {
+        c.get(&metrics).text().contains(&want)
+    });
 }
 
 /// Sends `request` as is over TCP and returns the status code and body.
@@ -276,7 +285,7 @@ fn a_full_queue_is_429() {
             post(&client(), &predict, &body).0
         })
     };
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_queued_batches(&server, 1);
     // Two examples do not fit its remaining room: a second batch, over the limit.
     let (code, body) = post(
         &client(),
@@ -473,10 +482,17 @@ fn hot_reload_under_load_fails_no_request() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until("version 1 under load", || ok.load(Ordering::Relaxed) > 20);
     std::fs::rename(&v2_dir, dir.join("cnn").join("2")).unwrap();
     wait_until("version 2 under load", || saw2.load(Ordering::Relaxed) > 20);
-    std::thread::sleep(Duration::from_millis(300));
+    let c = client();
+    wait_until("version 1 unloaded under load", || {
+        get(&c, &url(&server, "/v1/models/cnn")).1["model_version_status"][1]["state"] == "END"
+    });
+    let served = ok.load(Ordering::Relaxed);
+    wait_until("requests after the unload", || {
+        ok.load(Ordering::Relaxed) > served + 20
+    });
     stop.store(true, Ordering::Relaxed);
     for t in clients {
         t.join().unwrap();
@@ -498,8 +514,9 @@ fn stopping_lets_requests_in_flight_finish() {
     let v1 = export(&dir, "cnn", 1, 1);
     let server = start(config(
         vec![ModelConfig::new("cnn", dir.join("cnn"))],
+        // The request waits 2 s in its batch: the test sees it queued and stops meanwhile.
         Some(BatchingConfig {
-            batch_timeout_micros: 700_000,
+            batch_timeout_micros: 2_000_000,
             ..Default::default()
         }),
     ));
@@ -509,7 +526,7 @@ fn stopping_lets_requests_in_flight_finish() {
         let body = json!({"instances": instances(&x, 1)});
         std::thread::spawn(move || post(&client(), &predict, &body))
     };
-    std::thread::sleep(Duration::from_millis(200));
+    wait_for_queued_batches(&server, 1);
     let addr = server.addr();
     server.stop().unwrap();
     let (code, body) = in_flight.join().unwrap();

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 /// Result alias for kiln.
 pub type Result<T> = std::result::Result<T, KilnError>;
 
-/// Everything that can go wrong in kiln (the library). The CLI maps [`KilnError::Config`] to exit
-/// code 2 and everything else to exit code 1.
+/// Everything that can go wrong in kiln (the library). The CLI maps the errors of
+/// [`KilnError::is_usage`] (a bad config or flag, a run directory in use, checkpoints that
+/// cannot resume) to exit code 2 and everything else to exit code 1.
 #[derive(Debug, thiserror::Error)]
 pub enum KilnError {
     /// A configuration value is missing, unknown or out of range. `key` is the dotted TOML path
@@ -83,6 +84,21 @@ pub enum KilnError {
     /// A resume found that the config or the data changed since the checkpoint was written.
     #[error("{0}")]
     Changed(String),
+    /// Another process (or another call in this process) holds the directory's lock
+    /// ([`crate::run_dir::DirLock`]): one writer per run directory.
+    #[error("{} is in use by {holder}; only one process may write it at a time (lock file {}). {remedy}", dir.display(), dir.join(crate::run_dir::LOCK_FILE).display())]
+    RunDirLocked {
+        /// The locked directory.
+        dir: PathBuf,
+        /// Who holds it, as its lock file records it.
+        holder: crate::run_dir::LockHolder,
+        /// What to do: wait, stop the holder, or write elsewhere.
+        remedy: String,
+    },
+    /// A run directory holds checkpoints but none can resume training (each is listed with
+    /// the reason); training is not started over silently.
+    #[error("{0}")]
+    UnusableCheckpoints(String),
     /// A training step ran out of memory (a GPU allocation failure, or an injected one on CPU
     /// builds, see `crate::fit` `oom`) even with its batch computed one example at a time.
     #[error(
@@ -137,10 +153,17 @@ impl KilnError {
         }
     }
 
-    /// True for configuration and usage errors (CLI exit code 2): a bad config value or flag,
-    /// or a device this build cannot use.
+    /// True for errors the user settles before running the command again (CLI exit code 2): a
+    /// bad config value or flag, a device this build cannot use, a run directory another
+    /// process is writing, checkpoints none of which can resume.
     pub fn is_usage(&self) -> bool {
-        matches!(self, KilnError::Config { .. } | KilnError::Device(_))
+        matches!(
+            self,
+            KilnError::Config { .. }
+                | KilnError::Device(_)
+                | KilnError::RunDirLocked { .. }
+                | KilnError::UnusableCheckpoints(_)
+        )
     }
 }
 

@@ -13,7 +13,7 @@ use crate::error::{KilnError, Result};
 use crate::fit::{Backup, Callback, FitOptions, History, Interrupt, Logs, Model};
 use crate::input::{check_against_model, load_idx, pipeline, read_inputs, split_last};
 use crate::pipeline::{self as pipelines, Split};
-use crate::run_dir::RunDir;
+use crate::run_dir::{DirLock, RunDir};
 
 /// Command-line overrides of config values.
 #[derive(Debug, Clone, Default)]
@@ -158,7 +158,12 @@ pub fn train(
 /// `run_dir/checkpoints/` (or the config's `backup_dir`), and a resume from the last good one
 /// unless `opts.resume` is false. A resume checks the checkpoint's recorded config and pipeline
 /// fingerprints against this run's and refuses (with the list of changes) a changed model, or
-/// changed data unless `opts.allow_changed_data`.
+/// changed data unless `opts.allow_changed_data`; checkpoints none of which is usable are
+/// refused too, never silently replaced by a fresh start.
+///
+/// The call holds `run_dir`'s lock ([`DirLock`], and the checkpoint directory's when that lies
+/// outside `run_dir`) from its first step to its return: another process, or another call in
+/// this process, training into the same directory is refused at once.
 ///
 /// The config's `[[callbacks]]` are not built here: pass them in `callbacks`
 /// ([`RunConfig::build_callbacks`] with the same `run_dir`), as `kiln train` does after its
@@ -172,8 +177,10 @@ pub fn train(
 /// ([`crate::distribute::MultiWorkerMirroredStrategy`]).
 ///
 /// # Errors
+/// [`KilnError::RunDirLocked`] when another writer holds the directory;
 /// [`KilnError::MissingData`], data, shape and I/O errors; [`KilnError::Changed`] when a
-/// resume finds changes; [`KilnError::Config`] when MPI cannot start or `mpirun` started the
+/// resume finds changes; [`KilnError::UnusableCheckpoints`] when the directory has checkpoints
+/// and none can resume; [`KilnError::Config`] when MPI cannot start or `mpirun` started the
 /// process with another strategy; [`KilnError::Interrupted`] after a stop request. The run directory
 /// keeps what was written before the error, checkpoints included.
 pub fn train_with(
@@ -184,6 +191,9 @@ pub fn train_with(
     callbacks: &mut [&mut dyn Callback],
     on_model: impl FnOnce(&mut Model),
 ) -> Result<TrainReport> {
+    // One writer per run directory: locked before anything is read or written, so that a
+    // second process is refused at once; released when this returns (or the process dies).
+    let _locks = lock_run_dirs(cfg, run_dir, opts.notes)?;
     // `inputs`: the config the pipelines are built from (each worker's own cache files).
     let (resolved, inputs, train, validation, test) = if cfg.data.uses_pipelines() {
         // adapt runs first: its statistics go into the resolved config and the pipelines.
@@ -318,9 +328,9 @@ pub fn train_with(
     let ckpt_dir = CheckpointDir::new(cfg.backup.dir_in(chief_dir), cfg.backup.keep);
     let config_toml = cfg.to_toml();
     let resume = if opts.resume {
-        let (latest, warnings) = ckpt_dir.latest()?;
-        for w in warnings {
-            notes(&format!("warning: {w}"));
+        let (latest, skipped) = ckpt_dir.resume_point()?;
+        for u in skipped {
+            notes(&format!("warning: skipping checkpoint {u}"));
         }
         if let Some(ckpt) = &latest {
             check_unchanged(
@@ -428,6 +438,45 @@ pub fn train_with(
         run_dir: dir.path().to_path_buf(),
         epochs_before,
     })
+}
+
+/// One writer per run directory: locks `run_dir`, and the checkpoint directory too when it lies
+/// outside (an absolute or `..` `backup_dir`, which another run may name as well). Workers
+/// other than rank 0 of an `mpirun` job lock nothing: they write only their scratch
+/// directories and read rank 0's checkpoints.
+///
+/// # Errors
+/// [`KilnError::RunDirLocked`] naming the process that holds a lock.
+fn lock_run_dirs(cfg: &RunConfig, run_dir: &Path, notes: fn(&str)) -> Result<Vec<DirLock>> {
+    use crate::distribute::world;
+    if world::current()
+        .or_else(world::launched)
+        .is_some_and(|w| w.rank > 0)
+    {
+        return Ok(Vec::new());
+    }
+    let mut locks = vec![DirLock::acquire(
+        run_dir,
+        "kiln train",
+        "train into another run directory (another `name` in the config, or --run-dir)",
+    )?];
+    let inside = cfg.backup.backup_dir.components().all(|c| {
+        matches!(
+            c,
+            std::path::Component::Normal(_) | std::path::Component::CurDir
+        )
+    });
+    if !inside {
+        locks.push(DirLock::acquire(
+            &cfg.backup.dir_in(run_dir),
+            "kiln train",
+            "give this run another callbacks.BackupAndRestore.backup_dir",
+        )?);
+    }
+    for w in locks.iter().filter_map(DirLock::warning) {
+        notes(w);
+    }
+    Ok(locks)
 }
 
 /// Copies the files of directory `from` into a new directory `to`.

@@ -6,9 +6,15 @@
 //! | `model.safetensors` | final weights, Keras names and layouts |
 //! | `history.json` | per-epoch metrics, `epoch_time_s`, `samples_per_second` |
 //! | `metrics.json` | final test metrics |
+//! | `.lock` | the lock of the process writing the directory, and who it is ([`DirLock`]) |
 //!
 //! Every file is written to a temporary name in the same directory and renamed over the old
-//! one, so a crash leaves either the old or the new file, never a torn one.
+//! one, so a crash leaves either the old or the new file, never a torn one. One process writes
+//! a run directory at a time: `kiln train` (and `kiln export` into it) hold its [`DirLock`].
+
+mod lock;
+
+pub use lock::{DirLock, LOCK_FILE, LockHolder};
 
 use std::path::{Path, PathBuf};
 

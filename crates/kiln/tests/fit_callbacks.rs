@@ -1,12 +1,17 @@
 //! Keras callbacks driven by `Model::fit` itself: the learning rate they set is the one the
-//! steps use, the weights they restore are the model's, and TensorBoard sees fit's values.
+//! steps use, the weights they restore are the model's, and TensorBoard sees fit's values —
+//! on disk before each checkpoint, and once each after a resume.
 
 mod common;
 
-use kiln::callbacks::{EarlyStopping, LearningRateScheduler, TensorBoard};
-use kiln::fit::{FitContext, NamedWeight};
+use std::cell::RefCell;
+use std::path::PathBuf;
+
+use kiln::callbacks::{EarlyStopping, LearningRateScheduler, TensorBoard, UpdateFreq};
+use kiln::checkpoint::CheckpointDir;
+use kiln::fit::{Backup, FitContext, FitOptions, NamedWeight, SaveFreq};
 use kiln::model::weights::keras_weights;
-use kiln::summary::{event_files, read_events, read_scalars};
+use kiln::summary::{event_files, read_events, read_scalars, visible_scalars};
 use kiln::{Callback, Logs, Model};
 use kiln_data::{Array, Buffer, Dataset, Element};
 
@@ -172,5 +177,131 @@ fn tensorboard_records_fits_values() {
         kernel_counts,
         vec![(0, 8.0), (1, 8.0)],
         "2 x 4 kernel values per epoch"
+    );
+}
+
+fn backup(dir: &CheckpointDir, save_freq: SaveFreq, resume: Option<PathBuf>) -> Backup {
+    Backup {
+        dir: dir.clone(),
+        save_freq,
+        resume: resume.map(|p| CheckpointDir::read(&p).unwrap()),
+        config: String::new(),
+        data_fingerprints: Default::default(),
+    }
+}
+
+/// Placed after `TensorBoard`: its `state` is read while `fit` builds a checkpoint's
+/// manifest — after every callback's `flush`, before the checkpoint is committed — and
+/// records the batch steps TensorBoard's files hold at that moment.
+struct OnDiskAtCheckpoint {
+    train_dir: PathBuf,
+    iterations: u64,
+    seen: RefCell<Vec<(u64, Vec<i64>)>>,
+}
+
+impl Callback for OnDiskAtCheckpoint {
+    fn on_train_batch_end(
+        &mut self,
+        _step: u64,
+        _logs: &Logs,
+        ctx: &mut dyn FitContext,
+    ) -> kiln::Result<()> {
+        self.iterations = ctx.iterations();
+        Ok(())
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        let steps = match self.train_dir.exists() {
+            true => read_scalars(&self.train_dir, "batch_loss").unwrap(),
+            false => Vec::new(),
+        };
+        let steps = steps.into_iter().map(|(s, _)| s).collect();
+        self.seen.borrow_mut().push((self.iterations, steps));
+        None
+    }
+}
+
+#[test]
+fn tensorboard_values_are_on_disk_before_each_checkpoint_is_committed() {
+    let logs = tempfile::tempdir().unwrap();
+    let ckpts = CheckpointDir::new(logs.path().join("checkpoints"), 3);
+    let mut tb = TensorBoard::new(logs.path()).update_freq(UpdateFreq::Batches(1));
+    let mut probe = OnDiskAtCheckpoint {
+        train_dir: logs.path().join("train"),
+        iterations: 0,
+        seen: RefCell::new(Vec::new()),
+    };
+    let opts = FitOptions {
+        backup: Some(backup(&ckpts, SaveFreq::Batches(3), None)),
+        ..FitOptions::epochs(2)
+    };
+    model()
+        .fit_with(&data(), None, &opts, &mut [&mut tb, &mut probe])
+        .unwrap();
+    // Checkpoints at the start, after batches 3 and 6, and at the epoch ends (4, 8). Without
+    // the flush, batches 1..=3 would still be queued (10 events per flush) at the first.
+    let seen = probe.seen.into_inner();
+    let at: Vec<u64> = seen.iter().map(|(i, _)| *i).collect();
+    assert_eq!(at, [0, 3, 4, 6, 8]);
+    for (iterations, steps) in seen {
+        assert_eq!(
+            steps,
+            (1..=iterations as i64).collect::<Vec<_>>(),
+            "on disk at the checkpoint after {iterations} batches"
+        );
+    }
+}
+
+#[test]
+fn a_fit_resumed_from_an_older_checkpoint_shows_each_step_once_in_tensorboard() {
+    let logs = tempfile::tempdir().unwrap();
+    let ckpts = CheckpointDir::new(logs.path().join("checkpoints"), 3);
+    let tensorboard = || TensorBoard::new(logs.path()).update_freq(UpdateFreq::Batches(1));
+    let opts = FitOptions {
+        backup: Some(backup(&ckpts, SaveFreq::Epoch, None)),
+        ..FitOptions::epochs(2)
+    };
+    model()
+        .fit_with(&data(), Some(&data()), &opts, &mut [&mut tensorboard()])
+        .unwrap();
+    // The newest checkpoint (after epoch 2, 8 batches) is unusable: resume from the one after
+    // epoch 1 (4 batches) and train to 3 epochs.
+    let older = ckpts.path().join("ckpt-000000000004");
+    let opts = FitOptions {
+        backup: Some(backup(&ckpts, SaveFreq::Epoch, Some(older))),
+        ..FitOptions::epochs(3)
+    };
+    let history = model()
+        .fit_with(&data(), Some(&data()), &opts, &mut [&mut tensorboard()])
+        .unwrap();
+    let (train, validation) = (logs.path().join("train"), logs.path().join("validation"));
+    let steps = |dir: &std::path::Path, tag: &str| -> Vec<i64> {
+        visible_scalars(dir, tag)
+            .unwrap()
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect()
+    };
+    // The files hold epoch 1 twice (the first process's and the resumed one's).
+    assert_eq!(read_scalars(&train, "epoch_loss").unwrap().len(), 4);
+    let as_f32 = |v: &[f64]| -> Vec<(i64, f32)> {
+        v.iter()
+            .enumerate()
+            .map(|(i, &x)| (i as i64, x as f32))
+            .collect()
+    };
+    assert_eq!(
+        visible_scalars(&train, "epoch_loss").unwrap(),
+        as_f32(&history.history["loss"]),
+        "the resumed values, each epoch once"
+    );
+    assert_eq!(
+        visible_scalars(&validation, "epoch_loss").unwrap(),
+        as_f32(&history.history["val_loss"])
+    );
+    assert_eq!(steps(&train, "batch_loss"), (1..=12).collect::<Vec<_>>());
+    assert_eq!(
+        steps(&validation, "evaluation_loss_vs_iterations"),
+        [4, 8, 12]
     );
 }

@@ -11,7 +11,8 @@
 //! [`Dataset::unbatch`] (`unbatch.rs`), [`Dataset::padded_batch`] (`padded_batch.rs`),
 //! [`Dataset::zip`] (`zip.rs`), [`Dataset::concatenate`] (`concatenate.rs`),
 //! [`Dataset::enumerate`] (`enumerate.rs`), [`Dataset::interleave`] (`interleave.rs`),
-//! [`Dataset::cache`] (`cache/`); sources are in `slices.rs`. `autotune/` adapts
+//! [`Dataset::cache`] (`cache/`), [`Dataset::ignore_errors`] (`ignore_errors.rs`); sources are
+//! in `slices.rs`. `autotune/` adapts
 //! [`AUTOTUNE`] knobs at run time and keeps per-stage statistics ([`DatasetIter::stats`]). [`Dataset::fingerprint`]
 //! (`fingerprint.rs`) hashes a pipeline's structure for the file cache.
 //!
@@ -28,6 +29,7 @@ mod concatenate;
 mod enumerate;
 mod filter;
 mod fingerprint;
+mod ignore_errors;
 mod interleave;
 mod map;
 mod padded_batch;
@@ -41,9 +43,12 @@ mod unbatch;
 mod warning;
 mod zip;
 
-pub use autotune::{AutotuneOptions, PipelineStats, StageStats};
+pub use autotune::{
+    AutotuneOptions, MAX_LISTED_SKIPS, PipelineStats, SkipStats, SkippedRecord, StageStats,
+};
 pub use cache::CacheTarget;
 pub(crate) use fingerprint::Fingerprint;
+pub use ignore_errors::SkipCounter;
 pub use padded_batch::PaddedShapes;
 pub use prefetch::BufferSize;
 pub(crate) use warning::warn;
@@ -75,6 +80,11 @@ pub(crate) trait Node: Send + Sync {
         Fingerprint::new(std::any::type_name::<Self>())
             .str("undescribed")
             .finish()
+    }
+    /// The node as [`std::any::Any`], for the few transformations that specialise on their
+    /// input's kind (see [`Dataset::node_as`]); `None` by default.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
     }
 }
 
@@ -172,6 +182,13 @@ impl Dataset {
         }
     }
 
+    /// The dataset's last node as a `T`, when it is one that offers itself
+    /// ([`Node::as_any`]): `parse_example` of a TFRecord source reads the files itself, to
+    /// name them in its errors.
+    pub(crate) fn node_as<T: 'static>(&self) -> Option<&T> {
+        self.node.as_any()?.downcast_ref::<T>()
+    }
+
     /// A dataset whose iteration yields exactly one `Err(DataError::InvalidArgument(message))`.
     pub(crate) fn invalid(message: String) -> Dataset {
         Dataset::from_node(InvalidNode { message })
@@ -248,7 +265,16 @@ impl DatasetIter {
             elements: self.elements,
             waited: self.waited,
             stages: self.pipeline.stage_stats(),
+            skipped: self.pipeline.skip_stats(),
         }
+    }
+
+    /// What this iteration's `ignore_errors` stages have dropped so far (the
+    /// [`PipelineStats::skipped`] part of [`DatasetIter::stats`], without the stage
+    /// snapshots); `None` when the pipeline has no such stage running. Call it before the
+    /// iterator is dropped.
+    pub fn skip_stats(&self) -> Option<SkipStats> {
+        self.pipeline.skip_stats()
     }
 }
 

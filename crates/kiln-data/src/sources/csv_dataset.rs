@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::{SkipCounter, open};
 use crate::compression::Compression;
-use crate::dataset::{BoxIter, Cardinality, Dataset, Fingerprint, Node};
+use crate::dataset::{BoxIter, Cardinality, Dataset, Fingerprint, Node, autotune};
 use crate::element::{Array, Buffer, DType, Element};
 use crate::error::{DataError, Result};
 use crate::storage::SourceReader;
@@ -91,7 +91,8 @@ pub struct CsvOptions {
     /// TensorFlow's output tuple).
     pub column_names: Option<Vec<String>>,
     /// Skip records (and files) that fail instead of yielding the error, counting them in
-    /// `skipped` — `CsvDataset(...).ignore_errors()` in tf.data (default `false`).
+    /// `skipped` and in the iteration's [`crate::DatasetIter::skip_stats`] —
+    /// `CsvDataset(...).ignore_errors()` in tf.data (default `false`).
     pub ignore_errors: bool,
     /// Where skipped records are counted; keep a clone to read the count
     /// ([`SkipCounter::count`]).
@@ -324,8 +325,18 @@ impl Spec {
         } else {
             Err(format!(
                 "expected {expected} but the record has {found}; check field_delim and quoting, \
-                 or fix the row"
+                 or fix the row{}",
+                self.skip_hint()
             ))
+        }
+    }
+
+    /// The end of a bad row's message: how to skip such rows, unless they are skipped.
+    fn skip_hint(&self) -> &'static str {
+        if self.options.ignore_errors {
+            ""
+        } else {
+            ", or set ignore_errors = true to skip bad rows"
         }
     }
 
@@ -345,22 +356,24 @@ impl Spec {
             let buffer = if missing {
                 default.value().ok_or_else(|| {
                     format!(
-                        "{column} is required but the field is empty{}; give the column a \
-                         default in record_defaults or fill in the value",
+                        "{column} is required but the field is empty{}; fill in the value, or \
+                         give the column a default value instead of a dtype{}",
                         if field.is_empty() {
                             String::new()
                         } else {
                             format!(" (na_value {:?})", self.options.na_value)
-                        }
+                        },
+                        self.skip_hint()
                     )
                 })?
             } else {
                 parse_field(field, default.dtype()).ok_or_else(|| {
                     format!(
-                        "{column}: {:?} is not a valid {}; fix the value, change the column's \
-                         record default, or set ignore_errors to skip bad rows",
+                        "{column}: {:?} is not a valid {}; fix the value, or change the type of the \
+                         column's default{}",
                         String::from_utf8_lossy(field),
-                        default.dtype()
+                        default.dtype(),
+                        self.skip_hint()
                     )
                 })?
             };
@@ -457,11 +470,18 @@ struct CsvNode {
 
 impl Node for CsvNode {
     fn iter(&self) -> BoxIter {
+        let skips = self.spec.options.ignore_errors.then(|| {
+            let pipeline = autotune::current();
+            pipeline.track_skips();
+            pipeline
+        });
         Box::new(CsvIter {
             spec: Arc::clone(&self.spec),
             next_file: 0,
             reader: None,
             record: csv::ByteRecord::new(),
+            skips,
+            position: 0,
         })
     }
 
@@ -502,6 +522,10 @@ struct CsvIter {
     /// The open file's reader and its index in `spec.files`.
     reader: Option<(csv::Reader<BufReader<SourceReader>>, usize)>,
     record: csv::ByteRecord,
+    /// With `ignore_errors`: the iteration's pipeline, where skips are counted.
+    skips: Option<Arc<autotune::Pipeline>>,
+    /// Results produced so far (records and errors), the index of the next one.
+    position: u64,
 }
 
 impl CsvIter {
@@ -558,9 +582,14 @@ impl Iterator for CsvIter {
 
     fn next(&mut self) -> Option<Result<Element>> {
         loop {
-            match self.next_result()? {
-                Err(err) if self.spec.options.ignore_errors => self.spec.options.skipped.skip(&err),
-                result => return Some(result),
+            let result = self.next_result()?;
+            self.position += 1;
+            match (result, &self.skips) {
+                (Err(err), Some(pipeline)) => {
+                    pipeline.record_skip(self.position - 1, &err);
+                    self.spec.options.skipped.skip(&err);
+                }
+                (result, _) => return Some(result),
             }
         }
     }
@@ -850,6 +879,10 @@ mod tests {
                     message.contains("\"abc\" is not a valid float32"),
                     "{message}"
                 );
+                assert!(
+                    message.contains("or set ignore_errors = true to skip bad rows"),
+                    "{message}"
+                );
                 // "x,label\n" (8 bytes) + "1.5,\"multi\nline\"\n" (17 bytes).
                 assert!(
                     message.ends_with("(the record starts at byte 25)"),
@@ -882,12 +915,31 @@ mod tests {
             ..options
         };
         let ds = Dataset::csv_dataset([&path], defaults, options).unwrap();
-        let xs: Vec<f32> = ds
-            .iter()
+        let mut it = ds.iter();
+        let xs: Vec<f32> = it
+            .by_ref()
             .map(|e| e.unwrap().get("x").unwrap().data().to_f32()[0])
             .collect();
         assert_eq!(xs, vec![1.5, 3.0]);
         assert_eq!(counter.count(), 2);
+        // The iteration's statistics list the skipped rows: position, file, line and reason.
+        let skipped = it.skip_stats().unwrap();
+        assert_eq!(skipped.count, 2);
+        let listed: Vec<(u64, bool)> = skipped
+            .first
+            .iter()
+            .map(|r| (r.index, r.path.as_deref() == Some(path.as_path())))
+            .collect();
+        assert_eq!(listed, vec![(1, true), (2, true)]);
+        let reason = &skipped.first[0].error;
+        assert!(
+            reason.starts_with(&format!("{}:4: column 0 (\"x\"): \"abc\"", path.display())),
+            "{reason}"
+        );
+        assert!(
+            !reason.contains("ignore_errors"),
+            "no advice to set what is set: {reason}"
+        );
         assert!(counter.last_error().unwrap().contains("bad.csv:5:"));
         ds.iter().for_each(drop);
         assert_eq!(counter.count(), 4, "the count accumulates over epochs");

@@ -2,10 +2,15 @@
 //! `labels="inferred"`, `label_mode="int"`, unbatched.
 //!
 //! Directory layout and ordering follow `keras/src/utils/dataset_utils.py`
-//! (`index_directory`): one class per subdirectory of `directory`, classes numbered in sorted
-//! name order, the images of a class found recursively and listed by sorted directory, then
-//! sorted file name. Decoding uses the [`image`] crate (PNG, JPEG, GIF's first frame, BMP —
-//! Keras' allowed formats).
+//! (`index_directory`): one class per subdirectory of `directory` (hidden ones, named `.…`,
+//! excepted, as Keras does), classes numbered in sorted name order, the images of a class
+//! found recursively and listed by sorted directory, then sorted file name. Decoding uses the
+//! [`image`] crate (PNG, JPEG, GIF's first frame, BMP — Keras' allowed formats).
+//!
+//! Unlike Keras, hidden files and folders inside the class folders (names starting with `.`,
+//! such as the `._photo.jpg` companions macOS writes on non-Apple disks, or
+//! `.ipynb_checkpoints/`) are left out unless [`ImageFolderOptions::include_hidden`] is set:
+//! Keras lists them and then fails to decode them.
 //!
 //! The directory may also be an `s3://bucket/prefix` URL ([`crate::storage`]): the objects
 //! under the prefix are listed once, each key's first `/`-separated component below the
@@ -18,7 +23,7 @@ use std::path::{Path, PathBuf};
 use image::DynamicImage;
 
 use super::{SkipCounter, path_bytes, path_from_bytes};
-use crate::dataset::{AUTOTUNE, BoxIter, Cardinality, Dataset, Node, Parallelism};
+use crate::dataset::{AUTOTUNE, Dataset, Parallelism};
 use crate::element::{Array, Buffer, Element};
 use crate::error::{DataError, Result};
 
@@ -69,9 +74,14 @@ pub struct ImageFolderOptions {
     pub follow_links: bool,
     /// Decoding threads (default [`AUTOTUNE`]: one per core; order is kept).
     pub num_parallel_calls: Parallelism,
-    /// Skip files that cannot be read or decoded, counting them in `skipped` (default
-    /// `false`: they are yielded as errors).
+    /// Skip files that cannot be read or decoded, counting them in `skipped` and in the
+    /// iteration's [`crate::DatasetIter::skip_stats`] (default `false`: they are yielded as
+    /// errors).
     pub ignore_errors: bool,
+    /// Read hidden files and folders inside the class folders: names starting with `.`
+    /// (default `false`: left out, and never opened). Hidden top-level folders are never
+    /// classes, as in Keras.
+    pub include_hidden: bool,
     /// Where skipped files are counted; keep a clone to read the count.
     pub skipped: SkipCounter,
 }
@@ -87,6 +97,7 @@ impl Default for ImageFolderOptions {
             follow_links: false,
             num_parallel_calls: AUTOTUNE,
             ignore_errors: false,
+            include_hidden: false,
             skipped: SkipCounter::new(),
         }
     }
@@ -104,8 +115,8 @@ fn io_error(path: &Path, source: std::io::Error) -> DataError {
     }
 }
 
-/// The class names of `directory`: its subdirectories (following links), sorted by name —
-/// Keras' `class_names` attribute. Label `i` of [`Dataset::image_dataset_from_directory`]
+/// The class names of `directory`: its subdirectories (following links) whose names do not
+/// start with `.`, sorted by name — Keras' `class_names` attribute. Label `i` of [`Dataset::image_dataset_from_directory`]
 /// (without explicit `class_names`) is entry `i`.
 ///
 /// # Errors
@@ -115,7 +126,7 @@ pub fn image_class_names(directory: &Path) -> Result<Vec<String>> {
     let mut names = Vec::new();
     for entry in fs::read_dir(directory).map_err(|e| io_error(directory, e))? {
         let entry = entry.map_err(|e| io_error(directory, e))?;
-        if entry.path().is_dir() {
+        if entry.path().is_dir() && !is_hidden(&entry.file_name().to_string_lossy()) {
             let name = entry.file_name().into_string().map_err(|name| {
                 DataError::InvalidArgument(format!(
                     "class folder name {name:?} in {} is not UTF-8; rename it",
@@ -129,6 +140,11 @@ pub fn image_class_names(directory: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// Whether a file or folder name is hidden: it starts with `.`.
+pub(crate) fn is_hidden(name: &str) -> bool {
+    name.starts_with('.')
+}
+
 /// Whether a file name counts as an image (by extension, any case).
 fn is_image_name(name: &str) -> bool {
     name.to_lowercase()
@@ -138,13 +154,17 @@ fn is_image_name(name: &str) -> bool {
 
 /// The class folders and image files of an `s3://` image folder: `keys` are the object keys
 /// relative to the directory (`cat/sub/a.png`). Classes are the first components of keys
-/// with a `/` (sorted); each class's images are its keys with an image extension, ordered
-/// by (directory, file name) as [`image_files`] orders local files.
-fn object_classes(keys: &[String]) -> (Vec<String>, Vec<(String, String, String)>) {
+/// with a `/` (sorted, hidden ones left out); each class's images are its keys with an image
+/// extension (without a hidden component unless `include_hidden`), ordered by (directory,
+/// file name) as [`image_files`] orders local files.
+fn object_classes(
+    keys: &[String],
+    include_hidden: bool,
+) -> (Vec<String>, Vec<(String, String, String)>) {
     let mut classes: Vec<String> = keys
         .iter()
         .filter_map(|k| k.split_once('/').map(|(class, _)| class.to_string()))
-        .filter(|c| !c.is_empty())
+        .filter(|c| !c.is_empty() && !is_hidden(c))
         .collect();
     classes.dedup(); // keys are sorted, so a class's keys are adjacent
     classes.sort();
@@ -154,6 +174,9 @@ fn object_classes(keys: &[String]) -> (Vec<String>, Vec<(String, String, String)
         .iter()
         .filter_map(|k| {
             let (class, rest) = k.split_once('/')?;
+            if is_hidden(class) || (!include_hidden && rest.split('/').any(is_hidden)) {
+                return None;
+            }
             let (dir, name) = match rest.rsplit_once('/') {
                 Some((d, n)) => (format!("{class}/{d}"), n),
                 None => (class.to_string(), rest),
@@ -166,13 +189,18 @@ fn object_classes(keys: &[String]) -> (Vec<String>, Vec<(String, String, String)
 }
 
 /// Image files under `dir`, recursively, ordered by (directory, file name) like Keras'
-/// `iter_valid_files` over `os.walk`.
-fn image_files(dir: &Path, follow_links: bool) -> Result<Vec<PathBuf>> {
+/// `iter_valid_files` over `os.walk`; hidden files and folders are left out (not entered)
+/// unless `include_hidden`.
+fn image_files(dir: &Path, follow_links: bool, include_hidden: bool) -> Result<Vec<PathBuf>> {
     let mut found: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(current) = pending.pop() {
         for entry in fs::read_dir(&current).map_err(|e| io_error(&current, e))? {
             let entry = entry.map_err(|e| io_error(&current, e))?;
+            let name = entry.file_name();
+            if !include_hidden && is_hidden(&name.to_string_lossy()) {
+                continue;
+            }
             let path = entry.path();
             let file_type = entry.file_type().map_err(|e| io_error(&path, e))?;
             // Links are followed to see what they point at (os.walk lists a linked file as a
@@ -189,7 +217,6 @@ fn image_files(dir: &Path, follow_links: bool) -> Result<Vec<PathBuf>> {
             if is_dir {
                 pending.push(path);
             } else {
-                let name = entry.file_name();
                 if is_image_name(&name.to_string_lossy()) {
                     found.push((path_bytes(&current), name.as_encoded_bytes().to_vec()));
                 }
@@ -212,7 +239,8 @@ impl Dataset {
     /// `options.class_names`.
     ///
     /// Files count as images by extension (`.bmp`, `.gif`, `.jpeg`, `.jpg`, `.png`, any
-    /// case); other files are ignored. The directory is listed once, here; images are read
+    /// case); other files are ignored, and so are hidden files and folders (names starting
+    /// with `.`) unless `options.include_hidden`. The directory is listed once, here; images are read
     /// and decoded during iteration, on `num_parallel_calls` threads, in the file order
     /// (sorted per class, classes in label order), shuffled each epoch when
     /// `options.shuffle`. Unlike Keras, images are not converted to `float32` nor resized
@@ -229,7 +257,7 @@ impl Dataset {
     /// `image_size` has a zero side, or no image is found. Yielded during iteration:
     /// [`DataError::Io`] for an unreadable file and [`DataError::Decode`] naming a file the
     /// decoder rejects — or, with `ignore_errors`, both skipped and counted in
-    /// `options.skipped`.
+    /// `options.skipped` and the iteration's [`crate::DatasetIter::skip_stats`].
     pub fn image_dataset_from_directory(
         directory: impl AsRef<Path>,
         options: ImageFolderOptions,
@@ -239,7 +267,7 @@ impl Dataset {
         let local = crate::storage::local_path(directory.as_ref())?;
         let directory = local.as_path();
         let subdirs = match &listing {
-            Some((_, keys)) => object_classes(keys).0,
+            Some((_, keys)) => object_classes(keys, options.include_hidden).0,
             None => image_class_names(directory)?,
         };
         let classes = match &options.class_names {
@@ -266,7 +294,7 @@ impl Dataset {
         let mut labels = Vec::new();
         match &listing {
             Some((url, keys)) => {
-                let (_, files) = object_classes(keys);
+                let (_, files) = object_classes(keys, options.include_hidden);
                 for (label, class) in classes.iter().enumerate() {
                     for (_, dir, name) in files.iter().filter(|(c, _, _)| c == class) {
                         paths.push(format!("{url}/{dir}/{name}").into_bytes());
@@ -276,7 +304,10 @@ impl Dataset {
             }
             None => {
                 for (label, class) in classes.iter().enumerate() {
-                    for file in image_files(&directory.join(class), options.follow_links)? {
+                    let class_dir = directory.join(class);
+                    for file in
+                        image_files(&class_dir, options.follow_links, options.include_hidden)?
+                    {
                         paths.push(path_bytes(&file));
                         labels.push(label as i64);
                     }
@@ -300,6 +331,11 @@ impl Dataset {
             ds = ds.shuffle(n, options.seed, true);
         }
         let (mode, size) = (options.color_mode, options.image_size);
+        let fix = if options.ignore_errors {
+            "remove or replace the file"
+        } else {
+            "remove or replace the file, or set ignore_errors = true to skip such files"
+        };
         let ds = ds.map(
             move |e| {
                 let path = e
@@ -310,7 +346,7 @@ impl Dataset {
                 let path = path_from_bytes(path.ok_or_else(|| {
                     DataError::Shape("image_dataset_from_directory: path is not a string".into())
                 })?);
-                let image = load_image(&path, mode, size)?;
+                let image = load_image(&path, mode, size, fix)?;
                 let label = e.require(LABEL_COMPONENT)?.clone();
                 Ok(Element::new()
                     .with(IMAGE_COMPONENT, image)
@@ -319,22 +355,25 @@ impl Dataset {
             options.num_parallel_calls,
         );
         Ok(if options.ignore_errors {
-            Dataset::from_node(SkipErrorsNode {
-                input: ds,
-                skipped: options.skipped,
-            })
+            ds.ignore_errors_counted(options.skipped)
         } else {
             ds
         })
     }
 }
 
-/// Reads and decodes the image at `path` into `uint8 [height, width, channels]`.
-fn load_image(path: &Path, mode: ColorMode, size: Option<(usize, usize)>) -> Result<Array> {
+/// Reads and decodes the image at `path` into `uint8 [height, width, channels]`; `fix` ends
+/// the message of a decoding error.
+fn load_image(
+    path: &Path,
+    mode: ColorMode,
+    size: Option<(usize, usize)>,
+    fix: &str,
+) -> Result<Array> {
     let bytes = crate::storage::read(path)?;
     let image = image::load_from_memory(&bytes).map_err(|e| DataError::Decode {
         path: path.to_path_buf(),
-        message: format!("{e}; remove or replace the file, or set ignore_errors"),
+        message: format!("{e}; {fix}"),
     })?;
     let (w, h) = (image.width() as usize, image.height() as usize);
     let pixels = convert(image, mode);
@@ -404,32 +443,10 @@ fn resize_bilinear(src: &[u8], [h, w, c]: [usize; 3], [oh, ow]: [usize; 2]) -> V
     out
 }
 
-/// Drops input errors, counting them — `ignore_errors` for the image source.
-struct SkipErrorsNode {
-    input: Dataset,
-    skipped: SkipCounter,
-}
-
-impl Node for SkipErrorsNode {
-    fn iter(&self) -> BoxIter {
-        let skipped = self.skipped.clone();
-        Box::new(self.input.iter_within().filter_map(move |r| match r {
-            Ok(e) => Some(Ok(e)),
-            Err(err) => {
-                skipped.skip(&err);
-                None
-            }
-        }))
-    }
-
-    fn cardinality(&self) -> Cardinality {
-        Cardinality::Unknown
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataset::Cardinality;
     use image::{ImageFormat, Rgb, RgbImage, Rgba, RgbaImage};
 
     /// A `w x h` RGB image whose pixel (x, y) is (10x + 1, 10y + 2, seed).
@@ -471,6 +488,9 @@ mod tests {
     #[test]
     fn object_keys_group_into_classes_like_folders() {
         let mut keys: Vec<String> = [
+            ".hidden/a.png",
+            "cat/._a.png",
+            "cat/.cache/b.png",
             "stray.png",
             "dog/b.JPG",
             "cat/sub/0.png",
@@ -483,7 +503,14 @@ mod tests {
         .map(|k| k.to_string())
         .collect();
         keys.sort();
-        let (classes, files) = object_classes(&keys);
+        let (classes, with_hidden) = object_classes(&keys, true);
+        assert_eq!(
+            classes,
+            ["bird", "cat", "dog"],
+            "hidden folders are never classes"
+        );
+        assert_eq!(with_hidden.len(), 6, "{with_hidden:?}");
+        let (classes, files) = object_classes(&keys, false);
         assert_eq!(classes, ["bird", "cat", "dog"]);
         let names: Vec<String> = files
             .iter()
@@ -641,6 +668,16 @@ mod tests {
         );
         assert!(results[1].is_ok());
 
+        assert!(
+            results[0]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .ends_with("or set ignore_errors = true to skip such files"),
+            "{:?}",
+            results[0]
+        );
+
         let counter = SkipCounter::new();
         let options = ImageFolderOptions {
             ignore_errors: true,
@@ -649,9 +686,65 @@ mod tests {
         };
         let ds = Dataset::image_dataset_from_directory(root, options).unwrap();
         assert_eq!(ds.cardinality(), Cardinality::Unknown);
-        assert_eq!(elements(&ds).len(), 1);
+        let mut it = ds.iter();
+        assert_eq!(it.by_ref().filter(|e| e.is_ok()).count(), 1);
         assert_eq!(counter.count(), 1);
         assert!(counter.last_error().unwrap().contains("broken.jpg"));
+        let skipped = it.skip_stats().unwrap();
+        assert_eq!(skipped.count, 1);
+        let record = &skipped.first[0];
+        assert_eq!(record.index, 0, "c/broken.jpg sorts before c/good.png");
+        assert_eq!(
+            record.path.as_deref(),
+            Some(root.join("c/broken.jpg").as_path())
+        );
+        assert!(record.error.starts_with(&format!(
+            "cannot decode {}",
+            root.join("c/broken.jpg").display()
+        )));
+        assert!(!record.error.contains("ignore_errors"), "{}", record.error);
+    }
+
+    /// Hidden files and folders (names starting with `.`) are neither listed nor opened:
+    /// the hidden entries here are links to nowhere, which fail when read. Hidden top-level
+    /// folders are never classes (as in Keras), whatever `include_hidden` says.
+    #[cfg(unix)]
+    #[test]
+    fn hidden_files_and_folders_are_left_out_unless_included() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        save(
+            &DynamicImage::ImageRgb8(rgb(1, 1, 5)),
+            &root.join("c/x.jpg"),
+            ImageFormat::Png,
+        );
+        let nowhere = root.join("nowhere");
+        std::os::unix::fs::symlink(&nowhere, root.join("c/._x.jpg")).unwrap();
+        fs::create_dir_all(root.join("c/.thumbs")).unwrap();
+        std::os::unix::fs::symlink(&nowhere, root.join("c/.thumbs/x.jpg")).unwrap();
+        fs::create_dir_all(root.join(".ipynb_checkpoints")).unwrap();
+        std::os::unix::fs::symlink(&nowhere, root.join(".ipynb_checkpoints/y.png")).unwrap();
+        assert_eq!(image_class_names(root).unwrap(), ["c"]);
+        let ds = Dataset::image_dataset_from_directory(root, unshuffled()).unwrap();
+        assert_eq!(ds.cardinality(), Cardinality::Finite(1));
+        let got = elements(&ds);
+        assert_eq!((got[0].1[2], got[0].2), (5, 0));
+
+        let options = ImageFolderOptions {
+            include_hidden: true,
+            ..unshuffled()
+        };
+        let ds = Dataset::image_dataset_from_directory(root, options).unwrap();
+        assert_eq!(ds.cardinality(), Cardinality::Finite(3));
+        let failed: Vec<PathBuf> = ds
+            .iter()
+            .filter_map(|r| r.err())
+            .map(|e| e.path().unwrap().to_path_buf())
+            .collect();
+        assert_eq!(
+            failed,
+            vec![root.join("c/._x.jpg"), root.join("c/.thumbs/x.jpg")]
+        );
     }
 
     #[test]

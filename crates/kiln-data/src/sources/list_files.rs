@@ -13,7 +13,8 @@ pub const LIST_FILES_COMPONENT: &str = "filename";
 
 /// `tf.io.matching_files(pattern)`: every path matching the glob `pattern`, sorted by the
 /// bytes of the path (TensorFlow's `GetMatchingPaths` sorts too), so the result is the same
-/// on every run.
+/// on every run. Hidden files and folders are left out: [`matching_files_with`] with
+/// `include_hidden = false`.
 ///
 /// Patterns use the [`glob`] crate's syntax, a superset of TensorFlow's: `*` and `?` match
 /// within one path component, `[abc]` / `[!abc]` match one character, `**` matches any
@@ -27,19 +28,67 @@ pub const LIST_FILES_COMPONENT: &str = "filename";
 ///
 /// # Errors
 /// [`DataError::InvalidArgument`] for a malformed pattern, or — with tf.data's wording —
-/// `No files matched pattern: <pattern>` when nothing matches; [`DataError::Io`] when a
-/// directory on the way cannot be read, or (naming the pattern) when a bucket cannot be
-/// listed: credentials, bucket, endpoint, as [`crate::storage::open`] reports them.
+/// `No files matched pattern: <pattern>` when nothing matches (saying so when hidden files
+/// would have); [`DataError::Io`] when a directory on the way cannot be read, or (naming the
+/// pattern) when a bucket cannot be listed: credentials, bucket, endpoint, as
+/// [`crate::storage::open`] reports them.
 pub fn matching_files(pattern: &str) -> Result<Vec<PathBuf>> {
-    if crate::storage::scheme(pattern).is_some() {
-        return crate::storage::matching_urls(pattern, local_matching_files);
-    }
-    local_matching_files(pattern)
+    matching_files_with(pattern, false)
 }
 
-/// [`matching_files`] for a plain local pattern.
-fn local_matching_files(pattern: &str) -> Result<Vec<PathBuf>> {
-    let entries = glob::glob(pattern).map_err(|e| {
+/// [`matching_files`], choosing whether hidden files and folders match.
+///
+/// With `include_hidden = false` (what [`matching_files`] does), a path component whose name
+/// starts with `.` matches only a pattern component that starts with a literal `.`, as in
+/// the shell and Python's `glob.glob(include_hidden=False)`: `data/*.csv` leaves out
+/// `data/._a.csv` (a macOS companion file) and `data/**/*.csv` does not descend into
+/// `data/.cache/`, while `data/.*.csv` matches hidden files on purpose. With `true`, `*`,
+/// `?`, `[…]` and `**` match leading dots too, as TensorFlow's globs do.
+///
+/// # Errors
+/// As [`matching_files`].
+pub fn matching_files_with(pattern: &str, include_hidden: bool) -> Result<Vec<PathBuf>> {
+    let files = matches(pattern, include_hidden)?;
+    if !files.is_empty() {
+        return Ok(files);
+    }
+    let hidden = if include_hidden {
+        0
+    } else {
+        matches(pattern, true)?.len()
+    };
+    let mut message = format!("No files matched pattern: {pattern}");
+    if hidden > 0 {
+        message += &format!(
+            " ({hidden} hidden files match it, names starting with '.': they are left out \
+             unless include_hidden = true)"
+        );
+    } else if crate::storage::scheme(pattern) == Some("s3") {
+        message += " (check the bucket, the key prefix and the glob; * does not cross /, ** does)";
+    } else {
+        message += " (check the directory and the glob; relative patterns start at the current \
+                     directory)";
+    }
+    Err(DataError::InvalidArgument(message))
+}
+
+/// The paths matching `pattern` (a local pattern or URL), sorted; empty when none does.
+fn matches(pattern: &str, include_hidden: bool) -> Result<Vec<PathBuf>> {
+    if crate::storage::scheme(pattern).is_some() {
+        crate::storage::matching_urls(pattern, include_hidden, local_matching_files)
+    } else {
+        local_matching_files(pattern, include_hidden)
+    }
+}
+
+/// The local paths matching the plain local `pattern`, sorted (empty when none does).
+fn local_matching_files(pattern: &str, include_hidden: bool) -> Result<Vec<PathBuf>> {
+    let options = glob::MatchOptions {
+        case_sensitive: true,
+        require_literal_separator: false,
+        require_literal_leading_dot: !include_hidden,
+    };
+    let entries = glob::glob_with(pattern, options).map_err(|e| {
         DataError::InvalidArgument(format!(
             "invalid file pattern {pattern:?}: {} at character {}",
             e.msg, e.pos
@@ -57,12 +106,6 @@ fn local_matching_files(pattern: &str) -> Result<Vec<PathBuf>> {
                 });
             }
         }
-    }
-    if files.is_empty() {
-        return Err(DataError::InvalidArgument(format!(
-            "No files matched pattern: {pattern} (check the directory and the glob; \
-             relative patterns start at the current directory)"
-        )));
     }
     files.sort_by(|a, b| {
         a.as_os_str()

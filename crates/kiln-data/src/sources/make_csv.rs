@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use super::csv_dataset::{parse_field, read_error, reader};
-use super::{CsvOptions, RecordDefault, SkipCounter, matching_files};
+use super::{CsvOptions, RecordDefault, SkipCounter, matching_files_with};
 use crate::compression::Compression;
 use crate::dataset::{AUTOTUNE, Dataset};
 use crate::element::DType;
@@ -18,7 +18,9 @@ use crate::error::{DataError, Result};
 #[derive(Debug, Clone)]
 pub struct MakeCsvOptions {
     /// Names of all file columns, in order. Default: read from the header (needs
-    /// `header = true`; every file's header must agree).
+    /// `header = true`; every file's header must agree). With a header, these names replace
+    /// the header's (the header line is still skipped), as in TensorFlow. The first row of
+    /// every file must have this many fields.
     pub column_names: Option<Vec<String>>,
     /// Type and default of each selected column. Default: inferred from the first
     /// `num_rows_for_inference` rows as TensorFlow does (the narrowest of `int32`, `int64`,
@@ -51,8 +53,13 @@ pub struct MakeCsvOptions {
     pub prefetch_buffer_size: usize,
     /// Rows read to infer column types when `column_defaults` is `None` (default 100).
     pub num_rows_for_inference: usize,
-    /// Skip rows that fail to parse, counting them in `skipped` (default `false`).
+    /// Skip rows that fail to parse, counting them in `skipped` and in the iteration's
+    /// [`crate::DatasetIter::skip_stats`] (default `false`).
     pub ignore_errors: bool,
+    /// Let the glob's `*`, `?`, `[…]` and `**` match hidden files and folders (names
+    /// starting with `.`; default `false`: left out, see
+    /// [`crate::sources::matching_files_with`]). Not a TensorFlow argument.
+    pub include_hidden: bool,
     /// Where skipped rows are counted; keep a clone to read the count.
     pub skipped: SkipCounter,
     /// tf.data's `compression_type`: every file is one GZIP or ZLIB stream (default
@@ -78,6 +85,7 @@ impl Default for MakeCsvOptions {
             prefetch_buffer_size: AUTOTUNE.prefetch_buffer(),
             num_rows_for_inference: 100,
             ignore_errors: false,
+            include_hidden: false,
             skipped: SkipCounter::new(),
             compression_type: Compression::None,
         }
@@ -115,7 +123,7 @@ impl Dataset {
         if batch_size == 0 {
             return Err(invalid("batch_size must be at least 1".into()));
         }
-        let files = matching_files(file_pattern)?;
+        let files = matching_files_with(file_pattern, options.include_hidden)?;
         let dialect = CsvOptions {
             header: options.header,
             field_delim: options.field_delim,
@@ -125,7 +133,10 @@ impl Dataset {
             ..CsvOptions::default()
         };
         let column_names = match &options.column_names {
-            Some(names) => names.clone(),
+            Some(names) => {
+                check_width(&files, &dialect, names)?;
+                names.clone()
+            }
             None if options.header => header_names(&files, &dialect)?,
             None => {
                 return Err(invalid(
@@ -148,7 +159,7 @@ impl Dataset {
                 for name in wanted {
                     let c = column_names.iter().position(|n| n == name).ok_or_else(|| {
                         invalid(format!(
-                            "select_columns names {name:?}, which is not a column; columns: \
+                            "the selected column {name:?} is not a column; columns: \
                              {column_names:?}"
                         ))
                     })?;
@@ -242,6 +253,32 @@ fn header_names(files: &[PathBuf], dialect: &CsvOptions) -> Result<Vec<String>> 
         }
     }
     Ok(first.map(|(names, _)| names).unwrap_or_default())
+}
+
+/// Checks that the first record of every file has one field per name of `column_names`.
+fn check_width(files: &[PathBuf], dialect: &CsvOptions, column_names: &[String]) -> Result<()> {
+    for path in files {
+        let mut rdr = reader(path, dialect)?;
+        let mut record = csv::ByteRecord::new();
+        let found = rdr
+            .read_byte_record(&mut record)
+            .map_err(|e| read_error(path, e, rdr.position(), dialect.compression_type))?;
+        if found && record.len() != column_names.len() {
+            let what = if dialect.header {
+                "header"
+            } else {
+                "first row"
+            };
+            return Err(invalid(format!(
+                "column_names has {} names but the {what} of {} has {} fields; give one name per \
+                 column of the file",
+                column_names.len(),
+                path.display(),
+                record.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The first record of `path`, as UTF-8 column names.
@@ -551,6 +588,82 @@ mod tests {
         let mut sorted = a.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, (0..50).collect::<Vec<_>>());
+    }
+
+    /// `make_csv_dataset(column_names=...)`: names for a headerless file, or in place of a
+    /// header's names (the header line is still skipped, as TensorFlow's reader does); a
+    /// name count that does not fit the file is refused when the dataset is made.
+    #[test]
+    fn column_names_name_headerless_files_and_replace_a_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = write(dir.path(), "plain.csv", b"1,2.5\n3,4.5\n");
+        let headed = write(dir.path(), "headed.csv", b"a,b\n5,6.5\n");
+        let read = |path: &std::path::Path, header: bool, names: &[&str]| {
+            let options = MakeCsvOptions {
+                header,
+                column_names: Some(names.iter().map(|n| n.to_string()).collect()),
+                label_name: Some(names[1].to_string()),
+                num_epochs: Some(1),
+                shuffle: false,
+                ..MakeCsvOptions::default()
+            };
+            Dataset::make_csv_dataset(&path.display().to_string(), 10, options)
+        };
+        let b = batches(&read(&plain, false, &["x", "y"]).unwrap());
+        assert_eq!(b[0].names().collect::<Vec<_>>(), ["x", "y"]);
+        assert_eq!(b[0].get("x").unwrap().data(), &Buffer::I32(vec![1, 3]));
+        assert_eq!(b[0].get("y").unwrap().data(), &Buffer::F32(vec![2.5, 4.5]));
+        let b = batches(&read(&headed, true, &["p", "q"]).unwrap());
+        assert_eq!(b[0].names().collect::<Vec<_>>(), ["p", "q"]);
+        assert_eq!(b[0].get("p").unwrap().data(), &Buffer::I32(vec![5]));
+        let err = read(&plain, false, &["x", "y", "z"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("column_names has 3 names but the first row of")
+                && err.contains("plain.csv has 2 fields"),
+            "{err}"
+        );
+        let err = read(&headed, true, &["x", "y", "z"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("but the header of"), "{err}");
+    }
+
+    /// Globs leave out hidden files (`._e.csv`, which macOS writes beside `e.csv`) unless
+    /// `include_hidden`; a pattern that matches hidden files only says so.
+    #[test]
+    fn globs_leave_hidden_files_out_unless_included() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "e.csv", b"x\n1\n");
+        write(dir.path(), "._e.csv", b"\x00\x05\x16\x07 not a csv");
+        write(dir.path(), ".h/f.csv", b"x\n2\n");
+        let options = |include_hidden| MakeCsvOptions {
+            include_hidden,
+            num_epochs: Some(1),
+            shuffle: false,
+            ..MakeCsvOptions::default()
+        };
+        let pattern = format!("{}/*.csv", dir.path().display());
+        let b = batches(&Dataset::make_csv_dataset(&pattern, 10, options(false)).unwrap());
+        assert_eq!(b[0].get("x").unwrap().data(), &Buffer::I32(vec![1]));
+        // With include_hidden the companion file is read (its header differs: refused).
+        let err = Dataset::make_csv_dataset(&pattern, 10, options(true)).unwrap_err();
+        assert!(err.to_string().contains("._e.csv"), "{err}");
+        let deep = format!("{}/**/*.csv", dir.path().display());
+        let b = batches(&Dataset::make_csv_dataset(&deep, 10, options(false)).unwrap());
+        assert_eq!(b[0].get("x").unwrap().data(), &Buffer::I32(vec![1]));
+        let hidden_only = format!("{}/*/f.csv", dir.path().display());
+        let err = Dataset::make_csv_dataset(&hidden_only, 10, options(false)).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "(1 hidden files match it, names starting with '.': they are left out unless \
+                 include_hidden = true)"
+            ),
+            "{err}"
+        );
+        let b = batches(&Dataset::make_csv_dataset(&hidden_only, 10, options(true)).unwrap());
+        assert_eq!(b[0].get("x").unwrap().data(), &Buffer::I32(vec![2]));
     }
 
     #[test]

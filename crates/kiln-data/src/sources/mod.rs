@@ -17,7 +17,9 @@
 //! with the next file (the consumer decides whether to stop, as everywhere in kiln-data).
 //!
 //! Sources that can skip bad records (`ignore_errors`) count what they skip in a
-//! [`SkipCounter`] the caller keeps a clone of.
+//! [`SkipCounter`] the caller keeps a clone of, and in the iteration's statistics
+//! ([`crate::DatasetIter::skip_stats`]), as [`Dataset::ignore_errors`](crate::Dataset::ignore_errors)
+//! does for any dataset.
 
 mod csv_dataset;
 mod image_folder;
@@ -27,64 +29,19 @@ mod range;
 mod text_line;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
-use crate::error::{DataError, Result};
+use crate::error::Result;
 
+pub use crate::dataset::SkipCounter;
 pub use csv_dataset::{CsvOptions, RecordDefault};
 pub use image_folder::{
     ColorMode, IMAGE_COMPONENT, ImageFolderOptions, LABEL_COMPONENT, image_class_names,
 };
-pub use list_files::{LIST_FILES_COMPONENT, matching_files};
+pub use list_files::{LIST_FILES_COMPONENT, matching_files, matching_files_with};
 pub use make_csv::MakeCsvOptions;
 pub(crate) use make_csv::infer_type;
 pub use range::RANGE_COMPONENT;
 pub use text_line::TEXT_LINE_COMPONENT;
-
-/// Counts the records (CSV rows, image files) that a source skipped because of
-/// `ignore_errors`, and keeps the last skipped error's message.
-///
-/// Clones share one count: put a clone in the source's options, keep another, and read
-/// [`SkipCounter::count`] during or after iteration. The count accumulates over every
-/// iteration (epoch) of every dataset the counter was given to; it is never reset.
-#[derive(Debug, Clone, Default)]
-pub struct SkipCounter {
-    inner: Arc<SkipInner>,
-}
-
-#[derive(Debug, Default)]
-struct SkipInner {
-    count: AtomicU64,
-    last: Mutex<Option<String>>,
-}
-
-impl SkipCounter {
-    /// A counter at zero.
-    pub fn new() -> SkipCounter {
-        SkipCounter::default()
-    }
-
-    /// Records skipped so far.
-    pub fn count(&self) -> u64 {
-        self.inner.count.load(Ordering::Relaxed)
-    }
-
-    /// The message of the most recently skipped error, if any.
-    pub fn last_error(&self) -> Option<String> {
-        self.inner
-            .last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Counts one skipped record that failed with `error`.
-    pub(crate) fn skip(&self, error: &DataError) {
-        self.inner.count.fetch_add(1, Ordering::Relaxed);
-        *self.inner.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
-    }
-}
 
 /// Opens `path` — a local path, `file://` URL or `s3://` URL ([`crate::storage`]) — for
 /// reading, mapping failure to [`DataError::Io`].

@@ -183,15 +183,17 @@ pub(crate) fn identity(location: &Path) -> Option<(u64, String)> {
 
 /// `tf.io.matching_files` for a URL pattern (`s3://bucket/glob`, `file:///glob`): the matching
 /// locations, sorted, in the pattern's form (`s3://` URLs for S3, `file://` URLs for
-/// `file://`). `local` globs a plain local pattern.
+/// `file://`); empty when nothing matches. `local` globs a plain local pattern; hidden
+/// names (a component starting with `.`) match only a literal `.` unless `include_hidden`
+/// (see [`crate::sources::matching_files_with`]).
 ///
 /// # Errors
-/// [`DataError::InvalidArgument`] for a malformed pattern or when nothing matches (tf.data's
-/// `No files matched pattern: …`); [`DataError::Io`] naming the pattern for listing failures
-/// (credentials, bucket, endpoint) and unsupported schemes.
+/// [`DataError::InvalidArgument`] for a malformed pattern; [`DataError::Io`] naming the
+/// pattern for listing failures (credentials, bucket, endpoint) and unsupported schemes.
 pub(crate) fn matching_urls(
     pattern: &str,
-    local: impl Fn(&str) -> Result<Vec<PathBuf>>,
+    include_hidden: bool,
+    local: impl Fn(&str, bool) -> Result<Vec<PathBuf>>,
 ) -> Result<Vec<PathBuf>> {
     let io = |e: std::io::Error| io_error(Path::new(pattern), e);
     match Location::parse(pattern).map_err(io)? {
@@ -201,7 +203,7 @@ pub(crate) fn matching_urls(
                     "file pattern {pattern:?} decodes to a path that is not UTF-8"
                 )));
             };
-            let found = local(local_pattern)?;
+            let found = local(local_pattern, include_hidden)?;
             Ok(found
                 .into_iter()
                 .map(|p| url::file_url(&p).map_or(p, PathBuf::from))
@@ -214,13 +216,8 @@ pub(crate) fn matching_urls(
                     e.msg, e.pos
                 ))
             })?;
-            let urls = s3::matching(&bucket, &key, &glob, &s3_options()).map_err(io)?;
-            if urls.is_empty() {
-                return Err(DataError::InvalidArgument(format!(
-                    "No files matched pattern: {pattern} (check the bucket, the key prefix and \
-                     the glob; * does not cross /, ** does)"
-                )));
-            }
+            let urls =
+                s3::matching(&bucket, &key, &glob, include_hidden, &s3_options()).map_err(io)?;
             Ok(urls.into_iter().map(PathBuf::from).collect())
         }
     }

@@ -452,7 +452,9 @@ pub(crate) fn head(
 }
 
 /// `tf.io.matching_files` for an S3 glob `s3://bucket/key_pattern` (`pattern` is `key_pattern`
-/// compiled): the URLs of the objects whose keys match, sorted by bytes. Lists the keys under the pattern's literal prefix
+/// compiled): the URLs of the objects whose keys match, sorted by bytes (a key component
+/// starting with `.` only where the pattern has a literal `.`, unless `include_hidden`).
+/// Lists the keys under the pattern's literal prefix
 /// ([`glob_prefix`]) and matches them with the [`glob`] crate (`*`, `?` and `[…]` within one
 /// `/`-separated component, `**` across components). A pattern without glob characters
 /// matches the object of that exact key.
@@ -464,6 +466,7 @@ pub(crate) fn matching(
     bucket: &str,
     key_pattern: &str,
     pattern: &glob::Pattern,
+    include_hidden: bool,
     options: &S3Options,
 ) -> io::Result<Vec<String>> {
     let (prefix, _) = glob_prefix(key_pattern);
@@ -490,7 +493,7 @@ pub(crate) fn matching(
     let match_options = glob::MatchOptions {
         case_sensitive: true,
         require_literal_separator: true,
-        require_literal_leading_dot: false,
+        require_literal_leading_dot: !include_hidden,
     };
     let mut urls: Vec<String> = keys
         .into_iter()

@@ -10,13 +10,19 @@ use crate::compression::Compression;
 use crate::dataset::{BoxIter, Cardinality, Dataset, Fingerprint, Node, Parallelism};
 use crate::element::{Array, Buffer, Element};
 use crate::error::{DataError, Result};
+use crate::sources::{path_bytes, path_from_bytes};
 
 /// The component that [`Dataset::tfrecord`] elements hold their record in.
 pub const RECORD: &str = "record";
 
 /// Internal component carrying a record's position from [`Dataset::parse_example`]'s
-/// numbering step to its (possibly parallel) parsing step.
+/// numbering step to its (possibly parallel) parsing step: in the dataset, or in its file
+/// when [`RECORD_FILE`] is there too.
 const RECORD_INDEX: &str = "__kiln_record_index";
+
+/// Internal component naming a record's file, when [`Dataset::parse_example`] reads a
+/// [`Dataset::tfrecord`] source itself.
+const RECORD_FILE: &str = "__kiln_record_file";
 
 impl Dataset {
     /// `tf.data.TFRecordDataset(filenames, compression_type)`: one element per record, the
@@ -37,6 +43,7 @@ impl Dataset {
         Dataset::from_node(TfRecordNode {
             files: Arc::new(files),
             compression: compression_type,
+            annotate: false,
         })
     }
 
@@ -47,20 +54,32 @@ impl Dataset {
     ///
     /// Errors: a spec that fails [`ExampleSpec::check`] makes iteration yield a single
     /// [`DataError::InvalidArgument`]; a record that does not parse yields
-    /// [`DataError::Example`] naming the record's 0-based position in this dataset's input
-    /// and the feature; an element without a 1-D `uint8` `"record"` component yields
+    /// [`DataError::Example`] naming the feature and the record: its file and 0-based index
+    /// in the file when this dataset is a [`Dataset::tfrecord`] source, else its 0-based
+    /// position in this dataset; an element without a 1-D `uint8` `"record"` component yields
     /// [`DataError::MissingComponent`] or [`DataError::InvalidArgument`].
     pub fn parse_example(self, spec: ExampleSpec, num_parallel_calls: Parallelism) -> Dataset {
         if let Err(err) = spec.check() {
             return Dataset::invalid(format!("parse_example: {err}"));
         }
         let spec = Arc::new(spec);
-        Dataset::from_node(NumberNode { input: self }).map(
+        let numbered = match self.node_as::<TfRecordNode>() {
+            Some(source) => Dataset::from_node(TfRecordNode {
+                annotate: true,
+                files: Arc::clone(&source.files),
+                compression: source.compression,
+            }),
+            None => Dataset::from_node(NumberNode { input: self }),
+        };
+        numbered.map(
             move |mut element| {
                 let index = element
                     .remove(RECORD_INDEX)
                     .map(|a| a.data().to_i64()[0] as u64)
                     .unwrap_or_default();
+                let file = element
+                    .remove(RECORD_FILE)
+                    .and_then(|a| a.data().as_strings().map(|s| path_from_bytes(&s[0])));
                 let record = element.require(RECORD)?;
                 let Buffer::U8(bytes) = record.data() else {
                     return Err(DataError::InvalidArgument(format!(
@@ -71,7 +90,25 @@ impl Dataset {
                         record.shape()
                     )));
                 };
-                spec.parse_example(&super::Example::from_bytes(bytes, index)?, index)
+                super::Example::from_bytes(bytes, index)
+                    .and_then(|example| spec.parse_example(&example, index))
+                    .map_err(|err| match (err, file) {
+                        (
+                            DataError::Example {
+                                path: None,
+                                record,
+                                feature,
+                                message,
+                            },
+                            Some(path),
+                        ) => DataError::Example {
+                            path: Some(path),
+                            record,
+                            feature,
+                            message,
+                        },
+                        (err, _) => err,
+                    })
             },
             num_parallel_calls,
         )
@@ -81,6 +118,9 @@ impl Dataset {
 struct TfRecordNode {
     files: Arc<Vec<PathBuf>>,
     compression: Compression,
+    /// Add each record's file and index in it ([`RECORD_FILE`], [`RECORD_INDEX`]), for
+    /// `parse_example`'s errors.
+    annotate: bool,
 }
 
 impl Node for TfRecordNode {
@@ -88,6 +128,7 @@ impl Node for TfRecordNode {
         Box::new(TfRecordIter {
             files: Arc::clone(&self.files),
             compression: self.compression,
+            annotate: self.annotate,
             next_file: 0,
             reader: None,
         })
@@ -97,17 +138,23 @@ impl Node for TfRecordNode {
         Cardinality::Unknown
     }
 
+    /// The annotations change no parsed element, so they are not part of it.
     fn fingerprint(&self) -> u64 {
         Fingerprint::new("tfrecord")
             .str(self.compression.tf_name())
             .files(&self.files)
             .finish()
     }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
 }
 
 struct TfRecordIter {
     files: Arc<Vec<PathBuf>>,
     compression: Compression,
+    annotate: bool,
     next_file: usize,
     reader: Option<TfRecordReader>,
 }
@@ -118,11 +165,19 @@ impl Iterator for TfRecordIter {
     fn next(&mut self) -> Option<Result<Element>> {
         loop {
             if let Some(reader) = &mut self.reader {
+                let index = reader.index();
                 match reader.read_record() {
                     Ok(Some(bytes)) => {
                         let n = bytes.len();
                         let array = Array::new(vec![n], Buffer::U8(bytes)).expect("[n] holds n");
-                        return Some(Ok(Element::new().with(RECORD, array)));
+                        let mut element = Element::new().with(RECORD, array);
+                        if self.annotate {
+                            let file = Array::string_scalar(path_bytes(reader.path()));
+                            element.insert(RECORD_FILE, file);
+                            let index = Array::scalar(Buffer::I64(vec![index as i64]));
+                            element.insert(RECORD_INDEX, index.expect("scalar"));
+                        }
+                        return Some(Ok(element));
                     }
                     Ok(None) => self.reader = None,
                     Err(err) => {
@@ -159,5 +214,11 @@ impl Node for NumberNode {
 
     fn cardinality(&self) -> Cardinality {
         self.input.cardinality()
+    }
+
+    fn fingerprint(&self) -> u64 {
+        Fingerprint::new("parse_example_numbering")
+            .input(self.input.fingerprint())
+            .finish()
     }
 }

@@ -239,6 +239,7 @@ impl Example {
     /// [`DataError::Example`] when the bytes are not a valid `tf.train.Example`.
     pub fn from_bytes(bytes: &[u8], record: u64) -> Result<Example> {
         Example::decode(bytes).map_err(|err| DataError::Example {
+            path: None,
             record,
             feature: None,
             message: format!(

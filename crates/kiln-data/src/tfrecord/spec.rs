@@ -273,6 +273,7 @@ impl ExampleSpec {
         let mut element = Element::new();
         for (name, spec) in &self.features {
             let error = |message: String| DataError::Example {
+                path: None,
                 record,
                 feature: Some(name.clone()),
                 message,
@@ -473,6 +474,7 @@ mod tests {
                 record,
                 feature,
                 message,
+                ..
             } => (record, feature, message),
             other => panic!("expected an Example error, got {other:?}"),
         }

@@ -387,3 +387,76 @@ fn parse_example_errors_name_the_record_position() {
     assert_eq!(results.len(), 1);
     assert!(matches!(results[0], Err(DataError::InvalidArgument(_))));
 }
+
+/// Parsing a TFRecord source directly names each bad record's file and its index in that
+/// file; with `ignore_errors` the bad records are dropped and listed with those names, and a
+/// damaged record ends its file, as in TensorFlow.
+#[test]
+fn parse_errors_of_a_tfrecord_source_name_the_file_and_are_skippable() {
+    let dir = temp_dir("parse_errors_name_the_file");
+    let good = |v: i64| {
+        Example::new()
+            .with("label", Feature::int64(vec![v]))
+            .to_bytes()
+    };
+    let bad = Example::new()
+        .with("label", Feature::float32(vec![1.0]))
+        .to_bytes();
+    let (a, b) = (dir.join("a.tfrecord"), dir.join("b.tfrecord"));
+    write_file(&a, Compression::None, &[good(0), good(1)]);
+    write_file(&b, Compression::None, &[good(2), bad, good(3)]);
+    let mut damaged = plain_bytes();
+    damaged[STARTS[1] as usize + 13] ^= 0xff; // the second record's length CRC
+    let c = dir.join("c.tfrecord");
+    fs::write(&c, damaged).unwrap();
+    let spec =
+        ExampleSpec::new().with("label", FeatureSpec::fixed_len(vec![], FeatureDType::Int64));
+    let ds = Dataset::tfrecord(vec![a.clone(), b.clone()], Compression::None)
+        .parse_example(spec.clone(), Parallelism::Fixed(2));
+    let results: Vec<Result<Element>> = ds.iter().collect();
+    assert_eq!(results.len(), 5);
+    let err = results[3].as_ref().unwrap_err();
+    assert_eq!(err.path(), Some(b.as_path()));
+    assert!(
+        err.to_string().starts_with(&format!(
+            "{}: tf.train.Example record 1, feature \"label\":",
+            b.display()
+        )),
+        "{err}"
+    );
+    // The parsed elements carry no bookkeeping components.
+    let first = results[0].as_ref().unwrap();
+    assert_eq!(first.names().collect::<Vec<_>>(), ["label"]);
+
+    let skipping = Dataset::tfrecord(vec![a, b.clone(), c.clone()], Compression::None)
+        .parse_example(spec, Parallelism::Sequential)
+        .ignore_errors();
+    let mut it = skipping.iter();
+    let labels: Vec<i64> = it
+        .by_ref()
+        .map(|e| e.unwrap().get("label").unwrap().data().to_i64()[0])
+        .collect();
+    assert_eq!(
+        labels,
+        vec![0, 1, 2, 3],
+        "c.tfrecord's records are not Examples"
+    );
+    let skipped = it.skip_stats().unwrap();
+    // b's bad record; c's first record ("hello" is no Example); c's damaged second record,
+    // which ends the file.
+    assert_eq!(skipped.count, 3);
+    let paths: Vec<Option<&Path>> = skipped.first.iter().map(|r| r.path.as_deref()).collect();
+    assert_eq!(
+        paths,
+        vec![Some(b.as_path()), Some(c.as_path()), Some(c.as_path())]
+    );
+    assert!(
+        skipped.first[2].error.contains(&format!(
+            "corrupted record at byte {} (record index 1)",
+            STARTS[1]
+        )),
+        "{}",
+        skipped.first[2].error
+    );
+    let _ = fs::remove_dir_all(&dir);
+}

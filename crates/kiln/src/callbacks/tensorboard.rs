@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use crate::error::{KilnError, Result};
 use crate::fit::{Callback, FitContext, Logs};
-use crate::summary::EventWriter;
 use crate::summary::hparams::{HParamValue, SessionStatus};
+use crate::summary::{EventWriter, restart};
 
 /// How often batch-level values are written (Keras' `update_freq`; TOML: `"epoch"`,
 /// `"batch"` or a positive integer).
@@ -98,13 +98,23 @@ impl<'de> serde::Deserialize<'de> for UpdateFreq {
 ///
 /// Values are float32 TF2 scalar summaries; histograms are TF2 `[30, 3]` buckets
 /// ([`crate::summary`]). Files are created at the first value (Keras creates writers lazily),
-/// flushed at every epoch end and closed at `on_train_end` (or when dropped).
+/// flushed at every epoch end, at most [`crate::summary::DEFAULT_FLUSH_INTERVAL`] after each
+/// value, and flushed and synced before `fit` commits a checkpoint ([`Callback::flush`]), so a
+/// kill never loses values of steps a checkpoint covers; closed at `on_train_end` (or when
+/// dropped).
 ///
 /// **Resumed runs continue both axes**: `fit` passes absolute epochs, and the global batch
 /// starts from [`FitContext::iterations`] at `on_train_begin` (or from
-/// [`TensorBoard::initial_step`] when set), so a run resumed after 12 batches writes its first
-/// batch at step 13. (Keras restarts its batch counter at each `fit`.) Each run adds new files
-/// beside the old ones; TensorBoard shows them as one run.
+/// [`TensorBoard::initial_step`] when set, or from the checkpoint's count), so a run resumed
+/// after 12 batches writes its first batch at step 13. (Keras restarts its batch counter at
+/// each `fit`.) Each run adds new files beside the old ones; TensorBoard shows them as one run.
+///
+/// **Each step once**: at the first epoch of a training (a resume, a NaN rollback, or a new
+/// training in a log directory that already has values), values that TensorBoard shows at or
+/// after the steps this training writes again — its epoch, batch `global batch + 1`,
+/// iteration `iterations + 1` — are hidden with TensorBoard's restart marker (a `SessionLog`
+/// START event, [`crate::summary::restart`]), in `train/` and `validation/` alike; the
+/// values before those steps stay.
 ///
 /// | `<log_dir>` | `_hparams_/session_start_info` (HParams plugin) | 0 | at `on_train_begin`, with [`TensorBoard::hparams`] |
 /// | `<log_dir>` | `_hparams_/session_end_info`, status success | 0 | at `on_train_end`, with [`TensorBoard::hparams`] |
@@ -131,6 +141,36 @@ pub struct TensorBoard {
     in_batch: bool,
     batch_started: Option<Instant>,
     epoch_started: Option<(Instant, u64)>,
+    /// The global batch came from a checkpoint ([`Callback::restore_state`]).
+    restored: bool,
+    /// The next `on_epoch_begin` hides the values this training writes again.
+    restart_pending: bool,
+}
+
+/// The steps at which a training that starts here writes its first values, on each of the
+/// callback's step axes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FirstSteps {
+    /// `epoch_*` and histograms: the epoch index.
+    pub(crate) epoch: i64,
+    /// `batch_*`: the global batch (1-based).
+    pub(crate) batch: i64,
+    /// `evaluation_*_vs_iterations`: the optimizer step after an epoch.
+    pub(crate) iteration: i64,
+}
+
+impl FirstSteps {
+    /// The first step of series `tag` that this training writes again: earlier values stay,
+    /// later ones are orphans of the interrupted training.
+    pub(crate) fn of(&self, tag: &str) -> i64 {
+        if tag.starts_with("batch_") {
+            self.batch
+        } else if tag.starts_with("evaluation_") && tag.ends_with("_vs_iterations") {
+            self.iteration
+        } else {
+            self.epoch
+        }
+    }
 }
 
 impl TensorBoard {
@@ -150,6 +190,8 @@ impl TensorBoard {
             in_batch: false,
             batch_started: None,
             epoch_started: None,
+            restored: false,
+            restart_pending: false,
         }
     }
 
@@ -226,12 +268,36 @@ impl TensorBoard {
         }
         Ok(())
     }
+
+    /// Hides, in `train/` and `validation/`, what TensorBoard shows at or after the steps this
+    /// training writes again ([`restart::plan`]); writers are created only where needed.
+    fn restart(&mut self, first: FirstSteps) -> Result<()> {
+        let first_orphan = |tag: &str| first.of(tag);
+        let train_dir = self.train_dir();
+        let validation_dir = self.validation_dir();
+        for (slot, dir) in [
+            (&mut self.train, train_dir),
+            (&mut self.validation, validation_dir),
+        ] {
+            if let Some(w) = slot.as_mut() {
+                // A rollback reads this process's own file too.
+                w.flush()?;
+            }
+            if let Some(plan) = restart::plan(&dir, &first_orphan)? {
+                TensorBoard::writer(slot, &dir)?.write_restart(&plan)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Callback for TensorBoard {
     fn on_train_begin(&mut self, ctx: &mut dyn FitContext) -> Result<()> {
-        self.global_batch = self.initial_step.unwrap_or_else(|| ctx.iterations());
+        if !std::mem::take(&mut self.restored) {
+            self.global_batch = self.initial_step.unwrap_or_else(|| ctx.iterations());
+        }
         self.in_batch = false;
+        self.restart_pending = true;
         if !self.hparams.is_empty() {
             let mut w = EventWriter::create(&self.log_dir)?;
             w.add_hparams_session_start(&self.hparams)?;
@@ -243,11 +309,18 @@ impl Callback for TensorBoard {
 
     fn on_epoch_begin(
         &mut self,
-        _epoch: usize,
+        epoch: usize,
         _epochs: usize,
         _steps: Option<u64>,
         ctx: &mut dyn FitContext,
     ) -> Result<()> {
+        if std::mem::take(&mut self.restart_pending) {
+            self.restart(FirstSteps {
+                epoch: epoch as i64,
+                batch: self.global_batch as i64 + 1,
+                iteration: ctx.iterations() as i64 + 1,
+            })?;
+        }
         self.epoch_started = Some((Instant::now(), ctx.iterations()));
         Ok(())
     }
@@ -349,6 +422,7 @@ impl Callback for TensorBoard {
     }
 
     fn on_train_end(&mut self, _logs: &Logs, _ctx: &mut dyn FitContext) -> Result<()> {
+        self.restored = false;
         if let Some(w) = self.session.as_mut() {
             w.add_hparams_session_end(SessionStatus::Success)?;
         }
@@ -362,6 +436,41 @@ impl Callback for TensorBoard {
         {
             w.close()?;
         }
+        Ok(())
+    }
+
+    /// Flushes and syncs every event file: the checkpoint about to be committed covers
+    /// these values.
+    fn flush(&mut self) -> Result<()> {
+        for w in [&mut self.session, &mut self.train, &mut self.validation]
+            .into_iter()
+            .flatten()
+        {
+            w.sync()?;
+        }
+        Ok(())
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        Some(serde_json::json!({ "global_batch": self.global_batch }))
+    }
+
+    /// The checkpoint's global batch; the next epoch hides the values written after it.
+    fn restore_state(&mut self, state: &serde_json::Value) -> Result<()> {
+        let global_batch = state
+            .get("global_batch")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| KilnError::Callback {
+                callback: "TensorBoard".to_string(),
+                message: format!(
+                    "the checkpoint's TensorBoard state {state} has no global_batch; was it \
+                     written for another callback? Start over with --no-resume"
+                ),
+            })?;
+        self.global_batch = global_batch;
+        self.in_batch = false;
+        self.restored = true;
+        self.restart_pending = true;
         Ok(())
     }
 }
@@ -484,6 +593,89 @@ mod tests {
             .initial_step(100);
         train(&mut tb, &mut ManualContext::new(0.1), 0..1, 1);
         assert_eq!(tb.global_batch(), 101);
+    }
+
+    fn visible_steps(dir: &Path, tag: &str) -> Vec<i64> {
+        crate::summary::visible_scalars(dir, tag)
+            .unwrap()
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect()
+    }
+
+    #[test]
+    fn a_resume_from_an_older_checkpoint_shows_every_step_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let batch = UpdateFreq::Batches(1);
+        // Epochs 0 and 1 (batches 1..=8); the newest checkpoint is lost, so the run resumes
+        // from the one after epoch 0 (4 batches) and trains epochs 1 and 2 again.
+        let mut ctx = ManualContext::new(0.01);
+        train(&mut TensorBoard::new(dir.path()).update_freq(batch), &mut ctx, 0..2, 4);
+        let mut ctx = ManualContext {
+            iterations: 4,
+            ..ManualContext::new(0.01)
+        };
+        train(&mut TensorBoard::new(dir.path()).update_freq(batch), &mut ctx, 1..3, 4);
+        let (train_dir, val_dir) = (dir.path().join("train"), dir.path().join("validation"));
+        // The files hold epoch 1 and batches 5..=8 twice; TensorBoard shows them once.
+        assert_eq!(read_scalars(&train_dir, "epoch_loss").unwrap().len(), 4);
+        assert_eq!(visible_steps(&train_dir, "epoch_loss"), [0, 1, 2]);
+        assert_eq!(visible_steps(&train_dir, "epoch_learning_rate"), [0, 1, 2]);
+        assert_eq!(
+            visible_steps(&train_dir, "batch_loss"),
+            (1..=12).collect::<Vec<_>>()
+        );
+        assert_eq!(visible_steps(&val_dir, "epoch_loss"), [0, 1, 2]);
+        assert_eq!(
+            visible_steps(&val_dir, "evaluation_loss_vs_iterations"),
+            [4, 8, 12]
+        );
+    }
+
+    #[test]
+    fn a_rollback_hides_the_batches_after_its_checkpoint_in_the_same_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tb = TensorBoard::new(dir.path()).update_freq(UpdateFreq::Batches(1));
+        let mut ctx = ManualContext::new(0.01);
+        fn batches(tb: &mut TensorBoard, ctx: &mut ManualContext, n: u64, loss: f64) {
+            for b in 0..n {
+                tb.on_train_batch_begin(b, ctx).unwrap();
+                ctx.iterations += 1;
+                let mut logs = Logs::default();
+                logs.set("loss", loss);
+                tb.on_train_batch_end(b, &logs, ctx).unwrap();
+            }
+        }
+        tb.on_train_begin(&mut ctx).unwrap();
+        tb.on_epoch_begin(0, 2, Some(4), &mut ctx).unwrap();
+        batches(&mut tb, &mut ctx, 4, 1.0);
+        let checkpoint = tb.state().unwrap();
+        assert_eq!(checkpoint, serde_json::json!({ "global_batch": 4 }));
+        // Epoch 1: two batches, the second one's loss is NaN: fit rolls back to the
+        // checkpoint after epoch 0 and runs epoch 1 again (with another learning rate).
+        tb.on_epoch_begin(1, 2, Some(4), &mut ctx).unwrap();
+        batches(&mut tb, &mut ctx, 2, 2.0);
+        tb.on_train_batch_begin(2, &mut ctx).unwrap();
+        ctx.iterations = 4;
+        tb.restore_state(&checkpoint).unwrap();
+        tb.on_epoch_begin(1, 2, Some(4), &mut ctx).unwrap();
+        batches(&mut tb, &mut ctx, 4, 3.0);
+        tb.on_train_end(&Logs::default(), &mut ctx).unwrap();
+        let train_dir = dir.path().join("train");
+        assert_eq!(event_files(&train_dir).unwrap().len(), 1, "one process, one file");
+        assert_eq!(
+            crate::summary::visible_scalars(&train_dir, "batch_loss").unwrap(),
+            [1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0]
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i as i64 + 1, *v as f32))
+                .collect::<Vec<_>>()
+        );
+        let err = tb
+            .restore_state(&serde_json::json!({ "wait": 1 }))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("global_batch"), "{err}");
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! directory is renamed to `ckpt-<N>` and its parent fsynced. A kill before the rename leaves
 //! only a temporary directory, which is ignored and removed later; the previous checkpoints stay.
 //! On load, checkpoints are tried newest first and one whose files do not match their manifest
-//! is skipped (with a warning), so a damaged disk block costs one checkpoint, not the run.
+//! (or that lacks the network or the optimizer state) is skipped with a warning, so a damaged
+//! disk block costs one checkpoint, not the run. When checkpoints exist and none is usable, a
+//! resume is refused ([`CheckpointDir::resume_point`]) rather than silently started over.
 //! The newest `keep` checkpoints are kept.
 
 mod manifest;
@@ -17,6 +19,31 @@ pub use manifest::{EpochSums, FORMAT, FileEntry, InputPosition, Manifest};
 use std::path::{Path, PathBuf};
 
 use crate::error::{KilnError, Result};
+
+/// The network's file in a checkpoint (Burn's burnpack record, parameter ids kept).
+pub const MODEL_FILE: &str = "model.bpk";
+/// The optimizer state's file in a checkpoint (keyed by the network's parameter ids).
+pub const OPTIMIZER_FILE: &str = "optimizer.bpk";
+/// The files a checkpoint needs to resume training, with what they hold.
+const REQUIRED_FILES: [(&str, &str); 2] = [
+    (MODEL_FILE, "the network's weights"),
+    (OPTIMIZER_FILE, "the optimizer state"),
+];
+
+/// A checkpoint that cannot resume training, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unusable {
+    /// The checkpoint's directory.
+    pub path: PathBuf,
+    /// What is missing, truncated or corrupt.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.reason)
+    }
+}
 
 /// The checkpoint directory of a run.
 #[derive(Debug, Clone)]
@@ -214,20 +241,28 @@ impl CheckpointDir {
         Ok(())
     }
 
-    /// Reads and verifies one checkpoint directory.
+    /// Reads and verifies one checkpoint directory: a manifest of this format listing the
+    /// network and the optimizer state, every listed file present with its size and CRC-32C.
     ///
     /// # Errors
-    /// [`KilnError::Weights`] saying which file is missing, truncated or corrupt.
+    /// [`KilnError::Weights`] saying which file is missing, truncated or corrupt;
+    /// [`KilnError::Io`] when a file exists but cannot be read.
     pub fn read(path: &Path) -> Result<Checkpoint> {
         let bad = |message: String| KilnError::Weights {
             path: path.to_path_buf(),
             message,
         };
-        let mpath = path.join("manifest.json");
-        let text = std::fs::read(&mpath).map_err(|e| KilnError::io(&mpath, e))?;
+        let read_file = |name: &str, what: &str| {
+            let p = path.join(name);
+            std::fs::read(&p).map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => bad(format!("{name} ({what}) is missing")),
+                _ => KilnError::io(&p, e),
+            })
+        };
+        let text = read_file("manifest.json", "what the checkpoint holds")?;
         let manifest: Manifest = serde_json::from_slice(&text).map_err(|e| {
             bad(format!(
-                "manifest.json is not a kiln checkpoint manifest: {e}"
+                "manifest.json is not a kiln checkpoint manifest (torn or overwritten?): {e}"
             ))
         })?;
         if manifest.format != FORMAT {
@@ -236,10 +271,20 @@ impl CheckpointDir {
                 manifest.format
             )));
         }
+        for (name, what) in REQUIRED_FILES {
+            if !manifest.files.iter().any(|f| f.name == name) {
+                return Err(bad(format!(
+                    "the manifest lists no {name} ({what}), which a resume needs"
+                )));
+            }
+        }
         let mut files = Vec::new();
         for entry in &manifest.files {
-            let p = path.join(&entry.name);
-            let bytes = std::fs::read(&p).map_err(|e| KilnError::io(&p, e))?;
+            let what = REQUIRED_FILES
+                .iter()
+                .find(|(n, _)| *n == entry.name)
+                .map_or("listed in the manifest", |(_, w)| *w);
+            let bytes = read_file(&entry.name, what)?;
             if bytes.len() as u64 != entry.bytes {
                 return Err(bad(format!(
                     "{} has {} bytes, the manifest says {} (truncated write?)",
@@ -264,19 +309,57 @@ impl CheckpointDir {
         })
     }
 
-    /// The newest checkpoint that verifies, and a warning for each newer one that did not.
+    /// The newest checkpoint that verifies, and the newer ones that did not (newest first).
     ///
     /// # Errors
     /// [`KilnError::Io`] when the directory cannot be listed.
-    pub fn latest(&self) -> Result<(Option<Checkpoint>, Vec<String>)> {
-        let mut warnings = Vec::new();
+    pub fn latest(&self) -> Result<(Option<Checkpoint>, Vec<Unusable>)> {
+        let mut skipped = Vec::new();
         for path in self.list()?.into_iter().rev() {
             match Self::read(&path) {
-                Ok(c) => return Ok((Some(c), warnings)),
-                Err(e) => warnings.push(format!("skipping checkpoint {e}")),
+                Ok(c) => return Ok((Some(c), skipped)),
+                Err(e) => skipped.push(Unusable {
+                    reason: match e {
+                        KilnError::Weights { message, .. } => message,
+                        other => other.to_string(),
+                    },
+                    path,
+                }),
             }
         }
-        Ok((None, warnings))
+        Ok((None, skipped))
+    }
+
+    /// The checkpoint a resume starts from: [`Self::latest`], or `None` when there are no
+    /// checkpoints (a fresh run).
+    ///
+    /// # Errors
+    /// [`KilnError::UnusableCheckpoints`] when there are checkpoints and none verifies, listing
+    /// each with its reason (starting over would silently discard them); [`KilnError::Io`] when
+    /// the directory cannot be listed.
+    pub fn resume_point(&self) -> Result<(Option<Checkpoint>, Vec<Unusable>)> {
+        let (latest, skipped) = self.latest()?;
+        if latest.is_none() && !skipped.is_empty() {
+            let lines: Vec<String> = skipped
+                .iter()
+                .rev()
+                .map(|u| {
+                    let name = u.path.file_name().unwrap_or(u.path.as_os_str());
+                    format!("  {}: {}", name.to_string_lossy(), u.reason)
+                })
+                .collect();
+            let n = skipped.len();
+            return Err(KilnError::UnusableCheckpoints(format!(
+                "cannot resume: {} holds {n} checkpoint{} and none can resume training:\n{}\n\
+                 Training is not started over silently. To start over, run again with \
+                 --no-resume (it removes these checkpoints); to resume, put the damaged files \
+                 back (e.g. from a backup) and run the same command again.",
+                self.root.display(),
+                if n == 1 { "" } else { "s" },
+                lines.join("\n")
+            )));
+        }
+        Ok((latest, skipped))
     }
 }
 
@@ -339,37 +422,116 @@ mod tests {
         assert_eq!(c.manifest.files[0].bytes, 100);
     }
 
+    /// Saves a checkpoint at `iterations` whose network file holds `model`.
+    fn save(ckpts: &CheckpointDir, iterations: u64, model: &[u8]) -> PathBuf {
+        ckpts
+            .save(
+                &manifest(iterations),
+                &[(MODEL_FILE, model), (OPTIMIZER_FILE, b"opt")],
+            )
+            .unwrap()
+    }
+
+    fn reasons(skipped: &[Unusable]) -> Vec<&str> {
+        skipped.iter().map(|u| u.reason.as_str()).collect()
+    }
+
     #[test]
     fn a_corrupt_or_torn_newest_checkpoint_falls_back_to_the_previous() {
         let dir = tempfile::tempdir().unwrap();
         let ckpts = CheckpointDir::new(dir.path(), 3);
-        ckpts.save(&manifest(1), &[("model.bpk", b"one")]).unwrap();
-        let newest = ckpts.save(&manifest(2), &[("model.bpk", b"two")]).unwrap();
+        save(&ckpts, 1, b"one");
+        let newest = save(&ckpts, 2, b"two");
         // One flipped byte.
-        std::fs::write(newest.join("model.bpk"), b"twx").unwrap();
-        let (c, warnings) = ckpts.latest().unwrap();
+        std::fs::write(newest.join(MODEL_FILE), b"twx").unwrap();
+        let (c, skipped) = ckpts.resume_point().unwrap();
         assert_eq!(c.unwrap().manifest.iterations, 1);
-        assert_eq!(warnings.len(), 1);
-        assert!(warnings[0].contains("CRC-32C"), "{warnings:?}");
+        assert_eq!(skipped.len(), 1);
+        assert_eq!(skipped[0].path, newest);
+        assert!(skipped[0].reason.contains("CRC-32C"), "{skipped:?}");
         // Truncated.
-        std::fs::write(newest.join("model.bpk"), b"tw").unwrap();
-        let (_, warnings) = ckpts.latest().unwrap();
-        assert!(
-            warnings[0].contains("has 2 bytes, the manifest says 3"),
-            "{warnings:?}"
+        std::fs::write(newest.join(MODEL_FILE), b"tw").unwrap();
+        let (_, skipped) = ckpts.latest().unwrap();
+        assert_eq!(
+            reasons(&skipped),
+            ["model.bpk has 2 bytes, the manifest says 3 (truncated write?)"]
+        );
+        // No optimizer state.
+        std::fs::write(newest.join(MODEL_FILE), b"two").unwrap();
+        std::fs::remove_file(newest.join(OPTIMIZER_FILE)).unwrap();
+        let (c, skipped) = ckpts.latest().unwrap();
+        assert_eq!(c.unwrap().manifest.iterations, 1);
+        assert_eq!(
+            reasons(&skipped),
+            ["optimizer.bpk (the optimizer state) is missing"]
         );
         // No manifest (killed before it was written, then renamed by hand).
         std::fs::remove_file(newest.join("manifest.json")).unwrap();
-        let (c, warnings) = ckpts.latest().unwrap();
+        let (c, skipped) = ckpts.latest().unwrap();
         assert_eq!(c.unwrap().manifest.iterations, 1);
-        assert!(warnings[0].contains("manifest.json"), "{warnings:?}");
+        assert_eq!(
+            reasons(&skipped),
+            ["manifest.json (what the checkpoint holds) is missing"]
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_whose_manifest_lists_no_optimizer_state_is_unusable() {
+        let dir = tempfile::tempdir().unwrap();
+        let ckpts = CheckpointDir::new(dir.path(), 3);
+        ckpts.save(&manifest(1), &[(MODEL_FILE, b"one")]).unwrap();
+        let (c, skipped) = ckpts.latest().unwrap();
+        assert!(c.is_none());
+        assert_eq!(
+            reasons(&skipped),
+            ["the manifest lists no optimizer.bpk (the optimizer state), which a resume needs"]
+        );
+    }
+
+    #[test]
+    fn checkpoints_none_of_which_is_usable_refuse_the_resume_listing_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let ckpts = CheckpointDir::new(dir.path().join("checkpoints"), 3);
+        // No checkpoints at all: a fresh run.
+        let (c, skipped) = ckpts.resume_point().unwrap();
+        assert!(c.is_none() && skipped.is_empty());
+        let older = save(&ckpts, 4, b"four");
+        let newer = save(&ckpts, 8, b"eight");
+        std::fs::remove_file(older.join(OPTIMIZER_FILE)).unwrap();
+        std::fs::write(newer.join("manifest.json"), b"{\"format\": 1, \"kil").unwrap();
+        let err = ckpts.resume_point().unwrap_err();
+        assert!(matches!(err, KilnError::UnusableCheckpoints(_)), "{err:?}");
+        assert!(err.is_usage());
+        let text = err.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!(
+                "cannot resume: {} holds 2 checkpoints and none can resume training:",
+                ckpts.path().display()
+            )
+        );
+        assert_eq!(
+            lines[1],
+            "  ckpt-000000000004: optimizer.bpk (the optimizer state) is missing"
+        );
+        assert!(
+            lines[2].starts_with(
+                "  ckpt-000000000008: manifest.json is not a kiln checkpoint manifest (torn or \
+                 overwritten?): EOF while parsing"
+            ),
+            "{text}"
+        );
+        assert!(lines[3].contains("--no-resume"), "{text}");
+        // The refusal removes nothing.
+        assert!(older.join(MODEL_FILE).exists() && newer.join(MODEL_FILE).exists());
     }
 
     #[test]
     fn clear_removes_checkpoints_and_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
         let ckpts = CheckpointDir::new(dir.path(), 3);
-        ckpts.save(&manifest(1), &[("model.bpk", b"one")]).unwrap();
+        save(&ckpts, 1, b"one");
         std::fs::create_dir_all(dir.path().join(".tmp-ckpt-000000000002-7")).unwrap();
         std::fs::write(dir.path().join("notes.txt"), b"mine").unwrap();
         std::fs::create_dir_all(dir.path().join("other-run")).unwrap();
@@ -390,7 +552,7 @@ mod tests {
         std::fs::create_dir_all(&torn).unwrap();
         std::fs::write(torn.join("model.bpk"), b"half").unwrap();
         assert!(ckpts.latest().unwrap().0.is_none());
-        ckpts.save(&manifest(6), &[("model.bpk", b"six")]).unwrap();
+        save(&ckpts, 6, b"six");
         assert!(!torn.exists());
         assert_eq!(ckpts.latest().unwrap().0.unwrap().manifest.iterations, 6);
     }

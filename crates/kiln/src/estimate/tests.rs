@@ -72,8 +72,16 @@ fn resnet50_float32_trains_at_batch_32_in_8_gb() {
         estimate(&cfg.model, &cfg.compile.optimizer, b, Precision::Float32)
     });
     assert!(text.contains("8 GB fits"), "{text}");
-    assert!(
-        text.contains("Total params") || text.contains("25,636,712"),
+    // The table's total row (after the dashes): its Params column holds the parameter count.
+    let total = text
+        .lines()
+        .skip_while(|l| !l.starts_with("---"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Total row: {text}"));
+    assert!(total.starts_with("Total "), "{text}");
+    assert_eq!(
+        total.split_whitespace().nth(1),
+        Some("25,636,712"),
         "{text}"
     );
 }

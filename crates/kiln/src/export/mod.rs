@@ -27,7 +27,7 @@ use burn::prelude::Device;
 use crate::config::RunConfig;
 use crate::error::{KilnError, Result};
 use crate::model::weights;
-use crate::run_dir::RunDir;
+use crate::run_dir::{DirLock, RunDir};
 
 pub use servable::Servable;
 pub use signature::SignatureDefMap;
@@ -159,9 +159,18 @@ pub fn parse_version(name: &str) -> Option<u64> {
 /// # Errors
 /// [`KilnError::MissingData`] when `run_dir` is not a run directory; config and weights errors
 /// of the run; [`KilnError::Config`] for an invalid name or version, or a version that already
-/// exists (`--version`); [`KilnError::Io`] when the directory cannot be written.
+/// exists (`--version`); [`KilnError::Io`] when the directory cannot be written;
+/// [`KilnError::RunDirLocked`] when OUT is inside `run_dir` (the default) and another process
+/// (a `kiln train` of the run, another export) is writing it.
 pub fn export(run_dir: &Path, opts: &ExportOptions) -> Result<Exported> {
     let dir = RunDir::open(run_dir)?;
+    // Writing into the run directory (the default OUT): one writer at a time, as `kiln train`.
+    let lock = writes_into(opts.out.as_deref(), run_dir)
+        .then(|| DirLock::acquire(run_dir, "kiln export", "export elsewhere with --out DIR"))
+        .transpose()?;
+    if let Some(w) = lock.as_ref().and_then(DirLock::warning) {
+        eprintln!("{w}");
+    }
     let cfg = RunConfig::load(&dir.config())?;
     let name = opts.name.clone().unwrap_or_else(|| cfg.name.clone());
     check_model_name(&name).map_err(|m| {
@@ -224,6 +233,13 @@ pub fn export(run_dir: &Path, opts: &ExportOptions) -> Result<Exported> {
         files: files.iter().map(|f| target.join(f)).collect(),
         dir: target,
     })
+}
+
+/// Whether exporting to `out` (`None`: the default, `<run_dir>/export`) writes inside
+/// `run_dir`.
+fn writes_into(out: Option<&Path>, run_dir: &Path) -> bool {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    out.is_none_or(|o| absolute(o).starts_with(absolute(run_dir)))
 }
 
 /// Writes the files of one version into `dir`; returns their names.

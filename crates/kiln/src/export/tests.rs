@@ -311,3 +311,33 @@ fn names_and_versions_are_checked() {
         assert_eq!(parse_version(bad), None, "{bad:?}");
     }
 }
+
+#[test]
+fn an_export_into_a_run_directory_being_written_is_refused_one_elsewhere_is_not() {
+    let run = run_dir("locked", CNN);
+    let training = crate::run_dir::DirLock::acquire(&run, "kiln train", "elsewhere").unwrap();
+    let err = export(&run, &ExportOptions::default()).unwrap_err();
+    assert!(
+        matches!(&err, KilnError::RunDirLocked { holder, .. }
+            if holder.command.as_deref() == Some("kiln train")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("--out"), "{err}");
+    assert!(!run.join("export").exists(), "nothing written");
+    // Writing outside the run directory only reads it.
+    let outside = run.with_extension("out");
+    let e = export(
+        &run,
+        &ExportOptions {
+            out: Some(outside.clone()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(e.version, 1);
+    // Once training is done, the default place works.
+    drop(training);
+    assert_eq!(export(&run, &ExportOptions::default()).unwrap().version, 1);
+    std::fs::remove_dir_all(&outside).unwrap();
+    std::fs::remove_dir_all(&run).unwrap();
+}

@@ -61,12 +61,25 @@ pub trait Callback {
     fn on_train_end(&mut self, _logs: &Logs, _ctx: &mut dyn FitContext) -> Result<()> {
         Ok(())
     }
+    /// Before `fit` commits a BackupAndRestore checkpoint (at every save: the run's start,
+    /// every `save_freq` batches, epoch ends, a stop on a signal): make durable what the
+    /// callback wrote for the steps the checkpoint covers (`TensorBoard` flushes and syncs its
+    /// event files), so that a process killed right after the commit has lost nothing that the
+    /// resumed run will not write again. Not a Keras hook; empty by default.
+    ///
+    /// # Errors
+    /// An error ends `fit` before the checkpoint is written.
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// What to keep in BackupAndRestore checkpoints (counters, best values), so that a resumed
     /// run decides as an uninterrupted one would. `None` (the default): nothing.
     fn state(&self) -> Option<serde_json::Value> {
         None
     }
-    /// Puts back what [`Callback::state`] returned, before `on_train_begin` of a resumed run.
+    /// Puts back what [`Callback::state`] returned, before `on_train_begin` of a resumed run,
+    /// and in the middle of `fit` when a NaN rollback goes back to a checkpoint (the next
+    /// `on_epoch_begin` is then the checkpoint's epoch).
     ///
     /// # Errors
     /// [`crate::KilnError::Callback`] when the state does not belong to this callback.

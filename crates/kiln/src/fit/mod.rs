@@ -357,7 +357,7 @@ impl Model {
             && backup.resume.is_none()
         {
             // A starting point for NaN rollbacks and for a kill in the first epoch.
-            self.save_checkpoint(backup, &control, &state, &input, &*callbacks)?;
+            self.save_checkpoint(backup, &control, &state, &input, callbacks)?;
         }
         // Hooks see the model through a `LoopContext` made for each call, so that the network
         // is free for the training step between calls.
@@ -580,7 +580,7 @@ impl Model {
                             &control,
                             &state,
                             &input,
-                            &*callbacks,
+                            callbacks,
                         )?),
                         None => None,
                     };
@@ -594,7 +594,7 @@ impl Model {
                     && checkpoint_due
                     && let Some(backup) = &opts.backup
                 {
-                    self.save_checkpoint(backup, &control, &state, &input, &*callbacks)?;
+                    self.save_checkpoint(backup, &control, &state, &input, callbacks)?;
                     checkpoint_due = false;
                 }
                 if control.stop_training {
@@ -661,7 +661,7 @@ impl Model {
             state.acc = Accumulator::default();
             last = logs;
             if let Some(backup) = &opts.backup {
-                self.save_checkpoint(backup, &control, &state, &input, &*callbacks)?;
+                self.save_checkpoint(backup, &control, &state, &input, callbacks)?;
             }
             if control.stop_training {
                 break;

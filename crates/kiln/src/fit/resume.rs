@@ -8,13 +8,8 @@ use burn::tensor::Bytes;
 use super::input_cursor::InputCursor;
 use super::options::{Backup, FitOptions, OnNan};
 use super::{Accumulator, Callback, Control, History, Model};
-use crate::checkpoint::{Checkpoint, EpochSums, FORMAT, Manifest};
+use crate::checkpoint::{Checkpoint, EpochSums, FORMAT, MODEL_FILE, Manifest, OPTIMIZER_FILE};
 use crate::error::{KilnError, Result};
-
-/// File names inside a checkpoint.
-pub(crate) const MODEL_FILE: &str = "model.bpk";
-/// The optimizer state's file.
-pub(crate) const OPTIMIZER_FILE: &str = "optimizer.bpk";
 
 /// The seed of the backend RNG (dropout) for training step `iteration` of a run seeded with
 /// `seed`: SplitMix64's finaliser over both, so neighbouring steps get unrelated streams.
@@ -112,15 +107,19 @@ impl Model {
         Ok(())
     }
 
-    /// Writes a checkpoint of the loop's state.
+    /// Writes a checkpoint of the loop's state, after every callback's [`Callback::flush`]: what
+    /// they wrote for the steps the checkpoint covers is on disk before the checkpoint is.
     pub(super) fn save_checkpoint(
         &self,
         backup: &Backup,
         control: &Control,
         state: &LoopState,
         input: &InputCursor,
-        callbacks: &[&mut dyn Callback],
+        callbacks: &mut [&mut dyn Callback],
     ) -> Result<std::path::PathBuf> {
+        for c in callbacks.iter_mut() {
+            c.flush()?;
+        }
         let manifest = Manifest {
             format: FORMAT,
             kiln_version: env!("CARGO_PKG_VERSION").to_string(),

@@ -7,7 +7,9 @@
 //! * [`proto`]: the `Event` / `Summary` / `TensorProto` protobufs, written out for `prost`.
 //! * [`histogram`]: `tf.summary.histogram`'s buckets.
 //! * [`hparams`]: the HParams plugin's `session_start_info` / `session_end_info`.
-//! * [`read_events`], [`read_scalars`]: reading files back (tests, tools).
+//! * [`restart`]: the `SessionLog` START marker a resumed training writes, so that TensorBoard
+//!   shows each step once.
+//! * [`read_events`], [`read_scalars`], [`visible_scalars`]: reading files back (tests, tools).
 //!
 //! The Keras `TensorBoard` callback that writes `epoch_loss` and friends is
 //! [`crate::callbacks::TensorBoard`]. Format reference: `/work/shared/reference`
@@ -33,10 +35,12 @@ pub mod histogram;
 pub mod hparams;
 pub mod proto;
 mod reader;
+pub mod restart;
 mod writer;
 
 pub use proto::Event;
 pub use reader::{event_files, read_events, read_scalars};
+pub use restart::{Restart, visible_scalars};
 pub use writer::{
     DEFAULT_FLUSH_INTERVAL, DEFAULT_MAX_QUEUE, EventWriter, FILE_VERSION, HISTOGRAMS_PLUGIN,
     SCALARS_PLUGIN, event_file_name, hostname,
@@ -104,6 +108,7 @@ mod tests {
         let mut first = EventWriter::create(&run).unwrap();
         let second = EventWriter::create(&run).unwrap();
         assert_ne!(first.path(), second.path());
+        assert!(second.path() > first.path(), "a later writer's file sorts after");
         let name = first
             .path()
             .file_name()
@@ -146,6 +151,46 @@ mod tests {
             read_scalars(dir.path(), "s").unwrap(),
             vec![(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
         );
+    }
+
+    #[test]
+    fn an_idle_writer_flushes_after_the_flush_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = EventWriter::create(dir.path()).unwrap();
+        let interval = std::time::Duration::from_secs(2);
+        w.set_flush_interval(interval);
+        let written = std::time::Instant::now();
+        w.add_scalar("s", 1.0, 1).unwrap();
+        assert_eq!(read_events(w.path()).unwrap().len(), 1, "still queued");
+        // Nothing else is written: the background flush hands the event to the file.
+        let deadline = written + std::time::Duration::from_secs(60);
+        while read_events(w.path()).unwrap().len() < 2 {
+            assert!(std::time::Instant::now() < deadline, "never flushed");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(written.elapsed() >= interval, "not before the interval");
+        // Writing goes on normally after a background flush.
+        w.add_scalar("s", 2.0, 2).unwrap();
+        w.close().unwrap();
+        assert_eq!(read_scalars(dir.path(), "s").unwrap(), vec![(1, 1.0), (2, 2.0)]);
+    }
+
+    #[test]
+    fn a_new_file_sorts_after_files_of_the_same_second_or_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = writer::now() as u64;
+        // A file of another process from a later second (a resumed process whose clock is
+        // behind, or one of the same second with a larger pid).
+        let other = dir.path().join(event_file_name(now + 100, "h", 99999, 0));
+        std::fs::write(&other, b"").unwrap();
+        let w = EventWriter::create(dir.path()).unwrap();
+        assert!(w.path() > other.as_path(), "{}", w.path().display());
+        let name = w.path().file_name().unwrap().to_string_lossy().to_string();
+        assert!(
+            name.starts_with(&format!("events.out.tfevents.{:010}.", now + 101)),
+            "{name}"
+        );
+        assert_eq!(read_events(w.path()).unwrap()[0].wall_time, (now + 101) as f64);
     }
 
     #[test]

@@ -8,8 +8,15 @@
 //! ```text
 //! message Event {
 //!   double wall_time = 1;  int64 step = 2;
-//!   oneof what { string file_version = 3; bytes graph_def = 4; Summary summary = 5; ... }
+//!   oneof what {
+//!     string file_version = 3; bytes graph_def = 4; Summary summary = 5;
+//!     SessionLog session_log = 7; ...
+//!   }
 //!   SourceMetadata source_metadata = 10;
+//! }
+//! message SessionLog {
+//!   enum SessionStatus { STATUS_UNSPECIFIED = 0; START = 1; STOP = 2; CHECKPOINT = 3; }
+//!   SessionStatus status = 1; string checkpoint_path = 2; string msg = 3;
 //! }
 //! message SourceMetadata { string writer = 1; }
 //! message Summary { repeated Value value = 1; }
@@ -36,6 +43,10 @@ use prost::Message;
 pub const DT_FLOAT: i32 = 1;
 /// `DataType::DT_DOUBLE`.
 pub const DT_DOUBLE: i32 = 2;
+/// `SessionLog.SessionStatus.START`: a (re)start of training. TensorBoard drops every value
+/// of the run directory at or after this event's step that it read before it (its restart
+/// rule, see [`crate::summary::restart`]).
+pub const SESSION_START: i32 = 1;
 
 /// `tensorflow.Event`: one record of an event file.
 #[derive(Clone, PartialEq, Message)]
@@ -47,7 +58,7 @@ pub struct Event {
     #[prost(int64, tag = "2")]
     pub step: i64,
     /// The `what` oneof.
-    #[prost(oneof = "What", tags = "3, 4, 5")]
+    #[prost(oneof = "What", tags = "3, 4, 5, 7")]
     pub what: Option<What>,
     /// Field 10: which program wrote the file (TensorFlow writes it on the first event).
     #[prost(message, optional, tag = "10")]
@@ -66,6 +77,17 @@ pub enum What {
     /// Field 5: summary values.
     #[prost(message, tag = "5")]
     Summary(Summary),
+    /// Field 7: a session status; kiln writes [`SESSION_START`] when training (re)starts.
+    #[prost(message, tag = "7")]
+    SessionLog(SessionLog),
+}
+
+/// `tensorflow.SessionLog` (the fields kiln uses).
+#[derive(Clone, PartialEq, Message)]
+pub struct SessionLog {
+    /// Field 1: `SessionStatus` ([`SESSION_START`] = 1).
+    #[prost(int32, tag = "1")]
+    pub status: i32,
 }
 
 /// `tensorflow.SourceMetadata`.
@@ -260,6 +282,11 @@ impl Event {
             Some(What::Summary(s)) => &s.value,
             _ => &[],
         }
+    }
+
+    /// Whether this is a `session_log` event with status [`SESSION_START`].
+    pub fn is_session_start(&self) -> bool {
+        matches!(&self.what, Some(What::SessionLog(l)) if l.status == SESSION_START)
     }
 
     /// The serialized bytes (one TFRecord record of an event file).

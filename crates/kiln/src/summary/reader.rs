@@ -56,7 +56,8 @@ pub fn event_files(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// `(step, value)` of every scalar named `tag` in the events of all event files of `dir`,
-/// in reading order.
+/// in reading order — values that TensorBoard drops after a restart marker included (see
+/// [`crate::summary::visible_scalars`] for what TensorBoard shows).
 ///
 /// # Errors
 /// As [`event_files`] and [`read_events`].

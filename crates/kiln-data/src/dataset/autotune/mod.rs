@@ -66,7 +66,7 @@ mod tests;
 pub(crate) use pipeline::{Pipeline, StageHandle, current, enter};
 pub(crate) use policy::{Step, Window, buffer_size, elements_per_job, parallelism_step};
 pub(crate) use stats::Stage;
-pub use stats::{PipelineStats, StageStats};
+pub use stats::{MAX_LISTED_SKIPS, PipelineStats, SkipStats, SkippedRecord, StageStats};
 
 use std::sync::Arc;
 

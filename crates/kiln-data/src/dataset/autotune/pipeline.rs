@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use super::AutotuneOptions;
-use super::stats::{Stage, StageStats};
+use super::stats::{SkipStats, Stage, StageStats};
 use super::system;
+use crate::error::DataError;
 
 /// At most this many stages are listed in one iteration's statistics; further ones (inner
 /// datasets of an `interleave`, say) still work and tune but are not listed.
@@ -28,6 +29,8 @@ pub(crate) struct Pipeline {
     cpu_used: Mutex<usize>,
     cores: OnceLock<usize>,
     ram: OnceLock<u64>,
+    /// What `ignore_errors` stages dropped; `None` until one starts.
+    skips: Mutex<Option<SkipStats>>,
 }
 
 thread_local! {
@@ -74,6 +77,7 @@ impl Pipeline {
             cpu_used: Mutex::new(0),
             cores: OnceLock::new(),
             ram: OnceLock::new(),
+            skips: Mutex::new(None),
         })
     }
 
@@ -132,6 +136,25 @@ impl Pipeline {
             pipeline: Arc::clone(self),
             stage,
         }
+    }
+
+    /// Notes that an `ignore_errors` stage runs in this iteration, so that its statistics
+    /// report skips (zero until one happens).
+    pub(crate) fn track_skips(&self) {
+        lock(&self.skips).get_or_insert_with(SkipStats::default);
+    }
+
+    /// Counts a record that an `ignore_errors` stage dropped: element `index` of its input,
+    /// which failed with `error`.
+    pub(crate) fn record_skip(&self, index: u64, error: &DataError) {
+        lock(&self.skips)
+            .get_or_insert_with(SkipStats::default)
+            .add(index, error);
+    }
+
+    /// The skips so far; `None` when no `ignore_errors` stage has started.
+    pub(crate) fn skip_stats(&self) -> Option<SkipStats> {
+        lock(&self.skips).clone()
     }
 
     pub(crate) fn stage_stats(&self) -> Vec<StageStats> {

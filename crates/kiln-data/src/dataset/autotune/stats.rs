@@ -2,10 +2,60 @@
 //! read ([`StageStats`], [`PipelineStats`]).
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::element::Element;
+use crate::error::DataError;
+
+/// How many skipped records [`SkipStats::first`] lists.
+pub const MAX_LISTED_SKIPS: usize = 5;
+
+/// One record that an `ignore_errors` stage dropped, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedRecord {
+    /// 0-based position of the failed element in the skipping stage's input: for a source
+    /// (a CSV file's rows, an image folder's files, [`crate::Dataset::ignore_errors`] right
+    /// after a file source), the record's position in the files' order, failed ones included.
+    pub index: u64,
+    /// The file the record came from, when the error names one.
+    pub path: Option<PathBuf>,
+    /// The error's message: the file and the line, record index or byte offset where the
+    /// source knows them, and what is wrong.
+    pub error: String,
+}
+
+impl SkippedRecord {
+    pub(crate) fn new(index: u64, error: &DataError) -> SkippedRecord {
+        SkippedRecord {
+            index,
+            path: error.path().map(PathBuf::from),
+            error: error.to_string(),
+        }
+    }
+}
+
+/// What the `ignore_errors` stages of one iteration skipped
+/// ([`PipelineStats::skipped`], [`crate::DatasetIter::skip_stats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SkipStats {
+    /// Records dropped so far in the iteration.
+    pub count: u64,
+    /// The first [`MAX_LISTED_SKIPS`] of them, in the order they were dropped (entry `i` is
+    /// the iteration's `i + 1`-th skip).
+    pub first: Vec<SkippedRecord>,
+}
+
+impl SkipStats {
+    /// Counts one dropped record that failed with `error` at `index`.
+    pub(crate) fn add(&mut self, index: u64, error: &DataError) {
+        self.count += 1;
+        if self.first.len() < MAX_LISTED_SKIPS {
+            self.first.push(SkippedRecord::new(index, error));
+        }
+    }
+}
 
 /// A snapshot of one pipeline stage's counters, from [`crate::DatasetIter::stats`].
 ///
@@ -68,6 +118,10 @@ pub struct PipelineStats {
     /// under a [`repeat`](crate::Dataset::repeat) or inside `interleave`'s inner datasets
     /// start when first pulled, after the stages downstream of them. At most 64 are listed.
     pub stages: Vec<StageStats>,
+    /// Records dropped by `ignore_errors` ([`crate::Dataset::ignore_errors`], and the CSV and
+    /// image folder sources' `ignore_errors` option); `None` when no such stage has started
+    /// in this iteration (strict pipelines, or a cache replaying what an earlier one kept).
+    pub skipped: Option<SkipStats>,
 }
 
 impl PipelineStats {
@@ -86,7 +140,9 @@ impl PipelineStats {
 impl fmt::Display for PipelineStats {
     /// One line for the iteration and one per stage, e.g.
     /// `input waited 1.20 s of 4.00 s (30%), 100 elements` then
-    /// `  map: 100 elements, busy 3.10 s, waited 1.10 s, parallelism 4 (peak 4), buffer 8 (peak 8), 4096 B/element`.
+    /// `  map: 100 elements, busy 3.10 s, waited 1.10 s, parallelism 4 (peak 4), buffer 8 (peak 8), 4096 B/element`;
+    /// with `ignore_errors`, `  ignore_errors: 2 skipped` and one line per listed record
+    /// (`    record 7: <error>`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -112,6 +168,12 @@ impl fmt::Display for PipelineStats {
                 s.peak_buffer,
                 s.bytes_per_element
             )?;
+        }
+        if let Some(skipped) = &self.skipped {
+            write!(f, "\n  ignore_errors: {} skipped", skipped.count)?;
+            for r in &skipped.first {
+                write!(f, "\n    record {}: {}", r.index, r.error)?;
+            }
         }
         Ok(())
     }
@@ -324,12 +386,46 @@ mod tests {
                 peak_buffer: 2,
                 bytes_per_element: 16,
             }],
+            skipped: None,
         };
         assert_eq!(stats.input_bound_fraction(), 0.25);
         assert_eq!(
             stats.to_string(),
             "input waited 1.00 s of 4.00 s (25%), 100 elements\n  prefetch: 100 elements, \
              busy 0.50 s, waited 0.25 s, parallelism 1 (peak 1), buffer 2 (peak 2), 16 B/element"
+        );
+    }
+
+    #[test]
+    fn skip_stats_list_the_first_records_and_count_all() {
+        let mut skipped = SkipStats::default();
+        for i in 0..7u64 {
+            let error = DataError::Decode {
+                path: PathBuf::from(format!("d/{i}.jpg")),
+                message: "bad".into(),
+            };
+            skipped.add(10 + i, &error);
+        }
+        assert_eq!(skipped.count, 7);
+        assert_eq!(skipped.first.len(), MAX_LISTED_SKIPS);
+        assert_eq!(skipped.first[4].index, 14);
+        assert_eq!(skipped.first[4].path, Some(PathBuf::from("d/4.jpg")));
+        let stats = PipelineStats {
+            elapsed: Duration::from_secs(1),
+            elements: 3,
+            waited: Duration::ZERO,
+            stages: Vec::new(),
+            skipped: Some(SkipStats {
+                count: 2,
+                first: skipped.first[..1].to_vec(),
+            }),
+        };
+        let text = stats.to_string();
+        assert!(
+            text.ends_with(
+                "\n  ignore_errors: 2 skipped\n    record 10: cannot decode d/0.jpg: bad"
+            ),
+            "{text}"
         );
     }
 }
