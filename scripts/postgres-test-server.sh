@@ -81,8 +81,9 @@ start() {
   }
   rm -f "$dir.pw"
   log "starting on 127.0.0.1:$port"
+  # 200 connections: kiln-tune's start-up test runs 80 workers at once, one connection each.
   as_owner "$bin/pg_ctl" -D "$dir" -l "$dir/server.log" -w -t 60 \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=50 -c fsync=off" \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off" \
     start >&2
   PGPASSWORD="$password" "$bin/psql" -h 127.0.0.1 -p "$port" -U kiln -d postgres -q \
     -c "CREATE DATABASE kiln_test" >&2

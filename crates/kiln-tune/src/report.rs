@@ -176,18 +176,22 @@ pub fn write_best<'a>(
     Ok(Some(best))
 }
 
-/// Writes `bytes` to a temporary file beside `path`, then renames it over `path`.
+/// Writes `bytes` to a temporary file beside `path`, then renames it over `path`. The
+/// temporary name is the writer's own (process id and a count), so that writers of one
+/// file never rename each other's half-written files.
 ///
 /// # Errors
 /// [`TuneError::Io`] naming the file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TuneError> {
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| TuneError::io("create", dir, e))?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()));
     std::fs::write(&tmp, bytes).map_err(|e| TuneError::io("write", &tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| TuneError::io("write", path, e))
 }

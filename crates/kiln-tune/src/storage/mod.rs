@@ -380,7 +380,7 @@ pub(crate) fn claim_in(
             format!("its worker {owner} is gone")
         } else if t.heartbeat_ms.is_none_or(|h| now - h > policy.grace_ms) {
             format!(
-                "no heartbeat from its worker {owner} for more than {:.0} s",
+                "no heartbeat from its worker {owner} for more than {} s",
                 policy.grace_ms as f64 / 1000.0
             )
         } else {

@@ -53,6 +53,18 @@ const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 /// Any number, so that concurrent first workers create the tables one after the other.
 const SCHEMA_LOCK: i64 = 0x6b696c6e_74756e65; // "klntune"
 
+/// `e` in words with its causes (a server's error is "db error" alone; its cause says what:
+/// `FATAL: sorry, too many clients already`), scrubbed of `url`'s password.
+fn describe(e: &postgres::Error, url: &str) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text += &format!(": {c}");
+        cause = c.source();
+    }
+    scrub(&text, url)
+}
+
 /// A study in a PostgreSQL database.
 pub struct PostgresStorage {
     client: Client,
@@ -71,7 +83,7 @@ impl PostgresStorage {
         let client = Client::connect(url, NoTls).map_err(|e| {
             TuneError::Storage(format!(
                 "cannot connect to the study database {location}: {}",
-                scrub(&e.to_string(), url)
+                describe(&e, url)
             ))
         })?;
         Ok(PostgresStorage {
@@ -87,7 +99,7 @@ impl PostgresStorage {
             TuneError::Storage(format!(
                 "study database {}: {}",
                 self.location,
-                scrub(&e.to_string(), &self.url)
+                describe(&e, &self.url)
             ))
         }
     }
@@ -106,10 +118,7 @@ impl PostgresStorage {
         let study = self.study()?;
         let (url, location) = (self.url.clone(), self.location.clone());
         let err = move |e: postgres::Error| {
-            TuneError::Storage(format!(
-                "study database {location}: {}",
-                scrub(&e.to_string(), &url)
-            ))
+            TuneError::Storage(format!("study database {location}: {}", describe(&e, &url)))
         };
         let mut tx = self.client.transaction().map_err(&err)?;
         tx.query_one(
@@ -250,10 +259,7 @@ impl Storage for PostgresStorage {
     ) -> Result<String, TuneError> {
         let (url, location) = (self.url.clone(), self.location.clone());
         let err = |e: postgres::Error| {
-            TuneError::Storage(format!(
-                "study database {location}: {}",
-                scrub(&e.to_string(), &url)
-            ))
+            TuneError::Storage(format!("study database {location}: {}", describe(&e, &url)))
         };
         let text = settings.to_string();
         let mut tx = self.client.transaction().map_err(err)?;
@@ -352,10 +358,7 @@ impl Storage for PostgresStorage {
         let study = self.study()?;
         let (url, location) = (self.url.clone(), self.location.clone());
         let err = move |e: postgres::Error| {
-            TuneError::Storage(format!(
-                "study database {location}: {}",
-                scrub(&e.to_string(), &url)
-            ))
+            TuneError::Storage(format!("study database {location}: {}", describe(&e, &url)))
         };
         load(&mut self.client, study, &err)
     }

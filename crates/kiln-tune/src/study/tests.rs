@@ -435,7 +435,7 @@ fn start_twenty_studies_of_four_workers(storage: Option<String>) {
         .map(|s| {
             let d = dir.path().join(format!("s{s}"));
             std::fs::create_dir_all(&d).unwrap();
-            let tuner = format!("heartbeat_interval = 0.2\nstudy_name = \"{tag}-{s}\"");
+            let tuner = format!("study_name = \"{tag}-{s}\"");
             let (cfg, opts) = setup(&d, &tuner, "");
             (cfg, opts.study_dir, opts.runner.kiln)
         })
