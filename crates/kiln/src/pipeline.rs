@@ -823,7 +823,6 @@ pub fn bench_epochs(
                 elapsed: Default::default(),
                 elements: 0,
                 waited: Default::default(),
-                skipped: Default::default(),
                 stages: Vec::new(),
                 skipped: None,
             },

@@ -584,13 +584,9 @@ impl Model {
                     && let Some(signal) = opts.interrupt.as_ref().and_then(|i| i.requested())
                 {
                     let checkpoint = match &opts.backup {
-                        Some(backup) => Some(self.save_checkpoint(
-                            backup,
-                            &control,
-                            &state,
-                            &input,
-                            callbacks,
-                        )?),
+                        Some(backup) => {
+                            Some(self.save_checkpoint(backup, &control, &state, &input, callbacks)?)
+                        }
                         None => None,
                     };
                     return Err(crate::KilnError::Interrupted {
