@@ -369,9 +369,9 @@ fn blank_placeholders(text: &str) -> String {
     while let Some(i) = rest.find('{') {
         out.push_str(&rest[..i]);
         let tail = &rest[i..];
-        if tail.starts_with("{{") {
+        if let Some(after) = tail.strip_prefix("{{") {
             out.push_str("{{");
-            rest = &tail[2..];
+            rest = after;
             continue;
         }
         let end = tail.find('}');
