@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kiln::distribute::diagnosis;
 use kiln::fit::FitContext;
-use kiln::fit::{INPUT_WAIT_SECONDS, SAMPLES_PER_SECOND};
+use kiln::fit::{INPUT_WAIT_SECONDS, SAMPLES_PER_SECOND, SKIPPED_RECORDS, SkippedInput};
 use kiln::{Callback, Logs};
+use kiln_data::SkipStats;
 
 /// Formats logs as Keras does: `name: 0.1234` joined by ` - `, `val_*` last.
 pub fn format_logs(logs: &Logs) -> String {
@@ -24,6 +25,8 @@ pub fn format_logs(logs: &Logs) -> String {
             ![
                 SAMPLES_PER_SECOND,
                 INPUT_WAIT_SECONDS,
+                SKIPPED_RECORDS,
+                "val_skipped_records",
                 diagnosis::COMMUNICATION_SECONDS,
                 diagnosis::TRAIN_SECONDS,
             ]
@@ -69,6 +72,35 @@ fn input_bound_hint(wait: Option<f64>, elapsed: Duration) -> Option<String> {
             100.0 * wait / total
         )
     })
+}
+
+/// The epoch log's lines about records the input skipped (`ignore_errors = true`): per
+/// pipeline that skipped any, the count, then the first few records' errors.
+///
+/// ```text
+///   ignore_errors: skipped 1 training record:
+///     record 1: cannot decode data/dogs/broken.jpg: ...
+/// ```
+fn skipped_lines(skipped: &SkippedInput) -> String {
+    let mut out = String::new();
+    for (what, skips) in [
+        ("training", &skipped.train),
+        ("validation", &skipped.validation),
+    ] {
+        let Some(SkipStats { count, first }) = skips.as_ref().filter(|s| s.count > 0) else {
+            continue;
+        };
+        let plural = if *count == 1 { "" } else { "s" };
+        out += &format!("\n  ignore_errors: skipped {count} {what} record{plural}");
+        if (first.len() as u64) < *count {
+            out += &format!(", the first {}", first.len());
+        }
+        out += ":";
+        for r in first {
+            out += &format!("\n    record {}: {}", r.index, r.error);
+        }
+    }
+    out
 }
 
 /// The progress callback.
@@ -158,7 +190,7 @@ impl Callback for Progress {
         &mut self,
         _epoch: usize,
         logs: &mut Logs,
-        _ctx: &mut dyn FitContext,
+        ctx: &mut dyn FitContext,
     ) -> kiln::Result<()> {
         let elapsed = self.started.elapsed();
         let mut line = format!(
@@ -176,6 +208,7 @@ impl Callback for Progress {
         } else if let Some(hint) = input_bound_hint(logs.get(INPUT_WAIT_SECONDS), elapsed) {
             line += &format!("\n{hint}");
         }
+        line += &skipped_lines(&ctx.skipped_input());
         match self.bar.take() {
             Some(bar) => {
                 bar.set_position(self.done);
@@ -205,6 +238,42 @@ mod tests {
             input_bound_hint(Some(0.03), Duration::from_millis(50)),
             None
         );
+    }
+
+    #[test]
+    fn skipped_records_are_counted_and_the_first_listed() {
+        let record = |index, error: &str| kiln_data::SkippedRecord {
+            index,
+            path: None,
+            error: error.into(),
+        };
+        assert_eq!(skipped_lines(&SkippedInput::default()), "");
+        let none = SkippedInput {
+            train: Some(SkipStats::default()),
+            validation: None,
+        };
+        assert_eq!(skipped_lines(&none), "", "a pipeline that skipped nothing");
+        let some = SkippedInput {
+            train: Some(SkipStats {
+                count: 1,
+                first: vec![record(1, "cannot decode d/b.jpg: bad")],
+            }),
+            validation: Some(SkipStats {
+                count: 7,
+                first: vec![record(0, "v.csv:2: x"), record(3, "v.csv:5: y")],
+            }),
+        };
+        assert_eq!(
+            skipped_lines(&some),
+            "\n  ignore_errors: skipped 1 training record:\n    record 1: cannot decode d/b.jpg: \
+             bad\n  ignore_errors: skipped 7 validation records, the first 2:\n    record 0: \
+             v.csv:2: x\n    record 3: v.csv:5: y"
+        );
+        let mut logs = Logs::default();
+        logs.set("loss", 0.5);
+        logs.set(SKIPPED_RECORDS, 1.0);
+        logs.set("val_skipped_records", 7.0);
+        assert_eq!(format_logs(&logs), "loss: 0.5000");
     }
 
     #[test]

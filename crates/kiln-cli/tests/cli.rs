@@ -463,10 +463,16 @@ fn class_weights_reach_the_loss_and_the_gradients() {
     };
     // The unweighted step moved the weights; the all-zero step did not move them.
     let step = largest(&|t, i| u[t].1[i] - z[t].1[i]);
-    assert!(step > 1e-3, "the unweighted step changed no weight by 1e-3: {step}");
+    assert!(
+        step > 1e-3,
+        "the unweighted step changed no weight by 1e-3: {step}"
+    );
     for (name, w) in [("even", &a), ("odd", &b)] {
         let moved = largest(&|t, i| w[t].1[i] - z[t].1[i]);
-        assert!(moved > 1e-4, "the {name}-class step left the weights: {moved}");
+        assert!(
+            moved > 1e-4,
+            "the {name}-class step left the weights: {moved}"
+        );
     }
     let residual = largest(&|t, i| a[t].1[i] + b[t].1[i] - u[t].1[i] - z[t].1[i]);
     assert!(

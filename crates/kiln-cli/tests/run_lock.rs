@@ -87,7 +87,10 @@ fn a_second_train_is_refused_at_once_and_a_killed_holder_leaves_no_lock() {
         first.try_wait().unwrap().is_none(),
         "the first run must still be running: the second was refused, it did not wait"
     );
-    assert!(err.contains(&format!("is in use by kiln train (pid {pid}")), "{err}");
+    assert!(
+        err.contains(&format!("is in use by kiln train (pid {pid}")),
+        "{err}"
+    );
     assert!(err.contains(&format!("`kill {pid}`")), "{err}");
     assert!(err.contains("--run-dir"), "{err}");
     assert!(!err.contains("Resuming"), "{err}");

@@ -218,8 +218,9 @@ fn resolve_files(cfg: &RunConfig, p: &PipelineConfig, key: &str) -> Result<Vec<P
     for (i, pattern) in p.files.to_vec().iter().enumerate() {
         let path = under_data_dir(cfg, pattern);
         if is_glob(pattern) {
-            let matched = kiln_data::sources::matching_files(&path.to_string_lossy())
-                .map_err(|e| KilnError::MissingData(format!("{key}.files[{i}]: {e}")))?;
+            let matched =
+                kiln_data::sources::matching_files_with(&path.to_string_lossy(), p.include_hidden)
+                    .map_err(|e| KilnError::MissingData(format!("{key}.files[{i}]: {e}")))?;
             out.extend(matched);
         } else if path.exists() || kiln_data::storage::scheme(&path.to_string_lossy()).is_some() {
             // A URL (s3://, or a data_dir that is one) is checked when it is read.
@@ -287,6 +288,7 @@ fn csv_source(
     let options = |select: Option<Vec<String>>, label: Option<String>| -> Result<MakeCsvOptions> {
         Ok(MakeCsvOptions {
             header: p.header.unwrap_or(true),
+            column_names: p.column_names.clone(),
             label_name: label,
             select_columns: select,
             column_defaults: match &p.column_defaults {
@@ -308,6 +310,8 @@ fn csv_source(
             shuffle: false,
             prefetch_buffer_size: 0,
             compression_type: compression_of(p, key)?,
+            ignore_errors: p.ignore_errors,
+            include_hidden: p.include_hidden,
             ..MakeCsvOptions::default()
         })
     };
@@ -424,6 +428,8 @@ fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str, shard: Option<Shard>) 
                 image_size: p.image_size.map(|[h, w]| (h, w)),
                 shuffle: false,
                 num_parallel_calls: p.parallelism(),
+                ignore_errors: p.ignore_errors,
+                include_hidden: p.include_hidden,
                 ..ImageFolderOptions::default()
             };
             Dataset::image_dataset_from_directory(&dir, options)?
@@ -497,7 +503,16 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
             },
         ));
     }
-    let mut ds = source(cfg, p, key, parts.shard)?;
+    // `ignore_errors` drops failed examples right after the source (so that `skip` and
+    // `take` count good ones) and after each group of `map` ops.
+    let skip_errors = |ds: Dataset| {
+        if p.ignore_errors {
+            ds.ignore_errors()
+        } else {
+            ds
+        }
+    };
+    let mut ds = skip_errors(source(cfg, p, key, parts.shard)?);
     if let Some(n) = p.skip {
         ds = ds.skip(n);
     }
@@ -505,7 +520,8 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
         ds = ds.take(n);
     }
     let run_ops = |ds: Dataset, ops: Vec<Preprocess>| -> Dataset {
-        if training {
+        let some = !ops.is_empty();
+        let ds = if training {
             ds.preprocess_with(ops, cfg.seed, par, deterministic)
         } else {
             ds.map_with(
@@ -513,7 +529,8 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
                 par,
                 deterministic,
             )
-        }
+        };
+        if some { skip_errors(ds) } else { ds }
     };
     if let Some(n) = parts.ops_only {
         let ops = to_ops(p, &p.map[..n], 0, key)?;
@@ -807,6 +824,7 @@ pub fn bench_epochs(
                 elements: 0,
                 waited: Default::default(),
                 stages: Vec::new(),
+                skipped: None,
             },
         };
         let mut it = ds.iter();

@@ -282,16 +282,6 @@ pub fn train_with(
     // together after training, so a failed run never leaves a config that does not match the
     // weights beside it.
     let dir = RunDir::create(scratch.as_deref().unwrap_or(run_dir))?;
-    let mut model = Model::new(
-        &cfg.name,
-        cfg.model.clone(),
-        cfg.compile.clone(),
-        cfg.seed,
-        device,
-    );
-    model.set_check_numerics(cfg.fit.check_numerics);
-    model.set_strategy(strategy.clone());
-    on_model(&mut model);
     let units = cfg.model.output_shape()[0];
     let class_weight = crate::fit::ClassWeight::from_config(&cfg.fit.class_weight, units)?;
     let weighted = |ds: Dataset| match &class_weight {
@@ -387,6 +377,17 @@ pub fn train_with(
         }
         None => ckpt_dir,
     };
+    // Built once the resume is settled, so that a refused one prints no summary.
+    let mut model = Model::new(
+        &cfg.name,
+        cfg.model.clone(),
+        cfg.compile.clone(),
+        cfg.seed,
+        device,
+    );
+    model.set_check_numerics(cfg.fit.check_numerics);
+    model.set_strategy(strategy.clone());
+    on_model(&mut model);
     let epochs_before = resume.as_ref().map_or(0, |c| c.manifest.epoch);
     let fit_opts = FitOptions {
         epochs: cfg.fit.epochs,

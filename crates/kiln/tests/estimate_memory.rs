@@ -70,7 +70,9 @@ static ONE_THREAD: LazyLock<rayon::ThreadPool> = LazyLock::new(|| {
 /// test takes it all the same (a failed assertion leaves nothing wrong in the counters), so one
 /// failure does not fail the other test too.
 fn measure<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     ONE_THREAD.install(f)
 }
 

@@ -610,12 +610,22 @@ mod tests {
         // Epochs 0 and 1 (batches 1..=8); the newest checkpoint is lost, so the run resumes
         // from the one after epoch 0 (4 batches) and trains epochs 1 and 2 again.
         let mut ctx = ManualContext::new(0.01);
-        train(&mut TensorBoard::new(dir.path()).update_freq(batch), &mut ctx, 0..2, 4);
+        train(
+            &mut TensorBoard::new(dir.path()).update_freq(batch),
+            &mut ctx,
+            0..2,
+            4,
+        );
         let mut ctx = ManualContext {
             iterations: 4,
             ..ManualContext::new(0.01)
         };
-        train(&mut TensorBoard::new(dir.path()).update_freq(batch), &mut ctx, 1..3, 4);
+        train(
+            &mut TensorBoard::new(dir.path()).update_freq(batch),
+            &mut ctx,
+            1..3,
+            4,
+        );
         let (train_dir, val_dir) = (dir.path().join("train"), dir.path().join("validation"));
         // The files hold epoch 1 and batches 5..=8 twice; TensorBoard shows them once.
         assert_eq!(read_scalars(&train_dir, "epoch_loss").unwrap().len(), 4);
@@ -662,7 +672,11 @@ mod tests {
         batches(&mut tb, &mut ctx, 4, 3.0);
         tb.on_train_end(&Logs::default(), &mut ctx).unwrap();
         let train_dir = dir.path().join("train");
-        assert_eq!(event_files(&train_dir).unwrap().len(), 1, "one process, one file");
+        assert_eq!(
+            event_files(&train_dir).unwrap().len(),
+            1,
+            "one process, one file"
+        );
         assert_eq!(
             crate::summary::visible_scalars(&train_dir, "batch_loss").unwrap(),
             [1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0]

@@ -310,4 +310,6 @@ impl RunConfig {
 }
 
 #[cfg(test)]
+mod key_mentions;
+#[cfg(test)]
 mod tests;

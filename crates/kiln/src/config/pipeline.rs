@@ -521,6 +521,11 @@ pub struct PipelineConfig {
     /// csv: the first line holds the column names (default `true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub header: Option<bool>,
+    /// csv: the names of all the file's columns, in order (`make_csv_dataset`'s
+    /// `column_names`): required with `header = false`; with a header, they replace the
+    /// header's names (the header line is still skipped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column_names: Option<Vec<String>>,
     /// csv: the label column (also the default `y`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_name: Option<String>,
@@ -546,6 +551,16 @@ pub struct PipelineConfig {
     /// image_folder: the classes in label order (default: the sorted subfolders).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_names: Option<Vec<String>>,
+    /// tf.data's `ignore_errors`: drop an example whose reading, decoding, parsing or `map`
+    /// ops fail (a corrupt image, a bad CSV row, a damaged TFRecord record) instead of
+    /// stopping the run; the epoch log counts and lists them (default `false`: strict).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_errors: bool,
+    /// Let glob patterns in `files` and image_folder's listing take hidden files and
+    /// folders, whose names start with `.` (default `false`: left out, as the shell's and
+    /// Python's globs do; a pattern that spells the dot, `.*.csv`, still matches them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub include_hidden: bool,
     /// The features component fed to the model (default `"x"`; `"image"` for image_folder).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub x: Option<String>,
@@ -662,7 +677,7 @@ impl PipelineConfig {
             return err("files", "give at least one path or glob pattern".into());
         }
         // Keys that belong to one source only.
-        let only: [(&str, bool, &[Source]); 12] = [
+        let only: [(&str, bool, &[Source]); 13] = [
             (
                 "components",
                 self.components.is_some(),
@@ -675,6 +690,7 @@ impl PipelineConfig {
             ),
             ("features", self.features.is_some(), &[Source::Tfrecord]),
             ("header", self.header.is_some(), &[Source::Csv]),
+            ("column_names", self.column_names.is_some(), &[Source::Csv]),
             ("label_name", self.label_name.is_some(), &[Source::Csv]),
             ("select_cols", self.select_cols.is_some(), &[Source::Csv]),
             (
@@ -766,6 +782,7 @@ impl PipelineConfig {
                         format!("\"{d}\" must be one ASCII character"),
                     );
                 }
+                self.validate_column_names(key)?;
                 if let Some(defaults) = &self.column_defaults {
                     for (i, v) in defaults.iter().enumerate() {
                         crate::pipeline::record_default(v).map_err(|m| {
@@ -828,6 +845,32 @@ impl PipelineConfig {
         }
         for (i, op) in self.map.iter().enumerate() {
             op.validate(&format!("{key}.map[{i}]"))?;
+        }
+        Ok(())
+    }
+
+    /// csv: `column_names` is needed without a header, and holds distinct, non-empty names.
+    fn validate_column_names(&self, key: &str) -> Result<()> {
+        let err = |msg: String| Err(KilnError::config(format!("{key}.column_names"), msg));
+        let Some(names) = &self.column_names else {
+            if self.header == Some(false) {
+                return err(
+                    "header = false needs the column names: give column_names = [\"a\", \"b\", \
+                     ...], one name per column of the file, in order"
+                        .into(),
+                );
+            }
+            return Ok(());
+        };
+        if names.is_empty() || names.iter().any(|n| n.is_empty()) {
+            return err("give one non-empty name per column of the file".into());
+        }
+        if let Some((i, n)) = names
+            .iter()
+            .enumerate()
+            .find(|(i, n)| names[..*i].contains(n))
+        {
+            return err(format!("\"{n}\" appears twice (at {i})"));
         }
         Ok(())
     }

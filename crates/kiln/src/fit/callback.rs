@@ -6,6 +6,7 @@
 use std::any::Any;
 
 use super::logs::Logs;
+use super::skips::SkippedInput;
 use crate::error::Result;
 
 /// Hooks that `fit` calls, with Keras' names and order: `on_train_begin`, then per epoch
@@ -134,6 +135,11 @@ pub trait FitContext {
     /// the checkpoint's count (Keras' `optimizer.iterations`). Inside `on_train_batch_end`
     /// it includes the batch just done.
     fn iterations(&self) -> u64;
+    /// What the input pipelines' `ignore_errors` stages dropped in the epoch that just ended
+    /// (training, and validation when it ran): set before `on_epoch_end`. Default: nothing.
+    fn skipped_input(&self) -> SkippedInput {
+        SkippedInput::default()
+    }
     /// A copy of the current weights, for [`FitContext::restore_weights`] later.
     fn snapshot_weights(&self) -> WeightsSnapshot;
     /// Puts back weights from [`FitContext::snapshot_weights`] (Keras' `set_weights`).

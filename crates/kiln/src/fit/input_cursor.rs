@@ -8,7 +8,7 @@
 //! already trained in the current one are read again and discarded (input work only, no
 //! training).
 
-use kiln_data::{Dataset, DatasetIter, Element};
+use kiln_data::{Dataset, DatasetIter, Element, MAX_LISTED_SKIPS, SkipStats};
 
 use crate::checkpoint::InputPosition;
 use crate::error::Result;
@@ -18,6 +18,11 @@ pub(crate) struct InputCursor<'a> {
     dataset: &'a Dataset,
     current: Option<DatasetIter>,
     position: InputPosition,
+    /// Records skipped (`ignore_errors`) and not yet taken by [`InputCursor::take_skips`];
+    /// `None` while no skipping stage has run.
+    skips: Option<SkipStats>,
+    /// How many of the current iterator's skips are already in `skips`.
+    skips_taken: u64,
 }
 
 impl<'a> InputCursor<'a> {
@@ -44,6 +49,8 @@ impl<'a> InputCursor<'a> {
             dataset,
             current,
             position,
+            skips: None,
+            skips_taken: 0,
         })
     }
 
@@ -62,8 +69,31 @@ impl<'a> InputCursor<'a> {
         self.position
     }
 
+    /// The records the input's `ignore_errors` stages dropped since the last call (or since
+    /// the cursor was made): their count and the first few; `None` when no such stage ran.
+    pub fn take_skips(&mut self) -> Option<SkipStats> {
+        self.gather_skips();
+        self.skips.take()
+    }
+
+    /// Moves the current iterator's new skips into `skips`.
+    fn gather_skips(&mut self) {
+        let Some(now) = self.current.as_ref().and_then(DatasetIter::skip_stats) else {
+            return;
+        };
+        let skips = self.skips.get_or_insert_with(SkipStats::default);
+        skips.count += now.count.saturating_sub(self.skips_taken);
+        // The iterator lists its first skips: entry `i` is its skip number `i + 1`.
+        let new = now.first.into_iter().skip(self.skips_taken as usize);
+        let room = MAX_LISTED_SKIPS.saturating_sub(skips.first.len());
+        skips.first.extend(new.take(room));
+        self.skips_taken = now.count;
+    }
+
     /// Ends the current iterator (an epoch's pass is over).
     pub fn close(&mut self) {
+        self.gather_skips();
+        self.skips_taken = 0;
         self.current = None;
         self.position.open = false;
         self.position.batches_taken = 0;
@@ -105,6 +135,7 @@ impl<'a> InputCursor<'a> {
     /// The current iterator, starting a new one (a new pass) when none is open.
     fn open(&mut self) -> &mut DatasetIter {
         if self.current.is_none() {
+            self.skips_taken = 0;
             self.current = Some(self.dataset.iter());
             self.position.iterators_started += 1;
             self.position.batches_taken = 0;
@@ -193,5 +224,72 @@ mod tests {
         a.close();
         let second = step(&mut a);
         assert_ne!(second, -1.0);
+    }
+
+    /// `x` = 0..12 where every value divisible by 3 fails, errors ignored, batches of 2:
+    /// 8 good values, 4 batches.
+    fn skipping() -> Dataset {
+        let x = Array::new(vec![12], Buffer::F32((0..12).map(|v| v as f32).collect())).unwrap();
+        Dataset::from_tensor_slices(Element::new().with("x", x))
+            .unwrap()
+            .map(
+                |e| {
+                    let v = e.require("x")?.data().try_to_f32().unwrap()[0];
+                    if v as i64 % 3 == 0 {
+                        Err(kiln_data::DataError::Map(format!("{v} is bad")))
+                    } else {
+                        Ok(e)
+                    }
+                },
+                kiln_data::Parallelism::Sequential,
+            )
+            .ignore_errors()
+            .batch(2, false)
+    }
+
+    #[test]
+    fn skips_are_taken_per_call_across_closes_and_a_held_iterator() {
+        let ds = skipping();
+        let mut c = InputCursor::restore(&ds, InputPosition::default()).unwrap();
+        assert_eq!(c.take_skips(), None, "nothing has run");
+        // A whole pass (the exhausted iterator closes itself): 4 skips, all listed.
+        while c.next_batch().is_some() {}
+        let pass = c.take_skips().unwrap();
+        assert_eq!(pass.count, 4);
+        let indices: Vec<u64> = pass.first.iter().map(|r| r.index).collect();
+        assert_eq!(indices, vec![0, 3, 6, 9]);
+        assert_eq!(c.take_skips(), None, "taken");
+        // An iterator held across two "epochs" (steps_per_epoch): each take has its part.
+        c.next_batch(); // values 1, 2 (0 skipped)
+        c.next_batch(); // 4, 5 (3 skipped)
+        let part1 = c.take_skips().unwrap();
+        assert_eq!(part1.count, 2);
+        assert_eq!(
+            part1.first.iter().map(|r| r.index).collect::<Vec<_>>(),
+            vec![0, 3]
+        );
+        c.next_batch(); // 7, 8 (6 skipped)
+        let part2 = c.take_skips().unwrap();
+        assert_eq!(part2.count, 1);
+        assert_eq!(part2.first[0].index, 6);
+        assert_eq!(part2.first[0].error, "map function failed: 6 is bad");
+        // Over the listing limit: the count goes on, the list stops at the limit.
+        let many = Dataset::from_tensor_slices(
+            Element::new().with("x", Array::new(vec![9], Buffer::F32(vec![0.0; 9])).unwrap()),
+        )
+        .unwrap()
+        .map(
+            |_| Err(kiln_data::DataError::Map("bad".into())),
+            kiln_data::Parallelism::Sequential,
+        )
+        .ignore_errors()
+        .batch(2, false);
+        let mut m = InputCursor::restore(&many, InputPosition::default()).unwrap();
+        assert!(m.next_batch().is_none());
+        let all = m.take_skips().unwrap();
+        assert_eq!(
+            (all.count, all.first.len()),
+            (9, kiln_data::MAX_LISTED_SKIPS)
+        );
     }
 }

@@ -11,6 +11,7 @@ mod oom;
 mod options;
 mod profile;
 mod resume;
+mod skips;
 mod step;
 
 pub use accumulate::GradientAccumulation;
@@ -21,6 +22,7 @@ pub use logs::{History, Logs};
 pub use oom::{INJECT_ENV as OOM_INJECT_ENV, is_out_of_memory};
 pub use options::{Backup, FitOptions, Interrupt, OnNan, SaveFreq};
 pub use profile::StepProfile;
+pub use skips::{SKIPPED_RECORDS, SkippedInput};
 pub use step::{
     HostLabels, PendingOutput, StepOutput, apply_gradients, compute_gradients,
     compute_gradients_scaled, eval_step, train_step,
@@ -100,6 +102,8 @@ struct Control {
     learning_rate: f64,
     stop_training: bool,
     iterations: u64,
+    /// The records the input skipped in the epoch that just ended.
+    skipped: SkippedInput,
 }
 
 /// [`FitContext`] for `Model::fit`: snapshots are clones of the Burn network (its tensors are
@@ -126,6 +130,9 @@ impl FitContext for LoopContext<'_> {
     }
     fn iterations(&self) -> u64 {
         self.control.iterations
+    }
+    fn skipped_input(&self) -> SkippedInput {
+        self.control.skipped.clone()
     }
     fn snapshot_weights(&self) -> WeightsSnapshot {
         WeightsSnapshot::new(self.net.clone())
@@ -343,6 +350,7 @@ impl Model {
             learning_rate: self.compiled.optimizer.learning_rate(),
             stop_training: false,
             iterations: 0,
+            skipped: SkippedInput::default(),
         };
         let mut state = LoopState {
             epoch: opts.initial_epoch,
@@ -385,6 +393,7 @@ impl Model {
         hooks!(|c, ctx| c.on_train_begin(ctx));
         let mut last = Logs::default();
         let mut guard = NumericsGuard::new(self.check_numerics, DataSplit::Train);
+        let mut skip_report = skips::SkipReport::default();
         'epochs: while state.epoch < opts.epochs {
             let epoch = state.epoch;
             if let Some(scale) = state.loss_scale {
@@ -575,13 +584,9 @@ impl Model {
                     && let Some(signal) = opts.interrupt.as_ref().and_then(|i| i.requested())
                 {
                     let checkpoint = match &opts.backup {
-                        Some(backup) => Some(self.save_checkpoint(
-                            backup,
-                            &control,
-                            &state,
-                            &input,
-                            callbacks,
-                        )?),
+                        Some(backup) => {
+                            Some(self.save_checkpoint(backup, &control, &state, &input, callbacks)?)
+                        }
                         None => None,
                     };
                     return Err(crate::KilnError::Interrupted {
@@ -606,6 +611,8 @@ impl Model {
             if opts.steps_per_epoch.is_none() {
                 input.close();
             }
+            let train_skips = input.take_skips();
+            skips::check_not_all_skipped(train_skips.as_ref(), state.acc.batches, epoch)?;
             let train_time = started.elapsed().as_secs_f64();
             let mut logs = state.acc.logs(&self.compiled);
             if let Some(ls) = state.loss_scale {
@@ -640,12 +647,18 @@ impl Model {
                     std::mem::take(&mut state.skipped_nan_steps) as f64,
                 );
             }
-            if let Some(val) = validation
-                && opts.validates_after(epoch)
-            {
-                let val_logs = self.evaluate_split(val, DataSplit::Validation)?;
+            let mut val_skips = None;
+            let validated = validation.is_some() && opts.validates_after(epoch);
+            if let Some(val) = validation.filter(|_| validated) {
+                let (val_logs, skipped) = self.evaluate_split(val, DataSplit::Validation)?;
                 logs.extend_prefixed("val_", &val_logs);
+                val_skips = skipped;
             }
+            control.skipped = SkippedInput {
+                train: train_skips,
+                validation: val_skips,
+            };
+            skip_report.add_to(&mut logs, &control.skipped, validated);
             let epoch_time = started.elapsed().as_secs_f64();
             hooks!(|c, ctx| c.on_epoch_end(epoch, &mut logs, ctx));
             state.history.push(epoch, &logs);
@@ -678,16 +691,26 @@ impl Model {
     /// # Errors
     /// Data and shape errors as [`Model::fit`].
     pub fn evaluate(&self, data: &Dataset) -> Result<Logs> {
-        self.evaluate_split(data, DataSplit::Test)
+        let (mut logs, skipped) = self.evaluate_split(data, DataSplit::Test)?;
+        if let Some(s) = skipped {
+            logs.set(SKIPPED_RECORDS, s.count as f64);
+        }
+        Ok(logs)
     }
 
-    /// [`Model::evaluate`], naming `split` in input errors.
-    fn evaluate_split(&self, data: &Dataset, split: DataSplit) -> Result<Logs> {
+    /// [`Model::evaluate`], naming `split` in input errors; also what the input's
+    /// `ignore_errors` stages dropped.
+    fn evaluate_split(
+        &self,
+        data: &Dataset,
+        split: DataSplit,
+    ) -> Result<(Logs, Option<kiln_data::SkipStats>)> {
         let net = self.net.valid();
         let units = self.spec.output_shape()[0];
         let mut acc = Accumulator::default();
         let mut guard = NumericsGuard::new(self.check_numerics, split);
-        for batch in data.iter() {
+        let mut batches = data.iter();
+        for batch in batches.by_ref() {
             let (loss, device) = (&self.compiled.loss, &self.device);
             let Some(b) = to_device_guarded(&mut batch?, &self.spec, loss, device, &mut guard)?
             else {
@@ -699,7 +722,7 @@ impl Model {
         }
         let mut logs = acc.logs(&self.compiled);
         guard.report(&mut logs);
-        Ok(logs)
+        Ok((logs, batches.skip_stats()))
     }
 
     /// Model outputs for every example of `data` (Keras' `model.predict`): a row-major

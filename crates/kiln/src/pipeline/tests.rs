@@ -585,3 +585,180 @@ fn a_shard_reads_every_nth_file_at_its_batch_size() {
     // The whole pipeline, for comparison: every file at batch_size 4.
     assert_eq!(values(&build(&cfg, Split::Train).unwrap()).len(), 3);
 }
+
+/// One iteration of `ds`: the values of component `name` (as f32) and the skip statistics.
+fn values_and_skips(ds: &Dataset, name: &str) -> (Vec<f32>, Option<kiln_data::SkipStats>) {
+    let mut it = ds.iter();
+    let values = it
+        .by_ref()
+        .flat_map(|b| f32s(b.unwrap().get(name).unwrap()))
+        .collect();
+    (values, it.skip_stats())
+}
+
+/// `ignore_errors = true` drops a CSV row that does not parse, a TFRecord record that does
+/// not match the features, and an example whose `map` op fails; `take` counts good rows. A
+/// strict pipeline stops at the first one, saying how to skip such rows.
+#[test]
+fn ignore_errors_skips_bad_records_of_every_source() {
+    use kiln_data::tfrecord::{Example, Feature, TfRecordWriter};
+    let s = Scratch::new("ignore-errors");
+    std::fs::write(s.0.join("rows.csv"), "a,b\n1,0\nx,1\n3,0\n4,1\n").unwrap();
+    let csv = |extra: &str| {
+        config(
+            &s.0,
+            &format!(
+                "[data.train]\nsource = \"csv\"\nfiles = \"rows.csv\"\ncolumn_defaults = [0.0, 0]\nlabel_name = \"b\"\nx = \"a\"\n{extra}"
+            ),
+        )
+    };
+    let strict = build(&csv(""), Split::Train).unwrap();
+    let e = strict.iter().find_map(|b| b.err()).unwrap().to_string();
+    assert!(
+        e.contains("rows.csv:3: column 0 (\"a\"): \"x\" is not a valid float32")
+            && e.contains("or set ignore_errors = true to skip bad rows"),
+        "{e}"
+    );
+    let (a, skips) = values_and_skips(
+        &build(&csv("ignore_errors = true\n"), Split::Train).unwrap(),
+        "x",
+    );
+    assert_eq!(a, vec![1.0, 3.0, 4.0]);
+    let skips = skips.unwrap();
+    assert_eq!((skips.count, skips.first[0].index), (1, 1));
+    assert_eq!(
+        skips.first[0].path.as_deref(),
+        Some(s.0.join("rows.csv").as_path())
+    );
+    assert!(
+        !skips.first[0].error.contains("ignore_errors"),
+        "{}",
+        skips.first[0].error
+    );
+    let (a, _) = values_and_skips(
+        &build(&csv("ignore_errors = true\ntake = 2\n"), Split::Train).unwrap(),
+        "x",
+    );
+    assert_eq!(a, vec![1.0, 3.0], "take counts the good rows");
+
+    let mut w = TfRecordWriter::create(s.0.join("d.tfrecord"), Compression::None).unwrap();
+    for label in [
+        Feature::int64(vec![0]),
+        Feature::float32(vec![1.0]),
+        Feature::int64(vec![1]),
+    ] {
+        let e = Example::new()
+            .with("v", Feature::float32(vec![2.0]))
+            .with("label", label);
+        w.write(&e.to_bytes()).unwrap();
+    }
+    w.finish().unwrap();
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"tfrecord\"\nfiles = \"d.tfrecord\"\nignore_errors = true\nx = \"v\"\ny = \"label\"\n[data.train.features]\nv = { dtype = \"float32\" }\nlabel = { dtype = \"int64\" }\n",
+    );
+    let (v, skips) = values_and_skips(&build(&cfg, Split::Train).unwrap(), "x");
+    assert_eq!(v, vec![2.0, 2.0]);
+    let skips = skips.unwrap();
+    assert_eq!(skips.count, 1);
+    assert!(
+        skips.first[0].error.starts_with(&format!(
+            "{}: tf.train.Example record 1, feature \"label\"",
+            s.0.join("d.tfrecord").display()
+        )),
+        "{}",
+        skips.first[0].error
+    );
+
+    // A map op that fails for some examples: one_hot with depth 1 on labels 0, 1, 0, 1, ...
+    write_npy(&s.0);
+    let npy = |extra: &str| {
+        config(
+            &s.0,
+            &format!(
+                "[data.train]\nsource = \"npy\"\nfiles = [\"x.npy\", \"y.npy\"]\nmap = [{{ op = \"one_hot\", depth = 1, component = \"y\" }}]\n{extra}"
+            ),
+        )
+    };
+    let e = build(&npy(""), Split::Train)
+        .unwrap()
+        .iter()
+        .find_map(|b| b.err())
+        .unwrap();
+    assert!(e.to_string().contains("one_hot"), "{e}");
+    let (y, skips) = values_and_skips(
+        &build(&npy("ignore_errors = true\n"), Split::Train).unwrap(),
+        "y",
+    );
+    assert_eq!(
+        y,
+        vec![1.0, 1.0, 1.0],
+        "the three examples of class 0, one-hot"
+    );
+    let skips = skips.unwrap();
+    let indices: Vec<u64> = skips.first.iter().map(|r| r.index).collect();
+    assert_eq!((skips.count, indices), (3, vec![1, 3, 5]));
+}
+
+/// csv `column_names`: a headerless file (`header = false` needs them), or names in place of
+/// the header's; `include_hidden` lets a glob take `._rows.csv`.
+#[test]
+fn csv_column_names_and_headerless_files() {
+    let s = Scratch::new("column-names");
+    std::fs::write(s.0.join("rows.csv"), "1,2.5,0\n3,4.5,1\n").unwrap();
+    std::fs::write(s.0.join("named.csv"), "p,q,r\n5,6.5,1\n").unwrap();
+    std::fs::write(
+        s.0.join("._rows.csv"),
+        "\u{0}\u{5}\u{16}\u{7} Mac OS X attributes",
+    )
+    .unwrap();
+    let table = |files: &str, extra: &str| {
+        format!(
+            "[data.train]\nsource = \"csv\"\nfiles = \"{files}\"\ncolumn_names = [\"a\", \"b\", \"label\"]\nlabel_name = \"label\"\nx = \"b\"\n{extra}"
+        )
+    };
+    let cfg = config(&s.0, &table("rows.csv", "header = false\n"));
+    let b = batches(&build(&cfg, Split::Train).unwrap());
+    assert_eq!(b[0].get("x").unwrap().data(), &Buffer::F32(vec![2.5, 4.5]));
+    assert_eq!(b[0].get("y").unwrap().data(), &Buffer::I32(vec![0, 1]));
+    // With a header, the names replace the header's; the header line is skipped.
+    let cfg = config(&s.0, &table("named.csv", ""));
+    let b = batches(&build(&cfg, Split::Train).unwrap());
+    assert_eq!(b[0].get("x").unwrap().data(), &Buffer::F32(vec![6.5]));
+    // Globs leave the hidden companion file out, unless include_hidden = true.
+    let cfg = config(&s.0, &table("r*.csv", "header = false\n"));
+    assert_eq!(batches(&build(&cfg, Split::Train).unwrap()).len(), 1);
+    let cfg = config(
+        &s.0,
+        &table("*rows.csv", "header = false\ninclude_hidden = true\n"),
+    );
+    let e = build(&cfg, Split::Train).unwrap_err().to_string();
+    assert!(e.contains("._rows.csv"), "{e}");
+
+    let err = |data: &str| {
+        let text = format!(
+            "name = \"t\"\n[data]\n{data}\n[model]\nlayers = [{{ type = \"Input\", shape = [4] }}, {{ type = \"Dense\", units = 2 }}]\n[compile]\noptimizer = \"sgd\"\nloss = \"sparse_categorical_crossentropy\"\n"
+        );
+        RunConfig::from_toml_str(&text).unwrap_err().to_string()
+    };
+    let e = err("[data.train]\nsource = \"csv\"\nfiles = \"rows.csv\"\nheader = false\n");
+    assert!(
+        e.starts_with(
+            "data.train.column_names: header = false needs the column names: give \
+                       column_names = [\"a\", \"b\", ...]"
+        ),
+        "{e}"
+    );
+    let e = err(
+        "[data.train]\nsource = \"csv\"\nfiles = \"rows.csv\"\ncolumn_names = [\"a\", \"a\"]\n",
+    );
+    assert!(
+        e.contains("data.train.column_names: \"a\" appears twice"),
+        "{e}"
+    );
+    let e = err("[data.train]\nsource = \"npy\"\nfiles = [\"x.npy\"]\ncolumn_names = [\"a\"]\n");
+    assert!(
+        e.contains("data.train.column_names: applies to source = \"csv\" only"),
+        "{e}"
+    );
+}

@@ -9,6 +9,10 @@
 //! `fcntl` locks would let it through, and would drop the first lock as soon as any descriptor
 //! of the file was closed).
 //!
+//! A holder that is already exiting (killed, still freeing its memory or closing its GPU
+//! context) is waited for, up to 10 s, as a scheduler that kills a job and restarts it at once
+//! expects; a live holder means an immediate refusal.
+//!
 //! The lock file stays when the lock is released: deleting it would let a third process lock a
 //! fresh file while a second one still holds the old one. After locking, the holder writes who
 //! it is (pid, host, command, start time) into it, and empties it when it releases the lock; a
@@ -32,6 +36,10 @@ pub const LOCK_FILE: &str = ".lock";
 /// How long a refused process waits for the holder to record itself (it locks first, then
 /// writes), or for a dead predecessor's leftover record to be replaced.
 const RECORD_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a process waits for a holder that is already exiting (killed, and still freeing
+/// its memory or closing its device) to release the lock.
+const EXIT_WAIT: Duration = Duration::from_secs(10);
 
 /// Who holds a directory's lock, as it recorded itself in the lock file. Fields it did not
 /// record (an older or foreign writer, or one that has just locked) are `None`.
@@ -127,6 +135,29 @@ impl LockHolder {
             && !Path::new(&format!("/proc/{pid}")).exists()
     }
 
+    /// True when the record names a process of this host that is already exiting: a zombie,
+    /// or (Linux's `PF_EXITING` in `/proc/<pid>/stat`) one that a signal is tearing down. Its
+    /// lock goes with it in a moment; a scheduler that kills a job and starts it again at once
+    /// meets this.
+    fn is_exiting(&self) -> bool {
+        const PF_EXITING: u64 = 0x4;
+        let (Some(pid), Some(host)) = (self.pid, &self.host) else {
+            return false;
+        };
+        if hostname().as_deref() != Some(host) {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // `pid (comm) state ppid pgrp session tty_nr tpgid flags ...`; comm may hold spaces.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        let flags = fields.get(6).and_then(|f| f.parse::<u64>().ok());
+        matches!(fields.first(), Some(&"Z" | &"X")) || flags.is_some_and(|f| f & PF_EXITING != 0)
+    }
+
     /// True when the record is this process's.
     fn is_this_process(&self) -> bool {
         self.pid == Some(std::process::id()) && self.host == hostname()
@@ -144,13 +175,13 @@ impl LockHolder {
     /// What the refused process tells the user to do: wait, stop the holder, or `elsewhere`.
     fn remedy(&self, elsewhere: &str) -> String {
         match (self.is_this_process(), self.kill_hint()) {
-            (true, _) => format!(
-                "Let the other call in this process finish first, or {elsewhere}"
-            ),
-            (false, Some(kill)) => {
-                format!("Wait for it to finish, stop it ({kill}), or {elsewhere}")
+            (true, _) => {
+                format!("Let the other call in this process finish first, or {elsewhere}.")
             }
-            (false, None) => format!("Wait for it to finish or stop it, or {elsewhere}"),
+            (false, Some(kill)) => {
+                format!("Wait for it to finish, stop it ({kill}), or {elsewhere}.")
+            }
+            (false, None) => format!("Wait for it to finish or stop it, or {elsewhere}."),
         }
     }
 }
@@ -170,7 +201,11 @@ impl std::fmt::Display for LockHolder {
             write!(f, " on host {h}")?;
         }
         if let Some(s) = self.started {
-            write!(f, ", started {} ago", duration_words(now_s().saturating_sub(s)))?;
+            write!(
+                f,
+                ", started {} ago",
+                duration_words(now_s().saturating_sub(s))
+            )?;
         }
         write!(f, ")")
     }
@@ -206,34 +241,42 @@ impl DirLock {
             .open(&path)
             .map_err(|e| KilnError::io(&path, e))?;
         match file.try_lock() {
-            Ok(()) => {
-                let mut lock = DirLock {
-                    file: Some(file),
-                    path,
-                    warning: None,
-                };
-                lock.record(&LockHolder::me(command))?;
-                Ok(lock)
-            }
+            Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
                 let holder = read_holder(&path);
-                Err(KilnError::RunDirLocked {
-                    dir: dir.to_path_buf(),
-                    remedy: holder.remedy(elsewhere),
-                    holder,
-                })
+                if !(holder.is_exiting() && lock_within(&file, EXIT_WAIT)) {
+                    let holder = if holder.is_exiting() {
+                        read_holder(&path)
+                    } else {
+                        holder
+                    };
+                    return Err(KilnError::RunDirLocked {
+                        dir: dir.to_path_buf(),
+                        remedy: holder.remedy(elsewhere),
+                        holder,
+                    });
+                }
             }
-            Err(std::fs::TryLockError::Error(e)) => Ok(DirLock {
-                file: None,
-                warning: Some(format!(
-                    "warning: cannot lock {} ({e}): this filesystem offers no file locks, so \
-                     nothing stops a second process from writing {} at the same time",
-                    path.display(),
-                    dir.display()
-                )),
-                path,
-            }),
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Ok(DirLock {
+                    file: None,
+                    warning: Some(format!(
+                        "warning: cannot lock {} ({e}): this filesystem offers no file locks, \
+                         so nothing stops a second process from writing {} at the same time",
+                        path.display(),
+                        dir.display()
+                    )),
+                    path,
+                });
+            }
         }
+        let mut lock = DirLock {
+            file: Some(file),
+            path,
+            warning: None,
+        };
+        lock.record(&LockHolder::me(command))?;
+        Ok(lock)
     }
 
     /// The lock file.
@@ -263,6 +306,20 @@ impl Drop for DirLock {
         // Still locked here: the file is closed (and the lock released) after this.
         if let Some(f) = &self.file {
             let _ = f.set_len(0);
+        }
+    }
+}
+
+/// Tries to lock `file` until `wait` has passed; true when locked.
+fn lock_within(file: &File, wait: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return true,
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < wait => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(_) => return false,
         }
     }
 }
@@ -365,6 +422,36 @@ mod tests {
     }
 
     #[test]
+    fn a_zombie_holder_is_exiting_a_live_one_is_not() {
+        let me = LockHolder::me("kiln train");
+        assert!(!me.is_exiting());
+        // Exited but not yet reaped: a zombie, as a killed holder is on its way out.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let zombie = LockHolder {
+            pid: Some(child.id()),
+            ..me.clone()
+        };
+        let start = Instant::now();
+        while !zombie.is_exiting() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "pid {} never showed as exiting",
+                child.id()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.wait().unwrap();
+        let elsewhere = LockHolder {
+            host: Some("another-host".into()),
+            ..zombie
+        };
+        assert!(
+            !elsewhere.is_exiting(),
+            "a pid of another host is never judged"
+        );
+    }
+
+    #[test]
     fn a_holder_on_another_host_is_described_with_its_host() {
         let h = LockHolder {
             pid: Some(4242),
@@ -380,7 +467,7 @@ mod tests {
         assert_eq!(
             h.remedy("use another run directory"),
             "Wait for it to finish, stop it (`kill 4242` on host gpu-node-7), or use another \
-             run directory"
+             run directory."
         );
         assert_eq!(LockHolder::parse(&h.to_text()), h);
         assert_eq!(LockHolder::parse("").pid, None);

@@ -108,7 +108,10 @@ mod tests {
         let mut first = EventWriter::create(&run).unwrap();
         let second = EventWriter::create(&run).unwrap();
         assert_ne!(first.path(), second.path());
-        assert!(second.path() > first.path(), "a later writer's file sorts after");
+        assert!(
+            second.path() > first.path(),
+            "a later writer's file sorts after"
+        );
         let name = first
             .path()
             .file_name()
@@ -172,7 +175,10 @@ mod tests {
         // Writing goes on normally after a background flush.
         w.add_scalar("s", 2.0, 2).unwrap();
         w.close().unwrap();
-        assert_eq!(read_scalars(dir.path(), "s").unwrap(), vec![(1, 1.0), (2, 2.0)]);
+        assert_eq!(
+            read_scalars(dir.path(), "s").unwrap(),
+            vec![(1, 1.0), (2, 2.0)]
+        );
     }
 
     #[test]
@@ -190,7 +196,10 @@ mod tests {
             name.starts_with(&format!("events.out.tfevents.{:010}.", now + 101)),
             "{name}"
         );
-        assert_eq!(read_events(w.path()).unwrap()[0].wall_time, (now + 101) as f64);
+        assert_eq!(
+            read_events(w.path()).unwrap()[0].wall_time,
+            (now + 101) as f64
+        );
     }
 
     #[test]

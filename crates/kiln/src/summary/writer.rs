@@ -418,4 +418,3 @@ impl Drop for EventWriter {
         let _ = lock(&self.inner).flush();
     }
 }
-
