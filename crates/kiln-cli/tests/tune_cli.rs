@@ -484,3 +484,43 @@ fn an_exhausted_grid_says_so_and_zero_counts_are_refused() {
     assert!(text.contains(": 1 trial (1 complete"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_trial_whose_run_directory_is_held_waits_for_it_and_runs() {
+    let dir = common::scratch("tune-cli-held");
+    let config = write_study(&dir, "held", "max_trials = 1\nmax_retries_per_trial = 0");
+    let study = dir.join("study");
+    let out = tune_command(&config, &study, &[]).output().unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    // Trial 1's run directory, stamped for this study, is held by another process (as by a
+    // `kiln train` left over from an interrupted run): this test, through the same OS lock
+    // on its `.lock`.
+    let run = study.join("trials/1");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::copy(study.join("trials/0/study.json"), run.join("study.json")).unwrap();
+    let holder = std::fs::File::create(run.join(".lock")).unwrap();
+    holder.lock().unwrap();
+    let out_path = dir.join("tune.out");
+    let tuner = tune_command(&config, &study, &["--max-trials", "2"])
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The tuner says it waits; once the holder is gone, the trial trains.
+    tune_common::wait_until("the tuner waiting for trial 1's run directory", || {
+        std::fs::read_to_string(&out_path).is_ok_and(|t| t.contains("    1  waiting: "))
+    });
+    drop(holder);
+    let out = tuner.wait_with_output().unwrap();
+    let text = std::fs::read_to_string(&out_path).unwrap() + &output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("is in use by"), "{text}");
+    let all = trials(&config, &study, None);
+    assert_eq!(all.len(), 2);
+    assert_eq!(
+        (all[1].state_name(), all[1].record.retries),
+        ("complete", 0),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

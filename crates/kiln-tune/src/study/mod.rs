@@ -475,7 +475,8 @@ impl Worker<'_> {
         // The checkpoints come last, through a temporary name: a copy cut short by a kill
         // is made again instead of being resumed from.
         let (checkpoints, partial) = (dir.join("checkpoints"), dir.join("checkpoints.partial"));
-        copy_dir(&from, dir, &["checkpoints"])?;
+        // Not `.lock`: `kiln train`'s lock of the parent's run directory is the parent's.
+        copy_dir(&from, dir, &["checkpoints", ".lock"])?;
         if partial.exists() {
             std::fs::remove_dir_all(&partial).map_err(|e| TuneError::io("remove", &partial, e))?;
         }
