@@ -10,7 +10,9 @@
 //! event `session_log { status: START }` at step `s` drops every value **of every tag** of
 //! that directory read before it with `step >= s`. The first START of a directory is taken
 //! for the session's own start and drops nothing in that accumulator (the older
-//! `event_accumulator.py` drops on every START). TensorBoard's fast data server (`--load_fast`)
+//! `event_accumulator.py` drops on every START, but only from its scalar, histogram, image and
+//! audio stores, never its tensors, so it cannot hide orphans of TF2 scalars, Keras' included).
+//! TensorBoard's fast data server (`--load_fast`)
 //! ignores START and drops, per tag, the values at or after a step that the tag writes again.
 //!
 //! One threshold per directory does not fit kiln's series: `train/` holds `epoch_*` values at
@@ -27,7 +29,7 @@
 //! 2. the values that START hides wrongly — those of other series at or after that step
 //!    but before their own first orphan — copied again, unchanged, from the old files.
 //!
-//! Both accumulators then show each step once, and so does the data server (the copies and
+//! The UI's accumulator then shows each step once, and so does the data server (the copies and
 //! the new values write each step again). Copies are needed only when a series with a small
 //! step axis has orphans while one with a large axis has values past its threshold (an
 //! epoch's values written before the kill, or a resume from an older checkpoint, with
