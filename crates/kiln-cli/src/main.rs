@@ -194,6 +194,7 @@ fn main() -> ExitCode {
             let text = e.to_string();
             let first = text.lines().next().unwrap_or("invalid arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
+            let first = kiln::error::escape_for_terminal(first);
             eprintln!("kiln: error: {first} (see kiln --help)");
             return ExitCode::from(2);
         }
@@ -238,6 +239,8 @@ fn main() -> ExitCode {
                     .collect::<Vec<_>>()
                     .join(": "),
             };
+            // Messages echo user input (paths, keys, values): no terminal control through them.
+            let message = kiln::error::escape_for_terminal(&message);
             let tune_signal = match e.downcast_ref::<kiln_tune::TuneError>() {
                 Some(kiln_tune::TuneError::Interrupted(signal)) => Some(*signal),
                 _ => None,

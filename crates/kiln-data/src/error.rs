@@ -115,6 +115,11 @@ pub enum DataError {
         message: String,
     },
 
+    /// A buffer larger than the memory this process can have: found before allocating
+    /// ([`crate::alloc`]), or refused by the allocator. The message says what needed how much.
+    #[error("out of memory: {0}")]
+    Memory(String),
+
     /// A preprocessing op ([`crate::Preprocess`]) cannot handle a component's values.
     #[error("preprocessing op {op} on component {component:?}: {message}")]
     Preprocess {
@@ -152,6 +157,7 @@ impl DataError {
             DataError::Shape(_)
             | DataError::MissingComponent { .. }
             | DataError::Map(_)
+            | DataError::Memory(_)
             | DataError::InvalidArgument(_)
             | DataError::Preprocess { .. } => None,
         }

@@ -53,6 +53,7 @@
 
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod compression;
 pub mod dataset;
 pub mod element;
@@ -63,6 +64,7 @@ pub mod npy;
 pub mod preprocess;
 pub mod sources;
 pub mod storage;
+pub mod system;
 pub mod tfrecord;
 
 pub use compression::Compression;

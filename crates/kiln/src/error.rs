@@ -168,9 +168,16 @@ impl KilnError {
 }
 
 /// Rewrites serde's Rust type names in a parse message into words a config author knows
-/// (`expected usize` -> `expected a non-negative integer`).
+/// (`expected usize` -> `expected a non-negative integer`); never empty.
 pub(crate) fn humanize(message: &str) -> String {
     let mut m = message.trim().replace('\n', " ");
+    if m.is_empty() {
+        // toml reports some syntax errors (a key with no value at the end of the file) with
+        // an empty message.
+        m = "the TOML is incomplete or malformed here: a key needs a value (`key = 1`, \
+             `key = \"text\"`)"
+            .to_string();
+    }
     for (rust, words) in [
         ("expected usize", "expected a non-negative integer"),
         ("expected u64", "expected a non-negative integer"),
@@ -190,4 +197,52 @@ pub(crate) fn humanize(message: &str) -> String {
         m = m.replace(rust, words);
     }
     m
+}
+
+/// `text` safe to print on a terminal: control characters (but newline and tab) and Unicode's
+/// bidirectional formatting characters (U+061C, U+200E/F, U+202A..U+202E, U+2066..U+2069),
+/// which reorder or hide what follows them (CVE-2021-42574, "Trojan Source"), become `\u{..}`
+/// escapes. Error messages echo file names, keys and values from user input: they go through
+/// this before they are printed.
+pub fn escape_for_terminal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if is_unsafe_on_terminal(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn is_unsafe_on_terminal(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_controls_and_bidi_overrides_only() {
+        let key = "na\u{202e}me\u{1b}[31m";
+        assert_eq!(escape_for_terminal(key), "na\\u{202e}me\\u{1b}[31m");
+        assert_eq!(
+            escape_for_terminal("a\u{2067}b\u{7f}c\0"),
+            "a\\u{2067}b\\u{7f}c\\u{0}"
+        );
+        let plain = "line 4: épochs = \"ten\"\n\tnext";
+        assert_eq!(escape_for_terminal(plain), plain);
+    }
+
+    #[test]
+    fn no_parse_message_is_empty() {
+        assert!(humanize("  \n").contains("needs a value"));
+        assert_eq!(
+            humanize("expected usize"),
+            "expected a non-negative integer"
+        );
+    }
 }

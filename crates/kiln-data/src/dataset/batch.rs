@@ -82,7 +82,7 @@ impl Iterator for BatchIter {
         if self.done {
             return None;
         }
-        let mut parts = Vec::with_capacity(self.batch_size);
+        let mut parts = Vec::with_capacity(self.batch_size.min(1 << 16));
         while parts.len() < self.batch_size {
             match self.input.next() {
                 Some(Ok(element)) => parts.push(element),

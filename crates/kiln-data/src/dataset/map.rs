@@ -91,6 +91,15 @@ impl Dataset {
                 "map: num_parallel_calls must be at least 1 (or Sequential / AUTOTUNE)".into(),
             );
         }
+        let max = crate::system::max_parallel_calls();
+        if let Parallelism::Fixed(n) = num_parallel_calls
+            && n > max
+        {
+            return Dataset::invalid(format!(
+                "map: num_parallel_calls = {n} is more than the {max} worker threads kiln-data \
+                 starts on this machine (8 per core, at least 64); use AUTOTUNE or at most {max}"
+            ));
+        }
         Dataset::from_node(MapNode {
             input: self.node,
             f: Arc::new(f),
@@ -313,11 +322,20 @@ impl ParallelMapIter {
             threads: Vec::new(),
             tuning,
         };
-        for _ in 0..workers {
+        // A failed spawn lowers the target to the live count, which ends the loop.
+        while it.live() < it.target() {
             it.spawn_worker();
         }
         it.publish();
         it
+    }
+
+    fn live(&self) -> usize {
+        self.shared
+            .count
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .live
     }
 
     fn target(&self) -> usize {

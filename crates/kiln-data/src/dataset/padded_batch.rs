@@ -129,7 +129,7 @@ impl Node for PaddedBatchNode {
             if done {
                 return None;
             }
-            let mut parts = Vec::with_capacity(batch_size);
+            let mut parts = Vec::with_capacity(batch_size.min(1 << 16));
             while parts.len() < batch_size {
                 match input.next() {
                     Some(Ok(element)) => parts.push(element),

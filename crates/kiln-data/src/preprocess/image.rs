@@ -219,6 +219,8 @@ pub fn resize_bilinear(x: &Array, height: usize, width: usize) -> Result<Array> 
             "cannot resize an empty {h}x{w} image"
         )));
     }
+    let what = format!("resize to {height}x{width}x{c} float32");
+    crate::alloc::check(&what, crate::alloc::product(&what, &[height, width, c])?, 4)?;
     let size = Size {
         h,
         w,

@@ -27,7 +27,8 @@ pub fn one_hot(x: &Array, depth: usize) -> Result<Array> {
         )));
     }
     let indices = x.data().try_to_i64()?;
-    let mut out = vec![0.0f32; indices.len() * depth];
+    let count = crate::alloc::product("one_hot's output", &[indices.len(), depth])?;
+    let mut out = crate::alloc::filled(&format!("one_hot of depth {depth}"), count, 0.0f32)?;
     for (i, &c) in indices.iter().enumerate() {
         if c < 0 || c as u64 >= depth as u64 {
             return Err(DataError::InvalidArgument(format!(

@@ -80,6 +80,10 @@ impl BackupSpec {
                 ),
             ));
         }
+        super::paths::check_inside_run_dir(
+            "callbacks.BackupAndRestore.backup_dir",
+            &self.backup_dir,
+        )?;
         if self.keep == 0 {
             return Err(KilnError::config(
                 "callbacks.BackupAndRestore.keep",

@@ -422,6 +422,7 @@ impl CallbackSpec {
                         "must name a file (in the run directory when relative)",
                     ));
                 }
+                super::paths::check_inside_run_dir(&format!("{key}.filename"), &s.filename)?;
                 if s.separator.chars().count() != 1 {
                     return Err(KilnError::config(
                         format!("{key}.separator"),
@@ -434,11 +435,17 @@ impl CallbackSpec {
                 }
                 Ok(())
             }
-            CallbackSpec::TerminateOnNaN(_) | CallbackSpec::TensorBoard(_) => Ok(()),
-            CallbackSpec::ModelCheckpoint(s) => s
-                .build(Path::new("."))
-                .and_then(|cb| cb.check())
-                .map_err(|e| rekey(e, key)),
+            CallbackSpec::TerminateOnNaN(_) => Ok(()),
+            CallbackSpec::TensorBoard(s) => {
+                super::paths::check_inside_run_dir(&format!("{key}.log_dir"), &s.log_dir)
+            }
+            CallbackSpec::ModelCheckpoint(s) => super::paths::check_inside_run_dir(
+                &format!("{key}.filepath"),
+                Path::new(&s.filepath),
+            )
+            .and_then(|()| s.build(Path::new(".")))
+            .and_then(|cb| cb.check())
+            .map_err(|e| rekey(e, key)),
             CallbackSpec::BackupAndRestore(s) => s.validate().map_err(|e| rekey(e, key)),
         }
     }

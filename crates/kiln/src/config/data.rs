@@ -173,6 +173,21 @@ impl DataConfig {
                 "must be at least 1",
             ));
         }
+        self.check_sizes()
+    }
+
+    /// The arrays form's counts against the machine (see [`super::limits`]).
+    fn check_sizes(&self) -> Result<()> {
+        use super::limits::{check_memory, check_threads};
+        check_threads("data.num_parallel_calls", self.num_parallel_calls)?;
+        if let Some(n) = self.prefetch {
+            let what = format!("prefetching {n} batches");
+            check_memory("data.prefetch", &n.to_string(), &what, &[n])?;
+        }
+        if let Some(n) = self.shuffle_buffer_size {
+            let what = "the shuffle buffer";
+            check_memory("data.shuffle_buffer_size", &n.to_string(), what, &[n])?;
+        }
         Ok(())
     }
 

@@ -26,6 +26,8 @@ mod callbacks;
 mod data;
 mod distribute;
 mod fit;
+pub mod limits;
+pub mod paths;
 mod pipeline;
 
 pub use backup::BackupSpec;
@@ -126,15 +128,7 @@ impl RunConfig {
                 .unwrap_or_else(|| "config".into());
             KilnError::config(line, crate::error::humanize(e.message()))
         })?;
-        if raw.name.trim().is_empty() || raw.name.contains(['/', '\\']) {
-            return Err(KilnError::config(
-                "name",
-                format!(
-                    "\"{}\" is not a usable run name: use letters, digits, '-' or '_'",
-                    raw.name
-                ),
-            ));
-        }
+        paths::check_run_name("name", &raw.name)?;
         let precision = match &raw.precision {
             Some(p) => crate::precision::Precision::parse(p, "precision")?,
             None => Default::default(),

@@ -846,7 +846,7 @@ impl PipelineConfig {
         for (i, op) in self.map.iter().enumerate() {
             op.validate(&format!("{key}.map[{i}]"))?;
         }
-        Ok(())
+        super::limits::check_pipeline(key, self)
     }
 
     /// csv: `column_names` is needed without a header, and holds distinct, non-empty names.

@@ -59,7 +59,7 @@
 mod pipeline;
 mod policy;
 mod stats;
-mod system;
+use crate::system;
 #[cfg(test)]
 mod tests;
 

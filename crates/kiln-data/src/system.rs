@@ -1,4 +1,4 @@
-//! The machine's defaults for the autotuning budgets: cores and available memory.
+//! What the machine gives this process: cores and available memory (the autotuning budgets' defaults, and the bound [`crate::alloc`] checks sizes against).
 
 use std::path::Path;
 
@@ -8,10 +8,18 @@ pub(crate) const FALLBACK_RAM_BUDGET: u64 = 2 << 30;
 
 /// Cores this process may run on ([`std::thread::available_parallelism`], which follows
 /// affinity masks and cgroup CPU quotas); 1 when unknown.
-pub(crate) fn cores() -> usize {
+pub fn cores() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+}
+
+/// The most worker threads one parallel `map` (or parse) starts: 8 per core, at least 64.
+/// tf.data runs `num_parallel_calls` calls on a shared pool of about one thread per core;
+/// kiln-data starts real threads, and far more than the cores only adds switching (or fails:
+/// the system refuses threads past its limits).
+pub fn max_parallel_calls() -> usize {
+    (8 * cores()).max(64)
 }
 
 /// The default RAM budget in bytes: half of the memory available to this process — tf.data's
@@ -22,15 +30,19 @@ pub(crate) fn cores() -> usize {
 /// (`/sys/fs/cgroup/memory.max` minus `memory.current`) when one is set. Without
 /// `/proc/meminfo`, [`FALLBACK_RAM_BUDGET`].
 pub(crate) fn default_ram_budget() -> u64 {
+    available_memory().map_or(FALLBACK_RAM_BUDGET, |m| m / 2)
+}
+
+/// Bytes of memory this process can still get: `MemAvailable`, lowered to a cgroup v2
+/// limit's headroom; `None` without `/proc/meminfo`.
+pub fn available_memory() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|text| mem_available(&text));
-    let cgroup = cgroup_room(Path::new("/sys/fs/cgroup"));
-    match (meminfo, cgroup) {
-        (Some(m), Some(c)) => m.min(c) / 2,
-        (Some(m), None) => m / 2,
-        (None, _) => FALLBACK_RAM_BUDGET,
-    }
+        .and_then(|text| mem_available(&text))?;
+    Some(match cgroup_room(Path::new("/sys/fs/cgroup")) {
+        Some(c) => meminfo.min(c),
+        None => meminfo,
+    })
 }
 
 /// `MemAvailable` of a `/proc/meminfo` text, in bytes (the file states kB = 1024 bytes, see
