@@ -184,3 +184,18 @@ fn keys_with_bidi_overrides_are_escaped_in_messages() {
         "{err:?}"
     );
 }
+
+#[test]
+fn batch_size_auto_is_not_taken_for_a_huge_batch() {
+    require_data();
+    let dir = scratch("hostile-auto");
+    let fit = "epochs = 10\nbatch_size = 128";
+    let auto = example_with(&dir, fit, "epochs = 10\nbatch_size = \"auto\"");
+    let out = data_bench(&auto);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let huge = example_with(&dir, fit, "epochs = 10\nbatch_size = 4611686018427387904");
+    assert_config_error(
+        &data_bench(&huge),
+        &["fit.batch_size", "4611686018427387904"],
+    );
+}

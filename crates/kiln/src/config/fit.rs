@@ -176,7 +176,9 @@ impl FitConfig {
             return Err(KilnError::config("fit.epochs", "must be at least 1"));
         }
         let b = self.batch_size;
-        super::limits::check_memory("fit.batch_size", &b.to_string(), "one batch", &[b])?;
+        if b != AUTO_BATCH_SIZE {
+            super::limits::check_memory("fit.batch_size", &b.to_string(), "one batch", &[b])?;
+        }
         if self.initial_epoch >= self.epochs {
             return Err(KilnError::config(
                 "fit.initial_epoch",
