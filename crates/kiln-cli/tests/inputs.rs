@@ -46,7 +46,11 @@ fn trained(dir: &Path) -> PathBuf {
 }
 
 fn images(n: usize, value: impl Fn(usize) -> f32) -> Array {
-    Array::new(vec![n, 28, 28], Buffer::F32((0..n * 784).map(value).collect())).unwrap()
+    Array::new(
+        vec![n, 28, 28],
+        Buffer::F32((0..n * 784).map(value).collect()),
+    )
+    .unwrap()
 }
 
 #[test]
@@ -62,7 +66,11 @@ fn predict_reads_pipes_stdin_and_sniffs_the_format() {
     // Process substitution: a pipe whose size is unknown, read once.
     let o = Command::new("bash")
         .args(["-c", "\"$0\" predict \"$1\" <(cat \"$2\")"])
-        .args([env!("CARGO_BIN_EXE_kiln"), run.to_str().unwrap(), idx.to_str().unwrap()])
+        .args([
+            env!("CARGO_BIN_EXE_kiln"),
+            run.to_str().unwrap(),
+            idx.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert_eq!(predictions(&o), 3);
@@ -75,20 +83,36 @@ fn predict_reads_pipes_stdin_and_sniffs_the_format() {
     // Text named .npy: called what it is, not "not an IDX file".
     let csv = dir.join("rows.npy");
     std::fs::write(&csv, "a,b\n1,2\n").unwrap();
-    let o = kiln().args(["predict", run.to_str().unwrap(), csv.to_str().unwrap()]).output().unwrap();
-    assert_fails(&o, 1, &["rows.npy: not a .npy file", "it looks like text (CSV?)"]);
+    let o = kiln()
+        .args(["predict", run.to_str().unwrap(), csv.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_fails(
+        &o,
+        1,
+        &["rows.npy: not a .npy file", "it looks like text (CSV?)"],
+    );
     assert!(!text(&o.stderr).contains("IDX"), "{}", text(&o.stderr));
 
     // A NaN in record 2 and a wrong example shape: both name the file (and the record).
     let nan = dir.join("nan.npy");
-    kiln_data::npy::write_npy(&nan, &images(3, |i| if i == 2 * 784 + 5 { f32::NAN } else { 0.5 }))
+    kiln_data::npy::write_npy(
+        &nan,
+        &images(3, |i| if i == 2 * 784 + 5 { f32::NAN } else { 0.5 }),
+    )
+    .unwrap();
+    let o = kiln()
+        .args(["predict", run.to_str().unwrap(), nan.to_str().unwrap()])
+        .output()
         .unwrap();
-    let o = kiln().args(["predict", run.to_str().unwrap(), nan.to_str().unwrap()]).output().unwrap();
     assert_fails(&o, 1, &["check_numerics: record 2 of ", "nan.npy has NaN"]);
     let small = dir.join("small.npy");
     let five = Array::new(vec![2, 5, 5], Buffer::F32(vec![0.0; 50])).unwrap();
     kiln_data::npy::write_npy(&small, &five).unwrap();
-    let o = kiln().args(["predict", run.to_str().unwrap(), small.to_str().unwrap()]).output().unwrap();
+    let o = kiln()
+        .args(["predict", run.to_str().unwrap(), small.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert_fails(&o, 1, &["small.npy: "]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -107,9 +131,21 @@ fn data_inspect_reads_stdin_and_unknown_formats_are_usage_errors() {
     }
     let blob = dir.join("blob.bin");
     std::fs::write(&blob, [0xde, 0xad, 0xbe, 0xef]).unwrap();
-    let o = kiln().args(["data", "inspect", blob.to_str().unwrap()]).output().unwrap();
+    let o = kiln()
+        .args(["data", "inspect", blob.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert_fails(&o, 2, &["cannot tell the format of", "--format"]);
-    let o = kiln().args(["data", "inspect", blob.to_str().unwrap(), "--format", "parquet"]).output().unwrap();
+    let o = kiln()
+        .args([
+            "data",
+            "inspect",
+            blob.to_str().unwrap(),
+            "--format",
+            "parquet",
+        ])
+        .output()
+        .unwrap();
     assert_fails(&o, 2, &["unknown file format \"parquet\""]);
     std::fs::remove_dir_all(&dir).unwrap();
 }

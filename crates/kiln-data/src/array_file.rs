@@ -69,6 +69,9 @@ mod tests {
         let p = scratch("image.idx");
         std::fs::write(&p, b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR").unwrap();
         let err = read_array(&p).unwrap_err().to_string();
-        assert!(err.contains("not an IDX file") && err.contains("a PNG image"), "{err}");
+        assert!(
+            err.contains("not an IDX file") && err.contains("a PNG image"),
+            "{err}"
+        );
     }
 }

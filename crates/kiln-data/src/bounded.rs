@@ -126,7 +126,10 @@ impl<'a> Input<'a> {
 
     fn read_error(&self, err: io::Error) -> DataError {
         if self.gzip {
-            self.error(self.pos, format!("corrupt or truncated gzip stream ({err})"))
+            self.error(
+                self.pos,
+                format!("corrupt or truncated gzip stream ({err})"),
+            )
         } else {
             io_error(self.path, err)
         }
@@ -154,7 +157,12 @@ impl<'a> Input<'a> {
                     return Err(self.truncated(total, expected, found, shape));
                 }
                 if found > expected {
-                    return Err(self.trailing(self.pos + expected, found - expected, expected, shape));
+                    return Err(self.trailing(
+                        self.pos + expected,
+                        found - expected,
+                        expected,
+                        shape,
+                    ));
                 }
             }
             Room::AtMost(max) if expected > max.saturating_sub(self.pos) => {
@@ -432,11 +440,17 @@ mod tests {
     fn impossible_allocations_are_errors() {
         let path = Path::new("huge.npy");
         let mut input = Input::plain(&[0u8; 8][..], Some(u64::MAX), path);
-        let err = input.values(usize::MAX / 2, 8, &[usize::MAX / 2], |c| c[0]).unwrap_err();
+        let err = input
+            .values(usize::MAX / 2, 8, &[usize::MAX / 2], |c| c[0])
+            .unwrap_err();
         assert!(
             matches!(&err, DataError::Io { source, .. } if source.kind() == io::ErrorKind::OutOfMemory),
             "{err:?}"
         );
-        assert!(err.to_string().starts_with("cannot read huge.npy: cannot allocate"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("cannot read huge.npy: cannot allocate"),
+            "{err}"
+        );
     }
 }

@@ -465,7 +465,12 @@ mod tests {
         assert_eq!((path, offset), (p, 2));
         assert!(message.contains("unknown IDX type code 0x00"), "{message}");
         // A header whose claim the file cannot hold is refused before allocating it.
-        let p = sparse(&dir, "claims.idx", &[0, 0, 0x0D, 2, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 16], 1 << 20);
+        let p = sparse(
+            &dir,
+            "claims.idx",
+            &[0, 0, 0x0D, 2, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 16],
+            1 << 20,
+        );
         let (_, offset, message) = format_parts(read_idx(&p).unwrap_err());
         assert_eq!(offset, 1 << 20);
         assert!(
@@ -491,37 +496,69 @@ mod tests {
         let zeros = vec![0u8; 256 << 20];
         let bomb = gzip(&zeros);
         let read = std::rc::Rc::new(std::cell::Cell::new(0));
-        let err = read_idx_from(Counted(&bomb, read.clone()), Some(bomb.len() as u64), Path::new("bomb.idx.gz"))
-            .unwrap_err();
+        let err = read_idx_from(
+            Counted(&bomb, read.clone()),
+            Some(bomb.len() as u64),
+            Path::new("bomb.idx.gz"),
+        )
+        .unwrap_err();
         let (_, offset, message) = format_parts(err);
         assert_eq!(offset, 2);
-        assert!(message.contains("unknown IDX type code 0x00 (expected"), "{message}");
-        assert!(message.ends_with("(in the gzip-decompressed data)"), "{message}");
-        assert!(read.get() < bomb.len() / 4, "read {} of {} bytes", read.get(), bomb.len());
+        assert!(
+            message.contains("unknown IDX type code 0x00 (expected"),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("(in the gzip-decompressed data)"),
+            "{message}"
+        );
+        assert!(
+            read.get() < bomb.len() / 4,
+            "read {} of {} bytes",
+            read.get(),
+            bomb.len()
+        );
         // A valid header claiming more than the compressed size can hold.
         let mut claim = vec![0, 0, 0x08, 1, 0xFF, 0xFF, 0xFF, 0xFF];
         claim.extend_from_slice(&[0; 100]);
         let gz = gzip(&claim);
         let (_, offset, message) = format_parts(parse_idx(&gz, Path::new("c.gz")).unwrap_err());
         assert_eq!(offset, 8);
-        assert!(message.contains("more than this gzip file can decompress to"), "{message}");
+        assert!(
+            message.contains("more than this gzip file can decompress to"),
+            "{message}"
+        );
         // Trailing data inside the gzip stream is refused without inflating it all.
         let mut long = encode_idx(&images()).unwrap();
         long.extend_from_slice(&zeros);
-        let (_, offset, message) = format_parts(parse_idx(&gzip(&long), Path::new("t.gz")).unwrap_err());
+        let (_, offset, message) =
+            format_parts(parse_idx(&gzip(&long), Path::new("t.gz")).unwrap_err());
         assert_eq!(offset, 28);
-        assert!(message.starts_with("at least 1048576 unexpected trailing bytes"), "{message}");
+        assert!(
+            message.starts_with("at least 1048576 unexpected trailing bytes"),
+            "{message}"
+        );
     }
 
     #[test]
     fn a_pipe_is_read_front_to_back() {
         let bytes = encode_idx(&images()).unwrap();
-        assert_eq!(read_idx_from(&bytes[..], None, Path::new("-")).unwrap(), images());
-        let (_, offset, message) = format_parts(read_idx_from(&bytes[..20], None, Path::new("-")).unwrap_err());
+        assert_eq!(
+            read_idx_from(&bytes[..], None, Path::new("-")).unwrap(),
+            images()
+        );
+        let (_, offset, message) =
+            format_parts(read_idx_from(&bytes[..20], None, Path::new("-")).unwrap_err());
         assert_eq!(offset, 20);
-        assert!(message.contains("truncated: expected 12 bytes of data for shape [3, 2, 2], found 4"), "{message}");
+        assert!(
+            message.contains("truncated: expected 12 bytes of data for shape [3, 2, 2], found 4"),
+            "{message}"
+        );
         let gz = gzip(&bytes);
-        assert_eq!(read_idx_from(&gz[..], None, Path::new("-")).unwrap(), images());
+        assert_eq!(
+            read_idx_from(&gz[..], None, Path::new("-")).unwrap(),
+            images()
+        );
     }
 
     #[test]
@@ -529,12 +566,19 @@ mod tests {
         let npy = crate::npy::encode_npy(&images());
         let (_, offset, message) = format_parts(parse_idx(&npy, Path::new("x.idx")).unwrap_err());
         assert_eq!(offset, 0);
-        assert!(message.ends_with("; it looks like a NumPy .npy file"), "{message}");
+        assert!(
+            message.ends_with("; it looks like a NumPy .npy file"),
+            "{message}"
+        );
     }
 
     #[test]
     fn fuzz_idx() {
-        let f = Array::new(vec![2, 3], Buffer::F32(vec![0.5, -1.25, 3.0, 1e-7, 42.0, -0.0])).unwrap();
+        let f = Array::new(
+            vec![2, 3],
+            Buffer::F32(vec![0.5, -1.25, 3.0, 1e-7, 42.0, -0.0]),
+        )
+        .unwrap();
         let seeds = vec![
             encode_idx(&images()).unwrap(),
             encode_idx(&f).unwrap(),

@@ -53,8 +53,8 @@
 
 #![warn(missing_docs)]
 
-mod bounded;
 pub mod array_file;
+mod bounded;
 pub mod compression;
 pub mod dataset;
 pub mod element;

@@ -168,7 +168,13 @@ fn read_from(input: &mut Input<'_>) -> Result<Array> {
         })?;
     let expected = count * width;
     input.check_claim(expected as u64, &shape)?;
-    let buffer = decode(input, count, (dtype, width, big_endian), &header.descr, &shape)?;
+    let buffer = decode(
+        input,
+        count,
+        (dtype, width, big_endian),
+        &header.descr,
+        &shape,
+    )?;
     input.finish(expected as u64, &shape)?;
     Array::new(shape, buffer)
 }
@@ -730,12 +736,19 @@ mod tests {
         bytes[7] = 1; // version 1.1
         let (offset, message) = format_parts(parse_npy(&bytes, Path::new("x")).unwrap_err());
         assert_eq!(offset, 6);
-        assert!(message.contains("unsupported .npy format version 1.1"), "{message}");
+        assert!(
+            message.contains("unsupported .npy format version 1.1"),
+            "{message}"
+        );
 
         let junk = "{'descr': '|u1', 'fortran_order': False, 'shape': (1,)} junk\n";
-        let (offset, message) = format_parts(parse_npy(&v1(junk, &[5]), Path::new("x")).unwrap_err());
+        let (offset, message) =
+            format_parts(parse_npy(&v1(junk, &[5]), Path::new("x")).unwrap_err());
         assert_eq!(offset as usize, 10 + junk.find("junk").unwrap());
-        assert!(message.contains("unexpected text after the header's closing '}'"), "{message}");
+        assert!(
+            message.contains("unexpected text after the header's closing '}'"),
+            "{message}"
+        );
 
         let extra = "{'descr': '|u1', 'fortran_order': False, 'shape': (1,), 'x': 'y'}\n";
         let (_, message) = format_parts(parse_npy(&v1(extra, &[5]), Path::new("x")).unwrap_err());
@@ -776,12 +789,17 @@ mod tests {
         let a = Array::new(vec![3], Buffer::F32(vec![1.0, 2.5, -3.0])).unwrap();
         let bytes = encode_npy(&a);
         assert_eq!(read_npy_from(&bytes[..], None, Path::new("-")).unwrap(), a);
-        let (_, message) =
-            format_parts(parse_npy(b"x,y\n1,2\n", Path::new("t.npy")).unwrap_err());
-        assert!(message.ends_with("; it looks like text (CSV?)"), "{message}");
+        let (_, message) = format_parts(parse_npy(b"x,y\n1,2\n", Path::new("t.npy")).unwrap_err());
+        assert!(
+            message.ends_with("; it looks like text (CSV?)"),
+            "{message}"
+        );
         let idx = crate::idx::encode_idx(&a).unwrap();
         let (_, message) = format_parts(parse_npy(&idx, Path::new("i.npy")).unwrap_err());
-        assert!(message.ends_with("; it looks like an IDX file"), "{message}");
+        assert!(
+            message.ends_with("; it looks like an IDX file"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -800,7 +818,10 @@ mod tests {
             "{\"shape\": (2L,), \"fortran_order\": False, \"descr\": \">i4\"}\n",
             &[0, 0, 1, 0, 0xFF, 0xFF, 0xFF, 0xFE],
         ));
-        seeds.push(v1("{'descr': '<u2', 'fortran_order': False, 'shape': (2,)}", &[0xFF, 0xFF, 1, 0]));
+        seeds.push(v1(
+            "{'descr': '<u2', 'fortran_order': False, 'shape': (2,)}",
+            &[0xFF, 0xFF, 1, 0],
+        ));
         let report = kiln_fuzz::fuzz("npy", seeds, kiln_fuzz::Limits::new(20_000), |bytes| {
             parse_npy(bytes, Path::new("fuzz.npy"))
         });

@@ -305,7 +305,9 @@ fn fuzz_csv() {
 #[test]
 fn a_csv_record_without_line_breaks_is_refused_not_held() {
     let long = vec![b'7'; super::csv::MAX_RECORD as usize + (1 << 20)];
-    let err = inspect_csv(&long, Compression::None).unwrap_err().to_string();
+    let err = inspect_csv(&long, Compression::None)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("fuzz.csv")
             && err.contains("the record starting at byte 0 is longer than 67108864 bytes"),
@@ -314,7 +316,9 @@ fn a_csv_record_without_line_breaks_is_refused_not_held() {
     // Rows before a long one are fine; the error names where it starts.
     let mut bytes = b"a,b\n1,2\n".to_vec();
     bytes.extend_from_slice(&long);
-    let err = inspect_csv(&bytes, Compression::None).unwrap_err().to_string();
+    let err = inspect_csv(&bytes, Compression::None)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("starting at byte 8"), "{err}");
 }
 
@@ -322,7 +326,10 @@ fn a_csv_record_without_line_breaks_is_refused_not_held() {
 fn a_pipe_is_read_once_and_inspected() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("rows");
-    let status = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
     assert!(status.success());
     let writer = {
         let fifo = fifo.clone();

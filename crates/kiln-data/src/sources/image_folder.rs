@@ -526,7 +526,9 @@ mod tests {
         let err = decode_image(&png, Path::new("cats/huge.png"), "fix it").unwrap_err();
         let text = err.to_string();
         assert!(
-            text.starts_with("cannot decode cats/huge.png: the image header claims 100000 x 100000 pixels"),
+            text.starts_with(
+                "cannot decode cats/huge.png: the image header claims 100000 x 100000 pixels"
+            ),
             "{text}"
         );
     }

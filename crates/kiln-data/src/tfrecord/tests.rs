@@ -490,8 +490,11 @@ fn fuzz_tfrecord() {
         } else {
             bytes.to_vec()
         };
-        let mut reader =
-            TfRecordReader::new(std::io::Cursor::new(framed), Path::new("f"), Compression::None);
+        let mut reader = TfRecordReader::new(
+            std::io::Cursor::new(framed),
+            Path::new("f"),
+            Compression::None,
+        );
         let mut parsed = 0;
         while let Some(record) = reader.read_record()? {
             spec.parse(&record, reader.index() - 1)?;
