@@ -83,7 +83,8 @@ enum Command {
     Predict {
         /// A run directory written by `kiln train`.
         run_dir: PathBuf,
-        /// An IDX (gzip or raw) or NPY file of examples.
+        /// An IDX (gzip or raw) or NPY file of examples, told apart by their first bytes; `-`
+        /// (or a pipe such as `<(zcat x.idx.gz)`) reads standard input.
         input: PathBuf,
         /// Output format.
         #[arg(long, value_enum, default_value = "json")]
@@ -116,7 +117,7 @@ enum DataCommand {
     /// Print the first records of a TFRecord, CSV, IDX or NPY file and count them all
     /// (every TFRecord checksum is verified; a damaged record exits with code 1).
     Inspect {
-        /// The file.
+        /// The file (`-` or a pipe reads standard input).
         file: PathBuf,
         /// Records to print.
         #[arg(short = 'n', long = "records", default_value_t = 5)]
@@ -408,16 +409,19 @@ fn run_command(command: Command) -> anyhow::Result<()> {
 fn run_data(command: DataCommand) -> anyhow::Result<()> {
     match command {
         DataCommand::Inspect { file, n, format } => {
+            // An unknown --format and a format that cannot be told are both usage errors
+            // (exit 2): the fix is the same, naming the format.
+            let usage = |e: kiln_data::DataError| match e {
+                kiln_data::DataError::InvalidArgument(m) => KilnError::config("--format", m),
+                other => KilnError::Data(other),
+            };
             let format = format
                 .map(|f| f.parse::<kiln_data::inspect::FileFormat>())
                 .transpose()
-                .map_err(|e| match e {
-                    kiln_data::DataError::InvalidArgument(m) => KilnError::config("--format", m),
-                    other => KilnError::Data(other),
-                })?;
+                .map_err(usage)?;
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
-            kiln_data::inspect::inspect(&file, n, format, &mut out).map_err(KilnError::Data)?;
+            kiln_data::inspect::inspect(&file, n, format, &mut out).map_err(usage)?;
             Ok(())
         }
         DataCommand::Bench {

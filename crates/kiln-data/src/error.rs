@@ -101,11 +101,14 @@ pub enum DataError {
 
     /// A serialized `tf.train.Example` cannot be decoded, or does not match the parsing spec
     /// (missing feature without default, wrong type, wrong number of values).
-    #[error("{}", example_error_text(.path.as_deref(), *.record, .feature.as_deref(), .message))]
+    #[error("{}", example_error_text(.path.as_deref(), *.record, *.offset, .feature.as_deref(), .message))]
     Example {
         /// The TFRecord file the record came from, when known (parsing the records of
         /// [`crate::Dataset::tfrecord`] directly).
         path: Option<PathBuf>,
+        /// Byte offset of the record's start in that file (in the decompressed stream for
+        /// GZIP / ZLIB files), when known.
+        offset: Option<u64>,
         /// 0-based index of the record: in its file when `path` is known, else in the dataset
         /// being parsed.
         record: u64,
@@ -168,13 +171,17 @@ impl DataError {
 fn example_error_text(
     path: Option<&std::path::Path>,
     record: u64,
+    offset: Option<u64>,
     feature: Option<&str>,
     message: &str,
 ) -> String {
-    let place = match path {
+    let mut place = match path {
         Some(path) => format!("{}: tf.train.Example record {record}", path.display()),
         None => format!("tf.train.Example record {record}"),
     };
+    if let Some(offset) = offset {
+        place.push_str(&format!(" (at byte {offset})"));
+    }
     match feature {
         Some(name) => format!("{place}, feature {name:?}: {message}"),
         None => format!("{place}: {message}"),
@@ -192,36 +199,4 @@ pub(crate) fn format_error(
         offset: offset as u64,
         message: message.into(),
     }
-}
-
-/// Checks that a file's payload, starting at byte `data_start` of `total` bytes, holds exactly
-/// the `expected` bytes that `shape` needs: fewer is "truncated", more is "trailing bytes".
-pub(crate) fn check_payload(
-    path: &std::path::Path,
-    total: usize,
-    data_start: usize,
-    expected: usize,
-    shape: &[usize],
-) -> Result<()> {
-    let found = total - data_start;
-    if found < expected {
-        return Err(format_error(
-            path,
-            total,
-            format!(
-                "truncated: expected {expected} bytes of data for shape {shape:?}, found {found}"
-            ),
-        ));
-    }
-    if found > expected {
-        return Err(format_error(
-            path,
-            data_start + expected,
-            format!(
-                "{} unexpected trailing bytes after the {expected} bytes of data for shape {shape:?}",
-                found - expected
-            ),
-        ));
-    }
-    Ok(())
 }

@@ -20,167 +20,145 @@ use std::fs;
 use std::io::Read;
 use std::path::Path;
 
-use flate2::read::MultiGzDecoder;
-
+use crate::bounded::{Input, with_guess};
 use crate::element::{Array, Buffer, DType};
-use crate::error::{DataError, Result, check_payload, format_error};
+use crate::error::{DataError, Result};
 
-/// Reads an IDX file, gzip-compressed or raw, from a local path, `file://` URL or `s3://` URL
-/// ([`crate::storage::read`]).
+/// Reads an IDX file, gzip-compressed or raw, from a local path, `file://` URL, `s3://` URL
+/// ([`crate::storage::open_sized`]), or standard input for `-`.
+///
+/// The header is checked against the file's size before anything is allocated, and the
+/// values are decoded as they are read, so reading needs about the array's size in memory.
 ///
 /// # Errors
-/// [`DataError::Io`] when the file cannot be read; [`DataError::Format`] for a corrupt or
-/// truncated gzip stream, or any problem [`parse_idx`] reports.
+/// [`DataError::Io`] when the file cannot be read, or the array its header claims cannot be
+/// allocated; [`DataError::Format`] for a corrupt or truncated gzip stream, or any problem
+/// [`parse_idx`] reports.
 pub fn read_idx(path: &Path) -> Result<Array> {
-    let raw = crate::storage::read(path)?;
-    if crate::compression::Compression::sniff(&raw) == Some(crate::compression::Compression::Gzip) {
-        let bytes = gunzip(&raw, path)?;
-        parse_idx(&bytes, path).map_err(|err| match err {
-            DataError::Format {
-                path,
-                offset,
-                message,
-            } => DataError::Format {
-                path,
-                offset,
-                message: format!("{message} (in the gzip-decompressed data)"),
-            },
-            other => other,
-        })
-    } else {
-        parse_idx(&raw, path)
-    }
+    let (reader, len) = crate::storage::open_sized(path)?;
+    read_idx_from(reader, len, path)
 }
 
-/// Decompresses a whole gzip file; errors give the compressed offset reached.
-pub(crate) fn gunzip(raw: &[u8], path: &Path) -> Result<Vec<u8>> {
-    let mut decoder = MultiGzDecoder::new(raw);
-    let mut out = Vec::new();
-    match decoder.read_to_end(&mut out) {
-        Ok(_) => Ok(out),
-        Err(err) => {
-            let consumed = raw.len() - decoder.get_ref().len();
-            Err(DataError::Format {
-                path: path.to_path_buf(),
-                offset: consumed as u64,
-                message: format!(
-                    "corrupt or truncated gzip stream ({err}; {} bytes decompressed)",
-                    out.len()
-                ),
-            })
-        }
-    }
-}
-
-/// Parses IDX bytes (already decompressed). `path` is used only in error messages.
+/// Reads IDX data (gzip-compressed or raw) from `reader`, which holds `len` bytes when known
+/// (`None` for a pipe); `path` names it in error messages.
 ///
 /// # Errors
-/// [`DataError::Format`] when the first two bytes are not zero ("not an IDX file", byte 0),
-/// the type code is unknown (byte 2), the number of dimensions is 0 (byte 3), the header is
-/// cut short, the data is shorter than the dimensions require ("truncated: expected N bytes of
-/// data, found M", at the end of the bytes) or followed by extra bytes.
+/// As [`read_idx`].
+pub fn read_idx_from(reader: impl Read, len: Option<u64>, path: &Path) -> Result<Array> {
+    let mut input = Input::sniffed(reader, len, path)?;
+    read_from(&mut input)
+}
+
+/// Parses IDX bytes (raw, or gzip-compressed). `path` is used only in error messages.
+///
+/// # Errors
+/// [`DataError::Format`] when the first two bytes are not zero ("not an IDX file", byte 0,
+/// saying what the file looks like when its first bytes tell), the type code is unknown
+/// (byte 2), the number of dimensions is 0 (byte 3), the header is cut short, the data is
+/// shorter than the dimensions require ("truncated: expected N bytes of data, found M", at the
+/// end of the bytes) or followed by extra bytes.
 pub fn parse_idx(bytes: &[u8], path: &Path) -> Result<Array> {
-    if bytes.len() < 4 {
-        return Err(format_error(
-            path,
-            bytes.len(),
-            format!(
-                "truncated: an IDX header needs 4 bytes of magic number, found {}",
-                bytes.len()
-            ),
-        ));
-    }
-    if bytes[0] != 0 || bytes[1] != 0 {
-        return Err(format_error(
-            path,
-            0,
-            format!(
-                "not an IDX file: magic number 0x{:02X}{:02X}{:02X}{:02X} \
-                 (expected 0x0000 followed by a type code)",
-                bytes[0], bytes[1], bytes[2], bytes[3]
-            ),
-        ));
-    }
-    let code = bytes[2];
-    // (dtype read, bytes per stored value)
-    let (dtype, width) = match code {
+    read_idx_from(bytes, Some(bytes.len() as u64), path)
+}
+
+/// `(dtype read into, bytes per stored value)` of an IDX type code.
+fn type_code(code: u8) -> Option<(DType, usize)> {
+    Some(match code {
         0x08 => (DType::U8, 1),
         0x09 => (DType::I32, 1),
         0x0B => (DType::I32, 2),
         0x0C => (DType::I32, 4),
         0x0D => (DType::F32, 4),
         0x0E => (DType::F64, 8),
-        _ => {
-            return Err(format_error(
-                path,
-                2,
-                format!(
-                    "unknown IDX type code 0x{code:02X} (expected 0x08 u8, 0x09 i8, 0x0B i16, \
-                     0x0C i32, 0x0D f32 or 0x0E f64)"
-                ),
-            ));
-        }
-    };
-    let ndims = bytes[3] as usize;
-    if ndims == 0 {
-        return Err(format_error(
-            path,
-            3,
-            "IDX file declares 0 dimensions (expected at least 1)",
+        _ => return None,
+    })
+}
+
+/// The 4-byte magic number: checks it, returns `(type code, dimensions)`.
+fn read_magic(input: &mut Input<'_>) -> Result<(u8, usize)> {
+    let mut magic = [0u8; 4];
+    let got = input.fill(&mut magic)?;
+    if got < 4 {
+        return Err(input.error(
+            got as u64,
+            format!("truncated: an IDX header needs 4 bytes of magic number, found {got}"),
         ));
     }
-    let header_len = 4 + 4 * ndims;
-    if bytes.len() < header_len {
-        return Err(format_error(
-            path,
-            bytes.len(),
-            format!(
-                "truncated: the header declares {ndims} dimensions ({header_len} header bytes), \
-                 found {} bytes",
-                bytes.len()
+    if magic[0] != 0 || magic[1] != 0 {
+        let mut head = magic.to_vec();
+        head.extend(input.peek_more(12));
+        return Err(input.error(
+            0,
+            with_guess(
+                format!(
+                    "not an IDX file: magic number 0x{:02X}{:02X}{:02X}{:02X} (expected 0x0000 \
+                     followed by a type code)",
+                    magic[0], magic[1], magic[2], magic[3]
+                ),
+                &head,
             ),
         ));
     }
-    let shape: Vec<usize> = bytes[4..header_len]
+    let code = magic[2];
+    if type_code(code).is_none() {
+        return Err(input.error(
+            2,
+            format!(
+                "unknown IDX type code 0x{code:02X} (expected 0x08 u8, 0x09 i8, 0x0B i16, \
+                 0x0C i32, 0x0D f32 or 0x0E f64)"
+            ),
+        ));
+    }
+    if magic[3] == 0 {
+        return Err(input.error(3, "IDX file declares 0 dimensions (expected at least 1)"));
+    }
+    Ok((code, magic[3] as usize))
+}
+
+fn read_from(input: &mut Input<'_>) -> Result<Array> {
+    let (code, ndims) = read_magic(input)?;
+    let (dtype, width) = type_code(code).expect("checked by read_magic");
+    let header_len = 4 + 4 * ndims;
+    let mut dims = vec![0u8; 4 * ndims];
+    let got = input.fill(&mut dims)?;
+    if got < dims.len() {
+        return Err(input.error(
+            input.pos(),
+            format!(
+                "truncated: the header declares {ndims} dimensions ({header_len} header bytes), \
+                 found {} bytes",
+                input.pos()
+            ),
+        ));
+    }
+    let shape: Vec<usize> = dims
         .chunks_exact(4)
         .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
         .collect();
-    let expected = shape
+    let count = shape
         .iter()
-        .try_fold(width, |acc: usize, &d| acc.checked_mul(d))
-        .ok_or_else(|| {
-            format_error(
-                path,
-                4,
-                format!("dimensions {shape:?} are too large to address"),
-            )
-        })?;
-    let data = &bytes[header_len..];
-    check_payload(path, bytes.len(), header_len, expected, &shape)?;
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|n| n.checked_mul(width).is_some())
+        .ok_or_else(|| input.error(4, format!("dimensions {shape:?} are too large to address")))?;
+    let expected = count * width;
+    input.check_claim(expected as u64, &shape)?;
     let buffer = match code {
-        0x08 => Buffer::U8(data.to_vec()),
-        0x09 => Buffer::I32(data.iter().map(|&b| i32::from(b as i8)).collect()),
-        0x0B => Buffer::I32(
-            data.chunks_exact(2)
-                .map(|c| i32::from(i16::from_be_bytes([c[0], c[1]])))
-                .collect(),
-        ),
-        0x0C => Buffer::I32(
-            data.chunks_exact(4)
-                .map(|c| i32::from_be_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-        0x0D => Buffer::F32(
-            data.chunks_exact(4)
-                .map(|c| f32::from_be_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-        _ => Buffer::F64(
-            data.chunks_exact(8)
-                .map(|c| f64::from_be_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
+        0x08 => Buffer::U8(input.bytes(expected, &shape)?),
+        0x09 => Buffer::I32(input.values(count, 1, &shape, |c| i32::from(c[0] as i8))?),
+        0x0B => Buffer::I32(input.values(count, 2, &shape, |c| {
+            i32::from(i16::from_be_bytes([c[0], c[1]]))
+        })?),
+        0x0C => Buffer::I32(input.values(count, 4, &shape, |c| {
+            i32::from_be_bytes([c[0], c[1], c[2], c[3]])
+        })?),
+        0x0D => Buffer::F32(input.values(count, 4, &shape, |c| {
+            f32::from_be_bytes([c[0], c[1], c[2], c[3]])
+        })?),
+        _ => Buffer::F64(input.values(count, 8, &shape, |c| {
+            f64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])
+        })?),
     };
+    input.finish(expected as u64, &shape)?;
     debug_assert_eq!(buffer.dtype(), dtype);
     Array::new(shape, buffer)
 }
@@ -468,5 +446,149 @@ mod tests {
         };
         assert_eq!(&v[..5], &[9, 2, 1, 1, 6]);
         assert!(v.iter().all(|&l| l < 10));
+    }
+
+    /// A sparse file far larger than memory: reading it whole would abort.
+    fn sparse(dir: &Path, name: &str, head: &[u8], len: u64) -> PathBuf {
+        let p = dir.join(name);
+        let mut f = fs::File::create(&p).unwrap();
+        f.write_all(head).unwrap();
+        f.set_len(len).unwrap();
+        p
+    }
+
+    #[test]
+    fn a_huge_file_with_a_bad_header_is_refused_without_reading_it() {
+        let dir = temp_dir("huge_bad_header");
+        let p = sparse(&dir, "zeros.idx", &[], 64 << 30);
+        let (path, offset, message) = format_parts(read_idx(&p).unwrap_err());
+        assert_eq!((path, offset), (p, 2));
+        assert!(message.contains("unknown IDX type code 0x00"), "{message}");
+        // A header whose claim the file cannot hold is refused before allocating it.
+        let p = sparse(
+            &dir,
+            "claims.idx",
+            &[0, 0, 0x0D, 2, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 16],
+            1 << 20,
+        );
+        let (_, offset, message) = format_parts(read_idx(&p).unwrap_err());
+        assert_eq!(offset, 1 << 20);
+        assert!(
+            message.contains("truncated: expected 274877906880 bytes of data for shape [4294967295, 16], found 1048564"),
+            "{message}"
+        );
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Counts the bytes read through it.
+    struct Counted<'a>(&'a [u8], std::rc::Rc<std::cell::Cell<usize>>);
+
+    impl std::io::Read for Counted<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.0.read(buf)?;
+            self.1.set(self.1.get() + n);
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_gzip_bomb_stops_at_its_bad_header_or_its_claim() {
+        let zeros = vec![0u8; 256 << 20];
+        let bomb = gzip(&zeros);
+        let read = std::rc::Rc::new(std::cell::Cell::new(0));
+        let err = read_idx_from(
+            Counted(&bomb, read.clone()),
+            Some(bomb.len() as u64),
+            Path::new("bomb.idx.gz"),
+        )
+        .unwrap_err();
+        let (_, offset, message) = format_parts(err);
+        assert_eq!(offset, 2);
+        assert!(
+            message.contains("unknown IDX type code 0x00 (expected"),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("(in the gzip-decompressed data)"),
+            "{message}"
+        );
+        assert!(
+            read.get() < bomb.len() / 4,
+            "read {} of {} bytes",
+            read.get(),
+            bomb.len()
+        );
+        // A valid header claiming more than the compressed size can hold.
+        let mut claim = vec![0, 0, 0x08, 1, 0xFF, 0xFF, 0xFF, 0xFF];
+        claim.extend_from_slice(&[0; 100]);
+        let gz = gzip(&claim);
+        let (_, offset, message) = format_parts(parse_idx(&gz, Path::new("c.gz")).unwrap_err());
+        assert_eq!(offset, 8);
+        assert!(
+            message.contains("more than this gzip file can decompress to"),
+            "{message}"
+        );
+        // Trailing data inside the gzip stream is refused without inflating it all.
+        let mut long = encode_idx(&images()).unwrap();
+        long.extend_from_slice(&zeros);
+        let (_, offset, message) =
+            format_parts(parse_idx(&gzip(&long), Path::new("t.gz")).unwrap_err());
+        assert_eq!(offset, 28);
+        assert!(
+            message.starts_with("at least 1048576 unexpected trailing bytes"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_pipe_is_read_front_to_back() {
+        let bytes = encode_idx(&images()).unwrap();
+        assert_eq!(
+            read_idx_from(&bytes[..], None, Path::new("-")).unwrap(),
+            images()
+        );
+        let (_, offset, message) =
+            format_parts(read_idx_from(&bytes[..20], None, Path::new("-")).unwrap_err());
+        assert_eq!(offset, 20);
+        assert!(
+            message.contains("truncated: expected 12 bytes of data for shape [3, 2, 2], found 4"),
+            "{message}"
+        );
+        let gz = gzip(&bytes);
+        assert_eq!(
+            read_idx_from(&gz[..], None, Path::new("-")).unwrap(),
+            images()
+        );
+    }
+
+    #[test]
+    fn an_npy_file_is_named_as_such() {
+        let npy = crate::npy::encode_npy(&images());
+        let (_, offset, message) = format_parts(parse_idx(&npy, Path::new("x.idx")).unwrap_err());
+        assert_eq!(offset, 0);
+        assert!(
+            message.ends_with("; it looks like a NumPy .npy file"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn fuzz_idx() {
+        let f = Array::new(
+            vec![2, 3],
+            Buffer::F32(vec![0.5, -1.25, 3.0, 1e-7, 42.0, -0.0]),
+        )
+        .unwrap();
+        let seeds = vec![
+            encode_idx(&images()).unwrap(),
+            encode_idx(&f).unwrap(),
+            vec![0, 0, 0x09, 1, 0, 0, 0, 3, 0xFF, 0x7F, 0x80],
+            vec![0, 0, 0x0B, 1, 0, 0, 0, 2, 0xFF, 0xFE, 0x01, 0x00],
+            gzip(&encode_idx(&images()).unwrap()),
+        ];
+        let report = kiln_fuzz::fuzz("idx", seeds, kiln_fuzz::Limits::new(20_000), |bytes| {
+            parse_idx(bytes, Path::new("fuzz.idx"))
+        });
+        assert!(report.accepted > 0 && report.refused > 0, "{report:?}");
     }
 }

@@ -54,6 +54,8 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod array_file;
+mod bounded;
 pub mod compression;
 pub mod dataset;
 pub mod element;

@@ -19,23 +19,40 @@
 //! rejected with [`DataError::Format`].
 
 use std::fs;
+use std::io::Read;
 use std::path::Path;
 
+use crate::bounded::{Input, with_guess};
 use crate::element::{Array, Buffer, DType};
-use crate::error::{DataError, Result, check_payload, format_error};
+use crate::error::{DataError, Result, format_error};
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
 
-/// Reads a `.npy` file from a local path, `file://` URL or `s3://` URL
-/// ([`crate::storage::read`]).
+/// The longest header read (NumPy writes a few hundred bytes; its own reader refuses more than
+/// 10000 unless told otherwise).
+const MAX_HEADER: usize = 1 << 20;
+
+/// Reads a `.npy` file from a local path, `file://` URL, `s3://` URL
+/// ([`crate::storage::open_sized`]) or standard input for `-`. The header is checked against
+/// the file's size before the data is allocated, and the values are decoded as they are read.
 ///
 /// # Errors
-/// [`DataError::Io`] when the file cannot be read; [`DataError::Format`] (with the byte offset)
-/// for a bad magic string or version, a malformed header, an unsupported `descr`,
+/// [`DataError::Io`] when the file cannot be read, or the array its header claims cannot be
+/// allocated; [`DataError::Format`] (with the byte offset) for a bad magic string (saying what
+/// the file looks like instead) or version, a malformed header, an unsupported `descr`,
 /// `fortran_order: True`, or data shorter or longer than the shape requires.
 pub fn read_npy(path: &Path) -> Result<Array> {
-    let bytes = crate::storage::read(path)?;
-    parse_npy(&bytes, path)
+    let (reader, len) = crate::storage::open_sized(path)?;
+    read_npy_from(reader, len, path)
+}
+
+/// Reads `.npy` data from `reader`, which holds `len` bytes when known (`None` for a pipe);
+/// `path` names it in error messages.
+///
+/// # Errors
+/// As [`read_npy`].
+pub fn read_npy_from(reader: impl Read, len: Option<u64>, path: &Path) -> Result<Array> {
+    read_from(&mut Input::plain(reader, len, path))
 }
 
 /// Parses `.npy` bytes; `path` is used only in error messages.
@@ -43,59 +60,71 @@ pub fn read_npy(path: &Path) -> Result<Array> {
 /// # Errors
 /// As [`read_npy`], less the I/O errors.
 pub fn parse_npy(bytes: &[u8], path: &Path) -> Result<Array> {
-    if bytes.len() < 8 || &bytes[..6] != MAGIC {
-        return Err(format_error(
-            path,
+    read_npy_from(bytes, Some(bytes.len() as u64), path)
+}
+
+/// Magic string, version and header length: returns `(header length, header is UTF-8)`.
+fn read_preamble(input: &mut Input<'_>) -> Result<(usize, bool)> {
+    let mut pre = [0u8; 8];
+    let got = input.fill(&mut pre)?;
+    if got < 8 || &pre[..6] != MAGIC {
+        let mut head = pre[..got].to_vec();
+        head.extend(input.peek_more(8));
+        return Err(input.error(
             0,
-            "not a .npy file: expected the magic string \\x93NUMPY",
+            with_guess(
+                "not a .npy file: expected the magic string \\x93NUMPY".to_string(),
+                &head,
+            ),
         ));
     }
-    let (major, minor) = (bytes[6], bytes[7]);
-    let (len_size, utf8) = match major {
-        1 => (2, false),
-        2 => (4, false),
-        3 => (4, true),
+    let (major, minor) = (pre[6], pre[7]);
+    let (len_size, utf8) = match (major, minor) {
+        (1, 0) => (2, false),
+        (2, 0) => (4, false),
+        (3, 0) => (4, true),
         _ => {
-            return Err(format_error(
-                path,
+            return Err(input.error(
                 6,
                 format!(
-                    "unsupported .npy format version {major}.{minor} (expected 1.0, 2.0 or 3.0)"
+                    "unsupported .npy format version {major}.{minor} (NumPy reads 1.0, 2.0 and \
+                     3.0 only)"
                 ),
             ));
         }
     };
-    let header_start = 8 + len_size;
-    if bytes.len() < header_start {
-        return Err(format_error(
-            path,
-            bytes.len(),
-            "truncated: the header length is cut short",
-        ));
+    let mut len = [0u8; 4];
+    if input.fill(&mut len[..len_size])? < len_size {
+        return Err(input.error(input.pos(), "truncated: the header length is cut short"));
     }
-    let header_len = if len_size == 2 {
-        u16::from_le_bytes([bytes[8], bytes[9]]) as usize
-    } else {
-        u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize
-    };
-    let data_start = header_start + header_len;
-    if bytes.len() < data_start {
-        return Err(format_error(
-            path,
-            bytes.len(),
+    Ok((u32::from_le_bytes(len) as usize, utf8))
+}
+
+fn read_from(input: &mut Input<'_>) -> Result<Array> {
+    let (header_len, utf8) = read_preamble(input)?;
+    let header_start = input.pos() as usize;
+    if header_len > MAX_HEADER {
+        return Err(input.error(
+            header_start as u64 - 4,
             format!(
-                "truncated: expected a {header_len}-byte header, found {}",
-                bytes.len() - header_start
+                "the header length {header_len} is more than kiln reads ({MAX_HEADER} bytes; \
+                 NumPy writes a few hundred): the file is corrupt"
             ),
         ));
     }
-    let header_bytes = &bytes[header_start..data_start];
+    let mut header_bytes = vec![0u8; header_len];
+    let got = input.fill(&mut header_bytes)?;
+    if got < header_len {
+        return Err(input.error(
+            input.pos(),
+            format!("truncated: expected a {header_len}-byte header, found {got}"),
+        ));
+    }
     let header: String = if utf8 {
-        std::str::from_utf8(header_bytes)
+        std::str::from_utf8(&header_bytes)
             .map_err(|e| {
-                format_error(
-                    path,
-                    header_start + e.valid_up_to(),
+                input.error(
+                    (header_start + e.valid_up_to()) as u64,
                     "header is not valid UTF-8",
                 )
             })?
@@ -103,6 +132,7 @@ pub fn parse_npy(bytes: &[u8], path: &Path) -> Result<Array> {
     } else {
         header_bytes.iter().map(|&b| b as char).collect() // latin-1
     };
+    let path = input.path();
     let header = parse_header(&header, path, header_start)?;
 
     let (dtype, width, big_endian) = parse_descr(&header.descr).ok_or_else(|| {
@@ -125,9 +155,10 @@ pub fn parse_npy(bytes: &[u8], path: &Path) -> Result<Array> {
         ));
     }
     let shape = header.shape;
-    let expected = shape
+    let count = shape
         .iter()
-        .try_fold(width, |acc: usize, &d| acc.checked_mul(d))
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|n| n.checked_mul(width).is_some())
         .ok_or_else(|| {
             format_error(
                 path,
@@ -135,9 +166,16 @@ pub fn parse_npy(bytes: &[u8], path: &Path) -> Result<Array> {
                 format!("shape {shape:?} is too large to address"),
             )
         })?;
-    let data = &bytes[data_start..];
-    check_payload(path, bytes.len(), data_start, expected, &shape)?;
-    let buffer = decode(data, dtype, width, big_endian, &header.descr);
+    let expected = count * width;
+    input.check_claim(expected as u64, &shape)?;
+    let buffer = decode(
+        input,
+        count,
+        (dtype, width, big_endian),
+        &header.descr,
+        &shape,
+    )?;
+    input.finish(expected as u64, &shape)?;
     Array::new(shape, buffer)
 }
 
@@ -168,11 +206,18 @@ fn parse_descr(descr: &str) -> Option<(DType, usize, bool)> {
     Some((dtype, width, big))
 }
 
-fn decode(data: &[u8], dtype: DType, width: usize, big: bool, descr: &str) -> Buffer {
+/// Reads `count` values of the parsed `descr` (`(dtype, width, big-endian)`).
+fn decode(
+    input: &mut Input<'_>,
+    count: usize,
+    (dtype, width, big): (DType, usize, bool),
+    descr: &str,
+    shape: &[usize],
+) -> Result<Buffer> {
     macro_rules! read {
         ($t:ty, $n:expr) => {
-            data.chunks_exact($n).map(|c| {
-                let a: [u8; $n] = c.try_into().unwrap();
+            input.values(count, $n, shape, |c| {
+                let a: [u8; $n] = c.try_into().expect("chunks of the width");
                 if big {
                     <$t>::from_be_bytes(a)
                 } else {
@@ -182,25 +227,23 @@ fn decode(data: &[u8], dtype: DType, width: usize, big: bool, descr: &str) -> Bu
         };
     }
     let unsigned = descr.contains('u');
-    match (dtype, width) {
-        (DType::U8, _) => Buffer::U8(data.to_vec()),
-        (DType::I32, 1) => Buffer::I32(data.iter().map(|&b| i32::from(b as i8)).collect()),
-        (DType::I32, 2) if unsigned => Buffer::I32(read!(u16, 2).map(i32::from).collect()),
-        (DType::I32, 2) => Buffer::I32(read!(i16, 2).map(i32::from).collect()),
-        (DType::I32, _) => Buffer::I32(read!(i32, 4).collect()),
-        (DType::I64, 4) => Buffer::I64(read!(u32, 4).map(i64::from).collect()),
-        (DType::I64, _) => Buffer::I64(read!(i64, 8).collect()),
-        (DType::F32, _) => Buffer::F32(read!(f32, 4).collect()),
-        (DType::F64, _) => Buffer::F64(read!(f64, 8).collect()),
-        (DType::String, _) => Buffer::String(
-            data.chunks_exact(width)
-                .map(|c| {
-                    let end = c.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-                    c[..end].to_vec()
-                })
-                .collect(),
-        ),
-    }
+    Ok(match (dtype, width) {
+        (DType::U8, _) => Buffer::U8(input.bytes(count, shape)?),
+        (DType::I32, 1) => Buffer::I32(input.values(count, 1, shape, |c| i32::from(c[0] as i8))?),
+        (DType::I32, 2) if unsigned => Buffer::I32(widen(read!(u16, 2)?)),
+        (DType::I32, 2) => Buffer::I32(widen(read!(i16, 2)?)),
+        (DType::I32, _) => Buffer::I32(read!(i32, 4)?),
+        (DType::I64, 4) => Buffer::I64(widen(read!(u32, 4)?)),
+        (DType::I64, _) => Buffer::I64(read!(i64, 8)?),
+        (DType::F32, _) => Buffer::F32(read!(f32, 4)?),
+        (DType::F64, _) => Buffer::F64(read!(f64, 8)?),
+        (DType::String, _) => Buffer::String(input.strings(count, width, shape)?),
+    })
+}
+
+/// Narrow integers widened to the dtype kiln holds them in.
+fn widen<A, B: From<A>>(values: Vec<A>) -> Vec<B> {
+    values.into_iter().map(B::from).collect()
 }
 
 /// The three header keys, with the offsets (within the header) of their values.
@@ -361,13 +404,26 @@ fn parse_header(text: &str, path: &Path, base: usize) -> Result<Header> {
                 p.pos = offset;
                 return Err(p.err(format!("wrong value type for {key:?}")));
             }
-            _ => {} // unknown keys are ignored
+            _ => {
+                p.pos = offset;
+                return Err(p.err(format!(
+                    "unexpected key {key:?} (a .npy header has exactly 'descr', \
+                     'fortran_order' and 'shape'; NumPy refuses any other)"
+                )));
+            }
         }
         match p.peek() {
             Some(',') => p.pos += 1,
             Some('}') => {}
             _ => return Err(p.err("expected ',' or '}'")),
         }
+    }
+    // NumPy pads the dict with spaces and ends it with '\n'; it refuses anything else there.
+    if p.peek().is_some() {
+        return Err(p.err(
+            "unexpected text after the header's closing '}' (only spaces and a final newline \
+             may follow it)",
+        ));
     }
     let missing = |key: &str| p.err(format!("missing key {key:?}"));
     let (descr, descr_offset) = descr.ok_or_else(|| missing("descr"))?;
@@ -671,5 +727,104 @@ mod tests {
             message.contains("missing key \"fortran_order\""),
             "{message}"
         );
+    }
+
+    #[test]
+    fn versions_and_headers_numpy_refuses_are_refused() {
+        let header = "{'descr': '|u1', 'fortran_order': False, 'shape': (1,), }\n";
+        let mut bytes = v1(header, &[5]);
+        bytes[7] = 1; // version 1.1
+        let (offset, message) = format_parts(parse_npy(&bytes, Path::new("x")).unwrap_err());
+        assert_eq!(offset, 6);
+        assert!(
+            message.contains("unsupported .npy format version 1.1"),
+            "{message}"
+        );
+
+        let junk = "{'descr': '|u1', 'fortran_order': False, 'shape': (1,)} junk\n";
+        let (offset, message) =
+            format_parts(parse_npy(&v1(junk, &[5]), Path::new("x")).unwrap_err());
+        assert_eq!(offset as usize, 10 + junk.find("junk").unwrap());
+        assert!(
+            message.contains("unexpected text after the header's closing '}'"),
+            "{message}"
+        );
+
+        let extra = "{'descr': '|u1', 'fortran_order': False, 'shape': (1,), 'x': 'y'}\n";
+        let (_, message) = format_parts(parse_npy(&v1(extra, &[5]), Path::new("x")).unwrap_err());
+        assert!(message.contains("unexpected key \"x\""), "{message}");
+
+        // What NumPy accepts: spaces, tabs or newlines as padding, no final newline.
+        for ok in [
+            "{'descr': '|u1', 'fortran_order': False, 'shape': (1,)}",
+            "{'descr': '|u1', 'fortran_order': False, 'shape': (1,)}\t  \n\n",
+        ] {
+            let a = parse_npy(&v1(ok, &[5]), Path::new("x")).unwrap();
+            assert_eq!(a.data(), &Buffer::U8(vec![5]));
+        }
+    }
+
+    #[test]
+    fn a_huge_non_npy_file_is_refused_without_reading_it() {
+        let dir = temp_dir("huge");
+        let p = dir.join("zeros.npy");
+        let f = fs::File::create(&p).unwrap();
+        f.set_len(64 << 30).unwrap();
+        let (offset, message) = format_parts(read_npy(&p).unwrap_err());
+        assert_eq!(offset, 0);
+        assert!(message.contains("not a .npy file"), "{message}");
+        // A header claim beyond the file is refused before the data is allocated.
+        let header = "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000000,), }\n";
+        fs::write(&p, v1(header, &[0; 64])).unwrap();
+        let (_, message) = format_parts(read_npy(&p).unwrap_err());
+        assert!(
+            message.contains("truncated: expected 8000000000000 bytes of data for shape [1000000000000], found 64"),
+            "{message}"
+        );
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_pipe_and_text_named_npy() {
+        let a = Array::new(vec![3], Buffer::F32(vec![1.0, 2.5, -3.0])).unwrap();
+        let bytes = encode_npy(&a);
+        assert_eq!(read_npy_from(&bytes[..], None, Path::new("-")).unwrap(), a);
+        let (_, message) = format_parts(parse_npy(b"x,y\n1,2\n", Path::new("t.npy")).unwrap_err());
+        assert!(
+            message.ends_with("; it looks like text (CSV?)"),
+            "{message}"
+        );
+        let idx = crate::idx::encode_idx(&a).unwrap();
+        let (_, message) = format_parts(parse_npy(&idx, Path::new("i.npy")).unwrap_err());
+        assert!(
+            message.ends_with("; it looks like an IDX file"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn fuzz_npy() {
+        let strings = Array::new(vec![2], Buffer::String(vec![b"ab".to_vec(), b"c".to_vec()]));
+        let mut seeds: Vec<Vec<u8>> = [
+            Array::new(vec![2, 3], Buffer::U8(vec![0, 1, 2, 253, 254, 255])).unwrap(),
+            Array::new(vec![4], Buffer::I64(vec![i64::MIN, -1, 0, i64::MAX])).unwrap(),
+            Array::new(vec![], Buffer::F64(vec![2.5])).unwrap(),
+            strings.unwrap(),
+        ]
+        .iter()
+        .map(encode_npy)
+        .collect();
+        seeds.push(v1(
+            "{\"shape\": (2L,), \"fortran_order\": False, \"descr\": \">i4\"}\n",
+            &[0, 0, 1, 0, 0xFF, 0xFF, 0xFF, 0xFE],
+        ));
+        seeds.push(v1(
+            "{'descr': '<u2', 'fortran_order': False, 'shape': (2,)}",
+            &[0xFF, 0xFF, 1, 0],
+        ));
+        let report = kiln_fuzz::fuzz("npy", seeds, kiln_fuzz::Limits::new(20_000), |bytes| {
+            parse_npy(bytes, Path::new("fuzz.npy"))
+        });
+        assert!(report.accepted > 0 && report.refused > 0, "{report:?}");
     }
 }

@@ -146,6 +146,9 @@ pub struct NonFiniteInput {
     pub values_in_batch: usize,
     /// Examples of the batch holding at least one.
     pub examples_in_batch: usize,
+    /// The file the examples were read from, when one file holds them all in order (`kiln
+    /// predict`'s input): the example's index is then its record in that file.
+    pub file: Option<std::path::PathBuf>,
 }
 
 impl NonFiniteInput {
@@ -177,10 +180,13 @@ impl fmt::Display for NonFiniteInput {
         } else {
             format!("{}", self.value)
         };
+        let example = match &self.file {
+            Some(file) => format!("record {} of {}", self.index(), file.display()),
+            None => self.origin.describe(self.row),
+        };
         write!(
             f,
-            "check_numerics: {} has {value} at {} of its {role} (batch component \"{}\")",
-            self.origin.describe(self.row),
+            "check_numerics: {example} has {value} at {} of its {role} (batch component \"{}\")",
             self.position(),
             self.component
         )?;
@@ -367,6 +373,7 @@ impl NumericsGuard {
                 value,
                 values_in_batch: found.iter().map(|f| f.2.len()).sum(),
                 examples_in_batch: examples,
+                file: None,
             })));
         }
         self.skipped += examples as u64;

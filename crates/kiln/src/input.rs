@@ -121,22 +121,13 @@ pub fn check_against_model(splits: &Splits, cfg: &RunConfig) -> Result<()> {
     Ok(())
 }
 
-/// Reads model inputs for `predict`: NPY (by its `\x93NUMPY` magic) or IDX (gzip or raw).
+/// Reads model inputs for `predict`: NPY or IDX (gzip or raw), told by the first bytes
+/// ([`kiln_data::array_file::read_array`]); pipes, `-` and `/dev/stdin` work.
 ///
 /// # Errors
-/// [`KilnError::Io`] / [`KilnError::Data`] naming the file.
+/// [`KilnError::Data`] naming the file.
 pub fn read_inputs(path: &Path) -> Result<Array> {
-    let mut magic = [0u8; 6];
-    {
-        use std::io::Read;
-        let mut f = std::fs::File::open(path).map_err(|e| KilnError::io(path, e))?;
-        let _ = f.read(&mut magic).map_err(|e| KilnError::io(path, e))?;
-    }
-    if &magic == b"\x93NUMPY" {
-        Ok(kiln_data::npy::read_npy(path)?)
-    } else {
-        Ok(kiln_data::idx::read_idx(path)?)
-    }
+    Ok(kiln_data::array_file::read_array(path)?)
 }
 
 /// Batch-level preprocessing: features to float32 times `rescale` (labels untouched).

@@ -822,11 +822,12 @@ pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<(Vec<f32>
         )));
     }
     let ds = if cfg.data.uses_pipelines() {
-        pipelines::predict_dataset(&cfg, x)?
+        pipelines::predict_dataset(&cfg, x)
     } else {
-        pipeline(x, None, &cfg, false)?
-    };
-    let (mut out, units) = model.predict(&ds)?;
+        pipeline(x, None, &cfg, false)
+    }
+    .map_err(|e| name_input(e, input))?;
+    let (mut out, units) = model.predict(&ds).map_err(|e| name_input(e, input))?;
     if cfg.compile.loss.from_logits {
         match cfg.compile.loss.kind {
             LossKind::BinaryCrossentropy => {
@@ -837,6 +838,20 @@ pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<(Vec<f32>
         }
     }
     Ok((out, units))
+}
+
+/// Names `predict`'s input file in a shape or `check_numerics` error about its examples (the
+/// example index is the record in the file: predict reads it in order).
+fn name_input(err: KilnError, input: &Path) -> KilnError {
+    let shown = input.display().to_string();
+    match err {
+        KilnError::NonFinite(mut n) => {
+            n.file = Some(input.to_path_buf());
+            KilnError::NonFinite(n)
+        }
+        KilnError::Shape(m) if !m.contains(&shown) => KilnError::Shape(format!("{shown}: {m}")),
+        other => other,
+    }
 }
 
 fn softmax_in_place(row: &mut [f32]) {

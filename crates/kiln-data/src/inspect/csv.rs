@@ -1,12 +1,16 @@
 //! CSV files: header, inferred column types, first rows, row count.
 
+use std::cell::Cell;
+use std::io::{self, Read};
 use std::path::Path;
+use std::rc::Rc;
 
 use super::{Out, io_error};
 use crate::compression::Compression;
 use crate::element::DType;
 use crate::error::{DataError, Result};
 use crate::sources::infer_type;
+use crate::storage::SourceReader;
 
 /// Rows used to infer column types: `make_csv_dataset`'s default `num_rows_for_inference`.
 const INFERENCE_ROWS: usize = 100;
@@ -23,18 +27,66 @@ fn record_error(path: &Path, err: csv::Error) -> DataError {
     }
 }
 
-/// The CSV records of `path`, decompressed with `compression` (checked against the file's
-/// first bytes, [`Compression::text_decoder`]).
+/// The longest CSV record `inspect` reads: a file without line breaks would otherwise be held
+/// in memory whole.
+pub(super) const MAX_RECORD: u64 = 64 << 20;
+
+/// The decompressed text, refusing to run more than [`MAX_RECORD`] bytes past the start of
+/// the record being read (which the caller sets before each record).
+struct RecordBound {
+    inner: SourceReader,
+    read: u64,
+    record_start: Rc<Cell<u64>>,
+}
+
+impl Read for RecordBound {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let start = self.record_start.get();
+        if self.read - start > MAX_RECORD {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the record starting at byte {start} is longer than {MAX_RECORD} bytes (a \
+                     file without line breaks, or an unclosed quote?); kiln does not inspect \
+                     such files"
+                ),
+            ));
+        }
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
+/// The CSV records of `source` (the file `path`), decompressed with `compression` (checked
+/// against the file's first bytes, [`Compression::text_decoder`]).
 fn reader(
     path: &Path,
+    source: SourceReader,
     compression: Compression,
-) -> Result<csv::Reader<crate::storage::SourceReader>> {
-    let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
-    let file = compression.text_decoder(path, Box::new(file))?;
+    record_start: Rc<Cell<u64>>,
+) -> Result<csv::Reader<RecordBound>> {
+    let inner = compression.text_decoder(path, source)?;
     Ok(csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
-        .from_reader(file))
+        .from_reader(RecordBound {
+            inner,
+            read: 0,
+            record_start,
+        }))
+}
+
+/// Reads the next record into `record`; false at the end of the file.
+fn next_record(
+    path: &Path,
+    rdr: &mut csv::Reader<RecordBound>,
+    record: &mut csv::ByteRecord,
+    record_start: &Cell<u64>,
+) -> Result<bool> {
+    record_start.set(rdr.position().byte());
+    rdr.read_byte_record(record)
+        .map_err(|e| record_error(path, e))
 }
 
 /// True when `field` parses as a number.
@@ -51,17 +103,20 @@ fn numeric(field: &[u8]) -> bool {
 /// type (from the first 100 rows, as `make_csv_dataset`), the first `n` rows, the row count.
 pub(super) fn inspect(
     path: &Path,
+    source: SourceReader,
     compression: Compression,
     n: usize,
     w: &mut Out<'_>,
 ) -> Result<u64> {
-    // First pass: the header decision and types, from the first rows.
-    let mut rdr = reader(path, compression)?;
+    // The first rows give the header decision and the types; then the same reader counts the
+    // rest (a pipe cannot be read twice).
+    let record_start = Rc::new(Cell::new(0));
+    let mut rdr = reader(path, source, compression, Rc::clone(&record_start))?;
     let mut rows: Vec<(u64, csv::ByteRecord)> = Vec::new();
-    for r in rdr.byte_records().take(INFERENCE_ROWS + 1) {
-        let r = r.map_err(|e| record_error(path, e))?;
-        let line = r.position().map_or(0, |p| p.line());
-        rows.push((line, r));
+    let mut record = csv::ByteRecord::new();
+    while rows.len() <= INFERENCE_ROWS && next_record(path, &mut rdr, &mut record, &record_start)? {
+        let line = record.position().map_or(0, |p| p.line());
+        rows.push((line, record.clone()));
     }
     let header = match rows.first() {
         Some((_, first)) => {
@@ -118,14 +173,9 @@ pub(super) fn inspect(
             .collect();
         w.line(format_args!("row {i} (line {line}): {}", fields.join(", ")))?;
     }
-    // Second pass: count every row (and surface parse errors anywhere in the file).
-    let mut count = 0u64;
-    let mut record = csv::ByteRecord::new();
-    let mut rdr = reader(path, compression)?;
-    while rdr
-        .read_byte_record(&mut record)
-        .map_err(|e| record_error(path, e))?
-    {
+    // Count every row (and surface parse errors anywhere in the file).
+    let mut count = rows.len() as u64;
+    while next_record(path, &mut rdr, &mut record, &record_start)? {
         count += 1;
     }
     let rows = count.saturating_sub(u64::from(header));

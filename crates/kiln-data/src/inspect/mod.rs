@@ -76,16 +76,46 @@ impl FromStr for FileFormat {
     }
 }
 
-/// The first `n` bytes of `path` (fewer for a short file), decompressed with `compression`.
-fn head(path: &Path, compression: Compression, n: usize) -> Result<Vec<u8>> {
-    let file = std::fs::File::open(path).map_err(|source| io_error(path, source))?;
-    let mut out = Vec::with_capacity(n);
-    // A damaged compressed stream just gives a shorter (or empty) head.
-    let _ = compression
-        .decoder(file)
-        .take(n as u64)
-        .read_to_end(&mut out);
-    Ok(out)
+/// Raw bytes read ahead to recognise a format (enough gzip or zlib data for [`HEAD`]
+/// decompressed bytes).
+const PEEK: usize = 64 << 10;
+
+/// Decompressed bytes looked at to recognise a format.
+const HEAD: usize = 64;
+
+/// A source opened once, with its first bytes read ahead (pipes cannot be read twice).
+struct Source {
+    head: Vec<u8>,
+    rest: crate::storage::SourceReader,
+    len: Option<u64>,
+}
+
+impl Source {
+    fn open(path: &Path) -> Result<Source> {
+        let (mut rest, len) = crate::storage::open_sized(path)?;
+        let mut head = Vec::new();
+        (&mut rest)
+            .take(PEEK as u64)
+            .read_to_end(&mut head)
+            .map_err(|e| io_error(path, e))?;
+        Ok(Source { head, rest, len })
+    }
+
+    /// The first [`HEAD`] bytes, decompressed with `compression` (a damaged stream gives a
+    /// shorter or empty head).
+    fn head(&self, compression: Compression) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEAD);
+        let _ = compression
+            .decoder(&self.head[..])
+            .take(HEAD as u64)
+            .read_to_end(&mut out);
+        out
+    }
+
+    /// The whole source again, from its first byte.
+    fn reader(self) -> crate::storage::SourceReader {
+        Box::new(std::io::Cursor::new(self.head).chain(self.rest))
+    }
 }
 
 fn io_error(path: &Path, source: std::io::Error) -> DataError {
@@ -121,6 +151,12 @@ impl FileFormat {
     /// [`DataError::Io`] when the file cannot be read; [`DataError::InvalidArgument`] when the
     /// format cannot be told (the message lists the extensions and `--format`).
     pub fn detect(path: &Path) -> Result<FileFormat> {
+        let source = Source::open(path)?;
+        FileFormat::detect_in(path, &source).ok_or_else(|| unknown_format(path))
+    }
+
+    /// [`FileFormat::detect`] on an opened source; `None` when the format cannot be told.
+    fn detect_in(path: &Path, source: &Source) -> Option<FileFormat> {
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().to_ascii_lowercase())
@@ -132,39 +168,34 @@ impl FileFormat {
         } else {
             (name.as_str(), Compression::None)
         };
+        let raw = &source.head[..source.head.len().min(HEAD)];
         let ext = stem.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
         match ext {
-            "tfrecord" | "tfrecords" | "tfrec" => return Ok(FileFormat::TfRecord(compression)),
+            "tfrecord" | "tfrecords" | "tfrec" => return Some(FileFormat::TfRecord(compression)),
             // A `.csv` name on gzip bytes: the content tells.
             "csv" if compression == Compression::None => {
-                let gzip = Compression::sniff(&head(path, Compression::None, 2)?)
-                    == Some(Compression::Gzip);
-                return Ok(FileFormat::Csv(if gzip {
+                let gzip = Compression::sniff(raw) == Some(Compression::Gzip);
+                return Some(FileFormat::Csv(if gzip {
                     Compression::Gzip
                 } else {
                     Compression::None
                 }));
             }
-            "csv" => return Ok(FileFormat::Csv(compression)),
-            "npy" if compression == Compression::None => return Ok(FileFormat::Npy),
-            "idx" => return Ok(FileFormat::Idx),
+            "csv" => return Some(FileFormat::Csv(compression)),
+            "npy" if compression == Compression::None => return Some(FileFormat::Npy),
+            "idx" => return Some(FileFormat::Idx),
             _ => {}
         }
-        let raw = head(path, Compression::None, 64)?;
         if raw.starts_with(b"\x93NUMPY") {
-            return Ok(FileFormat::Npy);
+            return Some(FileFormat::Npy);
         }
-        let compression = Compression::sniff(&raw).unwrap_or(Compression::None);
-        let bytes = if compression == Compression::None {
-            raw
-        } else {
-            head(path, compression, 64)?
-        };
+        let compression = Compression::sniff(raw).unwrap_or(Compression::None);
+        let bytes = source.head(compression);
         if idx_header(&bytes) && compression != Compression::Zlib {
-            return Ok(FileFormat::Idx);
+            return Some(FileFormat::Idx);
         }
         if tfrecord_header(&bytes) {
-            return Ok(FileFormat::TfRecord(compression));
+            return Some(FileFormat::TfRecord(compression));
         }
         // A 64-byte head may end inside a multi-byte character: UTF-8 up to that point.
         let text = match std::str::from_utf8(&bytes) {
@@ -172,15 +203,19 @@ impl FileFormat {
             Err(e) => e.error_len().is_none(),
         };
         if text && bytes.contains(&b',') {
-            return Ok(FileFormat::Csv(compression));
+            return Some(FileFormat::Csv(compression));
         }
-        Err(DataError::InvalidArgument(format!(
-            "cannot tell the format of {}: name it *.tfrecord, *.csv, *.npy or *.idx, or pass \
-             --format (tfrecord, tfrecord-gzip, tfrecord-zlib, csv, csv-gzip, csv-zlib, idx, \
-             npy)",
-            path.display()
-        )))
+        None
     }
+}
+
+/// The usage error for a file whose format cannot be told.
+fn unknown_format(path: &Path) -> DataError {
+    DataError::InvalidArgument(format!(
+        "cannot tell the format of {}: name it *.tfrecord, *.csv, *.npy or *.idx, or pass \
+         --format (tfrecord, tfrecord-gzip, tfrecord-zlib, csv, csv-gzip, csv-zlib, idx, npy)",
+        path.display()
+    ))
 }
 
 /// What [`inspect`] found.
@@ -209,25 +244,24 @@ pub fn inspect(
     format: Option<FileFormat>,
     out: &mut dyn Write,
 ) -> Result<InspectSummary> {
-    if !path.is_file() {
-        let source = if path.exists() {
-            std::io::Error::other("is a directory, not a file")
-        } else {
-            std::io::Error::from(std::io::ErrorKind::NotFound)
-        };
-        return Err(io_error(path, source));
-    }
+    let source = Source::open(path)?;
     let format = match format {
         Some(f) => f,
-        None => FileFormat::detect(path)?,
+        None => FileFormat::detect_in(path, &source).ok_or_else(|| unknown_format(path))?,
     };
     let mut w = Out { out };
     w.line(format_args!("{}: {format}", path.display()))?;
+    let len = source.len;
+    let reader = source.reader();
     let records = match format {
-        FileFormat::TfRecord(c) => tfrecord::inspect(path, c, n, &mut w)?,
-        FileFormat::Csv(c) => csv::inspect(path, c, n, &mut w)?,
-        FileFormat::Idx => arrays::inspect(&crate::idx::read_idx(path)?, n, &mut w)?,
-        FileFormat::Npy => arrays::inspect(&crate::npy::read_npy(path)?, n, &mut w)?,
+        FileFormat::TfRecord(c) => tfrecord::inspect(path, reader, c, n, &mut w)?,
+        FileFormat::Csv(c) => csv::inspect(path, reader, c, n, &mut w)?,
+        FileFormat::Idx => {
+            arrays::inspect(&crate::idx::read_idx_from(reader, len, path)?, n, &mut w)?
+        }
+        FileFormat::Npy => {
+            arrays::inspect(&crate::npy::read_npy_from(reader, len, path)?, n, &mut w)?
+        }
     };
     Ok(InspectSummary {
         path: path.to_path_buf(),

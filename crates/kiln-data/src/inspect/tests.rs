@@ -272,3 +272,86 @@ fn unknown_and_missing_files_are_clear_errors() {
     let e = run(&junk, 1, Some(FileFormat::Npy)).0.unwrap_err();
     assert!(matches!(e, DataError::Format { .. }), "{e}");
 }
+
+/// `inspect`'s CSV reader on `bytes`: the summary text, or the error.
+fn inspect_csv(bytes: &[u8], compression: Compression) -> Result<String> {
+    let mut out = Vec::new();
+    let mut w = Out { out: &mut out };
+    let source = Box::new(std::io::Cursor::new(bytes.to_vec()));
+    super::csv::inspect(Path::new("fuzz.csv"), source, compression, 3, &mut w)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+#[test]
+fn fuzz_csv() {
+    let gz = {
+        let mut enc = Compression::Gzip.encoder(Vec::new());
+        std::io::Write::write_all(&mut enc, b"x,y\n1,2\n3,4\n").unwrap();
+        enc.finish().unwrap()
+    };
+    let seeds = vec![
+        b"a,b,c\n1,2.5,x\n3,4,\"q,\"\"r\"\"\"\n-7,1e9,\n".to_vec(),
+        b"\xef\xbb\xbfname,score\n\"multi\nline\",0.5\n".to_vec(),
+        b"1,2\n3\n4,5,6\n".to_vec(),
+        gz,
+    ];
+    let report = kiln_fuzz::fuzz("csv", seeds, kiln_fuzz::Limits::new(5_000), |bytes| {
+        let compression = Compression::sniff(bytes).unwrap_or(Compression::None);
+        inspect_csv(bytes, compression)
+    });
+    assert!(report.accepted > 0 && report.refused > 0, "{report:?}");
+}
+
+#[test]
+fn a_csv_record_without_line_breaks_is_refused_not_held() {
+    let long = vec![b'7'; super::csv::MAX_RECORD as usize + (1 << 20)];
+    let err = inspect_csv(&long, Compression::None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("fuzz.csv")
+            && err.contains("the record starting at byte 0 is longer than 67108864 bytes"),
+        "{err}"
+    );
+    // Rows before a long one are fine; the error names where it starts.
+    let mut bytes = b"a,b\n1,2\n".to_vec();
+    bytes.extend_from_slice(&long);
+    let err = inspect_csv(&bytes, Compression::None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("starting at byte 8"), "{err}");
+}
+
+#[test]
+fn a_pipe_is_read_once_and_inspected() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("rows");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::write(fifo, "x,y\n1,2\n3,4\n5,6\n").unwrap())
+    };
+    let (r, text) = run(&fifo, 1, None);
+    writer.join().unwrap();
+    let summary = r.unwrap();
+    assert_eq!(summary.format, FileFormat::Csv(Compression::None));
+    assert_eq!(summary.records, 3);
+    assert!(text.contains("row 0 (line 2): 1, 2"), "{text}");
+}
+
+#[test]
+fn a_directory_is_named_as_one_and_a_missing_file_as_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, _) = run(dir.path(), 1, None);
+    assert!(r.unwrap_err().to_string().contains("is a directory"));
+    let (r, _) = run(&dir.path().join("absent.csv"), 1, None);
+    let err = r.unwrap_err();
+    assert!(
+        matches!(&err, DataError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+        "{err:?}"
+    );
+}

@@ -5,17 +5,20 @@ use std::path::Path;
 use super::{Out, abbreviate, show_bytes};
 use crate::compression::Compression;
 use crate::error::Result;
+use crate::storage::SourceReader;
 use crate::tfrecord::{Example, FeatureKind, TfRecordReader};
 
-/// Reads every record of `path` (verifying both checksums of each), describing the first `n`.
+/// Reads every record of `source` (the file `path`) (verifying both checksums of each), describing the first `n`.
 /// Returns the number of records.
 pub(super) fn inspect(
     path: &Path,
+    source: SourceReader,
     compression: Compression,
     n: usize,
     w: &mut Out<'_>,
 ) -> Result<u64> {
-    let mut reader = TfRecordReader::open(path, compression)?;
+    let buffered = std::io::BufReader::with_capacity(256 << 10, source);
+    let mut reader = TfRecordReader::new(buffered, path, compression);
     loop {
         let (index, offset) = (reader.index(), reader.offset());
         let Some(data) = reader.read_record()? else {

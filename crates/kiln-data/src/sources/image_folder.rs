@@ -371,10 +371,7 @@ fn load_image(
     fix: &str,
 ) -> Result<Array> {
     let bytes = crate::storage::read(path)?;
-    let image = image::load_from_memory(&bytes).map_err(|e| DataError::Decode {
-        path: path.to_path_buf(),
-        message: format!("{e}; {fix}"),
-    })?;
+    let image = decode_image(&bytes, path, fix)?;
     let (w, h) = (image.width() as usize, image.height() as usize);
     let pixels = convert(image, mode);
     let c = mode.channels();
@@ -385,6 +382,49 @@ fn load_image(
         _ => (h, w, pixels),
     };
     Array::new(vec![h, w, c], Buffer::U8(pixels))
+}
+
+/// The widest or tallest image decoded: a few bytes of header can claim 100000 × 100000
+/// pixels, which would be allocated before a single pixel is read.
+pub(crate) const MAX_IMAGE_SIDE: u32 = 16384;
+
+/// The most bytes a decoded image may take (RGBA, 16 bits a channel included).
+const MAX_IMAGE_BYTES: u64 = 1 << 30;
+
+/// Decodes the image file `bytes` (PNG, JPEG, GIF, BMP) read from `path`, refusing one whose
+/// header claims more than [`MAX_IMAGE_SIDE`] pixels a side (or [`MAX_IMAGE_BYTES`] decoded)
+/// before anything is allocated for its pixels; `fix` ends the message of a decoding error.
+///
+/// # Errors
+/// [`DataError::Decode`] naming the file: an unknown or corrupt format, or a size above the
+/// limits (with the size the header claims).
+pub(crate) fn decode_image(bytes: &[u8], path: &Path, fix: &str) -> Result<DynamicImage> {
+    let decode_error = |e: &dyn std::fmt::Display| DataError::Decode {
+        path: path.to_path_buf(),
+        message: format!("{e}; {fix}"),
+    };
+    let reader = || {
+        image::ImageReader::new(std::io::Cursor::new(bytes))
+            .with_guessed_format()
+            .map_err(|e| decode_error(&e))
+    };
+    let (w, h) = reader()?.into_dimensions().map_err(|e| decode_error(&e))?;
+    if w > MAX_IMAGE_SIDE || h > MAX_IMAGE_SIDE {
+        return Err(DataError::Decode {
+            path: path.to_path_buf(),
+            message: format!(
+                "the image header claims {w} x {h} pixels, more than kiln decodes \
+                 ({MAX_IMAGE_SIDE} a side): the file is corrupt, or resize it first"
+            ),
+        });
+    }
+    let mut limits = image::Limits::default();
+    limits.max_image_width = Some(MAX_IMAGE_SIDE);
+    limits.max_image_height = Some(MAX_IMAGE_SIDE);
+    limits.max_alloc = Some(MAX_IMAGE_BYTES);
+    let mut reader = reader()?;
+    reader.limits(limits);
+    reader.decode().map_err(|e| decode_error(&e))
 }
 
 /// The pixels of `image` as interleaved `uint8` with `mode`'s channels.
@@ -457,6 +497,64 @@ mod tests {
     fn save(img: &DynamicImage, path: &Path, format: ImageFormat) {
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         img.save_with_format(path, format).unwrap();
+    }
+
+    /// PNG's CRC-32 (ISO-HDLC), bit by bit.
+    pub(crate) fn crc32(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = (crc >> 1) ^ (0xEDB8_8320 & (crc & 1).wrapping_neg());
+            }
+        }
+        !crc
+    }
+
+    #[test]
+    fn an_image_claiming_huge_dimensions_is_refused_before_decoding() {
+        // A valid 1 x 1 PNG whose IHDR is rewritten to claim 100000 x 100000 pixels (CRC
+        // fixed, so only the size is wrong).
+        let mut png = Vec::new();
+        DynamicImage::ImageRgb8(rgb(1, 1, 0))
+            .write_to(&mut std::io::Cursor::new(&mut png), ImageFormat::Png)
+            .unwrap();
+        png[16..20].copy_from_slice(&100_000u32.to_be_bytes());
+        png[20..24].copy_from_slice(&100_000u32.to_be_bytes());
+        let crc = crc32(&png[12..29]);
+        png[29..33].copy_from_slice(&crc.to_be_bytes());
+        let err = decode_image(&png, Path::new("cats/huge.png"), "fix it").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with(
+                "cannot decode cats/huge.png: the image header claims 100000 x 100000 pixels"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn fuzz_image() {
+        let image = DynamicImage::ImageRgb8(rgb(5, 4, 9));
+        let seeds: Vec<Vec<u8>> = [
+            ImageFormat::Png,
+            ImageFormat::Jpeg,
+            ImageFormat::Gif,
+            ImageFormat::Bmp,
+        ]
+        .into_iter()
+        .map(|format| {
+            let mut bytes = Vec::new();
+            image
+                .write_to(&mut std::io::Cursor::new(&mut bytes), format)
+                .unwrap();
+            bytes
+        })
+        .collect();
+        let report = kiln_fuzz::fuzz("image", seeds, kiln_fuzz::Limits::new(3_000), |bytes| {
+            decode_image(bytes, Path::new("fuzz.png"), "fix").map(|i| convert(i, ColorMode::Rgb))
+        });
+        assert!(report.accepted > 0 && report.refused > 0, "{report:?}");
     }
 
     fn unshuffled() -> ImageFolderOptions {

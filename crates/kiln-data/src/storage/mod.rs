@@ -75,6 +75,41 @@ pub fn open(location: &Path) -> Result<SourceReader> {
     }
 }
 
+/// True for the names that mean standard input: `-` and `/dev/stdin`.
+pub fn is_stdin(location: &Path) -> bool {
+    location == Path::new("-") || location == Path::new("/dev/stdin")
+}
+
+/// Opens `location` as [`open`] does, with its size when it has one: `Some` for a regular
+/// file or an object, `None` for a pipe, a character device or standard input (`-` and
+/// `/dev/stdin`), which are read front to back once, never reopened.
+///
+/// # Errors
+/// As [`open`]; a directory is an error too ("is a directory, not a file").
+pub fn open_sized(location: &Path) -> Result<(SourceReader, Option<u64>)> {
+    if is_stdin(location) {
+        return Ok((Box::new(std::io::stdin()), None));
+    }
+    match Location::from_path(location).map_err(|e| io_error(location, e))? {
+        Location::Local(path) => {
+            let file = File::open(&path).map_err(|e| io_error(location, e))?;
+            let meta = file.metadata().map_err(|e| io_error(location, e))?;
+            if meta.is_dir() {
+                let source = std::io::Error::other("is a directory, not a file");
+                return Err(io_error(location, source));
+            }
+            let len = meta.is_file().then_some(meta.len());
+            Ok((Box::new(file), len))
+        }
+        Location::S3 { bucket, key } => {
+            let reader = ObjectReader::open(&bucket, &key, &s3_options())
+                .map_err(|e| io_error(location, e))?;
+            let len = reader.size();
+            Ok((Box::new(reader), Some(len)))
+        }
+    }
+}
+
 /// Reads the whole data file at `location` (as [`open`]) into memory.
 ///
 /// # Errors

@@ -24,6 +24,9 @@ const RECORD_INDEX: &str = "__kiln_record_index";
 /// [`Dataset::tfrecord`] source itself.
 const RECORD_FILE: &str = "__kiln_record_file";
 
+/// Internal component holding a record's byte offset in its file, next to [`RECORD_FILE`].
+const RECORD_OFFSET: &str = "__kiln_record_offset";
+
 impl Dataset {
     /// `tf.data.TFRecordDataset(filenames, compression_type)`: one element per record, the
     /// files read one after another in order, each streamed through a 256 KiB buffer.
@@ -54,9 +57,9 @@ impl Dataset {
     ///
     /// Errors: a spec that fails [`ExampleSpec::check`] makes iteration yield a single
     /// [`DataError::InvalidArgument`]; a record that does not parse yields
-    /// [`DataError::Example`] naming the feature and the record: its file and 0-based index
-    /// in the file when this dataset is a [`Dataset::tfrecord`] source, else its 0-based
-    /// position in this dataset; an element without a 1-D `uint8` `"record"` component yields
+    /// [`DataError::Example`] naming the feature and the record: its file, 0-based index in
+    /// the file and byte offset when this dataset is a [`Dataset::tfrecord`] source, else its
+    /// 0-based position in this dataset; an element without a 1-D `uint8` `"record"` component yields
     /// [`DataError::MissingComponent`] or [`DataError::InvalidArgument`].
     pub fn parse_example(self, spec: ExampleSpec, num_parallel_calls: Parallelism) -> Dataset {
         if let Err(err) = spec.check() {
@@ -80,6 +83,9 @@ impl Dataset {
                 let file = element
                     .remove(RECORD_FILE)
                     .and_then(|a| a.data().as_strings().map(|s| path_from_bytes(&s[0])));
+                let offset = element
+                    .remove(RECORD_OFFSET)
+                    .map(|a| a.data().to_i64()[0] as u64);
                 let record = element.require(RECORD)?;
                 let Buffer::U8(bytes) = record.data() else {
                     return Err(DataError::InvalidArgument(format!(
@@ -99,10 +105,12 @@ impl Dataset {
                                 record,
                                 feature,
                                 message,
+                                ..
                             },
                             Some(path),
                         ) => DataError::Example {
                             path: Some(path),
+                            offset,
                             record,
                             feature,
                             message,
@@ -165,7 +173,7 @@ impl Iterator for TfRecordIter {
     fn next(&mut self) -> Option<Result<Element>> {
         loop {
             if let Some(reader) = &mut self.reader {
-                let index = reader.index();
+                let (index, offset) = (reader.index(), reader.offset());
                 match reader.read_record() {
                     Ok(Some(bytes)) => {
                         let n = bytes.len();
@@ -176,6 +184,8 @@ impl Iterator for TfRecordIter {
                             element.insert(RECORD_FILE, file);
                             let index = Array::scalar(Buffer::I64(vec![index as i64]));
                             element.insert(RECORD_INDEX, index.expect("scalar"));
+                            let offset = Array::scalar(Buffer::I64(vec![offset as i64]));
+                            element.insert(RECORD_OFFSET, offset.expect("scalar"));
                         }
                         return Some(Ok(element));
                     }

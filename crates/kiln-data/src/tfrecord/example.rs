@@ -240,6 +240,7 @@ impl Example {
     pub fn from_bytes(bytes: &[u8], record: u64) -> Result<Example> {
         Example::decode(bytes).map_err(|err| DataError::Example {
             path: None,
+            offset: None,
             record,
             feature: None,
             message: format!(

@@ -274,6 +274,7 @@ impl ExampleSpec {
         for (name, spec) in &self.features {
             let error = |message: String| DataError::Example {
                 path: None,
+                offset: None,
                 record,
                 feature: Some(name.clone()),
                 message,

@@ -417,13 +417,16 @@ fn parse_errors_of_a_tfrecord_source_name_the_file_and_are_skippable() {
     assert_eq!(results.len(), 5);
     let err = results[3].as_ref().unwrap_err();
     assert_eq!(err.path(), Some(b.as_path()));
+    // Record 1 of b starts right after record 0.
+    let offset = encode_record(&good(2)).len();
     assert!(
         err.to_string().starts_with(&format!(
-            "{}: tf.train.Example record 1, feature \"label\":",
+            "{}: tf.train.Example record 1 (at byte {offset}), feature \"label\":",
             b.display()
         )),
         "{err}"
     );
+    assert!(matches!(err, DataError::Example { offset: Some(o), .. } if *o == offset as u64));
     // The parsed elements carry no bookkeeping components.
     let first = results[0].as_ref().unwrap();
     assert_eq!(first.names().collect::<Vec<_>>(), ["label"]);
@@ -459,4 +462,45 @@ fn parse_errors_of_a_tfrecord_source_name_the_file_and_are_skippable() {
         skipped.first[2].error
     );
     let _ = fs::remove_dir_all(&dir);
+}
+
+/// Framing and `tf.train.Example` decoding on mutated files: both CRCs are fixed up half the
+/// time, so that mutations reach the Example decoder and the spec.
+#[test]
+fn fuzz_tfrecord() {
+    let example = |i: i64| {
+        Example::new()
+            .with("label", Feature::int64(vec![i]))
+            .with("x", Feature::float32(vec![0.5, -1.0]))
+            .with("name", Feature::bytes([format!("n{i}")]))
+            .to_bytes()
+    };
+    let file: Vec<u8> = (0..3).flat_map(|i| encode_record(&example(i))).collect();
+    let seeds = vec![file, plain_bytes(), example(7)];
+    let spec = ExampleSpec::new()
+        .with("label", FeatureSpec::fixed_len(vec![], FeatureDType::Int64))
+        .with("x", FeatureSpec::fixed_len(vec![2], FeatureDType::Float32))
+        .with("name", FeatureSpec::var_len(FeatureDType::Bytes));
+    let limits = kiln_fuzz::Limits::new(10_000);
+    let report = kiln_fuzz::fuzz("tfrecord", seeds, limits, move |bytes| {
+        // The bytes as one serialized Example, then as a framed file of them.
+        let _ = spec.parse(bytes, 0);
+        let framed = if bytes.first().is_some_and(|b| b & 1 == 1) {
+            encode_record(bytes)
+        } else {
+            bytes.to_vec()
+        };
+        let mut reader = TfRecordReader::new(
+            std::io::Cursor::new(framed),
+            Path::new("f"),
+            Compression::None,
+        );
+        let mut parsed = 0;
+        while let Some(record) = reader.read_record()? {
+            spec.parse(&record, reader.index() - 1)?;
+            parsed += 1;
+        }
+        Ok::<_, DataError>(parsed)
+    });
+    assert!(report.accepted > 0 && report.refused > 0, "{report:?}");
 }

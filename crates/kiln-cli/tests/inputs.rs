@@ -1,0 +1,151 @@
+//! `kiln predict` and `kiln data inspect` on inputs a user pipes in or names wrongly:
+//! process substitution, `-`, `/dev/stdin`, files whose name claims another format, bad values.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+mod common;
+use common::{mlp_config, require_data, scratch, text, train_command};
+use kiln_data::{Array, Buffer};
+
+fn kiln() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+}
+
+fn run_with_stdin(mut c: Command, stdin: &Path) -> Output {
+    c.stdin(Stdio::from(std::fs::File::open(stdin).unwrap()))
+        .output()
+        .unwrap()
+}
+
+/// Exit `code`, one error line on stderr containing every needle.
+fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    for n in needles {
+        assert!(err.contains(n), "{n:?} not in {err}");
+    }
+}
+
+/// The number of prediction rows in `predict`'s JSON output.
+fn predictions(o: &Output) -> usize {
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["predictions"].as_array().unwrap().len()
+}
+
+/// A run trained for one epoch on 64 examples.
+fn trained(dir: &Path) -> PathBuf {
+    let run = dir.join("run");
+    let o = train_command(&mlp_config(dir, 64, 1, 1000, ""), &run, &[])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    run
+}
+
+fn images(n: usize, value: impl Fn(usize) -> f32) -> Array {
+    Array::new(
+        vec![n, 28, 28],
+        Buffer::F32((0..n * 784).map(value).collect()),
+    )
+    .unwrap()
+}
+
+#[test]
+fn predict_reads_pipes_stdin_and_sniffs_the_format() {
+    require_data();
+    let dir = scratch("predict-inputs");
+    let run = trained(&dir);
+    let idx = dir.join("three.idx");
+    kiln_data::idx::write_idx(&idx, &images(3, |i| (i % 255) as f32)).unwrap();
+    let npy = dir.join("two.npy");
+    kiln_data::npy::write_npy(&npy, &images(2, |i| (i % 7) as f32)).unwrap();
+
+    // Process substitution: a pipe whose size is unknown, read once.
+    let o = Command::new("bash")
+        .args(["-c", "\"$0\" predict \"$1\" <(cat \"$2\")"])
+        .args([
+            env!("CARGO_BIN_EXE_kiln"),
+            run.to_str().unwrap(),
+            idx.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(predictions(&o), 3);
+    for name in ["-", "/dev/stdin"] {
+        let mut c = kiln();
+        c.args(["predict", run.to_str().unwrap(), name]);
+        assert_eq!(predictions(&run_with_stdin(c, &npy)), 2, "{name}");
+    }
+
+    // Text named .npy: called what it is, not "not an IDX file".
+    let csv = dir.join("rows.npy");
+    std::fs::write(&csv, "a,b\n1,2\n").unwrap();
+    let o = kiln()
+        .args(["predict", run.to_str().unwrap(), csv.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_fails(
+        &o,
+        1,
+        &["rows.npy: not a .npy file", "it looks like text (CSV?)"],
+    );
+    assert!(!text(&o.stderr).contains("IDX"), "{}", text(&o.stderr));
+
+    // A NaN in record 2 and a wrong example shape: both name the file (and the record).
+    let nan = dir.join("nan.npy");
+    kiln_data::npy::write_npy(
+        &nan,
+        &images(3, |i| if i == 2 * 784 + 5 { f32::NAN } else { 0.5 }),
+    )
+    .unwrap();
+    let o = kiln()
+        .args(["predict", run.to_str().unwrap(), nan.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_fails(&o, 1, &["check_numerics: record 2 of ", "nan.npy has NaN"]);
+    let small = dir.join("small.npy");
+    let five = Array::new(vec![2, 5, 5], Buffer::F32(vec![0.0; 50])).unwrap();
+    kiln_data::npy::write_npy(&small, &five).unwrap();
+    let o = kiln()
+        .args(["predict", run.to_str().unwrap(), small.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_fails(&o, 1, &["small.npy: "]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn data_inspect_reads_stdin_and_unknown_formats_are_usage_errors() {
+    let dir = scratch("inspect-inputs");
+    let csv = dir.join("rows.txt");
+    std::fs::write(&csv, "x,y\n1,2\n3,4\n").unwrap();
+    for name in ["-", "/dev/stdin"] {
+        let mut c = kiln();
+        c.args(["data", "inspect", name]);
+        let o = run_with_stdin(c, &csv);
+        assert!(o.status.success(), "{name}: {}", text(&o.stderr));
+        assert!(text(&o.stdout).contains("2 rows"), "{}", text(&o.stdout));
+    }
+    let blob = dir.join("blob.bin");
+    std::fs::write(&blob, [0xde, 0xad, 0xbe, 0xef]).unwrap();
+    let o = kiln()
+        .args(["data", "inspect", blob.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_fails(&o, 2, &["cannot tell the format of", "--format"]);
+    let o = kiln()
+        .args([
+            "data",
+            "inspect",
+            blob.to_str().unwrap(),
+            "--format",
+            "parquet",
+        ])
+        .output()
+        .unwrap();
+    assert_fails(&o, 2, &["unknown file format \"parquet\""]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
