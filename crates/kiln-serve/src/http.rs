@@ -25,6 +25,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use http_body::Body as _;
 use http_body_util::BodyExt;
 use serde_json::json;
 
