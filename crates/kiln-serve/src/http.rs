@@ -381,7 +381,11 @@ pub fn content_encoding(headers: &HeaderMap) -> Result<Encoding, ApiError> {
     let (Some(value), None) = (values.next(), values.next()) else {
         return Ok(Encoding::Identity);
     };
-    match value.to_str().map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+    match value
+        .to_str()
+        .map(|v| v.trim().to_ascii_lowercase())
+        .as_deref()
+    {
         Ok("identity" | "") => Ok(Encoding::Identity),
         Ok("gzip" | "x-gzip") => Ok(Encoding::Gzip),
         _ => Err(ApiError {
@@ -485,7 +489,10 @@ async fn read_body(
     }
     if over {
         return Err(too_large(
-            declared.map_or_else(|| format!("at least {seen} bytes"), |n| format!("{n} bytes")),
+            declared.map_or_else(
+                || format!("at least {seen} bytes"),
+                |n| format!("{n} bytes"),
+            ),
             limit,
         ));
     }

@@ -466,16 +466,16 @@ pub fn parse_predict(
         input,
         tokens: rewritten.is_some(),
     }
-        .deserialize(&mut de)
-        .and_then(|raw| de.end().map(|_| raw))
-        .map_err(|e| {
-            let kind = if e.is_syntax() || e.is_eof() {
-                "malformed JSON"
-            } else {
-                "invalid request"
-            };
-            ApiError::bad_request(format!("{kind}: {e}"))
-        })?;
+    .deserialize(&mut de)
+    .and_then(|raw| de.end().map(|_| raw))
+    .map_err(|e| {
+        let kind = if e.is_syntax() || e.is_eof() {
+            "malformed JSON"
+        } else {
+            "invalid request"
+        };
+        ApiError::bad_request(format!("{kind}: {e}"))
+    })?;
     if raw.both {
         return Err(ApiError::bad_request(
             "Only one of 'instances' and 'inputs' can be specified, not both",

@@ -209,9 +209,14 @@ fn run(
                 reason,
             })?;
         on_ready(listener.local_addr()?);
-        serve_connections(listener, router(state), config.header_read_timeout, shutdown)
-            .await
-            .map_err(ServeError::Io)
+        serve_connections(
+            listener,
+            router(state),
+            config.header_read_timeout,
+            shutdown,
+        )
+        .await
+        .map_err(ServeError::Io)
     });
     *stop.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
     stop.wake.notify_all();
@@ -256,7 +261,8 @@ async fn serve_connections(
             Err(_) => continue,
         };
         let _ = stream.set_nodelay(true);
-        let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service(app.clone()));
+        let conn =
+            http.serve_connection(hyper_util::rt::TokioIo::new(stream), service(app.clone()));
         tokio::spawn(serve_one(conn, signal_rx.clone(), done_rx.clone()));
     }
     drop(listener);
@@ -283,9 +289,7 @@ fn service(
 }
 
 type BoxedResponse = std::pin::Pin<
-    Box<
-        dyn Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send,
-    >,
+    Box<dyn Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send>,
 >;
 
 /// Serves one connection until it ends (the client closes it, a timeout, `Connection: close`)

@@ -5,9 +5,9 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::time::Duration;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use common::*;
 use kiln_serve::{BatchingConfig, ModelConfig};
@@ -588,7 +588,16 @@ fn non_finite_values_are_tf_servings_bare_tokens_both_ways() {
     let dir = scratch("nonfinite");
     let v1 = export_layers(&dir, "lin", LINEAR, 3, 1);
     let server = start(config(vec![ModelConfig::new("lin", dir.join("lin"))], None));
-    let x = [f32::NAN, 0.0, f32::INFINITY, 0.0, f32::NEG_INFINITY, 1.0, 0.5, -2.0];
+    let x = [
+        f32::NAN,
+        0.0,
+        f32::INFINITY,
+        0.0,
+        f32::NEG_INFINITY,
+        1.0,
+        0.5,
+        -2.0,
+    ];
     let expected = local_predict(&v1, &x, 4);
     assert!(expected.iter().any(|v| v.is_nan()), "{expected:?}");
     assert!(expected.iter().any(|v| v.is_infinite()), "{expected:?}");
@@ -598,7 +607,10 @@ fn non_finite_values_are_tf_servings_bare_tokens_both_ways() {
     let got = numbers_with_tokens(&r.text());
     assert_eq!(got.len(), expected.len());
     for (g, e) in got.iter().zip(&expected) {
-        assert!(g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()), "{got:?} vs {expected:?}");
+        assert!(
+            g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()),
+            "{got:?} vs {expected:?}"
+        );
     }
 }
 
@@ -610,22 +622,38 @@ fn names_that_are_not_served_do_not_grow_the_metrics() {
     let c = client();
     let metrics = url(&server, "/monitoring/prometheus/metrics");
     let body = json!({"instances": instances(&examples(1, 0), 1)}).to_string();
-    assert_eq!(c.post(&url(&server, "/v1/models/first:predict"), body.clone()).status, 404);
+    assert_eq!(
+        c.post(&url(&server, "/v1/models/first:predict"), body.clone())
+            .status,
+        404
+    );
     let before = c.get(&metrics).text();
     for i in 0..300 {
         let path = format!("/v1/models/made-up-{i}:predict");
         assert_eq!(c.post(&url(&server, &path), body.clone()).status, 404);
-        assert_eq!(c.get(&url(&server, &format!("/v1/models/made-up-{i}"))).status, 404);
+        assert_eq!(
+            c.get(&url(&server, &format!("/v1/models/made-up-{i}")))
+                .status,
+            404
+        );
     }
     let after = c.get(&metrics).text();
-    assert!(!after.contains("made-up") && !after.contains("first"), "{after}");
+    assert!(
+        !after.contains("made-up") && !after.contains("first"),
+        "{after}"
+    );
     assert!(
         after.contains("kiln_serve_requests_total{model=\"\",version=\"\",code=\"404\"} 601"),
         "{after}"
     );
     // The same lines; only counts grew by a few digits.
     assert_eq!(before.lines().count(), after.lines().count(), "{after}");
-    assert!(after.len() < before.len() + 100, "{} -> {}", before.len(), after.len());
+    assert!(
+        after.len() < before.len() + 100,
+        "{} -> {}",
+        before.len(),
+        after.len()
+    );
 }
 
 #[test]
@@ -639,7 +667,8 @@ fn stalled_headers_bodies_and_idle_connections_are_closed() {
     let within = Duration::from_secs(20);
     // Part of the headers.
     let mut s = TcpStream::connect(server.addr()).unwrap();
-    s.write_all(b"POST /v1/models/cnn:predict HTTP/1.1\r\nHost: x\r\n").unwrap();
+    s.write_all(b"POST /v1/models/cnn:predict HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
     assert!(closed_within(&mut s, within), "half-sent headers kept open");
     // Nothing at all (an idle connection).
     let mut s = TcpStream::connect(server.addr()).unwrap();
@@ -656,7 +685,8 @@ fn stalled_headers_bodies_and_idle_connections_are_closed() {
     assert!(closed_within(&mut s, within), "stalled body kept open");
     // A keep-alive connection that goes quiet after a request is closed too.
     let mut s = TcpStream::connect(server.addr()).unwrap();
-    s.write_all(&request("GET", "/v1/models/cnn", "", b"")).unwrap();
+    s.write_all(&request("GET", "/v1/models/cnn", "", b""))
+        .unwrap();
     s.set_read_timeout(Some(within)).unwrap();
     assert_eq!(read_response(&mut s).unwrap().status, 200);
     assert!(closed_within(&mut s, within), "idle keep-alive kept open");
@@ -674,7 +704,8 @@ fn a_request_followed_by_a_half_close_gets_its_response() {
         ("POST", "/v1/models/cnn:predict", "{\"instances\": [1", 400),
     ] {
         let mut s = TcpStream::connect(server.addr()).unwrap();
-        s.write_all(&request(method, path, "", body.as_bytes())).unwrap();
+        s.write_all(&request(method, path, "", body.as_bytes()))
+            .unwrap();
         s.shutdown(Shutdown::Write).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let r = read_response(&mut s).unwrap_or_else(|| panic!("{method} {path}: no response"));
@@ -697,7 +728,10 @@ fn keep_alive_stays_correct_after_every_error() {
         ("/v1/models/nope:predict", auth.to_string()),
         ("/v1/models/cnn:predict", String::new()),
         ("/v1/models/cnn", auth.to_string()),
-        ("/v1/models/cnn:predict", format!("{auth}Content-Encoding: br\r\n")),
+        (
+            "/v1/models/cnn:predict",
+            format!("{auth}Content-Encoding: br\r\n"),
+        ),
     ] {
         let mut s = TcpStream::connect(server.addr()).unwrap();
         let mut req = request("POST", path, &headers, good.as_bytes());
@@ -706,7 +740,12 @@ fn keep_alive_stays_correct_after_every_error() {
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let r = read_response(&mut s).unwrap();
         assert!(r.status >= 400 && r.status < 500, "{path}: {}", r.status);
-        assert_eq!(r.header("connection"), Some("close"), "{path}: {}", r.status);
+        assert_eq!(
+            r.header("connection"),
+            Some("close"),
+            "{path}: {}",
+            r.status
+        );
         assert!(closed_within(&mut s, Duration::from_secs(20)), "{path}");
     }
     // Errors after the whole body was read keep the connection, and the next request on it
@@ -719,8 +758,13 @@ fn keep_alive_stays_correct_after_every_error() {
             ("{\"instances\": [[1]]}", 400),
             (good.as_str(), 200),
         ] {
-            s.write_all(&request("POST", "/v1/models/cnn:predict", auth, body.as_bytes()))
-                .unwrap();
+            s.write_all(&request(
+                "POST",
+                "/v1/models/cnn:predict",
+                auth,
+                body.as_bytes(),
+            ))
+            .unwrap();
             let r = read_response(&mut s).unwrap_or_else(|| panic!("round {i}: closed"));
             assert_eq!(r.status, want, "round {i}: {}", r.body);
             assert_eq!(r.header("connection"), None, "round {i}");
