@@ -271,6 +271,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=2.0,
                     help="the server's --header-read-timeout-seconds and --body-read-timeout-seconds")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kinds", default="", help="only these malformed kinds (comma-separated indices; to bisect)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     kiln = os.path.abspath(args.kiln)
@@ -321,6 +322,8 @@ def main():
             alone_ok &= r.status == 200 and len(probs) == 10 and abs(sum(probs) - 1) < 1e-4
         check(alone_ok, f"{len(bodies)} valid requests alone: 200 and 10 probabilities summing to 1")
         kinds = malformed_kinds(bodies[0], rng)
+        if args.kinds:
+            kinds = [kinds[int(i)] for i in args.kinds.split(",")]
 
         def jobs(n_malformed, n_valid):
             out = []

@@ -56,6 +56,9 @@ pub struct AppState {
     pub auth_token: Option<String>,
     /// The longest wait for the next bytes of a request body (then 408).
     pub body_read_timeout: Duration,
+    /// Bounds the bodies decompressed and parsed on blocking threads at once (one per CPU), so
+    /// that a burst of large or gzip bodies does not start a thread each.
+    pub parse_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// The router with every endpoint.
@@ -530,7 +533,14 @@ async fn predict(state: &AppState, target: &Target, request: Request) -> Outcome
         .clone();
     let shape = servable.input_shape().to_vec();
     let parsed = if bytes.len() > PARSE_INLINE_BYTES || encoding == Encoding::Gzip {
+        let slot = state
+            .parse_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| fail(ApiError::unavailable("the server is shutting down")))?;
         tokio::task::spawn_blocking(move || {
+            let _slot = slot;
             decode_and_parse(&bytes, encoding, limit, &input, &shape)
         })
         .await

@@ -190,6 +190,9 @@ fn run(
         max_body_bytes: config.max_body_bytes,
         auth_token: config.auth_token.clone(),
         body_read_timeout: config.body_read_timeout,
+        parse_slots: Arc::new(tokio::sync::Semaphore::new(
+            std::thread::available_parallelism().map_or(2, |n| n.get()),
+        )),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(

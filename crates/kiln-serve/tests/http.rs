@@ -561,7 +561,7 @@ fn numbers_with_tokens(body: &str) -> Vec<f32> {
         .and_then(|b| b.strip_suffix("]}"))
         .unwrap_or_else(|| panic!("not a predictions body: {body}"));
     inner
-        .split(|c| matches!(c, '[' | ']' | ','))
+        .split(['[', ']', ','])
         .filter(|t| !t.is_empty())
         .map(|t| match t {
             "NaN" => f32::NAN,
