@@ -71,6 +71,21 @@ pub struct ServeArgs {
     /// cpu or gpu (the GPU backend compiled in).
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Seconds a client may take to send a request's headers (and an idle keep-alive
+    /// connection stays open); then the connection is closed.
+    #[arg(long, default_value_t = 30.0)]
+    pub header_read_timeout_seconds: f64,
+    /// Seconds a request body may stall (no new bytes); then 408 and the connection is closed.
+    #[arg(long, default_value_t = 60.0)]
+    pub body_read_timeout_seconds: f64,
+}
+
+/// `seconds` of the flag `key` as a duration, between 1 ms and a day.
+fn seconds(key: &str, seconds: f64) -> anyhow::Result<std::time::Duration> {
+    if !(0.001..=86_400.0).contains(&seconds) {
+        return Err(KilnError::config(key, "must be between 0.001 and 86400 seconds").into());
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
 /// Runs `kiln export`, printing where the version went.
@@ -124,15 +139,18 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(n) = args.num_request_threads {
         cfg.num_request_threads = n;
     }
-    if !(args.file_system_poll_wait_seconds > 0.0 && args.file_system_poll_wait_seconds < 86_400.0)
-    {
-        return Err(KilnError::config(
-            "--file-system-poll-wait-seconds",
-            "must be between 0 and 86400 seconds",
-        )
-        .into());
-    }
-    cfg.poll_interval = std::time::Duration::from_secs_f64(args.file_system_poll_wait_seconds);
+    cfg.poll_interval = seconds(
+        "--file-system-poll-wait-seconds",
+        args.file_system_poll_wait_seconds,
+    )?;
+    cfg.header_read_timeout = seconds(
+        "--header-read-timeout-seconds",
+        args.header_read_timeout_seconds,
+    )?;
+    cfg.body_read_timeout = seconds(
+        "--body-read-timeout-seconds",
+        args.body_read_timeout_seconds,
+    )?;
     match (
         args.model_config_file,
         args.model_name,

@@ -217,6 +217,13 @@ pub struct ServeConfig {
     pub poll_interval: Duration,
     /// Where inference runs.
     pub device: kiln::DeviceKind,
+    /// How long a connection may take to send a request's head (request line and headers),
+    /// and how long an idle keep-alive connection stays open (default 30 s). Past it the
+    /// connection is closed.
+    pub header_read_timeout: Duration,
+    /// How long a request body may stall: the longest wait for its next bytes (default 60 s).
+    /// Past it the client gets 408 and the connection is closed.
+    pub body_read_timeout: Duration,
 }
 
 impl Default for ServeConfig {
@@ -234,6 +241,8 @@ impl Default for ServeConfig {
             auth_token: None,
             poll_interval: Duration::from_secs(1),
             device: kiln::DeviceKind::Cpu,
+            header_read_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -283,6 +292,17 @@ impl ServeConfig {
         }
         if let Some(b) = &self.batching {
             b.validate()?;
+        }
+        for (key, v) in [
+            ("header_read_timeout", self.header_read_timeout),
+            ("body_read_timeout", self.body_read_timeout),
+        ] {
+            if v.is_zero() || v > Duration::from_secs(86_400) {
+                return Err(ServeError::config(
+                    key,
+                    format!("{v:?}: must be more than 0 and at most 86400 s"),
+                ));
+            }
         }
         for (key, v) in [
             ("num_request_threads", self.num_request_threads),

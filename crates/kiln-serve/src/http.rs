@@ -12,8 +12,11 @@
 //! Paths are parsed from the raw request target, before any percent-decoding, and every name,
 //! version and label is checked (`[A-Za-z0-9_.-]`, no `..`): anything else is a 400.
 
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -22,6 +25,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use http_body::Body as _;
 use http_body_util::BodyExt;
 use serde_json::json;
 
@@ -31,7 +35,8 @@ use crate::metrics::Metrics;
 use crate::models::{Registry, Selector};
 use crate::scheduler::{Scheduler, SubmitError};
 
-/// Bodies larger than this are parsed on a blocking thread, not on the async runtime.
+/// Bodies larger than this (and every gzip body) are parsed on a blocking thread, not on the
+/// async runtime.
 const PARSE_INLINE_BYTES: usize = 256 << 10;
 /// After the body limit is crossed, at most this much more is read (and dropped) so that the
 /// client can read the 413 instead of seeing its upload cut.
@@ -49,6 +54,11 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// Bearer token, if required.
     pub auth_token: Option<String>,
+    /// The longest wait for the next bytes of a request body (then 408).
+    pub body_read_timeout: Duration,
+    /// Bounds the bodies decompressed and parsed on blocking threads at once (one per CPU), so
+    /// that a burst of large or gzip bodies does not start a thread each.
+    pub parse_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// The router with every endpoint.
@@ -61,7 +71,60 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v2/health/live", get(live))
         .route("/v2/health/ready", get(ready))
         .merge(protected)
+        .layer(middleware::from_fn(close_unless_read))
         .with_state(state)
+}
+
+/// A request body that records whether it was read to its end.
+struct Tracked {
+    inner: Body,
+    finished: Arc<AtomicBool>,
+}
+
+impl http_body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.finished.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Keeps keep-alive correct after every response: when a response goes out before its
+/// request's body was read to the end (an error answered early, a stalled body), it carries
+/// `Connection: close` and hyper closes the connection after it, so the client never sends
+/// its next request on a connection whose unread body bytes would be taken for it.
+async fn close_unless_read(request: Request, next: Next) -> Response {
+    let finished = Arc::new(AtomicBool::new(request.body().is_end_stream()));
+    let request = request.map(|inner| {
+        Body::new(Tracked {
+            inner,
+            finished: finished.clone(),
+        })
+    });
+    let mut response = next.run(request).await;
+    if !finished.load(Ordering::Relaxed) {
+        response.headers_mut().insert(
+            header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
 }
 
 /// Refuses requests without the bearer token (when one is configured) with 401. The token is
@@ -243,13 +306,20 @@ async fn model_api(State(state): State<Arc<AppState>>, request: Request) -> Resp
         Err((v, e)) => (e.into_response(), v),
     };
     let version = version.map(|v| v.to_string()).unwrap_or_default();
+    // Only configured models get their own label: names clients make up are counted under
+    // `model=""`, so the metrics stay the same size whatever names are asked for.
+    let model = if state.registry.serves(&target.model) {
+        target.model.as_str()
+    } else {
+        ""
+    };
     state
         .metrics
-        .request(&target.model, &version, response.status().as_u16());
+        .request(model, &version, response.status().as_u16());
     if target.op == Op::Predict {
         state
             .metrics
-            .latency(&target.model, started.elapsed().as_secs_f64());
+            .latency(model, started.elapsed().as_secs_f64());
     }
     response
 }
@@ -296,15 +366,90 @@ impl From<ApiError> for (Option<u64>, ApiError) {
     }
 }
 
-/// Reads the body up to `limit` bytes; beyond it, drains (a bounded amount) and answers 413.
-async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Vec<u8>, ApiError> {
-    let too_large = |n: String| ApiError {
+/// How a request body is encoded (`Content-Encoding`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// As is.
+    Identity,
+    /// gzip (as TF Serving accepts it).
+    Gzip,
+}
+
+/// The body's `Content-Encoding`: none or `identity`, or `gzip` (`x-gzip`).
+///
+/// # Errors
+/// 415 for any other encoding (or several).
+pub fn content_encoding(headers: &HeaderMap) -> Result<Encoding, ApiError> {
+    let mut values = headers.get_all(header::CONTENT_ENCODING).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Ok(Encoding::Identity);
+    };
+    match value
+        .to_str()
+        .map(|v| v.trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        Ok("identity" | "") => Ok(Encoding::Identity),
+        Ok("gzip" | "x-gzip") => Ok(Encoding::Gzip),
+        _ => Err(ApiError {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            message: format!(
+                "Content-Encoding {:?} is not supported: send the body as is or gzip-compressed \
+                 (Content-Encoding: gzip)",
+                String::from_utf8_lossy(value.as_bytes())
+            ),
+        }),
+    }
+}
+
+/// 413 for a body over `limit` bytes (`what`: how many were seen).
+fn too_large(what: String, limit: usize) -> ApiError {
+    ApiError {
         status: StatusCode::PAYLOAD_TOO_LARGE,
         message: format!(
-            "the request body ({n} bytes) is larger than the limit of {limit} bytes \
+            "the request body ({what}) is larger than the limit of {limit} bytes \
              (kiln serve --max-body-bytes)"
         ),
-    };
+    }
+}
+
+/// Decompresses a gzip body (one or more members), refusing more than `limit` bytes of output
+/// as soon as they appear, so that a small body that inflates to gigabytes costs no more than
+/// `limit` bytes of memory.
+///
+/// # Errors
+/// 400 for data that is not valid gzip; 413 when it decompresses to more than `limit` bytes.
+pub fn gunzip(data: &[u8], limit: usize) -> Result<Vec<u8>, ApiError> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(data)
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body is not valid gzip (Content-Encoding: gzip): {e}"
+            ))
+        })?;
+    if out.len() > limit {
+        return Err(too_large(
+            format!("more than {limit} bytes after gzip decompression"),
+            limit,
+        ));
+    }
+    Ok(out)
+}
+
+/// Reads the body up to `limit` bytes, waiting at most `idle` for each next chunk; beyond the
+/// limit, drains (a bounded amount) and answers 413.
+///
+/// # Errors
+/// 413 over the limit, 408 when the body stalls for `idle`, 400 when it cannot be read.
+async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    limit: usize,
+    idle: Duration,
+) -> Result<Vec<u8>, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -313,7 +458,21 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Vec<
     let mut buf = Vec::with_capacity(declared.unwrap_or(0).min(limit));
     let mut seen = 0usize;
     let mut over = declared.is_some_and(|n| n > limit);
-    while let Some(frame) = body.frame().await {
+    loop {
+        let frame = match tokio::time::timeout(idle, body.frame()).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(_) => {
+                return Err(ApiError {
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    message: format!(
+                        "the request body stalled: no bytes for {} s after {seen} bytes \
+                         (kiln serve --body-read-timeout-seconds)",
+                        idle.as_secs_f64()
+                    ),
+                });
+            }
+        };
         let frame =
             frame.map_err(|e| ApiError::bad_request(format!("cannot read the body: {e}")))?;
         if let Ok(data) = frame.into_data() {
@@ -333,17 +492,37 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Vec<
     }
     if over {
         return Err(too_large(
-            declared.map_or_else(|| format!("at least {seen}"), |n| n.to_string()),
+            declared.map_or_else(
+                || format!("at least {seen} bytes"),
+                |n| format!("{n} bytes"),
+            ),
+            limit,
         ));
     }
     Ok(buf)
+}
+
+/// Decompresses (when gzip) and parses a predict body.
+fn decode_and_parse(
+    bytes: &[u8],
+    encoding: Encoding,
+    limit: usize,
+    input: &str,
+    shape: &[usize],
+) -> Result<json::PredictRequest, ApiError> {
+    match encoding {
+        Encoding::Identity => json::parse_predict(bytes, input, shape),
+        Encoding::Gzip => json::parse_predict(&gunzip(bytes, limit)?, input, shape),
+    }
 }
 
 async fn predict(state: &AppState, target: &Target, request: Request) -> Outcome {
     let (version, servable) = state.registry.resolve(&target.model, &target.selector)?;
     let fail = |e: ApiError| (Some(version), e);
     let (parts, body) = request.into_parts();
-    let bytes = read_body(body, &parts.headers, state.max_body_bytes)
+    let encoding = content_encoding(&parts.headers).map_err(fail)?;
+    let limit = state.max_body_bytes;
+    let bytes = read_body(body, &parts.headers, limit, state.body_read_timeout)
         .await
         .map_err(fail)?;
     let input = servable.signature().signature_def[kiln::export::signature::DEFAULT_SIGNATURE]
@@ -353,13 +532,21 @@ async fn predict(state: &AppState, target: &Target, request: Request) -> Outcome
         .expect("a signature has one input")
         .clone();
     let shape = servable.input_shape().to_vec();
-    let parsed = if bytes.len() > PARSE_INLINE_BYTES {
-        let (input, shape) = (input.clone(), shape.clone());
-        tokio::task::spawn_blocking(move || json::parse_predict(&bytes, &input, &shape))
+    let parsed = if bytes.len() > PARSE_INLINE_BYTES || encoding == Encoding::Gzip {
+        let slot = state
+            .parse_slots
+            .clone()
+            .acquire_owned()
             .await
-            .map_err(|e| fail(ApiError::internal(format!("parser thread failed: {e}"))))?
+            .map_err(|_| fail(ApiError::unavailable("the server is shutting down")))?;
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            decode_and_parse(&bytes, encoding, limit, &input, &shape)
+        })
+        .await
+        .map_err(|e| fail(ApiError::internal(format!("parser thread failed: {e}"))))?
     } else {
-        json::parse_predict(&bytes, &input, &shape)
+        decode_and_parse(&bytes, encoding, limit, &input, &shape)
     }
     .map_err(fail)?;
     if let Some(sig) = &parsed.signature_name

@@ -9,7 +9,9 @@
 //!
 //! The nested lists are read straight into a flat buffer with their shape, without building a
 //! JSON tree, and checked as they are read: ragged lists, strings, `null`, nesting deeper than
-//! [`MAX_DEPTH`] and numbers outside float32's range are refused. serde_json's recursion limit
+//! [`MAX_DEPTH`] and numbers outside float32's range are refused. As in TF Serving, the bare
+//! tokens `NaN`, `Infinity` and `-Infinity` (also `Inf`, `-Inf`, `-NaN`) are read as the
+//! non-finite float32 values, and written for them in responses. A key given twice is refused. serde_json's recursion limit
 //! (128 levels) bounds the parser's stack, so 10^6 nested `[` are an error, not a crash.
 //!
 //! Responses: `{"predictions": [...]}` for the row format, `{"outputs": [...]}` for the columnar
@@ -55,7 +57,20 @@ struct Builder {
     data: Vec<f32>,
     dims: Vec<Option<usize>>,
     leaf_depth: Option<usize>,
+    /// The body had `NaN` / `Infinity` tokens, rewritten to the [`NON_FINITE`] numbers.
+    tokens: bool,
 }
+
+/// What the non-finite tokens are rewritten to before serde_json reads the body, and what they
+/// stand for: numbers outside float32's range, which are refused otherwise, so no float32
+/// input can be mistaken for one. (In a body that has tokens, a client's own `7.7e307` or
+/// `±8.8e307` would be read as the token too: TF Serving reads such out-of-range numbers as
+/// infinities anyway.)
+const NON_FINITE: [(&str, f64, f32); 3] = [
+    ("7.7e307", 7.7e307, f32::NAN),
+    ("8.8e307", 8.8e307, f32::INFINITY),
+    ("-8.8e307", -8.8e307, f32::NEG_INFINITY),
+];
 
 impl Builder {
     fn leaf<E: de::Error>(&mut self, depth: usize, v: f64) -> Result<(), E> {
@@ -68,6 +83,12 @@ impl Builder {
                 )));
             }
             _ => {}
+        }
+        if self.tokens
+            && let Some((_, _, f)) = NON_FINITE.iter().find(|(_, n, _)| *n == v)
+        {
+            self.data.push(*f);
+            return Ok(());
         }
         let f = v as f32;
         if !f.is_finite() {
@@ -170,7 +191,7 @@ impl<'de> Visitor<'de> for Nested<'_> {
         let shown: String = v.chars().take(20).collect();
         Err(E::custom(format!(
             "the string {shown:?} where a number was expected: the model's input is DT_FLOAT \
-             (NaN and Infinity are not accepted either)"
+             (non-finite values are the bare tokens NaN, Infinity and -Infinity, not strings)"
         )))
     }
 
@@ -292,6 +313,8 @@ impl<'de> Visitor<'de> for Inputs<'_> {
 /// The request object.
 struct Request<'a> {
     input: &'a str,
+    /// The body had non-finite tokens (see [`rewrite_non_finite`]).
+    tokens: bool,
 }
 
 #[derive(Default)]
@@ -316,6 +339,7 @@ impl<'de> Visitor<'de> for Request<'_> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Raw, A::Error> {
         let mut raw = Raw::default();
+        raw.b.tokens = self.tokens;
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
                 "signature_name" => {
@@ -325,20 +349,31 @@ impl<'de> Visitor<'de> for Request<'_> {
                     raw.signature_name = Some(map.next_value()?)
                 }
                 "instances" | "inputs" => {
-                    if raw.format.is_some() {
-                        // Reported as TF Serving does, after the parse.
-                        raw.both = true;
-                        map.next_value::<IgnoredAny>()?;
-                        continue;
+                    let format = if key == "instances" {
+                        Format::Row
+                    } else {
+                        Format::Columnar
+                    };
+                    match raw.format {
+                        Some(f) if f == format => {
+                            return Err(de::Error::custom(format!(
+                                "the key \"{key}\" is given twice; send it once"
+                            )));
+                        }
+                        Some(_) => {
+                            // Reported as TF Serving does, after the parse.
+                            raw.both = true;
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                        None => raw.format = Some(format),
                     }
-                    if key == "instances" {
-                        raw.format = Some(Format::Row);
+                    if format == Format::Row {
                         map.next_value_seed(Instances {
                             b: &mut raw.b,
                             input: self.input,
                         })?;
                     } else {
-                        raw.format = Some(Format::Columnar);
                         map.next_value_seed(Inputs {
                             b: &mut raw.b,
                             input: self.input,
@@ -354,6 +389,65 @@ impl<'de> Visitor<'de> for Request<'_> {
     }
 }
 
+/// Rewrites the bare tokens that TF Serving's JSON reader accepts for non-finite numbers
+/// (RapidJSON with `kParseNanAndInfFlag`: `NaN`, `Inf`, `Infinity`, each with an optional `-`),
+/// where they stand outside strings, into the [`NON_FINITE`] numbers serde_json can read.
+/// `None` when the body has none (the common case: nothing is copied).
+fn rewrite_non_finite(body: &[u8]) -> Option<Vec<u8>> {
+    let mut out: Option<Vec<u8>> = None;
+    let (mut i, mut copied, mut in_string) = (0, 0, false);
+    while i < body.len() {
+        let c = body[i];
+        if in_string {
+            match c {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+        } else if c == b'"' {
+            in_string = true;
+            i += 1;
+        } else if let Some((len, number)) = non_finite_token(&body[i..]) {
+            let o = out.get_or_insert_with(|| Vec::with_capacity(body.len() + 64));
+            o.extend_from_slice(&body[copied..i]);
+            o.extend_from_slice(number.as_bytes());
+            i += len;
+            copied = i;
+        } else {
+            i += 1;
+        }
+    }
+    out.map(|mut o| {
+        o.extend_from_slice(&body[copied..]);
+        o
+    })
+}
+
+/// The length of the non-finite token that `s` starts with, and the number it becomes.
+fn non_finite_token(s: &[u8]) -> Option<(usize, &'static str)> {
+    let (sign, rest) = match s.strip_prefix(b"-") {
+        Some(rest) => (1, rest),
+        None => (0, s),
+    };
+    let (len, which) = if rest.starts_with(b"NaN") {
+        (3, 0)
+    } else if rest.starts_with(b"Infinity") {
+        (8, 1 + sign)
+    } else if rest.starts_with(b"Inf") {
+        (3, 1 + sign)
+    } else {
+        return None;
+    };
+    if rest
+        .get(len)
+        .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    {
+        return None;
+    }
+    Some((sign + len, NON_FINITE[which].0))
+}
+
 /// Parses a predict body for a model whose single input is `input` with examples of
 /// `example_shape`.
 ///
@@ -366,18 +460,22 @@ pub fn parse_predict(
     input: &str,
     example_shape: &[usize],
 ) -> Result<PredictRequest, ApiError> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let raw = Request { input }
-        .deserialize(&mut de)
-        .and_then(|raw| de.end().map(|_| raw))
-        .map_err(|e| {
-            let kind = if e.is_syntax() || e.is_eof() {
-                "malformed JSON"
-            } else {
-                "invalid request"
-            };
-            ApiError::bad_request(format!("{kind}: {e}"))
-        })?;
+    let rewritten = rewrite_non_finite(body);
+    let mut de = serde_json::Deserializer::from_slice(rewritten.as_deref().unwrap_or(body));
+    let raw = Request {
+        input,
+        tokens: rewritten.is_some(),
+    }
+    .deserialize(&mut de)
+    .and_then(|raw| de.end().map(|_| raw))
+    .map_err(|e| {
+        let kind = if e.is_syntax() || e.is_eof() {
+            "malformed JSON"
+        } else {
+            "invalid request"
+        };
+        ApiError::bad_request(format!("{kind}: {e}"))
+    })?;
     if raw.both {
         return Err(ApiError::bad_request(
             "Only one of 'instances' and 'inputs' can be specified, not both",
@@ -418,7 +516,8 @@ pub fn parse_predict(
 
 /// The response body: `{"predictions": [row, ...]}` or `{"outputs": [row, ...]}`, a row of
 /// `units` numbers per example (float32 written with the fewest digits that read back to the
-/// same float32; NaN as `null`).
+/// same float32; NaN and the infinities as the bare tokens `NaN`, `Infinity` and `-Infinity`,
+/// as TF Serving writes them).
 pub fn predict_response(format: Format, outputs: &[f32], units: usize) -> Vec<u8> {
     let key = match format {
         Format::Row => "predictions",
@@ -432,10 +531,28 @@ pub fn predict_response(format: Format, outputs: &[f32], units: usize) -> Vec<u8
         if i > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, row).expect("writing to a Vec cannot fail");
+        out.push(b'[');
+        for (j, v) in row.iter().enumerate() {
+            if j > 0 {
+                out.push(b',');
+            }
+            write_f32(&mut out, *v);
+        }
+        out.push(b']');
     }
     out.extend_from_slice(b"]}");
     out
+}
+
+/// One float32: the shortest digits that read back to it, or a non-finite token.
+fn write_f32(out: &mut Vec<u8>, v: f32) {
+    if v.is_nan() {
+        out.extend_from_slice(b"NaN");
+    } else if v.is_infinite() {
+        out.extend_from_slice(if v > 0.0 { b"Infinity" } else { b"-Infinity" });
+    } else {
+        serde_json::to_writer(&mut *out, &v).expect("writing to a Vec cannot fail");
+    }
 }
 
 #[cfg(test)]
@@ -472,7 +589,17 @@ mod tests {
     fn bad_bodies_are_400_with_a_reason() {
         let cases = [
             (r#"{"instances": [[[1, 2], [3, 4]]"#, "malformed JSON"),
-            (r#"{"instances": [[[1, 2], [3, NaN]]]}"#, "malformed JSON"),
+            (r#"{"instances": [[[1, 2], [3, NaNa]]]}"#, "malformed JSON"),
+            (r#"{"instances": [[[1, 2], [3, "NaN"]]]}"#, "not strings"),
+            (r#"{"instances": [[[1, 2], [3, 7.7e307]]]}"#, "float32"),
+            (
+                r#"{"instances": [[[1, 2], [3, 4]]], "instances": [[[1, 2], [3, 4]]]}"#,
+                "the key \"instances\" is given twice",
+            ),
+            (
+                r#"{"inputs": [[[1, 2], [3, 4]]], "inputs": [[[1, 2], [3, 4]]]}"#,
+                "the key \"inputs\" is given twice",
+            ),
             (r#"{"instances": [[[1, 2], [3, "4"]]]}"#, "DT_FLOAT"),
             (r#"{"instances": [[[1, 2], [3]]]}"#, "ragged"),
             (r#"{"instances": [[[1, 2], 3]]}"#, "ragged"),
@@ -509,6 +636,69 @@ mod tests {
     }
 
     #[test]
+    fn non_finite_tokens_are_read_outside_strings_only() {
+        // Without tokens in the body, the stand-in numbers are a user's, out of range.
+        let r = parse(r#"{"instances": [[[1, 2], [8.8e307, 0]]]}"#);
+        assert!(r.unwrap_err().message.contains("float32"));
+        let r = parse(
+            r#"{"x": "NaN \" Infinity", "instances": [[[NaN, -NaN], [Infinity, -Infinity]],
+                [[Inf, -Inf], [1, 0]]]}"#,
+        )
+        .unwrap();
+        assert!(r.data[0].is_nan() && r.data[1].is_nan());
+        assert_eq!(
+            r.data[2..],
+            [
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                1.0,
+                0.0
+            ]
+        );
+        assert_eq!(rewrite_non_finite(br#"{"a": "NaN"}"#), None);
+        assert_eq!(
+            rewrite_non_finite(br#"[NaN,Infinity]"#).unwrap(),
+            b"[7.7e307,8.8e307]"
+        );
+    }
+
+    /// Mutations of valid row, columnar, named and b64 bodies (and ones with non-finite
+    /// tokens, escapes and ignored keys): every case is parsed or refused with a 400, never a
+    /// panic or a hang; what is accepted has as many values as its shape says.
+    #[test]
+    fn fuzz_rest_body() {
+        let seeds: Vec<Vec<u8>> = [
+            r#"{"instances": [[[1, 2], [3, 4]], [[5, 6], [7, 8.5]]]}"#,
+            r#"{"signature_name": "serving_default", "instances": [{"input_layer": [[1, 2], [3, 4]]}]}"#,
+            r#"{"inputs": [[[1, 2], [3, 4]], [[5, 6], [7, 8.5]]], "x": {"y": [1, "z\"]"]}}"#,
+            r#"{"inputs": {"input_layer": [[[1e-3, -2E+2], [3, 4]]]}}"#,
+            r#"{"instances": [{"b64": "aGVsbG8="}, {"b64": "d29ybGQ="}]}"#,
+            r#"{"inputs": {"input_layer": {"b64": "AAAA"}}}"#,
+            r#"{"instances": [[[NaN, -Infinity], [Infinity, -Inf]]], "x": "NaN"}"#,
+            "{\"instances\":\n\t[[[0,0],[0,0]]]\r}",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        let report = kiln_fuzz::fuzz(
+            "rest_body",
+            seeds,
+            kiln_fuzz::Limits::new(20_000),
+            |bytes| {
+                let r = parse_predict(bytes, "input_layer", &[2, 2]);
+                match &r {
+                    Ok(p) => assert_eq!(p.data.len(), p.shape.iter().product::<usize>()),
+                    Err(e) => assert_eq!(e.status, 400, "{}", e.message),
+                }
+                r
+            },
+        );
+        assert!(report.accepted > 0 && report.refused > 0, "{report:?}");
+    }
+
+    #[test]
     fn a_million_nested_lists_are_an_error_not_a_stack_overflow() {
         let body = format!(
             "{{\"instances\": {}{}}}",
@@ -530,11 +720,15 @@ mod tests {
     fn responses_round_trip_float32_exactly() {
         let outputs = [0.1f32, 1.0 / 3.0, -2.5e-8, f32::NAN];
         let body = predict_response(Format::Row, &outputs, 2);
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        let rows = v["predictions"].as_array().unwrap();
-        assert_eq!(rows.len(), 2);
-        assert_eq!(rows[0][1].as_f64().unwrap() as f32, 1.0f32 / 3.0);
-        assert!(rows[1][1].is_null());
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            "{\"predictions\":[[0.1,0.33333334],[-2.5e-8,NaN]]}"
+        );
+        let body = predict_response(Format::Row, &[f32::INFINITY, f32::NEG_INFINITY], 2);
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            "{\"predictions\":[[Infinity,-Infinity]]}"
+        );
         let body = predict_response(Format::Columnar, &outputs[..2], 2);
         assert_eq!(
             String::from_utf8(body).unwrap(),

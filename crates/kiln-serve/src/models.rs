@@ -388,6 +388,11 @@ impl Registry {
         Ok(list)
     }
 
+    /// Whether `name` is one of the configured models (loaded or not).
+    pub fn serves(&self, name: &str) -> bool {
+        self.read().contains_key(name)
+    }
+
     /// True when every model has an available version.
     pub fn ready(&self) -> bool {
         self.read()

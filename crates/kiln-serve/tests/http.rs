@@ -4,8 +4,10 @@
 mod common;
 
 use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use common::*;
 use kiln_serve::{BatchingConfig, ModelConfig};
@@ -134,7 +136,12 @@ fn errors_have_tf_servings_bodies_and_codes() {
     let good = json!({"instances": instances(&examples(1, 0), 1)}).to_string();
     let cases = [
         (&good[..good.len() - 3], 400, "malformed JSON"),
-        (r#"{"instances": [NaN]}"#, 400, "malformed JSON"),
+        (r#"{"instances": [NaNo]}"#, 400, "malformed JSON"),
+        (
+            r#"{"instances": [[1, 2]], "instances": [[1, 2]]}"#,
+            400,
+            "the key \"instances\" is given twice",
+        ),
         (
             r#"{"instances": [[1, 2]], "inputs": [[1, 2]]}"#,
             400,
@@ -235,10 +242,12 @@ fn errors_have_tf_servings_bodies_and_codes() {
         .get(&url(&server, "/monitoring/prometheus/metrics"))
         .text();
     assert!(text.contains("code=\"413\"} 1"), "{text}");
+    // Names that are not served are counted without their name.
     assert!(
-        text.contains("model=\"other\",version=\"\",code=\"404\"} 2"),
+        text.contains("model=\"\",version=\"\",code=\"404\"} 2"),
         "{text}"
     );
+    assert!(!text.contains("other"), "{text}");
 }
 
 #[test]
@@ -536,4 +545,273 @@ fn stopping_lets_requests_in_flight_finish() {
         std::net::TcpStream::connect(addr).is_err(),
         "no longer listening"
     );
+}
+
+/// A model whose outputs are affine in its inputs, so that non-finite inputs give non-finite
+/// outputs.
+const LINEAR: &str = r#"[
+  { type = "Input", shape = [2] },
+  { type = "Dense", units = 2 },
+]"#;
+
+/// Parses `{"predictions":[[...],...]}` with TF Serving's bare non-finite tokens.
+fn numbers_with_tokens(body: &str) -> Vec<f32> {
+    let inner = body
+        .strip_prefix("{\"predictions\":[")
+        .and_then(|b| b.strip_suffix("]}"))
+        .unwrap_or_else(|| panic!("not a predictions body: {body}"));
+    inner
+        .split(['[', ']', ','])
+        .filter(|t| !t.is_empty())
+        .map(|t| match t {
+            "NaN" => f32::NAN,
+            "Infinity" => f32::INFINITY,
+            "-Infinity" => f32::NEG_INFINITY,
+            n => n.parse().unwrap_or_else(|_| panic!("{n:?} in {body}")),
+        })
+        .collect()
+}
+
+/// A keep-alive request with `body` (sent as given) to `path`.
+fn request(method: &str, path: &str, headers: &str, body: &[u8]) -> Vec<u8> {
+    let mut r = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n{headers}\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(body);
+    r
+}
+
+#[test]
+fn non_finite_values_are_tf_servings_bare_tokens_both_ways() {
+    let dir = scratch("nonfinite");
+    let v1 = export_layers(&dir, "lin", LINEAR, 3, 1);
+    let server = start(config(vec![ModelConfig::new("lin", dir.join("lin"))], None));
+    let x = [
+        f32::NAN,
+        0.0,
+        f32::INFINITY,
+        0.0,
+        f32::NEG_INFINITY,
+        1.0,
+        0.5,
+        -2.0,
+    ];
+    let expected = local_predict(&v1, &x, 4);
+    assert!(expected.iter().any(|v| v.is_nan()), "{expected:?}");
+    assert!(expected.iter().any(|v| v.is_infinite()), "{expected:?}");
+    let body = r#"{"instances": [[NaN, 0], [Infinity, 0], [-Infinity, 1], [0.5, -2]]}"#;
+    let r = client().post(&url(&server, "/v1/models/lin:predict"), body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got = numbers_with_tokens(&r.text());
+    assert_eq!(got.len(), expected.len());
+    for (g, e) in got.iter().zip(&expected) {
+        assert!(
+            g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()),
+            "{got:?} vs {expected:?}"
+        );
+    }
+}
+
+#[test]
+fn names_that_are_not_served_do_not_grow_the_metrics() {
+    let dir = scratch("metrics-names");
+    export(&dir, "cnn", 1, 1);
+    let server = start(config(vec![ModelConfig::new("cnn", dir.join("cnn"))], None));
+    let c = client();
+    let metrics = url(&server, "/monitoring/prometheus/metrics");
+    let body = json!({"instances": instances(&examples(1, 0), 1)}).to_string();
+    assert_eq!(
+        c.post(&url(&server, "/v1/models/first:predict"), body.clone())
+            .status,
+        404
+    );
+    let before = c.get(&metrics).text();
+    for i in 0..300 {
+        let path = format!("/v1/models/made-up-{i}:predict");
+        assert_eq!(c.post(&url(&server, &path), body.clone()).status, 404);
+        assert_eq!(
+            c.get(&url(&server, &format!("/v1/models/made-up-{i}")))
+                .status,
+            404
+        );
+    }
+    let after = c.get(&metrics).text();
+    assert!(
+        !after.contains("made-up") && !after.contains("first"),
+        "{after}"
+    );
+    assert!(
+        after.contains("kiln_serve_requests_total{model=\"\",version=\"\",code=\"404\"} 601"),
+        "{after}"
+    );
+    // The same lines; only counts grew by a few digits.
+    assert_eq!(before.lines().count(), after.lines().count(), "{after}");
+    assert!(
+        after.len() < before.len() + 100,
+        "{} -> {}",
+        before.len(),
+        after.len()
+    );
+}
+
+#[test]
+fn stalled_headers_bodies_and_idle_connections_are_closed() {
+    let dir = scratch("timeouts");
+    export(&dir, "cnn", 1, 1);
+    let mut cfg = config(vec![ModelConfig::new("cnn", dir.join("cnn"))], None);
+    cfg.header_read_timeout = Duration::from_millis(500);
+    cfg.body_read_timeout = Duration::from_millis(500);
+    let server = start(cfg);
+    let within = Duration::from_secs(20);
+    // Part of the headers.
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    s.write_all(b"POST /v1/models/cnn:predict HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    assert!(closed_within(&mut s, within), "half-sent headers kept open");
+    // Nothing at all (an idle connection).
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    assert!(closed_within(&mut s, within), "idle connection kept open");
+    // Part of the body: 408, then closed.
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    s.write_all(b"POST /v1/models/cnn:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"instances\": [")
+        .unwrap();
+    s.set_read_timeout(Some(within)).unwrap();
+    let r = read_response(&mut s).expect("a 408 response");
+    assert_eq!(r.status, 408, "{}", r.body);
+    assert!(r.body.contains("--body-read-timeout-seconds"), "{}", r.body);
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(closed_within(&mut s, within), "stalled body kept open");
+    // A keep-alive connection that goes quiet after a request is closed too.
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    s.write_all(&request("GET", "/v1/models/cnn", "", b""))
+        .unwrap();
+    s.set_read_timeout(Some(within)).unwrap();
+    assert_eq!(read_response(&mut s).unwrap().status, 200);
+    assert!(closed_within(&mut s, within), "idle keep-alive kept open");
+}
+
+#[test]
+fn a_request_followed_by_a_half_close_gets_its_response() {
+    let dir = scratch("halfclose");
+    export(&dir, "cnn", 1, 1);
+    let server = start(config(vec![ModelConfig::new("cnn", dir.join("cnn"))], None));
+    let body = json!({"instances": instances(&examples(2, 0), 2)}).to_string();
+    for (method, path, body, want) in [
+        ("GET", "/v1/models/cnn", "", 200),
+        ("POST", "/v1/models/cnn:predict", body.as_str(), 200),
+        ("POST", "/v1/models/cnn:predict", "{\"instances\": [1", 400),
+    ] {
+        let mut s = TcpStream::connect(server.addr()).unwrap();
+        s.write_all(&request(method, path, "", body.as_bytes()))
+            .unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let r = read_response(&mut s).unwrap_or_else(|| panic!("{method} {path}: no response"));
+        assert_eq!(r.status, want, "{method} {path}: {}", r.body);
+    }
+}
+
+#[test]
+fn keep_alive_stays_correct_after_every_error() {
+    let dir = scratch("keepalive");
+    export(&dir, "cnn", 1, 1);
+    let mut cfg = config(vec![ModelConfig::new("cnn", dir.join("cnn"))], None);
+    cfg.auth_token = Some("t0ken".into());
+    let server = start(cfg);
+    let auth = "Authorization: Bearer t0ken\r\n";
+    let good = json!({"instances": instances(&examples(1, 0), 1)}).to_string();
+    // Answered before the body was read (unknown model, no token, wrong method, bad
+    // encoding): `Connection: close`, then the server closes, though the body is incomplete.
+    for (path, headers) in [
+        ("/v1/models/nope:predict", auth.to_string()),
+        ("/v1/models/cnn:predict", String::new()),
+        ("/v1/models/cnn", auth.to_string()),
+        (
+            "/v1/models/cnn:predict",
+            format!("{auth}Content-Encoding: br\r\n"),
+        ),
+    ] {
+        let mut s = TcpStream::connect(server.addr()).unwrap();
+        let mut req = request("POST", path, &headers, good.as_bytes());
+        req.truncate(req.len() - good.len() / 2);
+        s.write_all(&req).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let r = read_response(&mut s).unwrap();
+        assert!(r.status >= 400 && r.status < 500, "{path}: {}", r.status);
+        assert_eq!(
+            r.header("connection"),
+            Some("close"),
+            "{path}: {}",
+            r.status
+        );
+        assert!(closed_within(&mut s, Duration::from_secs(20)), "{path}");
+    }
+    // Errors after the whole body was read keep the connection, and the next request on it
+    // gets its own answer, every time.
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    for i in 0..50 {
+        for (body, want) in [
+            (&good[..good.len() - 5], 400),
+            ("{\"instances\": [[1]]}", 400),
+            (good.as_str(), 200),
+        ] {
+            s.write_all(&request(
+                "POST",
+                "/v1/models/cnn:predict",
+                auth,
+                body.as_bytes(),
+            ))
+            .unwrap();
+            let r = read_response(&mut s).unwrap_or_else(|| panic!("round {i}: closed"));
+            assert_eq!(r.status, want, "round {i}: {}", r.body);
+            assert_eq!(r.header("connection"), None, "round {i}");
+        }
+    }
+}
+
+#[test]
+fn gzip_bodies_are_read_within_the_body_limit() {
+    use flate2::{Compression, write::GzEncoder};
+    let gzip = |data: &[u8]| {
+        let mut e = GzEncoder::new(Vec::new(), Compression::fast());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    };
+    let dir = scratch("gzip");
+    let v1 = export(&dir, "cnn", 1, 1);
+    let mut cfg = config(vec![ModelConfig::new("cnn", dir.join("cnn"))], None);
+    cfg.max_body_bytes = 1 << 20;
+    let server = start(cfg);
+    let x = examples(2, 1);
+    let body = json!({"instances": instances(&x, 2)}).to_string();
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut send = |headers: &str, body: &[u8]| {
+        s.write_all(&request("POST", "/v1/models/cnn:predict", headers, body))
+            .unwrap();
+        read_response(&mut s).unwrap()
+    };
+    let r = send("Content-Encoding: gzip\r\n", &gzip(body.as_bytes()));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(rows(&v, "predictions"), local_predict(&v1, &x, 2));
+    let r = send("Content-Encoding: GZIP\r\n", &gzip(body.as_bytes()));
+    assert_eq!(r.status, 200, "{}", r.body);
+    // 16 MiB of spaces in 16 KiB: refused once 1 MiB is out, not inflated.
+    let bomb = gzip(&vec![b' '; 16 << 20]);
+    assert!(bomb.len() < 1 << 20);
+    let r = send("Content-Encoding: gzip\r\n", &bomb);
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert!(r.body.contains("after gzip decompression"), "{}", r.body);
+    let r = send("Content-Encoding: gzip\r\n", body.as_bytes());
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("not valid gzip"), "{}", r.body);
+    let mut cut = gzip(body.as_bytes());
+    cut.truncate(cut.len() - 10);
+    assert_eq!(send("Content-Encoding: gzip\r\n", &cut).status, 400);
+    let r = send("Content-Encoding: deflate\r\n", body.as_bytes());
+    assert_eq!(r.status, 415, "{}", r.body);
 }

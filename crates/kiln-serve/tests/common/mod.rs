@@ -57,7 +57,12 @@ pub fn run_dir(dir: &Path, name: &str, layers: &str, seed: u64) -> PathBuf {
 /// Exports a model named `name` (weights from `seed`) as `out/<name>/<version>`; returns the
 /// version directory.
 pub fn export(out: &Path, name: &str, seed: u64, version: u64) -> PathBuf {
-    let run = run_dir(&out.join("runs"), name, CNN, seed);
+    export_layers(out, name, CNN, seed, version)
+}
+
+/// As [`export`], for a model of `layers`.
+pub fn export_layers(out: &Path, name: &str, layers: &str, seed: u64, version: u64) -> PathBuf {
+    let run = run_dir(&out.join("runs"), name, layers, seed);
     kiln::export::export(
         &run,
         &ExportOptions {
@@ -229,5 +234,87 @@ pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
             "timed out waiting for {what}"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A response read off a raw connection: status, headers (names lowercased), body.
+pub struct RawReply {
+    /// The status code.
+    pub status: u16,
+    /// `name: value` lines, names lowercased.
+    pub headers: Vec<(String, String)>,
+    /// The body (`Content-Length` bytes).
+    pub body: String,
+}
+
+impl RawReply {
+    /// The value of header `name` (lowercase), if present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one HTTP/1.1 response (with a `Content-Length` body) from `s`; `None` when the
+/// connection closes before a whole response arrived.
+pub fn read_response(s: &mut std::net::TcpStream) -> Option<RawReply> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => buf.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.get(9..12)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let len: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).ok()?;
+    Some(RawReply {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// Waits (up to `within`) for the server to close `s`: true when it did (end of stream or a
+/// reset), false when the connection was still open at the deadline. Bytes sent meanwhile
+/// are dropped.
+pub fn closed_within(s: &mut std::net::TcpStream, within: Duration) -> bool {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
     }
 }
