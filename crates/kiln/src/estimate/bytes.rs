@@ -42,18 +42,7 @@ pub fn parse_bytes(text: &str, key: &str) -> Result<u64> {
 
 /// Formats bytes with binary units and 2 decimals (`"1.50 GiB"`).
 pub fn format_bytes(bytes: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.2} {}", units[u])
-    }
+    kiln_data::alloc::human(bytes)
 }
 
 #[cfg(test)]
