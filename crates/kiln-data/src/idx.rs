@@ -117,7 +117,7 @@ fn read_magic(input: &mut Input<'_>) -> Result<(u8, usize)> {
 
 fn read_from(input: &mut Input<'_>) -> Result<Array> {
     let (code, ndims) = read_magic(input)?;
-    let (dtype, width) = type_code(code).expect("checked by read_magic");
+    let (dtype, width) = type_code(code).expect("the type code is checked with the magic number");
     let header_len = 4 + 4 * ndims;
     let mut dims = vec![0u8; 4 * ndims];
     let got = input.fill(&mut dims)?;

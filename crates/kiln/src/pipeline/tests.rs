@@ -663,7 +663,7 @@ fn ignore_errors_skips_bad_records_of_every_source() {
     assert_eq!(skips.count, 1);
     assert!(
         skips.first[0].error.starts_with(&format!(
-            "{}: tf.train.Example record 1, feature \"label\"",
+            "{}: tf.train.Example record 1 (at byte 49), feature \"label\"",
             s.0.join("d.tfrecord").display()
         )),
         "{}",
