@@ -199,3 +199,34 @@ fn batch_size_auto_is_not_taken_for_a_huge_batch() {
         &["fit.batch_size", "4611686018427387904"],
     );
 }
+
+#[test]
+fn a_shuffle_buffer_of_mapped_elements_is_counted_at_load() {
+    require_data();
+    let dir = scratch("hostile-shuffle");
+    let rescale =
+        "map = [{ op = \"rescale\", scale = 0.00392156862745098, component = \"image\" }]";
+    let one_hot = "map = [{ op = \"one_hot\", depth = 2000000, component = \"label\" }]";
+    let out = data_bench(&example_with(&dir, rescale, one_hot));
+    assert_config_error(
+        &out,
+        &["data.train.shuffle.buffer_size", "54000", "2000000 values"],
+    );
+}
+
+#[test]
+fn checkpoint_names_no_file_system_takes_are_refused_at_load() {
+    let dir = scratch("hostile-filepath");
+    for filepath in [
+        "x{val_loss:.100000000f}.safetensors",
+        "x{epoch:99999999999d}.safetensors",
+    ] {
+        let entry = format!(
+            "[[callbacks]]\ntype = \"ModelCheckpoint\"\nfilepath = \"{filepath}\"\n\n[model]"
+        );
+        let config = example_with(&dir, "[model]", &entry);
+        let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        c.args(["data", "bench"]).arg(&config);
+        assert_config_error(&run_bounded(c), &["callbacks[0]", "above 255"]);
+    }
+}

@@ -107,7 +107,7 @@ impl BatchingConfig {
                 return Err(ServeError::config(key, "must be at least 1"));
             }
         }
-        Ok(())
+        check_threads("num_batch_threads", self.num_batch_threads)
     }
 
     /// Reads TF Serving's batching parameters file (protobuf text format of
@@ -313,7 +313,7 @@ impl ServeConfig {
                 return Err(ServeError::config(key, "must be at least 1"));
             }
         }
-        Ok(())
+        check_threads("num_request_threads", self.num_request_threads)
     }
 
     /// Reads the models of a model config file (TOML):
@@ -459,6 +459,20 @@ pub fn check_label(label: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A thread count the server starts at once: at most 16 per core (at least 256). More only
+/// adds switching, and past the system's limits a thread cannot even get its stack.
+fn check_threads(key: &str, n: usize) -> Result<(), ServeError> {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let max = (16 * cores).max(256);
+    if n > max {
+        return Err(ServeError::config(
+            key,
+            format!("{n} threads is more than the {max} allowed here (16 per core, at least 256)"),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -489,6 +503,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("max_batch_size"), "{e}");
+    }
+
+    #[test]
+    fn thread_counts_a_machine_cannot_start_are_refused() {
+        check_threads("num_request_threads", 256).unwrap();
+        let e = check_threads("num_request_threads", 1_000_000)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("num_request_threads") && e.contains("1000000 threads"),
+            "{e}"
+        );
+        let b = BatchingConfig {
+            num_batch_threads: 20_000,
+            ..BatchingConfig::default()
+        };
+        assert!(
+            b.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("num_batch_threads")
+        );
     }
 
     #[test]

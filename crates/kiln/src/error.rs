@@ -216,7 +216,8 @@ pub fn escape_for_terminal(text: &str) -> String {
     out
 }
 
-fn is_unsafe_on_terminal(c: char) -> bool {
+/// A control character (but newline and tab) or a bidirectional formatting character.
+pub(crate) fn is_unsafe_on_terminal(c: char) -> bool {
     (c.is_control() && c != '\n' && c != '\t')
         || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }

@@ -162,6 +162,9 @@ impl PathTemplate {
     }
 }
 
+/// The widest field a file name can hold: most file systems take 255 bytes per component.
+const MAX_FIELD_CHARS: usize = 255;
+
 /// Parses the inside of `{...}`.
 fn parse_field(field: &str) -> std::result::Result<Piece, String> {
     let source = format!("{{{field}}}");
@@ -183,6 +186,12 @@ fn parse_field(field: &str) -> std::result::Result<Piece, String> {
         ));
     }
     let spec = parse_spec(spec).ok_or_else(|| format!("{source}: {SUPPORTED}"))?;
+    if spec.width > MAX_FIELD_CHARS || spec.precision.is_some_and(|p| p > MAX_FIELD_CHARS) {
+        return Err(format!(
+            "{source}: a width or precision above {MAX_FIELD_CHARS} makes a file name longer \
+             than file systems take (255 bytes); use a smaller one, e.g. {{{name}:.4f}}"
+        ));
+    }
     Ok(Piece::Field {
         name: name.to_string(),
         spec,
@@ -339,6 +348,19 @@ mod tests {
             err.contains("{epoch:02d}") && err.contains("unknown"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn widths_no_file_name_can_hold_are_refused() {
+        for t in [
+            "x{val_loss:.100000000f}",
+            "x{epoch:99999999999d}",
+            "x{epoch:0256d}",
+        ] {
+            let e = PathTemplate::parse(t).unwrap_err();
+            assert!(e.contains("above 255"), "{t}: {e}");
+        }
+        assert!(PathTemplate::parse("x{epoch:0255d}").is_ok());
     }
 
     #[test]

@@ -423,6 +423,7 @@ impl CallbackSpec {
                     ));
                 }
                 super::paths::check_inside_run_dir(&format!("{key}.filename"), &s.filename)?;
+                super::paths::check_file_name(&format!("{key}.filename"), &s.filename)?;
                 if s.separator.chars().count() != 1 {
                     return Err(KilnError::config(
                         format!("{key}.separator"),

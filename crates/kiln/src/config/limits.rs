@@ -77,12 +77,20 @@ pub fn check_pipeline(key: &str, p: &PipelineConfig) -> Result<()> {
         check_memory(&k("prefetch"), &n.to_string(), &what, &[n, batch])?;
     }
     if let Some(s) = &p.shuffle {
+        // The buffer holds elements after the ops that run before it (those before the first
+        // random op): at least as many values as the largest of their outputs.
+        let element = p.map[..p.random_from()]
+            .iter()
+            .map(op_values)
+            .max()
+            .unwrap_or(1);
         let n = s.buffer_size;
+        let what = format!("the shuffle buffer ({n} elements of at least {element} values)");
         check_memory(
             &k("shuffle.buffer_size"),
             &n.to_string(),
-            "the shuffle buffer",
-            &[n],
+            &what,
+            &[n, element],
         )?;
     }
     if let Some([h, w]) = p.image_size {
@@ -98,6 +106,17 @@ pub fn check_pipeline(key: &str, p: &PipelineConfig) -> Result<()> {
         check_op(&format!("{key}.map[{i}]"), op, batch)?;
     }
     Ok(())
+}
+
+/// Values one element holds at the least after `op` (1 for ops that keep sizes).
+fn op_values(op: &OpConfig) -> usize {
+    match op {
+        OpConfig::OneHot { depth, .. } => *depth,
+        OpConfig::Resize { height, width, .. } | OpConfig::RandomCrop { height, width, .. } => {
+            height.saturating_mul(*width)
+        }
+        _ => 1,
+    }
 }
 
 fn check_op(key: &str, op: &OpConfig, batch: usize) -> Result<()> {

@@ -28,6 +28,8 @@ pub fn check_run_name(key: &str, name: &str) -> Result<()> {
         Some("holds a path separator")
     } else if name.chars().any(char::is_control) {
         Some("holds a control character")
+    } else if name.chars().any(crate::error::is_unsafe_on_terminal) {
+        Some("holds a bidirectional formatting character (it reorders what a terminal shows)")
     } else if name.len() > MAX_NAME_BYTES {
         Some("is longer than 255 bytes")
     } else {
@@ -52,6 +54,15 @@ pub fn check_run_name(key: &str, name: &str) -> Result<()> {
 /// # Errors
 /// [`KilnError::Config`] for `key` when a `..` component leaves the run directory.
 pub fn check_inside_run_dir(key: &str, path: &Path) -> Result<()> {
+    let text = path.to_string_lossy();
+    if text.chars().any(crate::error::is_unsafe_on_terminal) {
+        return Err(KilnError::config(
+            key,
+            format!(
+                "{text:?} holds a control or bidirectional formatting character; use a plain path"
+            ),
+        ));
+    }
     if path.is_absolute() {
         return Ok(());
     }
@@ -76,6 +87,23 @@ pub fn check_inside_run_dir(key: &str, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Checks that `path` names a file: its last component is a name, not `.`, `..` or `/`.
+///
+/// # Errors
+/// [`KilnError::Config`] for `key`.
+pub fn check_file_name(key: &str, path: &Path) -> Result<()> {
+    match path.components().next_back() {
+        Some(Component::Normal(_)) if !path.to_string_lossy().ends_with('/') => Ok(()),
+        _ => Err(KilnError::config(
+            key,
+            format!(
+                "\"{}\" names a directory, not a file; add a file name",
+                path.display()
+            ),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,12 +122,27 @@ mod tests {
             ("..\\x", "separator"),
             ("x\u{1b}[2J", "control"),
             ("a\nb", "control"),
+            ("ab\u{202e}cod.exe", "bidirectional"),
         ] {
             let e = check_run_name("name", bad).unwrap_err().to_string();
             assert!(e.contains("name") && e.contains(why), "{bad:?}: {e}");
         }
         assert!(check_run_name("name", &"x".repeat(256)).is_err());
         check_run_name("name", &"x".repeat(255)).unwrap();
+    }
+
+    #[test]
+    fn paths_with_terminal_controls_or_no_file_name_are_refused() {
+        for bad in ["x\u{1b}[2J.csv", "/tmp/a\u{202e}b.csv"] {
+            let e = check_inside_run_dir("k", Path::new(bad))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("control or bidirectional"), "{e}");
+        }
+        for bad in [".", "logs/..", "logs/", "/"] {
+            assert!(check_file_name("k", Path::new(bad)).is_err(), "{bad}");
+        }
+        check_file_name("k", Path::new("logs/log.csv")).unwrap();
     }
 
     #[test]
