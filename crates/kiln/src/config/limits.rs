@@ -76,6 +76,10 @@ pub fn check_pipeline(key: &str, p: &PipelineConfig) -> Result<()> {
         let what = format!("prefetching {n} batches of {batch}");
         check_memory(&k("prefetch"), &n.to_string(), &what, &[n, batch])?;
     }
+    // Each op's own batch first: the most specific key.
+    for (i, op) in p.map.iter().enumerate() {
+        check_op(&format!("{key}.map[{i}]"), op, batch)?;
+    }
     if let Some(s) = &p.shuffle {
         // The buffer holds elements after the ops that run before it (those before the first
         // random op): at least as many values as the largest of their outputs.
@@ -101,9 +105,6 @@ pub fn check_pipeline(key: &str, p: &PipelineConfig) -> Result<()> {
             &what,
             &[batch, h, w],
         )?;
-    }
-    for (i, op) in p.map.iter().enumerate() {
-        check_op(&format!("{key}.map[{i}]"), op, batch)?;
     }
     Ok(())
 }
