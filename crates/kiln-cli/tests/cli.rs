@@ -171,6 +171,8 @@ fn bad_inputs_fail_with_one_line_and_the_right_exit_code() {
         mlp.to_str().unwrap(),
         "--data-dir",
         "/nonexistent/fashion",
+        "--run-dir",
+        dir.join("no-data-run").to_str().unwrap(),
     ]);
     assert_clean_failure(
         &o,
@@ -197,6 +199,8 @@ fn bad_inputs_fail_with_one_line_and_the_right_exit_code() {
         mlp.to_str().unwrap(),
         "--data-dir",
         data.to_str().unwrap(),
+        "--run-dir",
+        dir.join("truncated-run").to_str().unwrap(),
     ]);
     assert_clean_failure(&o, 1, "train-labels-idx1-ubyte.gz: truncated");
 
