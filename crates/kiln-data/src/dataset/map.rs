@@ -330,20 +330,17 @@ impl ParallelMapIter {
         it
     }
 
+    /// The worker counts (a poisoned lock still holds valid counts).
+    fn workers(&self) -> std::sync::MutexGuard<'_, WorkerCount> {
+        self.shared.count.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn live(&self) -> usize {
-        self.shared
-            .count
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .live
+        self.workers().live
     }
 
     fn target(&self) -> usize {
-        self.shared
-            .count
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .target
+        self.workers().target
     }
 
     /// Starts one more worker thread if fewer are live than wanted. A failure to spawn lowers
@@ -417,22 +414,14 @@ impl ParallelMapIter {
         };
         match step {
             Step::Grow => {
-                self.shared
-                    .count
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .target = n + 1;
+                self.workers().target = n + 1;
                 self.spawn_worker();
                 if self.target() == n {
                     self.shared.handle.release_worker(); // the spawn failed
                 }
             }
             Step::Shrink => {
-                self.shared
-                    .count
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .target = n - 1;
+                self.workers().target = n - 1;
                 self.shared.handle.release_worker();
             }
             Step::Keep => return,
