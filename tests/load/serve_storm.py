@@ -4,8 +4,9 @@
 Trains a tiny MLP for one step on Fashion-MNIST (`kiln train`), exports it (`kiln export`),
 starts `kiln serve` on a free port with short timeouts, then:
 
-1. warm-up: 1,000 mixed requests at the storm's concurrency (so that the allocator's
-   per-thread arenas exist); the server's RSS after it is the baseline;
+1. warm-up: 1,000 mixed requests beside the slow connections, at the storm's full
+   concurrency (so that the allocator's per-thread arenas exist); the RSS after it is the
+   baseline;
 2. storm: MALFORMED malformed and VALID valid requests, shuffled, over CONNECTIONS keep-alive
    connections (a worker opens a new connection when the server closes one), while
    SLOW slow and half-open connections run beside it: half-sent headers, half-sent bodies,
@@ -14,8 +15,9 @@ starts `kiln serve` on a free port with short timeouts, then:
    response), every valid one 200 with exactly the body it gets when sent alone, every
    half-closed request its response, no slow connection open past its timeout (+ the
    server's 2 s lingering close + 3 s slack), `/monitoring/prometheus/metrics` grew by less
-   than 8 KiB, and the server's RSS came back within 10% of the baseline (polled for up to
-   30 s).
+   than 8 KiB, the server's RSS came back within 25% of the baseline (polled for up to
+   30 s), and a second identical storm grew it by less than 10% of the baseline (a leak grows
+   with every request; allocator arenas and fragmentation settle).
 
 Exit code 0 when every check holds, 1 otherwise; one `ok:` / `FAILED:` line per check and a
 JSON summary line (`storm: {...}`).
@@ -345,26 +347,33 @@ def main():
                 w.join()
             return workers
 
-        storm(jobs(800, 200))  # warm-up
+        slow_kinds = ["partial-headers", "partial-body", "silent", "half-close"]
+        limit = args.timeout + 2 + 3 + 5  # the timeout, the lingering close, slack; socket limit
+
+        def storm_round(n_malformed, n_valid):
+            """One round: the storm beside SLOW slow connections. Returns the workers, the
+            slow results and the seconds of the storm alone and with the slow connections."""
+            results = []
+            threads = [threading.Thread(
+                target=slow_connection,
+                args=(port, slow_kinds[i % 4], bodies[0], limit, results), daemon=True)
+                for i in range(args.slow)]
+            t0 = time.monotonic()
+            for t in threads:
+                t.start()
+            done = storm(jobs(n_malformed, n_valid))
+            storm_s = time.monotonic() - t0
+            for t in threads:
+                t.join()
+            return done, results, storm_s, time.monotonic() - t0
+
+        # Warm-up at the full concurrency (storm and slow connections), so that the server's
+        # threads and the allocator's per-thread arenas exist before the baseline.
+        storm_round(800, 200)
         metrics_before = len(metrics())
         rss_base = rss_kib(server.pid)
 
-        slow_results = []
-        slow_kinds = ["partial-headers", "partial-body", "silent", "half-close"]
-        limit = args.timeout + 2 + 3 + 5  # the timeout, the lingering close, slack; socket limit
-        slow_threads = [threading.Thread(
-            target=slow_connection,
-            args=(port, slow_kinds[i % 4], bodies[0], limit, slow_results), daemon=True)
-            for i in range(args.slow)]
-        started = time.monotonic()
-        for t in slow_threads:
-            t.start()
-        storm_jobs = jobs(args.malformed, args.valid)
-        workers = storm(storm_jobs)
-        storm_s = time.monotonic() - started
-        for t in slow_threads:
-            t.join()
-        slow_s = time.monotonic() - started
+        workers, slow_results, storm_s, slow_s = storm_round(args.malformed, args.valid)
         rss_peak = rss_kib(server.pid)
 
         errors = [e for w in workers for e in w.errors]
@@ -398,12 +407,23 @@ def main():
               f"/metrics {metrics_before} -> {metrics_after} bytes (bounded)")
         deadline = time.monotonic() + 30
         rss_after = rss_kib(server.pid)
-        while rss_after > rss_base * 1.10 and time.monotonic() < deadline:
+        while rss_after > rss_base * 1.25 and time.monotonic() < deadline:
             time.sleep(0.5)
             rss_after = rss_kib(server.pid)
-        check(rss_after <= rss_base * 1.10,
+        check(rss_after <= rss_base * 1.25,
               f"RSS {rss_base / 1024:.1f} MiB after warm-up -> peak {rss_peak / 1024:.1f} MiB -> "
-              f"{rss_after / 1024:.1f} MiB after the storm (within 10%)")
+              f"{rss_after / 1024:.1f} MiB after the storm (within 25%: allocator arenas settle)")
+        # A leak grows with every request; arena growth and fragmentation settle. A second
+        # identical round must therefore add (almost) nothing.
+        storm_round(args.malformed, args.valid)
+        rss_second = rss_kib(server.pid)
+        deadline = time.monotonic() + 30
+        while rss_second > rss_after + rss_base * 0.10 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            rss_second = rss_kib(server.pid)
+        check(rss_second <= rss_after + rss_base * 0.10,
+              f"a second storm: RSS {rss_after / 1024:.1f} -> {rss_second / 1024:.1f} MiB "
+              f"(grows by less than 10% of the baseline: no per-request leak)")
         check(server.poll() is None, "the server is still running")
         total = args.malformed + args.valid
         print("storm: " + json.dumps({
@@ -411,7 +431,8 @@ def main():
             "slow": args.slow, "storm_s": round(storm_s, 1), "with_slow_s": round(slow_s, 1),
             "requests_per_s": round(total / storm_s), "metrics_bytes": [metrics_before, metrics_after],
             "rss_mib": {"start": round(rss_start / 1024, 1), "baseline": round(rss_base / 1024, 1),
-                        "peak": round(rss_peak / 1024, 1), "after": round(rss_after / 1024, 1)},
+                        "peak": round(rss_peak / 1024, 1), "after": round(rss_after / 1024, 1),
+                        "second": round(rss_second / 1024, 1)},
             "slow_longest_s": {k: round(v, 2) for k, v in worst.items()},
             "reconnects": sum(w.counts["reconnects"] for w in workers),
         }), flush=True)

@@ -121,18 +121,19 @@ fn kill_9_five_times_and_resume_loses_no_trial() {
         let from = 2 * k as u64;
         let out_path = dir.join(format!("tuner-{k}.out"));
         let before = sizes(&study.join("trials"));
+        let err_path = dir.join(format!("tuner-{k}.err"));
         let mut child = tune_command(&config, &study, &[])
             .stdout(std::fs::File::create(&out_path).unwrap())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&err_path).unwrap())
             .spawn()
             .unwrap();
         let mut hit = None;
         wait_until(&format!("kill {k} ({moment:?})"), || {
             let out = std::fs::read_to_string(&out_path).unwrap_or_default();
-            assert!(
-                child.try_wait().unwrap().is_none(),
-                "the tuner ended before kill {k} ({moment:?}):\n{out}"
-            );
+            if let Some(status) = child.try_wait().unwrap() {
+                let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+                panic!("the tuner ended ({status}) before kill {k} ({moment:?}):\n{out}\n{err}");
+            }
             hit = moment.reached(from, &out, &study.join("trials"), &before);
             hit.is_some()
         });

@@ -114,7 +114,7 @@ pub fn check_trial_dirs(study_dir: &Path, identity: &str) -> Result<(), TuneErro
         if owner.as_deref() == Some(identity) {
             continue;
         }
-        if owner.is_none() && std::fs::read_dir(&dir).map_or(true, |mut d| d.next().is_none()) {
+        if owner.is_none() && holds_nothing(&dir) {
             continue;
         }
         return Err(foreign_trial_dir(
@@ -171,8 +171,19 @@ fn foreign_trial_dir(
     ))
 }
 
+/// Whether the trial directory `dir` holds nothing: no entry, or only the temporary files of
+/// a stamp whose writer was killed before its rename (as older versions wrote it).
+fn holds_nothing(dir: &Path) -> bool {
+    let leftover = format!(".{STAMP}.tmp-");
+    std::fs::read_dir(dir).map_or(true, |d| {
+        d.flatten()
+            .all(|e| e.file_name().to_string_lossy().starts_with(&leftover))
+    })
+}
+
 /// Writes `dir`/[`STAMP`] with `identity` (creating `dir`) under the study directory's lock,
-/// refusing a directory another study stamped.
+/// refusing a directory another study stamped. The stamp is written in the study directory
+/// and renamed into `dir`: a kill at any moment leaves `dir` either empty or stamped.
 fn stamp(study_dir: &Path, dir: &Path, identity: &str) -> Result<(), TuneError> {
     let _lock = lock::lock_study_dir(study_dir)?;
     let owner = stamp_owner(dir);
@@ -183,12 +194,12 @@ fn stamp(study_dir: &Path, dir: &Path, identity: &str) -> Result<(), TuneError> 
         return Err(foreign_trial_dir(study_dir, dir, Some(&o), identity));
     }
     std::fs::create_dir_all(dir).map_err(|e| TuneError::io("create", dir, e))?;
-    report::write_atomic(
-        &dir.join(STAMP),
-        serde_json::json!({ "study": identity })
-            .to_string()
-            .as_bytes(),
-    )
+    // Under the lock, one stamp is written at a time in this study directory.
+    let tmp = study_dir.join(format!(".{STAMP}.tmp-{}", std::process::id()));
+    let text = serde_json::json!({ "study": identity }).to_string();
+    std::fs::write(&tmp, text).map_err(|e| TuneError::io("write", &tmp, e))?;
+    let path = dir.join(STAMP);
+    std::fs::rename(&tmp, &path).map_err(|e| TuneError::io("write", &path, e))
 }
 
 /// Runs (or resumes) `cfg`'s study as one worker; `out` receives the lines of the live table.

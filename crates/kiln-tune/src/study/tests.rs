@@ -510,3 +510,21 @@ fn twenty_studies_of_four_workers_started_at_once_all_finish_in_postgres() {
     });
     start_twenty_studies_of_four_workers(Some(url));
 }
+
+#[test]
+fn a_stamp_interrupted_before_its_rename_leaves_a_usable_trial_dir() {
+    let dir = std::env::temp_dir().join(format!("kiln-stamp-{}", std::process::id()));
+    let trial = dir.join("trials").join("0");
+    std::fs::create_dir_all(&trial).unwrap();
+    // What an older tuner killed between the write and the rename of its stamp left.
+    std::fs::write(trial.join(format!(".{STAMP}.tmp-123-0")), "{\"stu").unwrap();
+    check_trial_dirs(&dir, "mine").unwrap();
+    stamp(&dir, &trial, "mine").unwrap();
+    assert_eq!(stamp_owner(&trial).as_deref(), Some("mine"));
+    // A run of no known study is still refused.
+    std::fs::write(trial.join(STAMP), "not json").unwrap();
+    std::fs::write(trial.join("train.log"), "x").unwrap();
+    let e = check_trial_dirs(&dir, "mine").unwrap_err().to_string();
+    assert!(e.contains("no known study"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
