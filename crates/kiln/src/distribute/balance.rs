@@ -104,8 +104,8 @@ fn flops(spec: &ModelSpec, i: usize, trainable: usize) -> f64 {
     let elements: f64 = out.iter().map(|&d| d as f64).product();
     let features = out.last().copied().unwrap_or(1).max(1) as f64;
     let positions = elements / features;
-    match spec.layers()[i].kind {
-        LayerKind::Embedding { .. } | LayerKind::PositionEmbedding { .. } => elements,
+    match &spec.layers()[i].kind {
+        LayerKind::Declared(l) => l.flops(&spec.shapes_before(i), out, trainable),
         LayerKind::MultiHeadAttention { .. } | LayerKind::TransformerEncoder { .. } => {
             2.0 * trainable as f64 * positions + 4.0 * positions * positions * features
         }

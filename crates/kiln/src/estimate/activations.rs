@@ -53,6 +53,7 @@ fn saves_input(kind: &LayerKind) -> bool {
         | LayerKind::MultiHeadAttention { .. }
         | LayerKind::TransformerEncoder { .. } => true,
         LayerKind::Activation { activation } => *activation != Activation::Linear,
+        LayerKind::Declared(l) => l.saves_input(),
         _ => false,
     }
 }
@@ -108,6 +109,7 @@ fn extras(spec: &ModelSpec, i: usize) -> (f64, f64) {
             largest,
         ),
         LayerKind::Dropout { .. } => (out, largest),
+        LayerKind::Declared(l) => (l.extra_kept(spec.shape_after(i)), largest),
         LayerKind::LayerNormalization { .. } => (1.3 * out, largest),
         LayerKind::BatchNormalization { .. } => (0.0, largest),
         LayerKind::MultiHeadAttention { .. } => {

@@ -65,10 +65,10 @@ fn bert_large_has_keras_hub_parameter_count_from_the_spec() {
 #[test]
 fn single_layer_parameter_counts_match_keras() {
     let seq: &[usize] = &[128, 1024];
-    let emb = LayerKind::Embedding {
+    let emb = LayerKind::from(layers::Embedding {
         input_dim: 30522,
         output_dim: 1024,
-    };
+    });
     assert_eq!(count(emb.clone(), &[&[128]]), (31_254_528, 0));
     assert_eq!(emb.output_shape(&[128]).unwrap(), vec![128, 1024]);
     let ln = LayerKind::LayerNormalization { epsilon: 1e-3 };
@@ -89,11 +89,11 @@ fn single_layer_parameter_counts_match_keras() {
         layer_norm_epsilon: 1e-12,
     };
     assert_eq!(count(enc, &[seq]), (12_596_224, 0));
-    let pad = LayerKind::ZeroPadding2D {
+    let pad = LayerKind::from(layers::ZeroPadding2D {
         padding: Pads2([[3, 3], [3, 3]]),
-    };
+    });
     assert_eq!(pad.output_shape(&[224, 224, 3]).unwrap(), vec![230, 230, 3]);
-    let gap = LayerKind::GlobalAveragePooling2D {};
+    let gap = LayerKind::from(layers::GlobalAveragePooling2D {});
     assert_eq!(gap.output_shape(&[7, 7, 2048]).unwrap(), vec![2048]);
 }
 

@@ -2,6 +2,8 @@
 //! weights files and `summary()`.
 
 mod init;
+pub mod layer;
+pub mod layers;
 mod network;
 pub mod network_ext;
 mod spec;
@@ -9,10 +11,14 @@ mod spec_ext;
 mod summary;
 pub mod weights;
 
+pub use layer::{
+    ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights, config_table,
+    register as register_layer,
+};
 pub use network::{Act, Forward, LayerParams, Network};
 pub use spec::{
     Activation, LAYER_TYPES, LayerKind, LayerSpec, ModelSpec, NodeRef, Padding, Pads2, Pair,
-    RawNode, SequentialBuilder, keras_shape,
+    RawNode, SequentialBuilder, keras_shape, known_layer_types,
 };
 pub use spec_ext::attention_dims;
 pub use summary::{summary, thousands};

@@ -16,6 +16,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::init::glorot_uniform;
+use super::layer::{ForwardContext, Weights};
 use super::spec::{Activation, LayerKind, ModelSpec, Padding};
 use crate::precision::round::{round_act, round_params};
 
@@ -87,6 +88,46 @@ impl Act {
             Act::Seq(t) => t.device(),
             Act::Image(t) => t.device(),
         }
+    }
+
+    /// The `[batch, features]` tensor.
+    ///
+    /// # Panics
+    /// When the activation has another rank (shape checks rule that out for layers whose
+    /// `output_shape` accepts only rank-1 Keras inputs).
+    pub fn into_flat(self) -> Tensor<2> {
+        match self {
+            Act::Flat(t) => t,
+            other => panic!("shape checks guarantee a [batch, features] input, got {other:?}"),
+        }
+    }
+
+    /// The `[batch, steps, features]` tensor (panics on another rank, as [`Act::into_flat`]).
+    pub fn into_seq(self) -> Tensor<3> {
+        match self {
+            Act::Seq(t) => t,
+            other => {
+                panic!("shape checks guarantee a [batch, steps, features] input, got {other:?}")
+            }
+        }
+    }
+
+    /// The `[batch, channels, height, width]` tensor (panics on another rank).
+    pub fn into_image(self) -> Tensor<4> {
+        match self {
+            Act::Image(t) => t,
+            other => panic!("shape checks guarantee an image input, got {other:?}"),
+        }
+    }
+
+    /// The image in Keras' layout, `[batch, height, width, channels]` (panics on another rank).
+    pub fn into_keras_image(self) -> Tensor<4> {
+        self.into_image().permute([0, 2, 3, 1])
+    }
+
+    /// An image from Keras' layout `[batch, height, width, channels]`.
+    pub fn from_keras_image(t: Tensor<4>) -> Act {
+        Act::Image(t.permute([0, 3, 1, 2]))
     }
 
     /// The activation on `device` (itself when it is already there; otherwise a copy that
@@ -371,6 +412,14 @@ impl Network {
                         &mut logits,
                         &mut batch_stats,
                     )
+                }
+                LayerKind::Declared(l) => {
+                    let weights = Weights {
+                        specs: l.weights(&spec.shapes_before(i)),
+                        kernels: &p.kernels,
+                        vectors: &p.vectors,
+                    };
+                    l.forward(xs, &weights, ForwardContext { training })
                 }
                 other => super::network_ext::forward(other, p, xs),
             };

@@ -9,10 +9,11 @@
 use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::activation;
-use burn::tensor::module::{embedding, layer_norm};
+use burn::tensor::module::layer_norm;
 use rand::Rng;
 
 use super::init::glorot_uniform;
+use super::layer::{Layer, WeightInit, WeightSpec};
 use super::network::{Act, LayerParams, apply_activation};
 use super::spec::LayerKind;
 use super::spec_ext::attention_dims;
@@ -48,17 +49,6 @@ fn attention_names(prefix: &str, dims: [usize; 5], bias: bool) -> WeightNames {
 pub fn weight_names(kind: &LayerKind, inputs: &[&[usize]]) -> WeightNames {
     let last = inputs.first().and_then(|s| s.last()).copied().unwrap_or(0);
     match kind {
-        LayerKind::Embedding {
-            input_dim,
-            output_dim,
-        } => (
-            vec![("embeddings".into(), vec![*input_dim, *output_dim])],
-            vec![],
-        ),
-        LayerKind::PositionEmbedding { sequence_length } => (
-            vec![("embeddings".into(), vec![*sequence_length, last])],
-            vec![],
-        ),
         LayerKind::MultiHeadAttention { use_bias, .. } => {
             attention_names("", attention_dims(kind, inputs), *use_bias)
         }
@@ -82,6 +72,14 @@ pub fn weight_names(kind: &LayerKind, inputs: &[&[usize]]) -> WeightNames {
                 ("feedforward_layer_norm/beta".into(), vec![last]),
             ]);
             (k, v)
+        }
+        LayerKind::Declared(l) => {
+            let (kernels, vectors): (Vec<_>, Vec<_>) =
+                l.weights(inputs).into_iter().partition(|w| w.is_kernel());
+            let named = |ws: Vec<super::layer::WeightSpec>| -> Vec<(String, Vec<usize>)> {
+                ws.into_iter().map(|w| (w.name, w.shape)).collect()
+            };
+            (named(kernels), named(vectors))
         }
         _ => (vec![], vec![]),
     }
@@ -116,13 +114,58 @@ fn param1(n: usize, value: f32, device: &Device) -> Param<Tensor<1>> {
 /// Keras' fans of a kernel of any rank (`keras/src/initializers/random_initializers.py`
 /// `compute_fans`): the receptive field is the product of all axes but the last two.
 fn fans(shape: &[usize]) -> (usize, usize) {
-    let rf: usize = shape[..shape.len() - 2].iter().product();
-    (shape[shape.len() - 2] * rf, shape[shape.len() - 1] * rf)
+    match shape {
+        [] => (1, 1),
+        [n] => (*n, *n),
+        _ => {
+            let rf: usize = shape[..shape.len() - 2].iter().product();
+            (shape[shape.len() - 2] * rf, shape[shape.len() - 1] * rf)
+        }
+    }
+}
+
+/// The first values of a declared weight ([`WeightInit`]), drawn from `rng` in Keras' layout.
+fn initial_values(w: &WeightSpec, rng: &mut impl Rng) -> Vec<f32> {
+    let n = w.size();
+    match w.init {
+        WeightInit::GlorotUniform => {
+            let (fan_in, fan_out) = fans(&w.shape);
+            glorot_uniform(rng, n, fan_in, fan_out)
+        }
+        WeightInit::Zeros => vec![0.0; n],
+        WeightInit::Ones => vec![1.0; n],
+        WeightInit::RandomUniform(low, high) => {
+            (0..n).map(|_| rng.random_range(low..=high)).collect()
+        }
+    }
+}
+
+/// Initializes a declared layer's weights in the order it lists them: rank-2 weights into
+/// `kernels`, the others flattened into `vectors`.
+fn init_declared(
+    layer: &dyn Layer,
+    inputs: &[&[usize]],
+    rng: &mut impl Rng,
+    device: &Device,
+    p: &mut LayerParams,
+) {
+    for w in layer.weights(inputs) {
+        let values = initial_values(&w, rng);
+        if let [rows, cols] = w.shape[..] {
+            p.kernels
+                .push(param2(values, [rows, cols], device).set_require_grad(w.trainable));
+        } else {
+            let n = values.len();
+            let t = Tensor::from_data(TensorData::new(values, [n]), device);
+            p.vectors
+                .push(Param::from_tensor(t).set_require_grad(w.trainable));
+        }
+    }
 }
 
 /// Initializes the `kernels` and `vectors` (and LayerNormalization's `gamma`/`beta`) of the
-/// layers this file covers, as Keras does: Embedding `uniform(-0.05, 0.05)`, other kernels
-/// `glorot_uniform` on their Keras shape, biases and `beta` zeros, `gamma` ones.
+/// layers this file covers, as Keras does (kernels `glorot_uniform` on their Keras shape,
+/// biases and `beta` zeros, `gamma` ones), and of declared layers as they declare.
 pub(super) fn init(
     kind: &LayerKind,
     inputs: &[&[usize]],
@@ -130,6 +173,9 @@ pub(super) fn init(
     device: &Device,
     p: &mut LayerParams,
 ) {
+    if let LayerKind::Declared(l) = kind {
+        return init_declared(&**l, inputs, rng, device, p);
+    }
     let last = inputs.first().and_then(|s| s.last()).copied().unwrap_or(0);
     if let LayerKind::LayerNormalization { .. } = kind {
         p.gamma = Some(param1(last, 1.0, device));
@@ -139,14 +185,8 @@ pub(super) fn init(
     let (kernels, vectors) = weight_names(kind, inputs);
     for (name, shape) in kernels {
         let [rows, cols] = kernel_2d(&name, &shape);
-        let values = if matches!(kind, LayerKind::Embedding { .. }) {
-            (0..rows * cols)
-                .map(|_| rng.random_range(-0.05f32..=0.05))
-                .collect()
-        } else {
-            let (fan_in, fan_out) = fans(&shape);
-            glorot_uniform(rng, rows * cols, fan_in, fan_out)
-        };
+        let (fan_in, fan_out) = fans(&shape);
+        let values = glorot_uniform(rng, rows * cols, fan_in, fan_out);
         p.kernels.push(param2(values, [rows, cols], device));
     }
     for (name, shape) in vectors {
@@ -206,52 +246,6 @@ fn attention(
 /// Runs one of the layers this file covers on its inputs (in call order).
 pub(super) fn forward(kind: &LayerKind, p: &LayerParams, mut xs: Vec<Act>) -> Act {
     match kind {
-        LayerKind::ZeroPadding2D { padding } => match xs.remove(0) {
-            Act::Image(t) => Act::Image(t.pad(
-                [
-                    (padding.0[0][0], padding.0[0][1]),
-                    (padding.0[1][0], padding.0[1][1]),
-                ],
-                burn::tensor::ops::PadMode::Constant(0.0),
-            )),
-            other => panic!("spec shape checks guarantee a 4-D input here, got {other:?}"),
-        },
-        LayerKind::Cropping1D { cropping } => {
-            let t = seq(xs.remove(0));
-            let [_, s, _] = t.dims();
-            Act::Seq(t.narrow(1, cropping.0[0], s - cropping.0[0] - cropping.0[1]))
-        }
-        LayerKind::Add {} => {
-            let mut it = xs.into_iter();
-            let first = it.next().expect("Add has inputs");
-            it.fold(first, |acc, x| match (acc, x) {
-                (Act::Flat(a), Act::Flat(b)) => Act::Flat(a + b),
-                (Act::Seq(a), Act::Seq(b)) => Act::Seq(a + b),
-                (Act::Image(a), Act::Image(b)) => Act::Image(a + b),
-                (a, b) => panic!("spec shape checks guarantee equal ranks, got {a:?} + {b:?}"),
-            })
-        }
-        LayerKind::GlobalAveragePooling2D {} => match xs.remove(0) {
-            Act::Image(t) => {
-                let [n, c, _, _] = t.dims();
-                Act::Flat(t.flatten::<3>(2, 3).mean_dim(2).reshape([n, c]))
-            }
-            other => panic!("spec shape checks guarantee a 4-D input here, got {other:?}"),
-        },
-        LayerKind::Embedding { input_dim, .. } => {
-            let ids = match xs.remove(0) {
-                Act::Flat(t) => t,
-                other => panic!("spec shape checks guarantee a 2-D input here, got {other:?}"),
-            };
-            // Ids arrive as float32 (exact up to 2^24); out-of-range ids are clamped.
-            let ids = ids.detach().clamp(0.0, (*input_dim - 1) as f64).int();
-            Act::Seq(embedding(p.kernels[0].val(), ids))
-        }
-        LayerKind::PositionEmbedding { .. } => {
-            let [n, s, _] = seq(xs.remove(0)).dims();
-            let table = p.kernels[0].val().narrow(0, 0, s);
-            Act::Seq(table.unsqueeze_dim::<3>(0).repeat_dim(0, n))
-        }
         LayerKind::LayerNormalization { epsilon } => {
             let gamma = p.gamma.as_ref().expect("gamma").val();
             let beta = p.beta.as_ref().expect("beta").val();

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{KilnError, Result};
 use crate::precision::Precision;
 
+use super::layer::{DeclaredLayer, Layer};
+
 /// Element-wise activations (Keras' `activation=` names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -209,39 +211,6 @@ pub enum LayerKind {
         /// The function.
         activation: Activation,
     },
-    /// `keras.layers.ZeroPadding2D(padding=1)`: zero rows and columns around `(h, w, c)` images.
-    ZeroPadding2D {
-        /// An integer, `[rows, cols]` or `[[top, bottom], [left, right]]`.
-        #[serde(default = "default_pads")]
-        padding: Pads2,
-    },
-    /// `keras.layers.Cropping1D(cropping=1)`: drops steps at the start and end of
-    /// `(steps, features)` inputs.
-    Cropping1D {
-        /// An integer or `[start, end]`.
-        #[serde(default = "default_crop")]
-        cropping: Pair,
-    },
-    /// `keras.layers.Add()`: the element-wise sum of two or more inputs of one shape.
-    Add {},
-    /// `keras.layers.GlobalAveragePooling2D()`: `(h, w, c)` to `(c,)`, the mean over positions.
-    GlobalAveragePooling2D {},
-    /// `keras.layers.Embedding(input_dim, output_dim)`: integer ids `(steps,)` to vectors
-    /// `(steps, output_dim)`; ids are clamped to `[0, input_dim)`.
-    Embedding {
-        /// Vocabulary size.
-        input_dim: usize,
-        /// Vector size.
-        output_dim: usize,
-    },
-    /// `keras_hub.layers.PositionEmbedding(sequence_length)`: a trainable
-    /// `[sequence_length, features]` table whose first `steps` rows it returns for a
-    /// `(steps, features)` input (the input's values are not used; add the result to it with
-    /// `Add`).
-    PositionEmbedding {
-        /// Longest sequence the table covers.
-        sequence_length: usize,
-    },
     /// `keras.layers.LayerNormalization(epsilon=0.001)` over the last axis, with `gamma` and
     /// `beta`.
     LayerNormalization {
@@ -282,6 +251,17 @@ pub enum LayerKind {
         #[serde(default = "default_ln_epsilon")]
         layer_norm_epsilon: f64,
     },
+    /// A layer declared through [`crate::model::Layer`] (`crate::model::layers`, or a user's
+    /// own registered with [`crate::model::register_layer`]). Build one with
+    /// `LayerKind::from(layer)`.
+    #[serde(skip)]
+    Declared(DeclaredLayer),
+}
+
+impl<L: Layer> From<L> for LayerKind {
+    fn from(layer: L) -> LayerKind {
+        LayerKind::Declared(DeclaredLayer(std::sync::Arc::new(layer)))
+    }
 }
 
 /// `[[top, bottom], [left, right]]` zero padding; TOML accepts an integer, `[rows, cols]` or the
@@ -315,12 +295,6 @@ impl<'de> Deserialize<'de> for Pads2 {
     }
 }
 
-fn default_pads() -> Pads2 {
-    Pads2([[1, 1], [1, 1]])
-}
-fn default_crop() -> Pair {
-    Pair([1, 1])
-}
 fn default_relu() -> Activation {
     Activation::Relu
 }
@@ -328,7 +302,8 @@ fn default_ln_epsilon() -> f64 {
     1e-5
 }
 
-/// The Keras class names kiln knows, for error messages.
+/// The Keras class names of the layers kept in [`LayerKind`]'s own variants (the others are
+/// declared through [`crate::model::Layer`]: see [`known_layer_types`]).
 pub const LAYER_TYPES: &[&str] = &[
     "Input",
     "Dense",
@@ -339,18 +314,62 @@ pub const LAYER_TYPES: &[&str] = &[
     "Dropout",
     "BatchNormalization",
     "Activation",
-    "ZeroPadding2D",
-    "Cropping1D",
-    "Add",
-    "GlobalAveragePooling2D",
-    "Embedding",
-    "PositionEmbedding",
     "LayerNormalization",
     "MultiHeadAttention",
     "TransformerEncoder",
 ];
 
+/// Keras' other names for the layers kept in [`LayerKind`]'s own variants.
+const LEGACY_ALIASES: &[(&str, &str)] = &[
+    ("MaxPool2D", "MaxPooling2D"),
+    ("AvgPool2D", "AveragePooling2D"),
+    ("Convolution2D", "Conv2D"),
+];
+
+/// Every layer type name a config may use: [`LAYER_TYPES`], then the declared and registered
+/// ones ([`crate::model::Layer`]).
+pub fn known_layer_types() -> Vec<String> {
+    let mut names: Vec<String> = LAYER_TYPES.iter().map(|s| s.to_string()).collect();
+    names.extend(super::layer::declared_names());
+    names
+}
+
+/// A layer's arguments (`type` included; `name`, `inputs`, `dtype` removed) as a
+/// [`LayerKind`]: through its registration when it is declared, serde otherwise. `key` names
+/// the layer in errors (`model.layers[3] (Dense)`).
+fn parse_kind(
+    mut table: toml::Table,
+    declared: Option<super::layer::Registration>,
+    key: &str,
+) -> Result<LayerKind> {
+    if let Some(reg) = declared {
+        table.remove("type");
+        return (reg.build)(table)
+            .map(|l| LayerKind::Declared(DeclaredLayer(l)))
+            .map_err(|m| KilnError::config(key, m));
+    }
+    toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| KilnError::config(key, crate::error::humanize(e.message())))
+}
+
 impl LayerKind {
+    /// The layer's arguments as a TOML table with its `type`, as a config writes it.
+    pub fn to_table(&self) -> toml::Table {
+        match self {
+            LayerKind::Declared(l) => {
+                let mut t = toml::Table::new();
+                t.insert("type".into(), toml::Value::String(l.class_name().into()));
+                t.extend(l.config());
+                t
+            }
+            other => match toml::Value::try_from(other) {
+                Ok(toml::Value::Table(t)) => t,
+                _ => unreachable!("layer specs serialize to tables"),
+            },
+        }
+    }
+
     /// The Keras class name (`"Conv2D"`).
     pub fn class_name(&self) -> &'static str {
         match self {
@@ -363,20 +382,18 @@ impl LayerKind {
             LayerKind::Dropout { .. } => "Dropout",
             LayerKind::BatchNormalization { .. } => "BatchNormalization",
             LayerKind::Activation { .. } => "Activation",
-            LayerKind::ZeroPadding2D { .. } => "ZeroPadding2D",
-            LayerKind::Cropping1D { .. } => "Cropping1D",
-            LayerKind::Add {} => "Add",
-            LayerKind::GlobalAveragePooling2D {} => "GlobalAveragePooling2D",
-            LayerKind::Embedding { .. } => "Embedding",
-            LayerKind::PositionEmbedding { .. } => "PositionEmbedding",
             LayerKind::LayerNormalization { .. } => "LayerNormalization",
             LayerKind::MultiHeadAttention { .. } => "MultiHeadAttention",
             LayerKind::TransformerEncoder { .. } => "TransformerEncoder",
+            LayerKind::Declared(l) => l.class_name(),
         }
     }
 
     /// Keras' automatic name prefix (`conv2d`, `max_pooling2d`, …).
-    fn default_prefix(&self) -> &'static str {
+    fn default_prefix(&self) -> String {
+        if let LayerKind::Declared(l) = self {
+            return l.name_prefix();
+        }
         match self {
             LayerKind::Input { .. } => "input_layer",
             LayerKind::Dense { .. } => "dense",
@@ -387,24 +404,20 @@ impl LayerKind {
             LayerKind::Dropout { .. } => "dropout",
             LayerKind::BatchNormalization { .. } => "batch_normalization",
             LayerKind::Activation { .. } => "activation",
-            LayerKind::ZeroPadding2D { .. } => "zero_padding2d",
-            LayerKind::Cropping1D { .. } => "cropping1d",
-            LayerKind::Add {} => "add",
-            LayerKind::GlobalAveragePooling2D {} => "global_average_pooling2d",
-            LayerKind::Embedding { .. } => "embedding",
-            LayerKind::PositionEmbedding { .. } => "position_embedding",
             LayerKind::LayerNormalization { .. } => "layer_normalization",
             LayerKind::MultiHeadAttention { .. } => "multi_head_attention",
             LayerKind::TransformerEncoder { .. } => "transformer_encoder",
+            LayerKind::Declared(_) => unreachable!("returned above"),
         }
+        .to_string()
     }
 
     /// How many inputs the layer takes: `(least, most)`.
     pub fn arity(&self) -> (usize, usize) {
         match self {
             LayerKind::Input { .. } => (0, 0),
-            LayerKind::Add {} => (2, usize::MAX),
             LayerKind::MultiHeadAttention { .. } => (1, 2),
+            LayerKind::Declared(l) => l.arity(),
             _ => (1, 1),
         }
     }
@@ -421,6 +434,9 @@ impl LayerKind {
         let input = inputs.first().copied().unwrap_or(&[]);
         if let Some(out) = super::spec_ext::output_shape(self, inputs) {
             return out;
+        }
+        if let LayerKind::Declared(l) = self {
+            return l.output_shape(inputs);
         }
         match self {
             LayerKind::Input { shape } => Ok(shape.clone()),
@@ -481,6 +497,15 @@ impl LayerKind {
         let last = input.last().copied().unwrap_or(0);
         if let Some(n) = super::spec_ext::param_count(self, inputs) {
             return (n, 0);
+        }
+        if let LayerKind::Declared(l) = self {
+            return l.weights(inputs).iter().fold((0, 0), |(t, f), w| {
+                if w.trainable {
+                    (t + w.size(), f)
+                } else {
+                    (t, f + w.size())
+                }
+            });
         }
         match self {
             LayerKind::Dense {
@@ -622,6 +647,11 @@ fn check_size(kind: &LayerKind, inputs: &[&[usize]]) -> std::result::Result<(), 
             kernel_size,
             ..
         } => (kernel_size.0[0] as u128 * kernel_size.0[1] as u128 * last + 1) * *filters as u128,
+        LayerKind::Declared(l) => l
+            .weights(inputs)
+            .iter()
+            .map(|w| w.shape.iter().map(|&d| d as u128).product::<u128>())
+            .sum(),
         other => super::spec_ext::param_count_u128(other, inputs).unwrap_or(0),
     };
     if params > MAX_ELEMENTS {
@@ -752,7 +782,7 @@ impl ModelSpec {
     /// shapes, names or inputs.
     pub fn from_nodes(nodes: Vec<RawNode>, outputs: Option<&str>) -> Result<ModelSpec> {
         let key = |i: usize, kind: &LayerKind| format!("model.layers[{i}] ({})", kind.class_name());
-        let mut counts = std::collections::HashMap::<&str, usize>::new();
+        let mut counts = std::collections::HashMap::<String, usize>::new();
         // Every entry (inputs too) by name -> node.
         let mut by_name = std::collections::HashMap::<String, NodeRef>::new();
         let mut inputs: Vec<(String, Vec<usize>)> = Vec::new();
@@ -780,7 +810,7 @@ impl ModelSpec {
                 Some(n) => n,
                 None => {
                     let prefix = kind.default_prefix();
-                    let n = counts.entry(prefix).or_insert(0);
+                    let n = counts.entry(prefix.clone()).or_insert(0);
                     let name = if *n == 0 {
                         prefix.to_string()
                     } else {
@@ -1002,16 +1032,24 @@ impl ModelSpec {
                 .ok_or_else(|| {
                     KilnError::config(
                         format!("{key}.type"),
-                        format!("missing; allowed: {}", LAYER_TYPES.join(", ")),
+                        format!("missing; allowed: {}", known_layer_types().join(", ")),
                     )
                 })?
                 .to_string();
-            if !LAYER_TYPES.contains(&type_name.as_str()) {
+            let declared = super::layer::lookup(&type_name);
+            let type_name = match LEGACY_ALIASES.iter().find(|(alias, _)| *alias == type_name) {
+                Some((_, class)) => {
+                    table.insert("type".into(), toml::Value::String(class.to_string()));
+                    class.to_string()
+                }
+                None => type_name,
+            };
+            if declared.is_none() && !LAYER_TYPES.contains(&type_name.as_str()) {
                 return Err(KilnError::config(
                     format!("{key}.type"),
                     format!(
                         "unknown layer type \"{type_name}\"; allowed: {}",
-                        LAYER_TYPES.join(", ")
+                        known_layer_types().join(", ")
                     ),
                 ));
             }
@@ -1023,7 +1061,7 @@ impl ModelSpec {
                 ),
                 ("padding", &["valid", "same"][..]),
             ] {
-                if type_name == "ZeroPadding2D" && arg == "padding" {
+                if declared.is_some() {
                     continue;
                 }
                 if let Some(v) = table.get(arg)
@@ -1067,15 +1105,7 @@ impl ModelSpec {
                     )
                 })?),
             };
-            let kind: LayerKind =
-                toml::Value::Table(table)
-                    .try_into()
-                    .map_err(|e: toml::de::Error| {
-                        KilnError::config(
-                            format!("{key} ({type_name})"),
-                            crate::error::humanize(e.message()),
-                        )
-                    })?;
+            let kind = parse_kind(table, declared, &format!("{key} ({type_name})"))?;
             parsed.push(RawNode { name, kind, inputs });
         }
         // dtypes[i] belongs to parsed[i]; Inputs compute nothing, so only layers keep theirs.
@@ -1128,7 +1158,7 @@ impl ModelSpec {
             layers.push(v);
         }
         for layer in &self.layers {
-            let mut v = toml::Value::try_from(&layer.kind).expect("layer specs serialize");
+            let mut v = toml::Value::Table(layer.kind.to_table());
             if let toml::Value::Table(t) = &mut v {
                 t.insert("name".into(), toml::Value::String(layer.name.clone()));
                 if let Some(d) = self.layer_dtypes.get(&layer.name) {

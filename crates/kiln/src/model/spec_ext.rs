@@ -1,6 +1,5 @@
-//! Shapes, parameter counts and argument checks of the layers that residual networks and
-//! transformers need (ZeroPadding2D, Cropping1D, Add, GlobalAveragePooling2D, Embedding,
-//! PositionEmbedding, LayerNormalization, MultiHeadAttention, TransformerEncoder), with Keras'
+//! Shapes, parameter counts and argument checks of the transformer layers not yet declared
+//! through [`super::Layer`] (LayerNormalization, MultiHeadAttention, TransformerEncoder), with Keras'
 //! formulas (`keras/src/layers/...`, `keras_hub/src/layers/modeling/...`); checked against
 //! TensorFlow 2.21 / Keras 3.15 by `tests/reference/estimate_models.py`.
 
@@ -22,63 +21,6 @@ fn seq(input: &[usize], class: &str) -> std::result::Result<[usize; 2], String> 
 pub(super) fn output_shape(kind: &LayerKind, inputs: &[&[usize]]) -> Option<Shape> {
     let input = inputs.first().copied().unwrap_or(&[]);
     Some(match kind {
-        LayerKind::ZeroPadding2D { padding } => match input {
-            [h, w, c] => Ok(vec![
-                h + padding.0[0][0] + padding.0[0][1],
-                w + padding.0[1][0] + padding.0[1][1],
-                *c,
-            ]),
-            _ => Err(format!(
-                "ZeroPadding2D expects a 3-D input (height, width, channels), got shape {}",
-                keras_shape(input)
-            )),
-        },
-        LayerKind::Cropping1D { cropping } => seq(input, "Cropping1D").and_then(|[s, f]| {
-            let cut = cropping.0[0] + cropping.0[1];
-            if cut >= s {
-                Err(format!(
-                    "cropping {:?} removes all {s} steps of the input",
-                    cropping.0
-                ))
-            } else {
-                Ok(vec![s - cut, f])
-            }
-        }),
-        LayerKind::Add {} => {
-            if let Some(other) = inputs.iter().find(|s| **s != input) {
-                Err(format!(
-                    "Add needs inputs of one shape, got {} and {}",
-                    keras_shape(input),
-                    keras_shape(other)
-                ))
-            } else {
-                Ok(input.to_vec())
-            }
-        }
-        LayerKind::GlobalAveragePooling2D {} => match input {
-            [_, _, c] => Ok(vec![*c]),
-            _ => Err(format!(
-                "GlobalAveragePooling2D expects a 3-D input (height, width, channels), got shape {}",
-                keras_shape(input)
-            )),
-        },
-        LayerKind::Embedding { output_dim, .. } => match input {
-            [s] => Ok(vec![*s, *output_dim]),
-            _ => Err(format!(
-                "Embedding expects a 1-D input of ids (steps,), got shape {}",
-                keras_shape(input)
-            )),
-        },
-        LayerKind::PositionEmbedding { sequence_length } => seq(input, "PositionEmbedding")
-            .and_then(|[s, f]| {
-                if s > *sequence_length {
-                    Err(format!(
-                        "the input has {s} steps, more than sequence_length = {sequence_length}"
-                    ))
-                } else {
-                    Ok(vec![s, f])
-                }
-            }),
         LayerKind::LayerNormalization { .. } => Ok(input.to_vec()),
         LayerKind::MultiHeadAttention { .. } => {
             let q = seq(input, "MultiHeadAttention");
@@ -142,15 +84,6 @@ pub(super) fn param_count_u128(kind: &LayerKind, inputs: &[&[usize]]) -> Option<
             + b(f)
     };
     Some(match kind {
-        LayerKind::ZeroPadding2D { .. }
-        | LayerKind::Cropping1D { .. }
-        | LayerKind::Add {}
-        | LayerKind::GlobalAveragePooling2D {} => 0,
-        LayerKind::Embedding {
-            input_dim,
-            output_dim,
-        } => *input_dim as u128 * *output_dim as u128,
-        LayerKind::PositionEmbedding { sequence_length } => *sequence_length as u128 * last,
         LayerKind::LayerNormalization { .. } => 2 * last,
         LayerKind::MultiHeadAttention { use_bias, .. } => attention(inputs, *use_bias),
         LayerKind::TransformerEncoder {
@@ -187,16 +120,6 @@ pub(super) fn validate(kind: &LayerKind) -> std::result::Result<(), String> {
         }
     };
     match kind {
-        LayerKind::Embedding {
-            input_dim,
-            output_dim,
-        } => {
-            positive("input_dim", *input_dim)?;
-            positive("output_dim", *output_dim)
-        }
-        LayerKind::PositionEmbedding { sequence_length } => {
-            positive("sequence_length", *sequence_length)
-        }
         LayerKind::LayerNormalization { epsilon: e } => epsilon(*e),
         LayerKind::MultiHeadAttention {
             num_heads,

@@ -1,0 +1,445 @@
+//! One declaration per layer: the [`Layer`] trait that a layer type implements once (built in
+//! or a user's own), and the registry that maps Keras class names (and aliases) to it.
+//!
+//! A layer type is one Rust type holding its Keras arguments (its config: serde, Keras' names
+//! and defaults). From that one declaration kiln gets
+//! - the TOML form (`{ type = "Embedding", input_dim = 1000, output_dim = 64 }`) through the
+//!   registry ([`register`], [`lookup`]), and the Rust builder form (`LayerKind::from(..)`);
+//! - the output shape ([`Layer::output_shape`], Keras shapes without the batch axis), the
+//!   weights with their Keras names, shapes, initializers and trainability ([`Layer::weights`]),
+//!   hence `summary()`, parameter counts, weights files and checkpoints;
+//! - the forward pass on Burn tensors ([`Layer::forward`]);
+//! - what `kiln estimate` needs ([`Layer::saves_input`], [`Layer::extra_kept`],
+//!   [`Layer::flops`]) and the ONNX answer ([`Layer::onnx_unsupported`]).
+//!
+//! This follows Burn's `Config -> init -> Module` (`burn-nn/src/modules/linear.rs`): the config
+//! is the layer value itself, `init` is [`Layer::weights`] (kiln owns the storage so that every
+//! layer's weights are saved, loaded, averaged across replicas and rounded under a precision
+//! policy alike), and the module's `forward` is [`Layer::forward`].
+//!
+//! # Storage
+//! A weight of rank 2 is stored as a `[rows, cols]` parameter in the layer's `kernels`, any
+//! other rank flattened in its `vectors` (in the order [`Layer::weights`] lists them), always in
+//! Keras' layout: [`Weights::get`] hands it back with its Keras shape.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::{Arc, RwLock};
+
+use burn::module::Param;
+use burn::prelude::*;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::network::Act;
+
+/// How a weight's first values are drawn (Keras' initializer names).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum WeightInit {
+    /// `glorot_uniform` with Keras' fans of the weight's shape (the default for kernels).
+    GlorotUniform,
+    /// `zeros` (biases, `beta`, moving means).
+    Zeros,
+    /// `ones` (`gamma`, moving variances).
+    Ones,
+    /// `random_uniform(minval, maxval)` (Embedding's default is `(-0.05, 0.05)`).
+    RandomUniform(f32, f32),
+}
+
+/// One weight of a layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightSpec {
+    /// Keras' name inside the layer (`kernel`, `bias`, `embeddings`); the weights file and
+    /// `summary()` call it `<layer name>/<name>`.
+    pub name: String,
+    /// Keras' shape and layout (a Dense kernel is `[inputs, units]`).
+    pub shape: Vec<usize>,
+    /// How it starts.
+    pub init: WeightInit,
+    /// Updated by the optimizer (`false`: a non-trainable weight such as a moving mean).
+    pub trainable: bool,
+}
+
+impl WeightSpec {
+    /// A trainable weight.
+    pub fn new(name: &str, shape: Vec<usize>, init: WeightInit) -> WeightSpec {
+        WeightSpec {
+            name: name.into(),
+            shape,
+            init,
+            trainable: true,
+        }
+    }
+
+    /// Number of values.
+    pub fn size(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Stored among the layer's `kernels` (rank 2) rather than its `vectors`.
+    pub fn is_kernel(&self) -> bool {
+        self.shape.len() == 2
+    }
+}
+
+/// What a forward pass knows besides the inputs.
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardContext {
+    /// Training (Dropout drops, batch statistics are used) rather than inference.
+    pub training: bool,
+}
+
+/// A layer's weights during a forward pass, by the names its [`Layer::weights`] gave.
+pub struct Weights<'a> {
+    pub(crate) specs: Vec<WeightSpec>,
+    pub(crate) kernels: &'a [Param<Tensor<2>>],
+    pub(crate) vectors: &'a [Param<Tensor<1>>],
+}
+
+impl Weights<'_> {
+    /// The weight `name` with its Keras shape, as a rank-`D` tensor tracked by autodiff.
+    ///
+    /// # Panics
+    /// When the layer declared no weight `name` or declared it with another rank: a defect
+    /// of the layer's code, not of user input.
+    pub fn get<const D: usize>(&self, name: &str) -> Tensor<D> {
+        let (mut k, mut v) = (0, 0);
+        for spec in &self.specs {
+            if spec.name == name {
+                assert_eq!(
+                    spec.shape.len(),
+                    D,
+                    "weight `{name}` has rank {}",
+                    spec.shape.len()
+                );
+                let shape: [usize; D] = spec.shape.clone().try_into().expect("rank checked");
+                return if spec.is_kernel() {
+                    self.kernels[k].val().reshape(shape)
+                } else {
+                    self.vectors[v].val().reshape(shape)
+                };
+            }
+            if spec.is_kernel() {
+                k += 1;
+            } else {
+                v += 1;
+            }
+        }
+        panic!("the layer declared no weight `{name}`")
+    }
+}
+
+/// The compute figure of a layer without a better one (pipeline balancing's rule): two
+/// operations per trainable parameter and output position, or one per output value for a
+/// layer without trainable parameters.
+pub fn default_flops(trainable: usize, output: &[usize]) -> f64 {
+    let elements: f64 = output.iter().map(|&d| d as f64).product();
+    if trainable == 0 {
+        return elements;
+    }
+    let features = output.last().copied().unwrap_or(1).max(1) as f64;
+    2.0 * trainable as f64 * elements / features
+}
+
+/// A layer type: its Keras arguments are the value itself. Implement it for your own layer
+/// and [`register`] it to use it by `type` name in a TOML config, or add it with
+/// `LayerKind::from(layer)` in Rust. See `examples/custom-layer` for a complete one.
+///
+/// Shapes are Keras shapes without the batch axis: `(features,)`, `(steps, features)`,
+/// `(height, width, channels)`. In [`Layer::forward`] the batches are [`Act`]s: `[batch,
+/// features]`, `[batch, steps, features]`, or images as `[batch, channels, height, width]`
+/// (use [`Act::into_keras_image`] and [`Act::from_keras_image`] for NHWC).
+pub trait Layer: Debug + Send + Sync + 'static {
+    /// Keras' class name (`"Embedding"`), the `type` in TOML.
+    fn class_name(&self) -> &'static str;
+
+    /// The arguments as a TOML table (without `type`, `name`, `inputs`), written to the run
+    /// directory's config. For a serde type: `kiln::model::config_table(self)`.
+    fn config(&self) -> toml::Table;
+
+    /// Keras' automatic name prefix (`embedding`, `embedding_1`, ...): the class name in
+    /// snake_case.
+    fn name_prefix(&self) -> String {
+        snake_case(self.class_name())
+    }
+
+    /// How many inputs the layer takes: `(least, most)`.
+    fn arity(&self) -> (usize, usize) {
+        (1, 1)
+    }
+
+    /// The output shape for `inputs` (one per inbound layer), or why the layer cannot take
+    /// them (one line; kiln adds the layer's name and config key).
+    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String>;
+
+    /// The weights for `inputs`, in storage order.
+    fn weights(&self, inputs: &[&[usize]]) -> Vec<WeightSpec> {
+        let _ = inputs;
+        Vec::new()
+    }
+
+    /// Runs the layer on a batch (`inputs` in call order).
+    fn forward(&self, inputs: Vec<Act>, weights: &Weights, ctx: ForwardContext) -> Act;
+
+    /// Whether its backward pass keeps its (first) input's values (for `kiln estimate`);
+    /// true unless the gradient needs only shapes (padding, cropping, sums, lookups).
+    fn saves_input(&self) -> bool {
+        true
+    }
+
+    /// Values per example the layer keeps for backward besides its input (e.g. a mask).
+    fn extra_kept(&self, output: &[usize]) -> f64 {
+        let _ = output;
+        0.0
+    }
+
+    /// Floating-point operations per example of the forward pass (for `kiln estimate` and
+    /// pipeline balancing); `trainable` is the layer's trainable parameter count.
+    fn flops(&self, inputs: &[&[usize]], output: &[usize], trainable: usize) -> f64 {
+        let _ = inputs;
+        default_flops(trainable, output)
+    }
+
+    /// Why the layer has no ONNX mapping (kiln's ONNX export names the layer and this
+    /// reason).
+    fn onnx_unsupported(&self) -> String {
+        format!(
+            "kiln has no ONNX mapping for {} yet; export with --format safetensors, which \
+             kiln serve reads",
+            self.class_name()
+        )
+    }
+}
+
+/// `EinsumDense` -> `einsum_dense`, `Conv2D` -> `conv2d` (Keras' `to_snake_case`: an
+/// underscore before each capitalized word that follows a character, then between a lowercase
+/// and an uppercase letter, then lowercase).
+pub fn snake_case(class: &str) -> String {
+    let c: Vec<char> = class
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    // re.sub("(.)([A-Z][a-z]+)", r"\1_\2"): non-overlapping matches, left to right.
+    let mut words = Vec::with_capacity(c.len() + 4);
+    let mut i = 0;
+    while i < c.len() {
+        words.push(c[i]);
+        let capitalized = |k: usize| {
+            c.get(k).is_some_and(|x| x.is_ascii_uppercase())
+                && c.get(k + 1).is_some_and(|x| x.is_ascii_lowercase())
+        };
+        if capitalized(i + 1) {
+            words.push('_');
+            let mut k = i + 1;
+            words.push(c[k]);
+            k += 1;
+            while c.get(k).is_some_and(|x| x.is_ascii_lowercase()) {
+                words.push(c[k]);
+                k += 1;
+            }
+            i = k;
+        } else {
+            i += 1;
+        }
+    }
+    // re.sub("([a-z])([A-Z])", r"\1_\2"), then lower().
+    let mut out = String::with_capacity(words.len() + 4);
+    let mut k = 0;
+    while k < words.len() {
+        out.extend(words[k].to_lowercase());
+        if words[k].is_ascii_lowercase() && words.get(k + 1).is_some_and(|x| x.is_ascii_uppercase())
+        {
+            out.push('_');
+            out.extend(words[k + 1].to_lowercase());
+            k += 2;
+        } else {
+            k += 1;
+        }
+    }
+    out
+}
+
+/// A serde value's fields as a TOML table (for [`Layer::config`]).
+pub fn config_table<T: Serialize>(value: &T) -> toml::Table {
+    match toml::Value::try_from(value) {
+        Ok(toml::Value::Table(t)) => t,
+        _ => toml::Table::new(),
+    }
+}
+
+/// A layer value behind a shared pointer: the `LayerKind::Declared` case.
+#[derive(Clone)]
+pub struct DeclaredLayer(pub Arc<dyn Layer>);
+
+impl Debug for DeclaredLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl PartialEq for DeclaredLayer {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.class_name() == other.0.class_name() && self.0.config() == other.0.config()
+    }
+}
+
+impl std::ops::Deref for DeclaredLayer {
+    type Target = dyn Layer;
+    fn deref(&self) -> &dyn Layer {
+        self.0.as_ref()
+    }
+}
+
+/// Builds a layer from its TOML arguments (`type`, `name`, `inputs`, `dtype` removed), or says
+/// what is wrong with them (one line; kiln names the config key).
+pub type BuildFn = fn(toml::Table) -> Result<Arc<dyn Layer>, String>;
+
+/// One registered layer type.
+#[derive(Clone, Copy)]
+pub struct Registration {
+    /// Keras' class name.
+    pub class_name: &'static str,
+    /// Other names TOML accepts (Keras' aliases such as `MaxPool2D`).
+    pub aliases: &'static [&'static str],
+    /// Reads the arguments.
+    pub build: BuildFn,
+}
+
+/// A layer config that validates itself after deserializing (ranges, positivity).
+pub trait LayerConfig: Layer + DeserializeOwned + Sized {
+    /// Keras' class name.
+    const CLASS_NAME: &'static str;
+    /// Other accepted names.
+    const ALIASES: &'static [&'static str] = &[];
+
+    /// Checks argument ranges; the message names the argument.
+    fn validate(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The registration of this type.
+    fn registration() -> Registration {
+        Registration {
+            class_name: Self::CLASS_NAME,
+            aliases: Self::ALIASES,
+            build: build_from_toml::<Self>,
+        }
+    }
+}
+
+/// [`BuildFn`] of a serde layer type: unknown or misspelt arguments are errors when the type
+/// says `#[serde(deny_unknown_fields)]`.
+pub fn build_from_toml<L: LayerConfig>(table: toml::Table) -> Result<Arc<dyn Layer>, String> {
+    let layer: L = toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| crate::error::humanize(e.message()))?;
+    layer.validate()?;
+    Ok(Arc::new(layer))
+}
+
+/// The layer types built into kiln that are declared through [`Layer`]: one line per type.
+fn builtin() -> Vec<Registration> {
+    use super::layers::*;
+    vec![
+        Add::registration(),
+        Concatenate::registration(),
+        Cropping1D::registration(),
+        Embedding::registration(),
+        GlobalAveragePooling2D::registration(),
+        PositionEmbedding::registration(),
+        ZeroPadding2D::registration(),
+    ]
+}
+
+static REGISTERED: RwLock<BTreeMap<String, Registration>> = RwLock::new(BTreeMap::new());
+
+fn registered() -> std::sync::RwLockReadGuard<'static, BTreeMap<String, Registration>> {
+    REGISTERED.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Registers a user's layer type `L` for TOML configs (by `L::CLASS_NAME` and its aliases),
+/// for every config read afterwards in this process.
+///
+/// # Errors
+/// [`crate::KilnError::Config`] when the name (or an alias) is already taken by a built-in
+/// layer or an earlier registration.
+pub fn register<L: LayerConfig>() -> crate::Result<()> {
+    register_entry(L::registration())
+}
+
+/// [`register`] for a hand-made [`Registration`].
+///
+/// # Errors
+/// As [`register`].
+pub fn register_entry(entry: Registration) -> crate::Result<()> {
+    let mut map = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
+    for name in std::iter::once(entry.class_name).chain(entry.aliases.iter().copied()) {
+        let taken = super::spec::LAYER_TYPES.contains(&name)
+            || builtin()
+                .iter()
+                .any(|b| b.class_name == name || b.aliases.contains(&name))
+            || map.contains_key(name);
+        if taken {
+            return Err(crate::KilnError::config(
+                "layer registration",
+                format!(
+                    "a layer type named \"{name}\" is already registered; give {} another name",
+                    entry.class_name
+                ),
+            ));
+        }
+    }
+    for name in std::iter::once(entry.class_name).chain(entry.aliases.iter().copied()) {
+        map.insert(name.to_string(), entry);
+    }
+    Ok(())
+}
+
+/// The registration for the TOML `type` name `name` (a class name or an alias).
+pub fn lookup(name: &str) -> Option<Registration> {
+    builtin()
+        .into_iter()
+        .find(|b| b.class_name == name || b.aliases.contains(&name))
+        .or_else(|| registered().get(name).copied())
+}
+
+/// Every declared class name (built in, then registered), for error messages.
+pub fn declared_names() -> Vec<String> {
+    let mut names: Vec<String> = builtin().iter().map(|b| b.class_name.to_string()).collect();
+    names.extend(
+        registered()
+            .values()
+            .map(|r| r.class_name.to_string())
+            .filter(|n| !names.contains(n))
+            .collect::<Vec<_>>(),
+    );
+    names.dedup();
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snake_case_matches_keras_automatic_names() {
+        for (class, name) in [
+            ("Dense", "dense"),
+            ("Conv2D", "conv2d"),
+            ("GlobalAveragePooling2D", "global_average_pooling2d"),
+            ("ZeroPadding2D", "zero_padding2d"),
+            ("Cropping1D", "cropping1d"),
+            ("PositionEmbedding", "position_embedding"),
+            ("MultiHeadAttention", "multi_head_attention"),
+            ("Antirectifier", "antirectifier"),
+            ("Concatenate", "concatenate"),
+            ("ABCDef", "abc_def"),
+            ("EinsumDense", "einsum_dense"),
+            ("Conv2DTranspose", "conv2d_transpose"),
+            ("LSTM", "lstm"),
+            ("GRUCell", "gru_cell"),
+        ] {
+            assert_eq!(snake_case(class), name, "{class}");
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! `keras.layers.Add()`: the element-wise sum of two or more inputs of one shape.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_table};
+use crate::model::{Act, keras_shape};
+
+/// `Add()`: inputs of one shape, any rank; output the same shape.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Add {}
+
+impl Layer for Add {
+    fn class_name(&self) -> &'static str {
+        "Add"
+    }
+    fn config(&self) -> toml::Table {
+        config_table(self)
+    }
+    fn arity(&self) -> (usize, usize) {
+        (2, usize::MAX)
+    }
+    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+        let first = inputs[0];
+        match inputs.iter().find(|s| **s != first) {
+            Some(other) => Err(format!(
+                "Add needs inputs of one shape, got {} and {}",
+                keras_shape(first),
+                keras_shape(other)
+            )),
+            None => Ok(first.to_vec()),
+        }
+    }
+    fn forward(&self, inputs: Vec<Act>, _: &Weights, _: ForwardContext) -> Act {
+        let mut it = inputs.into_iter();
+        let first = it.next().expect("Add has inputs");
+        it.fold(first, |acc, x| match (acc, x) {
+            (Act::Flat(a), Act::Flat(b)) => Act::Flat(a + b),
+            (Act::Seq(a), Act::Seq(b)) => Act::Seq(a + b),
+            (Act::Image(a), Act::Image(b)) => Act::Image(a + b),
+            (a, b) => panic!("shape checks guarantee equal ranks, got {a:?} + {b:?}"),
+        })
+    }
+    fn saves_input(&self) -> bool {
+        false
+    }
+}
+
+impl LayerConfig for Add {
+    const CLASS_NAME: &'static str = "Add";
+}

@@ -1,0 +1,66 @@
+//! `keras.layers.Embedding(input_dim, output_dim)`: integer ids `(steps,)` to vectors
+//! `(steps, output_dim)`.
+
+use burn::tensor::module::embedding;
+use serde::{Deserialize, Serialize};
+
+use crate::model::Act;
+use crate::model::layer::{
+    ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights, config_table,
+};
+
+/// `Embedding(input_dim, output_dim)`: one trainable `embeddings [input_dim, output_dim]`
+/// table, initialized `uniform(-0.05, 0.05)` as Keras does. Ids arrive as float32 (exact up
+/// to 2^24); ids outside `[0, input_dim)` are clamped into it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Embedding {
+    /// Vocabulary size.
+    pub input_dim: usize,
+    /// Vector size.
+    pub output_dim: usize,
+}
+
+impl Layer for Embedding {
+    fn class_name(&self) -> &'static str {
+        "Embedding"
+    }
+    fn config(&self) -> toml::Table {
+        config_table(self)
+    }
+    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+        match inputs[0] {
+            [s] => Ok(vec![*s, self.output_dim]),
+            other => Err(format!(
+                "Embedding expects a 1-D input of ids (steps,), got shape {}",
+                crate::model::keras_shape(other)
+            )),
+        }
+    }
+    fn weights(&self, _: &[&[usize]]) -> Vec<WeightSpec> {
+        vec![WeightSpec::new(
+            "embeddings",
+            vec![self.input_dim, self.output_dim],
+            WeightInit::RandomUniform(-0.05, 0.05),
+        )]
+    }
+    fn forward(&self, mut inputs: Vec<Act>, w: &Weights, _: ForwardContext) -> Act {
+        let ids = inputs.remove(0).into_flat();
+        let ids = ids.detach().clamp(0.0, (self.input_dim - 1) as f64).int();
+        Act::Seq(embedding(w.get::<2>("embeddings"), ids))
+    }
+    fn saves_input(&self) -> bool {
+        false
+    }
+    fn flops(&self, _: &[&[usize]], output: &[usize], _: usize) -> f64 {
+        output.iter().map(|&d| d as f64).product()
+    }
+}
+
+impl LayerConfig for Embedding {
+    const CLASS_NAME: &'static str = "Embedding";
+    fn validate(&self) -> Result<(), String> {
+        super::positive("input_dim", self.input_dim)?;
+        super::positive("output_dim", self.output_dim)
+    }
+}

@@ -1,0 +1,48 @@
+//! `keras.layers.ZeroPadding2D(padding=1)`: zero rows and columns around `(height, width,
+//! channels)` images.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_table};
+use crate::model::{Act, Pads2};
+
+/// `ZeroPadding2D(padding)`: `(h, w, c)` to `(h + top + bottom, w + left + right, c)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZeroPadding2D {
+    /// An integer, `[rows, cols]` or `[[top, bottom], [left, right]]`.
+    #[serde(default = "one")]
+    pub padding: Pads2,
+}
+
+fn one() -> Pads2 {
+    Pads2([[1, 1], [1, 1]])
+}
+
+impl Layer for ZeroPadding2D {
+    fn class_name(&self) -> &'static str {
+        "ZeroPadding2D"
+    }
+    fn config(&self) -> toml::Table {
+        config_table(self)
+    }
+    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+        let [h, w, c] = super::image_shape(inputs[0], "ZeroPadding2D")?;
+        let [[top, bottom], [left, right]] = self.padding.0;
+        Ok(vec![h + top + bottom, w + left + right, c])
+    }
+    fn forward(&self, mut inputs: Vec<Act>, _: &Weights, _: ForwardContext) -> Act {
+        let [[top, bottom], [left, right]] = self.padding.0;
+        Act::Image(inputs.remove(0).into_image().pad(
+            [(top, bottom), (left, right)],
+            burn::tensor::ops::PadMode::Constant(0.0),
+        ))
+    }
+    fn saves_input(&self) -> bool {
+        false
+    }
+}
+
+impl LayerConfig for ZeroPadding2D {
+    const CLASS_NAME: &'static str = "ZeroPadding2D";
+}
