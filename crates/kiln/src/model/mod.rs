@@ -1,9 +1,12 @@
 //! Models: Keras layer specs ([`ModelSpec`]), the Burn network they build ([`Network`]),
 //! weights files and `summary()`.
 
+pub mod constraints;
 mod init;
+pub mod initializers;
 mod network;
 pub mod network_ext;
+pub mod regularizers;
 mod spec;
 mod spec_ext;
 mod summary;
