@@ -21,7 +21,8 @@ use crate::error::{KilnError, Result};
 
 /// The standard deviation of a standard normal truncated to `[-2, 2]`: Keras'
 /// `VarianceScaling` divides its normal stddev by it so that the truncated draws have the
-/// variance the formula asks for.
+/// variance the formula asks for. Keras' literal, digit for digit.
+#[allow(clippy::excessive_precision)]
 pub const TRUNCATION_STDDEV: f64 = 0.879_625_661_034_239_78;
 
 /// Which fan `VarianceScaling` divides its `scale` by ([`compute_fans`]).
@@ -596,11 +597,16 @@ fn orthogonal<R: Rng + ?Sized>(shape: &[usize], gain: f64, rng: &mut R, out: &mu
         let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
         v.iter_mut().for_each(|x| *x /= norm);
     }
-    // rows >= cols: W[i][j] = Q[i][j] = q[j][i]; rows < cols: W = Q^T, W[i][j] = q[i][j].
-    for i in 0..rows {
-        for j in 0..cols {
-            let value = if rows >= cols { q[j][i] } else { q[i][j] };
-            out.push((gain * value) as f32);
+    let scaled = |v: &f64| (gain * v) as f32;
+    if rows >= cols {
+        // W = Q: row i of W holds element i of every column.
+        for i in 0..rows {
+            out.extend(q.iter().map(|column| scaled(&column[i])));
+        }
+    } else {
+        // W = Q^T: row i of W is column i of Q.
+        for column in &q {
+            out.extend(column.iter().map(scaled));
         }
     }
 }
