@@ -1,11 +1,14 @@
 //! Models: Keras layer specs ([`ModelSpec`]), the Burn network they build ([`Network`]),
 //! weights files and `summary()`.
 
+pub mod constraints;
 mod init;
+pub mod initializers;
 pub mod layer;
 pub mod layers;
 mod network;
 pub mod network_ext;
+pub mod regularizers;
 mod spec;
 mod spec_ext;
 mod summary;
