@@ -199,7 +199,11 @@ fn convert(
     origin: &BatchOrigin,
 ) -> Result<DeviceBatch> {
     let (x, size) = features(el.require(FEATURES)?, spec, device)?;
-    let units = spec.output_shape()[0];
+    let units = spec.output_units();
+    // One label (or one target row) per output position: `(steps,)` labels for a `(steps,
+    // classes)` output. The loss sees `rows` rows.
+    let positions = spec.output_positions();
+    let rows = size * positions;
     let Some(y) = el.get(LABELS) else {
         return Ok(DeviceBatch {
             x,
@@ -210,9 +214,9 @@ fn convert(
             sample_weight: None,
         });
     };
-    let sample_weight = sample_weights(el, size, device)?;
+    let sample_weight = sample_weights(el, size, positions, device)?;
     let per_example = y.len() / size.max(1);
-    let class_labels = y.dtype().is_integer() && per_example == 1;
+    let class_labels = y.dtype().is_integer() && per_example == positions;
     // Every batch, every label: an index outside [0, units) makes TensorFlow's GPU kernels
     // return NaN silently, and makes the one-hot encoding below write out of bounds.
     let check = |classes: &[i64]| -> Result<()> {
@@ -222,21 +226,25 @@ fn convert(
                  ({units} classes); fix the labels, or set the last layer's `units` to the \
                  number of classes",
                 classes[i],
-                origin.describe(i)
+                origin.describe(i / positions)
             ))),
             None => Ok(()),
         }
     };
     if loss.kind == LossKind::SparseCategoricalCrossentropy {
-        if per_example != 1 {
+        if per_example != positions || y.len() != rows {
             return Err(KilnError::Shape(format!(
-                "sparse_categorical_crossentropy needs one integer class label per example, got labels of shape {:?}; use categorical_crossentropy for one-hot labels",
+                "sparse_categorical_crossentropy needs one integer class label per output \
+                 position ({} per example for the output {}), got labels of shape {:?}; use \
+                 categorical_crossentropy for one-hot labels",
+                positions,
+                keras_shape(spec.output_shape()),
                 y.shape()
             )));
         }
         let classes = labels_i64(y)?;
         check(&classes)?;
-        let t = Tensor::<1, Int>::from_data(TensorData::new(classes.clone(), [size]), device);
+        let t = Tensor::<1, Int>::from_data(TensorData::new(classes.clone(), [rows]), device);
         return Ok(DeviceBatch {
             x,
             labels: Some(Labels::Sparse(t)),
@@ -250,7 +258,7 @@ fn convert(
         // Integer labels for a dense loss: one-hot encode (Keras would ask for to_categorical).
         let classes = labels_i64(y)?;
         check(&classes)?;
-        let mut t = vec![0.0f32; size * units];
+        let mut t = vec![0.0f32; rows * units];
         for (i, &c) in classes.iter().enumerate() {
             t[i * units + c as usize] = 1.0;
         }
@@ -260,10 +268,12 @@ fn convert(
             .data()
             .try_to_f32()
             .map_err(|_| not_numeric(LABELS, "labels", y.dtype()))?;
-        if t.len() != size * units {
+        if t.len() != rows * units {
             return Err(KilnError::Shape(format!(
-                "labels have {} values per example but the model has {units} output units",
-                per_example
+                "labels have {} values per example but the model's output {} has {}",
+                per_example,
+                keras_shape(spec.output_shape()),
+                positions * units
             )));
         }
         let classes = t
@@ -272,7 +282,7 @@ fn convert(
             .collect();
         (classes, t)
     };
-    let dense = Tensor::<2>::from_data(TensorData::new(targets.clone(), [size, units]), device);
+    let dense = Tensor::<2>::from_data(TensorData::new(targets.clone(), [rows, units]), device);
     Ok(DeviceBatch {
         x,
         labels: Some(Labels::Dense(dense)),
@@ -283,11 +293,18 @@ fn convert(
     })
 }
 
-/// The [`SAMPLE_WEIGHT`] component of `el` as a `[size]` tensor, if present.
+/// The [`SAMPLE_WEIGHT`] component of `el` as a `[size * positions]` tensor (each example's
+/// weight repeated over its output positions, as Keras applies a `[batch, 1, ...]` weight), if
+/// present.
 ///
 /// # Errors
 /// [`KilnError::Shape`] when it is not numeric or has other than one value per example.
-fn sample_weights(el: &Element, size: usize, device: &Device) -> Result<Option<Tensor<1>>> {
+fn sample_weights(
+    el: &Element,
+    size: usize,
+    positions: usize,
+    device: &Device,
+) -> Result<Option<Tensor<1>>> {
     let Some(w) = el.get(SAMPLE_WEIGHT) else {
         return Ok(None);
     };
@@ -302,8 +319,17 @@ fn sample_weights(el: &Element, size: usize, device: &Device) -> Result<Option<T
             w.shape()
         )));
     }
+    let per_row: Vec<f32> = if positions == 1 {
+        values
+    } else {
+        values
+            .iter()
+            .flat_map(|&v| std::iter::repeat_n(v, positions))
+            .collect()
+    };
+    let n = per_row.len();
     Ok(Some(Tensor::from_data(
-        TensorData::new(values, [size]),
+        TensorData::new(per_row, [n]),
         device,
     )))
 }

@@ -95,7 +95,7 @@ pub fn check_against_model(splits: &Splits, cfg: &RunConfig) -> Result<()> {
             )));
         }
     }
-    let units = cfg.model.output_shape()[0];
+    let units = cfg.model.output_units();
     for (y, file) in [
         (&splits.train_y, &d.train_labels),
         (&splits.test_y, &d.test_labels),

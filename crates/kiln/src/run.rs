@@ -282,7 +282,7 @@ pub fn train_with(
     // together after training, so a failed run never leaves a config that does not match the
     // weights beside it.
     let dir = RunDir::create(scratch.as_deref().unwrap_or(run_dir))?;
-    let units = cfg.model.output_shape()[0];
+    let units = cfg.model.output_units();
     let class_weight = crate::fit::ClassWeight::from_config(&cfg.fit.class_weight, units)?;
     let weighted = |ds: Dataset| match &class_weight {
         Some(w) => w.clone().apply(ds),
@@ -690,7 +690,7 @@ fn array_pipelines(cfg: &RunConfig) -> Result<(Dataset, Option<Dataset>, Dataset
 /// [`KilnError::Shape`] naming the table and component; data errors from the first example.
 fn check_pipelines_against_model(cfg: &RunConfig) -> Result<()> {
     let per: usize = cfg.model.input_shape().iter().product();
-    let units = cfg.model.output_shape()[0];
+    let units = cfg.model.output_units();
     for split in [Split::Train, Split::Validation, Split::Test] {
         let Some(p) = split.table(cfg) else { continue };
         let Some(first) = pipelines::first_example(cfg, split)? else {

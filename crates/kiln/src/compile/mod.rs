@@ -62,8 +62,9 @@ pub struct Compiled {
 }
 
 impl Compiled {
-    /// Checks that the loss fits the model: its output must be a vector `(units,)`, with at
-    /// least 2 units for categorical losses.
+    /// Checks that the loss fits the model: categorical losses need at least 2 units on the
+    /// output's last axis. Outputs of any rank are taken as rows of their last axis
+    /// (`(steps, classes)` gives `steps` rows per example), as Keras' losses reduce them.
     ///
     /// # Errors
     /// [`KilnError::Config`] naming `compile.loss`.
@@ -73,17 +74,8 @@ impl Compiled {
         loss: LossSpec,
         metrics: &[String],
     ) -> Result<Compiled> {
-        let out = model.output_shape();
-        if out.len() != 1 {
-            return Err(KilnError::config(
-                "model.layers",
-                format!(
-                    "the model's output must be a vector (units,), got {}; add Flatten and Dense at the end",
-                    crate::model::keras_shape(out)
-                ),
-            ));
-        }
-        let units = out[0];
+        // Any rank: the losses and metrics work on rows of the last axis (one per position).
+        let units = model.output_units();
         if matches!(
             loss.kind,
             LossKind::SparseCategoricalCrossentropy | LossKind::CategoricalCrossentropy

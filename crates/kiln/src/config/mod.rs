@@ -143,7 +143,7 @@ impl RunConfig {
             compile = compile.with_loss_scale(raw.compile.loss_scale)?;
         }
         raw.fit.validate()?;
-        crate::fit::ClassWeight::from_config(&raw.fit.class_weight, model.output_shape()[0])?;
+        crate::fit::ClassWeight::from_config(&raw.fit.class_weight, model.output_units())?;
         let mut data = raw.data;
         if data.uses_pipelines() {
             // Keys written in the file (even at their default values) decide the form.

@@ -79,8 +79,10 @@ impl Accumulator {
         self.examples += size as f64;
         self.batches += 1;
         self.loss += out.loss * size as f64;
+        // Metrics count rows (output positions); per example, the mean over its positions.
+        let positions = (out.outputs.len() / units.max(1) / size.max(1)).max(1) as f64;
         for (sum, m) in self.correct.iter_mut().zip(&compiled.metrics) {
-            *sum += correct(m.kind, &out.outputs, units, classes, targets);
+            *sum += correct(m.kind, &out.outputs, units, classes, targets) / positions;
         }
     }
 
@@ -340,7 +342,7 @@ impl Model {
         callbacks: &mut [&mut dyn Callback],
     ) -> Result<History> {
         let train_device = self.device.clone().autodiff();
-        let units = self.spec.output_shape()[0];
+        let units = self.spec.output_units();
         let steps = match (opts.steps_per_epoch, train.cardinality()) {
             (Some(n), _) => Some(n),
             (None, Cardinality::Finite(n)) => Some(n),
@@ -706,7 +708,7 @@ impl Model {
         split: DataSplit,
     ) -> Result<(Logs, Option<kiln_data::SkipStats>)> {
         let net = self.net.valid();
-        let units = self.spec.output_shape()[0];
+        let units = self.spec.output_units();
         let mut acc = Accumulator::default();
         let mut guard = NumericsGuard::new(self.check_numerics, split);
         let mut batches = data.iter();
@@ -732,7 +734,7 @@ impl Model {
     /// Data and shape errors as [`Model::fit`].
     pub fn predict(&self, data: &Dataset) -> Result<(Vec<f32>, usize)> {
         let net = self.net.valid();
-        let units = self.spec.output_shape()[0];
+        let units = self.spec.output_units();
         let mut all = Vec::new();
         // Predict never drops an example: in skip mode a non-finite one gets a non-finite output.
         let mut guard = NumericsGuard::new(self.check_numerics, DataSplit::Predict);

@@ -147,10 +147,11 @@ impl Act {
 /// What a forward pass returns.
 #[derive(Debug)]
 pub struct Forward {
-    /// The model's output, `[batch, units]`.
+    /// The model's output as rows of its last axis, `[batch * positions, units]` (positions:
+    /// the product of the output's other axes, 1 for a vector output), in Keras' order.
     pub output: Tensor<2>,
     /// The input of the final softmax when the model ends in one (for a stable cross-entropy,
-    /// as Keras does), `[batch, units]`.
+    /// as Keras does), shaped as `output`.
     pub logits: Option<Tensor<2>>,
     /// Batch statistics `(layer index, mean, variance)` of BatchNormalization layers in training
     /// mode, to fold into the moving averages after the step.
@@ -435,7 +436,7 @@ impl Network {
         }
         let x = values[last].take().expect("the output layer ran");
         Forward {
-            output: flat(x),
+            output: rows(x),
             logits,
             batch_stats,
         }
@@ -470,7 +471,7 @@ impl Network {
                 } else {
                     let y = pre(dense(x, p, false), *activation);
                     if is_last && *activation == Activation::Softmax {
-                        *logits = Some(flat(y.clone()));
+                        *logits = Some(rows(y.clone()));
                     }
                     apply_activation(y, *activation)
                 }
@@ -552,7 +553,7 @@ impl Network {
             }
             LayerKind::Activation { activation } => {
                 if is_last && *activation == Activation::Softmax {
-                    *logits = Some(flat(x.clone()));
+                    *logits = Some(rows(x.clone()));
                 }
                 apply_activation(x, *activation)
             }
@@ -621,11 +622,22 @@ fn round_output(
     }
 }
 
-fn flat(x: Act) -> Tensor<2> {
+/// The output as rows of its last (Keras) axis: `[batch, units]` as it is, `[batch, steps,
+/// units]` as `[batch * steps, units]`, images as `[batch * height * width, channels]` (in
+/// Keras' NHWC order). Row-major, these are the values of Keras' output tensor; the losses
+/// and metrics work on the rows (one per output position) and Keras' `sum_over_batch_size`
+/// is their mean.
+fn rows(x: Act) -> Tensor<2> {
     match x {
         Act::Flat(t) => t,
-        Act::Seq(t) => t.flatten(1, 2),
-        Act::Image(t) => t.permute([0, 2, 3, 1]).flatten(1, 3),
+        Act::Seq(t) => {
+            let [n, s, u] = t.dims();
+            t.reshape([n * s, u])
+        }
+        Act::Image(t) => {
+            let [n, c, h, w] = t.dims();
+            t.permute([0, 2, 3, 1]).reshape([n * h * w, c])
+        }
     }
 }
 

@@ -1284,6 +1284,19 @@ impl ModelSpec {
         &self.shapes[self.output]
     }
 
+    /// The size of the output's last axis (classes, units or channels): the length of each
+    /// row the losses and metrics see.
+    pub fn output_units(&self) -> usize {
+        self.output_shape().last().copied().unwrap_or(1)
+    }
+
+    /// Output positions per example: the product of the output's axes but the last (1 for a
+    /// vector output, `steps` for `(steps, classes)`, `h * w` for `(h, w, classes)`).
+    pub fn output_positions(&self) -> usize {
+        let out = self.output_shape();
+        out[..out.len().saturating_sub(1)].iter().product()
+    }
+
     /// `(trainable, non_trainable)` parameters of layer `i`.
     pub fn layer_params(&self, i: usize) -> (usize, usize) {
         self.layers[i].kind.param_count_of(&self.shapes_before(i))

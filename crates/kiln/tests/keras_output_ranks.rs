@@ -1,0 +1,182 @@
+//! Outputs of any rank, against Keras 3: a per-timestep output `[batch, time, classes]` with
+//! sparse labels `[batch, time]`, a per-pixel segmentation `[batch, h, w, classes]` with labels
+//! `[batch, h, w]`, and an autoencoder's reconstruction with `mse`. The models carry the fixed
+//! weights of `tests/reference/multi_io_reference.py`, whose Keras `evaluate` numbers are in
+//! `tests/data/multi_io_reference.json`; kiln's loss (Keras' `sum_over_batch_size`: the mean
+//! over every output position) and accuracy (the mean over positions) must equal them.
+
+use std::collections::HashMap;
+
+use burn::prelude::*;
+use kiln::batch::{FEATURES, LABELS, SAMPLE_WEIGHT};
+use kiln::compile::{Compiled, LossKind, LossSpec, OptimizerSpec};
+use kiln::model::{ModelSpec, weights};
+use kiln::{Logs, Model};
+use kiln_data::{Array, Buffer, Dataset, Element};
+use serde_json::Value;
+
+fn reference() -> Value {
+    let text = include_str!("data/multi_io_reference.json");
+    serde_json::from_str(text).unwrap()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn shape(v: &Value) -> Vec<usize> {
+    v["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as usize)
+        .collect()
+}
+
+/// The array of a JSON `{shape, dtype, values}`: integers stay integers (sparse labels).
+fn array(v: &Value) -> Array {
+    let buffer = if v["dtype"].as_str().unwrap().starts_with("int") {
+        Buffer::I32(floats(v).iter().map(|&x| x as i32).collect())
+    } else {
+        Buffer::F32(floats(v))
+    };
+    Array::new(shape(v), buffer).unwrap()
+}
+
+/// The model of `layers` (TOML) with the case's Keras weights, compiled with `loss`.
+fn model(case: &Value, layers: &str, loss: LossSpec, metrics: &[&str]) -> Model {
+    let table: toml::Table = toml::from_str(&format!("layers = [{layers}]")).unwrap();
+    let spec = ModelSpec::from_toml(&table).unwrap();
+    let mut map = HashMap::new();
+    for w in case["weights"].as_array().unwrap() {
+        map.insert(w["name"].as_str().unwrap().to_string(), floats(w));
+    }
+    let device = Device::flex();
+    let net = weights::load_with(&spec, &device, &|name: &str, _: &[usize]| {
+        Ok(map.get(name).unwrap_or_else(|| panic!("{name}")).clone())
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.safetensors");
+    weights::save(&spec, &net, &path).unwrap();
+    let sgd = OptimizerSpec::Sgd {
+        learning_rate: 0.1,
+        momentum: 0.0,
+        nesterov: false,
+    };
+    let metrics: Vec<String> = metrics.iter().map(|m| m.to_string()).collect();
+    let compiled = Compiled::new(&spec, sgd, loss, &metrics).unwrap();
+    Model::from_weights("reference", spec, compiled, &path, device).unwrap()
+}
+
+/// `evaluate` on the case's whole batch (with its `sample_weight` when `weighted`).
+fn evaluate(model: &Model, case: &Value, weighted: bool) -> Logs {
+    let inputs = case["inputs"].as_object().unwrap();
+    let labels = case["labels"].as_object().unwrap();
+    let x = array(inputs.values().next().unwrap());
+    let n = x.shape()[0];
+    // The autoencoder's labels are its input ("same as inputs.image").
+    let y = match labels.values().next().unwrap() {
+        Value::String(_) => x.clone(),
+        v => array(v),
+    };
+    let mut el = Element::new().with(FEATURES, x).with(LABELS, y);
+    if weighted {
+        // Keras 3 takes the weights shaped [batch, 1, ...]; kiln takes [batch] and spreads them
+        // over the positions the same way.
+        let w = floats(&case["sample_weight_rank_matched"]);
+        el = el.with(SAMPLE_WEIGHT, Array::new(vec![n], Buffer::F32(w)).unwrap());
+    }
+    let ds = Dataset::from_tensor_slices(el).unwrap().batch(n, false);
+    model.evaluate(&ds).unwrap()
+}
+
+fn close(logs: &Logs, name: &str, keras: &Value) {
+    let want = keras[name].as_f64().unwrap();
+    let got = logs.get(name).unwrap();
+    assert!(
+        (got - want).abs() < 1e-5,
+        "{name}: kiln {got}, Keras {want}"
+    );
+}
+
+const SPARSE: LossSpec = LossSpec {
+    kind: LossKind::SparseCategoricalCrossentropy,
+    from_logits: false,
+};
+
+#[test]
+fn a_per_timestep_output_has_keras_loss_and_accuracy() {
+    let r = reference();
+    for (name, head, loss) in [
+        ("per_timestep", ", activation = \"softmax\"", SPARSE),
+        (
+            "per_timestep_logits",
+            "",
+            LossSpec {
+                from_logits: true,
+                ..SPARSE
+            },
+        ),
+    ] {
+        let case = &r["cases"][name];
+        let layers = format!(
+            r#"{{ type = "Input", name = "tokens", shape = [7] }},
+               {{ type = "Embedding", name = "embed", input_dim = 11, output_dim = 4 }},
+               {{ type = "Dense", name = "tags", units = 5{head} }}"#
+        );
+        let m = model(case, &layers, loss, &["accuracy"]);
+        assert_eq!(m.spec().output_shape(), &[7, 5]);
+        let keras = &case["evaluate"]["values"];
+        let logs = evaluate(&m, case, false);
+        close(&logs, "loss", keras);
+        close(&logs, "accuracy", keras);
+        let logs = evaluate(&m, case, true);
+        close(&logs, "loss", &case["evaluate_weighted"]["values"]);
+    }
+}
+
+#[test]
+fn a_per_pixel_segmentation_has_keras_loss_and_accuracy() {
+    let r = reference();
+    let case = &r["cases"]["per_pixel_segmentation"];
+    let layers = r#"{ type = "Input", name = "image", shape = [6, 6, 2] },
+        { type = "Conv2D", name = "c1", filters = 4, kernel_size = 3, padding = "same", activation = "relu" },
+        { type = "Conv2D", name = "seg", filters = 3, kernel_size = 1, activation = "softmax" }"#;
+    let m = model(case, layers, SPARSE, &["accuracy"]);
+    let keras = &case["evaluate"]["values"];
+    let logs = evaluate(&m, case, false);
+    close(&logs, "loss", keras);
+    close(&logs, "accuracy", keras);
+    let logs = evaluate(&m, case, true);
+    close(&logs, "loss", &case["evaluate_weighted"]["values"]);
+}
+
+#[test]
+fn an_autoencoder_reconstruction_has_keras_mse() {
+    let r = reference();
+    let case = &r["cases"]["per_pixel_autoencoder"];
+    let layers = r#"{ type = "Input", name = "image", shape = [6, 6, 2] },
+        { type = "Conv2D", name = "enc", filters = 4, kernel_size = 3, padding = "same", activation = "relu" },
+        { type = "Conv2D", name = "recon", filters = 2, kernel_size = 1 }"#;
+    let mse = LossSpec {
+        kind: LossKind::MeanSquaredError,
+        from_logits: false,
+    };
+    let m = model(case, layers, mse, &[]);
+    close(
+        &evaluate(&m, case, false),
+        "loss",
+        &case["evaluate"]["values"],
+    );
+    close(
+        &evaluate(&m, case, true),
+        "loss",
+        &case["evaluate_weighted"]["values"],
+    );
+}
