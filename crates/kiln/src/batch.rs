@@ -22,11 +22,19 @@ pub const LABELS: &str = "y";
 /// numeric): Keras' `sample_weight`, the third item of an `(x, y, sample_weight)` element.
 pub const SAMPLE_WEIGHT: &str = "sample_weight";
 
+/// The batch components that feed a model with several `Input`s: the Inputs' names, in
+/// order (Keras' dict inputs); `None` for a model with one Input, which takes [`FEATURES`].
+pub fn input_components(spec: &ModelSpec) -> Option<Vec<String>> {
+    (spec.inputs().len() > 1).then(|| spec.inputs().iter().map(|(n, _)| n.clone()).collect())
+}
+
 /// A batch on the device, plus the host copies that metrics need.
 #[derive(Debug, Clone)]
 pub struct DeviceBatch {
-    /// Features, in the network's layout.
+    /// Features, in the network's layout (the first Input's, for a model with several).
     pub x: Act,
+    /// The other Inputs' features, in the model's order (empty for a model with one Input).
+    pub more: Vec<Act>,
     /// Labels for the loss (absent for prediction).
     pub labels: Option<Labels>,
     /// Class index per example (argmax for dense targets), for categorical metrics.
@@ -41,24 +49,32 @@ pub struct DeviceBatch {
 }
 
 impl DeviceBatch {
+    /// Every Input's features, in the model's order (what `Network::forward_graph` takes).
+    pub fn inputs(x: Act, more: Vec<Act>) -> Vec<Act> {
+        let mut all = Vec::with_capacity(1 + more.len());
+        all.push(x);
+        all.extend(more);
+        all
+    }
+
     /// A batch of no examples: what a worker whose input shard is exhausted steps with while
     /// the others still have data. Its tensors are one zero example of `spec`'s input and
     /// `loss`'s label kind, which nothing reads at size 0.
     pub fn empty(spec: &ModelSpec, loss: &LossSpec, device: &Device) -> Result<DeviceBatch> {
-        let per: usize = spec.input_shape().iter().product();
-        let mut shape = vec![1];
-        shape.extend_from_slice(spec.input_shape());
-        let x = Array::new(shape, kiln_data::Buffer::F32(vec![0.0; per]))
-            .map_err(|e| KilnError::Shape(e.to_string()))?;
-        let (x, _) = features(&x, spec, device)?;
+        let x = zeros_like_input(spec.input_shape(), device)?;
         let units: usize = spec.output_shape().iter().product();
         let labels = if loss.sparse_labels() {
             Labels::Sparse(Tensor::<1, Int>::zeros([1], device))
         } else {
             Labels::Dense(Tensor::<2>::zeros([1, units], device))
         };
+        let more = spec.inputs()[1..]
+            .iter()
+            .map(|(_, shape)| zeros_like_input(shape, device))
+            .collect::<Result<_>>()?;
         Ok(DeviceBatch {
             x,
+            more,
             labels: Some(labels),
             classes: Vec::new(),
             targets: Vec::new(),
@@ -68,27 +84,71 @@ impl DeviceBatch {
     }
 }
 
-/// Features `[batch, ...]` as a network input for `spec`, on `device`.
+/// One zero example of an Input of `shape`, as a network input.
+fn zeros_like_input(shape: &[usize], device: &Device) -> Result<Act> {
+    let per: usize = shape.iter().product();
+    let mut dims = vec![1];
+    dims.extend_from_slice(shape);
+    let x = Array::new(dims, kiln_data::Buffer::F32(vec![0.0; per]))
+        .map_err(|e| KilnError::Shape(e.to_string()))?;
+    Ok(input_act(&x, shape, "", device)?.0)
+}
+
+/// Features `[batch, ...]` as a network input for `spec`'s (first) Input, on `device`.
 ///
 /// # Errors
 /// [`KilnError::Shape`] when an example does not have `spec.input_shape()`'s element count.
 pub fn features(x: &Array, spec: &ModelSpec, device: &Device) -> Result<(Act, usize)> {
-    if spec.inputs().len() > 1 {
-        let names: Vec<&str> = spec.inputs().iter().map(|(n, _)| n.as_str()).collect();
-        return Err(KilnError::Shape(format!(
-            "the model has {} inputs ({}) but kiln's fit, evaluate and predict feed one (the \"{FEATURES}\" component); give the model one Input, or size it with `kiln estimate`, which handles several",
-            names.len(),
-            names.join(", ")
-        )));
+    input_act(x, spec.input_shape(), "", device)
+}
+
+/// The batch's features for every Input of `spec`: the [`FEATURES`] component for a model
+/// with one Input, else the components named like the Inputs ([`input_components`]).
+fn all_features(el: &Element, spec: &ModelSpec, device: &Device) -> Result<(Act, Vec<Act>, usize)> {
+    let Some(names) = input_components(spec) else {
+        let (x, size) = features(el.require(FEATURES)?, spec, device)?;
+        return Ok((x, Vec::new(), size));
+    };
+    let mut acts = Vec::with_capacity(names.len());
+    let mut size = None;
+    for (name, (_, shape)) in names.iter().zip(spec.inputs()) {
+        let array = el.get(name).ok_or_else(|| {
+            KilnError::Shape(format!(
+                "the model's Input \"{name}\" takes the batch component of that name, which \
+                 the batch lacks (components: {:?}); name the Inputs after the data's components",
+                el.names().collect::<Vec<_>>()
+            ))
+        })?;
+        let (act, n) = input_act(array, shape, name, device)?;
+        if size.is_some_and(|s| s != n) {
+            return Err(KilnError::Shape(format!(
+                "the batch components of the model's Inputs hold different numbers of examples \
+                 ({} and {n} for \"{name}\")",
+                size.unwrap_or(0)
+            )));
+        }
+        size = Some(n);
+        acts.push(act);
     }
+    let x = acts.remove(0);
+    Ok((x, acts, size.unwrap_or(0)))
+}
+
+/// `x` (`[batch, ...]`) as a network input of Keras shape `want`; `name` is the Input's name
+/// for errors (empty for a model with one Input).
+fn input_act(x: &Array, want: &[usize], name: &str, device: &Device) -> Result<(Act, usize)> {
     let shape = x.shape();
-    let want = spec.input_shape();
+    let input = if name.is_empty() {
+        "the model's Input".to_string()
+    } else {
+        format!("the model's Input \"{name}\"")
+    };
     let per: usize = want.iter().product();
     let batch = shape.first().copied().unwrap_or(0);
     let have: usize = shape.iter().skip(1).product();
     if shape.is_empty() || have != per {
         return Err(KilnError::Shape(format!(
-            "input examples have shape {} but the model's Input expects {}; change `shape` of the Input layer or the data",
+            "input examples have shape {} but {input} expects {}; change `shape` of the Input layer or the data",
             keras_shape(shape.get(1..).unwrap_or(&[])),
             keras_shape(want)
         )));
@@ -99,16 +159,16 @@ pub fn features(x: &Array, spec: &ModelSpec, device: &Device) -> Result<(Act, us
             .try_to_f32()
             .map_err(|_| not_numeric(FEATURES, "features", x.dtype()))?,
     };
-    let act = match *want {
-        [f] => Act::Flat(Tensor::from_data(
+    let act = match want {
+        &[f] => Act::Flat(Tensor::from_data(
             TensorData::new(values, [batch, f]),
             device,
         )),
-        [s, f] => Act::Seq(Tensor::from_data(
+        &[s, f] => Act::Seq(Tensor::from_data(
             TensorData::new(values, [batch, s, f]),
             device,
         )),
-        [h, w, c] => {
+        &[h, w, c] => {
             let nchw = if c == 1 {
                 values
             } else {
@@ -198,7 +258,7 @@ fn convert(
     device: &Device,
     origin: &BatchOrigin,
 ) -> Result<DeviceBatch> {
-    let (x, size) = features(el.require(FEATURES)?, spec, device)?;
+    let (x, more, size) = all_features(el, spec, device)?;
     let units = spec.output_units();
     // One label (or one target row) per output position: `(steps,)` labels for a `(steps,
     // classes)` output. The loss sees `rows` rows.
@@ -207,6 +267,7 @@ fn convert(
     let Some(y) = el.get(LABELS) else {
         return Ok(DeviceBatch {
             x,
+            more,
             labels: None,
             classes: vec![],
             targets: vec![],
@@ -247,6 +308,7 @@ fn convert(
         let t = Tensor::<1, Int>::from_data(TensorData::new(classes.clone(), [rows]), device);
         return Ok(DeviceBatch {
             x,
+            more,
             labels: Some(Labels::Sparse(t)),
             classes,
             targets: vec![],
@@ -285,6 +347,7 @@ fn convert(
     let dense = Tensor::<2>::from_data(TensorData::new(targets.clone(), [rows, units]), device);
     Ok(DeviceBatch {
         x,
+        more,
         labels: Some(Labels::Dense(dense)),
         classes,
         targets,

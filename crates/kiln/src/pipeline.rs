@@ -560,6 +560,9 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
     }
     ds = run_ops(ds, to_ops(p, after, split_at, key)?);
     let (x, y) = (p.x_name().to_string(), p.y_name().to_string());
+    // A model with several Inputs takes the components named like them (Keras' dict
+    // inputs, `model.fit({"a": ..., "b": ...}, y)`).
+    let input_names = crate::batch::input_components(&cfg.model);
     let select = move |mut e: Element| -> kiln_data::Result<Element> {
         let present: Vec<String> = e.names().map(str::to_string).collect();
         let missing = |which: &str, name: &str| {
@@ -569,9 +572,24 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
                 if which == "x" { "features" } else { "labels" }
             ))
         };
-        let xs = e.remove(&x).ok_or_else(|| missing("x", &x))?;
         let ys = e.remove(&y).ok_or_else(|| missing("y", &y))?;
-        Ok(Element::new().with(FEATURES, xs).with(LABELS, ys))
+        let mut out = Element::new().with(LABELS, ys);
+        match &input_names {
+            None => out = out.with(FEATURES, e.remove(&x).ok_or_else(|| missing("x", &x))?),
+            Some(names) => {
+                for name in names {
+                    let v = e.remove(name).ok_or_else(|| {
+                        DataError::InvalidArgument(format!(
+                            "{key}: the model's Input \"{name}\" takes the component of that \
+                             name, which the elements lack (components: {present:?}); name \
+                             the Inputs after the components, or rename them with a map op"
+                        ))
+                    })?;
+                    out = out.with(name.as_str(), v);
+                }
+            }
+        }
+        Ok(out)
     };
     ds = ds.map(select, Parallelism::Sequential);
     let mut batch_size = match parts.shard {

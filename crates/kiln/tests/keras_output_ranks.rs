@@ -1,4 +1,5 @@
-//! Outputs of any rank, against Keras 3: a per-timestep output `[batch, time, classes]` with
+//! Several inputs and outputs of any rank, against Keras 3: a two-input model fed from
+//! components named like its Inputs (Keras' dict inputs), evaluated and trained one SGD step; a per-timestep output `[batch, time, classes]` with
 //! sparse labels `[batch, time]`, a per-pixel segmentation `[batch, h, w, classes]` with labels
 //! `[batch, h, w]`, and an autoencoder's reconstruction with `mse`. The models carry the fixed
 //! weights of `tests/reference/multi_io_reference.py`, whose Keras `evaluate` numbers are in
@@ -74,8 +75,9 @@ fn model(case: &Value, layers: &str, loss: LossSpec, metrics: &[&str]) -> Model 
     Model::from_weights("reference", spec, compiled, &path, device).unwrap()
 }
 
-/// `evaluate` on the case's whole batch (with its `sample_weight` when `weighted`).
-fn evaluate(model: &Model, case: &Value, weighted: bool) -> Logs {
+/// The case's whole batch as one dataset batch (with its `sample_weight` when `weighted`):
+/// one Input's features as `x`, several Inputs' under their names (Keras' dict inputs).
+fn batch(case: &Value, weighted: bool) -> Dataset {
     let inputs = case["inputs"].as_object().unwrap();
     let labels = case["labels"].as_object().unwrap();
     let x = array(inputs.values().next().unwrap());
@@ -85,15 +87,26 @@ fn evaluate(model: &Model, case: &Value, weighted: bool) -> Logs {
         Value::String(_) => x.clone(),
         v => array(v),
     };
-    let mut el = Element::new().with(FEATURES, x).with(LABELS, y);
+    let mut el = Element::new().with(LABELS, y);
+    if inputs.len() == 1 {
+        el = el.with(FEATURES, x);
+    } else {
+        for (name, v) in inputs {
+            el = el.with(name.as_str(), array(v));
+        }
+    }
     if weighted {
         // Keras 3 takes the weights shaped [batch, 1, ...]; kiln takes [batch] and spreads them
         // over the positions the same way.
         let w = floats(&case["sample_weight_rank_matched"]);
         el = el.with(SAMPLE_WEIGHT, Array::new(vec![n], Buffer::F32(w)).unwrap());
     }
-    let ds = Dataset::from_tensor_slices(el).unwrap().batch(n, false);
-    model.evaluate(&ds).unwrap()
+    Dataset::from_tensor_slices(el).unwrap().batch(n, false)
+}
+
+/// `evaluate` on the case's whole batch.
+fn evaluate(model: &Model, case: &Value, weighted: bool) -> Logs {
+    model.evaluate(&batch(case, weighted)).unwrap()
 }
 
 fn close(logs: &Logs, name: &str, keras: &Value) {
@@ -178,5 +191,33 @@ fn an_autoencoder_reconstruction_has_keras_mse() {
         &evaluate(&m, case, true),
         "loss",
         &case["evaluate_weighted"]["values"],
+    );
+}
+
+#[test]
+fn a_two_input_model_fed_by_component_names_matches_keras_before_and_after_a_step() {
+    let r = reference();
+    let case = &r["cases"]["two_inputs"];
+    let layers = r#"{ type = "Input", name = "a", shape = [4] },
+        { type = "Input", name = "b", shape = [3] },
+        { type = "Dense", name = "dense_a", units = 8, activation = "relu", inputs = ["a"] },
+        { type = "Dense", name = "dense_b", units = 8, activation = "relu", inputs = ["b"] },
+        { type = "Add", name = "add", inputs = ["dense_a", "dense_b"] },
+        { type = "Dense", name = "out", units = 3, activation = "softmax" }"#;
+    let mut m = model(case, layers, SPARSE, &["accuracy"]);
+    let keras = &case["evaluate"]["values"];
+    let logs = evaluate(&m, case, false);
+    close(&logs, "loss", keras);
+    close(&logs, "accuracy", keras);
+    // One step of SGD(0.1) on the whole batch: the logged loss is the one before the update
+    // (as train_on_batch's), and evaluate afterwards gives Keras' loss after its step.
+    let h = m.fit(&batch(case, false), None, 1, &mut []).unwrap();
+    let step = &case["sgd_step"];
+    let before = step["train_on_batch_logs"]["loss"].as_f64().unwrap();
+    assert!((h.history["loss"][0] - before).abs() < 1e-5, "{h:?}");
+    close(
+        &evaluate(&m, case, false),
+        "loss",
+        &step["evaluate_after_step"]["values"],
     );
 }

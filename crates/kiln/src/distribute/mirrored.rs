@@ -199,6 +199,11 @@ impl MirroredStrategy {
 fn to_device(batch: DeviceBatch, device: &Device) -> DeviceBatch {
     DeviceBatch {
         x: batch.x.to_device(device),
+        more: batch
+            .more
+            .into_iter()
+            .map(|a| a.to_device(device))
+            .collect(),
         labels: batch.labels.map(|l| l.to_device(device)),
         sample_weight: batch.sample_weight.map(|w| w.to_device(device)),
         ..batch

@@ -50,40 +50,53 @@ pub fn split_batch(batch: DeviceBatch, sizes: &[usize]) -> Vec<DeviceBatch> {
         batch.size,
         "replica sizes must cover the batch"
     );
-    let units = batch.targets.len().checked_div(batch.size).unwrap_or(0);
+    // Labels, host copies and weights hold one row per output position.
+    let positions = batch
+        .classes
+        .len()
+        .checked_div(batch.size)
+        .unwrap_or(1)
+        .max(1);
+    let units = batch
+        .targets
+        .len()
+        .checked_div(batch.size * positions)
+        .unwrap_or(0);
+    let narrow = |a: &Act, start: usize, n: usize| match a {
+        Act::Flat(t) => Act::Flat(t.clone().narrow(0, start, n)),
+        Act::Seq(t) => Act::Seq(t.clone().narrow(0, start, n)),
+        Act::Image(t) => Act::Image(t.clone().narrow(0, start, n)),
+    };
     let mut start = 0;
     let mut parts = Vec::new();
     for &n in sizes {
         if n == 0 {
             continue;
         }
-        let x = match &batch.x {
-            Act::Flat(t) => Act::Flat(t.clone().narrow(0, start, n)),
-            Act::Seq(t) => Act::Seq(t.clone().narrow(0, start, n)),
-            Act::Image(t) => Act::Image(t.clone().narrow(0, start, n)),
-        };
+        let (rows_start, rows) = (start * positions, n * positions);
         let labels = batch.labels.as_ref().map(|l| match l {
-            Labels::Sparse(t) => Labels::Sparse(t.clone().narrow(0, start, n)),
-            Labels::Dense(t) => Labels::Dense(t.clone().narrow(0, start, n)),
+            Labels::Sparse(t) => Labels::Sparse(t.clone().narrow(0, rows_start, rows)),
+            Labels::Dense(t) => Labels::Dense(t.clone().narrow(0, rows_start, rows)),
         });
         parts.push(DeviceBatch {
-            x,
+            x: narrow(&batch.x, start, n),
+            more: batch.more.iter().map(|a| narrow(a, start, n)).collect(),
             labels,
             classes: batch
                 .classes
-                .get(start..start + n)
+                .get(rows_start..rows_start + rows)
                 .map(<[i64]>::to_vec)
                 .unwrap_or_default(),
             targets: batch
                 .targets
-                .get(start * units..(start + n) * units)
+                .get(rows_start * units..(rows_start + rows) * units)
                 .map(<[f32]>::to_vec)
                 .unwrap_or_default(),
             size: n,
             sample_weight: batch
                 .sample_weight
                 .as_ref()
-                .map(|w| w.clone().narrow(0, start, n)),
+                .map(|w| w.clone().narrow(0, rows_start, rows)),
         });
         start += n;
     }
@@ -123,6 +136,7 @@ mod tests {
         let dev = Device::flex();
         let x: Vec<f32> = (0..10).map(|v| v as f32).collect();
         let batch = DeviceBatch {
+            more: Vec::new(),
             x: Act::Flat(Tensor::from_data(TensorData::new(x, [5, 2]), &dev)),
             labels: Some(Labels::Dense(Tensor::from_data(
                 TensorData::new((0..5).map(|v| v as f32).collect::<Vec<_>>(), [5, 1]),

@@ -172,6 +172,13 @@ impl Servable {
     /// # Errors
     /// [`KilnError::Shape`] when `x.len()` is not `batch` times the input's element count.
     pub fn predict(&self, x: Vec<f32>, batch: usize) -> Result<Vec<f32>> {
+        if let Some(names) = crate::batch::input_components(&self.spec) {
+            return Err(KilnError::Shape(format!(
+                "this model has {} inputs ({}); serving feeds one input so far",
+                names.len(),
+                names.join(", ")
+            )));
+        }
         let per: usize = self.input_shape().iter().product();
         if x.len() != batch * per {
             return Err(KilnError::Shape(format!(

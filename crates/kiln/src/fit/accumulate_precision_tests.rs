@@ -44,6 +44,7 @@ fn class_batch(device: &Device) -> DeviceBatch {
         .collect();
     let y = vec![0i64, 1, 2, 0, 1, 2];
     DeviceBatch {
+        more: Vec::new(),
         x: Act::Flat(Tensor::from_data(TensorData::new(x, [6, 4]), device)),
         labels: Some(Labels::Sparse(Tensor::from_data(
             TensorData::new(y.clone(), [6]),
@@ -183,6 +184,7 @@ fn gradients_that_underflow_in_float16_survive_with_loss_scaling() {
         };
         let targets = vec![1e-8f32, 1.5e-8];
         let batch = DeviceBatch {
+            more: Vec::new(),
             x: Act::Flat(Tensor::from_data(
                 TensorData::new(vec![1.0f32, -1.0, 0.5, -0.5], [2, 2]),
                 &device,

@@ -255,7 +255,8 @@ pub fn diagnose(
                 .into(),
         )
     })?;
-    let fwd = net.forward_observed(spec, b.x, true, &mut |i, _, out| {
+    let inputs = crate::batch::DeviceBatch::inputs(b.x, b.more);
+    let fwd = net.forward_graph(spec, inputs, true, &mut |i, _, out| {
         let layer = &spec.layers()[i];
         param_checks(&mut tensors, &layer.name, &net.layers[i], None);
         tensors.push(check_act(&layer.name, out));

@@ -96,6 +96,7 @@ mod tests {
         );
         let y = Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 1, 2, 3, 4], [5]), &d);
         let batch = DeviceBatch {
+            more: Vec::new(),
             x: Act::Flat(x),
             labels: Some(Labels::Sparse(y)),
             classes: vec![0, 1, 2, 3, 4],

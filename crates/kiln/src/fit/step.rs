@@ -187,11 +187,12 @@ pub fn compute_gradients_scaled(
         clock = Instant::now();
     };
     let labels = batch.labels.expect("training batches carry labels");
+    let inputs = DeviceBatch::inputs(batch.x, batch.more);
     let fwd = match profile.as_deref_mut() {
-        Some(p) => net.forward_timed(spec, batch.x, true, &mut |i, d| {
+        Some(p) => net.forward_graph(spec, inputs, true, &mut |i, d, _| {
             p.add_layer(i, &spec.layers()[i].name, d)
         }),
-        None => net.forward(spec, batch.x, true),
+        None => net.forward_graph(spec, inputs, true, &mut |_, _, _| {}),
     };
     lap(|p| &mut p.forward_s, &mut profile);
     let outputs = fwd.output.clone().detach();
@@ -249,7 +250,8 @@ pub fn eval_step(
     compiled: &Compiled,
     batch: DeviceBatch,
 ) -> StepOutput {
-    let fwd = net.forward(spec, batch.x, false);
+    let inputs = DeviceBatch::inputs(batch.x, batch.more);
+    let fwd = net.forward_graph(spec, inputs, false, &mut |_, _, _| {});
     let loss = match &batch.labels {
         Some(labels) => compiled
             .loss

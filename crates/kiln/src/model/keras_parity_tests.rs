@@ -165,7 +165,10 @@ fn output_shapes_and_parameter_counts_equal_keras() {
             )),
         };
         let out = net.forward(&spec, x, false).output;
-        assert_eq!(out.dims(), [3, shape.iter().product::<usize>()], "{kind:?}");
+        // Rows of the last axis: one per example and output position.
+        let units = *shape.last().unwrap();
+        let positions: usize = shape[..shape.len() - 1].iter().product();
+        assert_eq!(out.dims(), [3 * positions, units], "{kind:?}");
     }
 }
 
