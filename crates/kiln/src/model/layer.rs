@@ -4,7 +4,7 @@
 //! A layer type is one Rust type holding its Keras arguments (its config: serde, Keras' names
 //! and defaults). From that one declaration kiln gets
 //! - the TOML form (`{ type = "Embedding", input_dim = 1000, output_dim = 64 }`) through the
-//!   registry ([`register`], [`lookup`]), and the Rust builder form (`LayerKind::from(..)`);
+//!   registry (`super::registry`), and the Rust builder form (`LayerKind::from(..)`);
 //! - the output shape ([`Layer::output_shape`], Keras shapes without the batch axis), the
 //!   weights with their Keras names, shapes, initializers and trainability ([`Layer::weights`]),
 //!   hence `summary()`, parameter counts, weights files and checkpoints;
@@ -22,16 +22,15 @@
 //! other rank flattened in its `vectors` (in the order [`Layer::weights`] lists them), always in
 //! Keras' layout: [`Weights::get`] hands it back with its Keras shape.
 
-use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use burn::module::Param;
 use burn::prelude::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::network::Act;
+use super::act::Act;
 
 /// How a weight's first values are drawn (Keras' initializer names).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -142,7 +141,7 @@ pub fn default_flops(trainable: usize, output: &[usize]) -> f64 {
 }
 
 /// A layer type: its Keras arguments are the value itself. Implement it for your own layer
-/// and [`register`] it to use it by `type` name in a TOML config, or add it with
+/// and register it ([`crate::model::register_layer`]) to use it by `type` name in a TOML config, or add it with
 /// `LayerKind::from(layer)` in Rust. See `examples/custom-layer` for a complete one.
 ///
 /// Shapes are Keras shapes without the batch axis: `(features,)`, `(steps, features)`,
@@ -335,86 +334,6 @@ pub fn build_from_toml<L: LayerConfig>(table: toml::Table) -> Result<Arc<dyn Lay
         .map_err(|e: toml::de::Error| crate::error::humanize(e.message()))?;
     layer.validate()?;
     Ok(Arc::new(layer))
-}
-
-/// The layer types built into kiln that are declared through [`Layer`]: one line per type.
-fn builtin() -> Vec<Registration> {
-    use super::layers::*;
-    vec![
-        Add::registration(),
-        Concatenate::registration(),
-        Cropping1D::registration(),
-        Embedding::registration(),
-        GlobalAveragePooling2D::registration(),
-        PositionEmbedding::registration(),
-        ZeroPadding2D::registration(),
-    ]
-}
-
-static REGISTERED: RwLock<BTreeMap<String, Registration>> = RwLock::new(BTreeMap::new());
-
-fn registered() -> std::sync::RwLockReadGuard<'static, BTreeMap<String, Registration>> {
-    REGISTERED.read().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Registers a user's layer type `L` for TOML configs (by `L::CLASS_NAME` and its aliases),
-/// for every config read afterwards in this process.
-///
-/// # Errors
-/// [`crate::KilnError::Config`] when the name (or an alias) is already taken by a built-in
-/// layer or an earlier registration.
-pub fn register<L: LayerConfig>() -> crate::Result<()> {
-    register_entry(L::registration())
-}
-
-/// [`register`] for a hand-made [`Registration`].
-///
-/// # Errors
-/// As [`register`].
-pub fn register_entry(entry: Registration) -> crate::Result<()> {
-    let mut map = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
-    for name in std::iter::once(entry.class_name).chain(entry.aliases.iter().copied()) {
-        let taken = super::spec::LAYER_TYPES.contains(&name)
-            || builtin()
-                .iter()
-                .any(|b| b.class_name == name || b.aliases.contains(&name))
-            || map.contains_key(name);
-        if taken {
-            return Err(crate::KilnError::config(
-                "layer registration",
-                format!(
-                    "a layer type named \"{name}\" is already registered; give {} another name",
-                    entry.class_name
-                ),
-            ));
-        }
-    }
-    for name in std::iter::once(entry.class_name).chain(entry.aliases.iter().copied()) {
-        map.insert(name.to_string(), entry);
-    }
-    Ok(())
-}
-
-/// The registration for the TOML `type` name `name` (a class name or an alias).
-pub fn lookup(name: &str) -> Option<Registration> {
-    builtin()
-        .into_iter()
-        .find(|b| b.class_name == name || b.aliases.contains(&name))
-        .or_else(|| registered().get(name).copied())
-}
-
-/// Every declared class name (built in, then registered), for error messages.
-pub fn declared_names() -> Vec<String> {
-    let mut names: Vec<String> = builtin().iter().map(|b| b.class_name.to_string()).collect();
-    names.extend(
-        registered()
-            .values()
-            .map(|r| r.class_name.to_string())
-            .filter(|n| !names.contains(n))
-            .collect::<Vec<_>>(),
-    );
-    names.dedup();
-    names
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! Models: Keras layer specs ([`ModelSpec`]), the Burn network they build ([`Network`]),
 //! weights files and `summary()`.
 
+mod act;
+pub mod args;
 pub mod constraints;
 mod init;
 pub mod initializers;
@@ -8,6 +10,7 @@ pub mod layer;
 pub mod layers;
 mod network;
 pub mod network_ext;
+pub mod registry;
 pub mod regularizers;
 mod spec;
 mod spec_ext;
@@ -16,9 +19,9 @@ pub mod weights;
 
 pub use layer::{
     ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights, config_table,
-    register as register_layer,
 };
 pub use network::{Act, Forward, LayerParams, Network};
+pub use registry::register as register_layer;
 pub use spec::{
     Activation, LAYER_TYPES, LayerKind, LayerSpec, ModelSpec, NodeRef, Padding, Pads2, Pair,
     RawNode, SequentialBuilder, keras_shape, known_layer_types,

@@ -15,6 +15,7 @@ use burn::tensor::ops::AvgPoolOptions;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
+pub use super::act::Act;
 use super::init::glorot_uniform;
 use super::layer::{ForwardContext, Weights};
 use super::spec::{Activation, LayerKind, ModelSpec, Padding};
@@ -67,81 +68,6 @@ impl LayerParams {
 pub struct Network {
     /// One entry per layer after `Input`.
     pub layers: Vec<LayerParams>,
-}
-
-/// An activation flowing through the network, by rank.
-#[derive(Debug, Clone)]
-pub enum Act {
-    /// `[batch, features]`.
-    Flat(Tensor<2>),
-    /// `[batch, steps, features]` (a rank-2 Keras input such as `(28, 28)`).
-    Seq(Tensor<3>),
-    /// `[batch, channels, height, width]` (a Keras `(height, width, channels)` input).
-    Image(Tensor<4>),
-}
-
-impl Act {
-    /// The device the activation lives on.
-    pub fn device(&self) -> Device {
-        match self {
-            Act::Flat(t) => t.device(),
-            Act::Seq(t) => t.device(),
-            Act::Image(t) => t.device(),
-        }
-    }
-
-    /// The `[batch, features]` tensor.
-    ///
-    /// # Panics
-    /// When the activation has another rank (shape checks rule that out for layers whose
-    /// `output_shape` accepts only rank-1 Keras inputs).
-    pub fn into_flat(self) -> Tensor<2> {
-        match self {
-            Act::Flat(t) => t,
-            other => panic!("shape checks guarantee a [batch, features] input, got {other:?}"),
-        }
-    }
-
-    /// The `[batch, steps, features]` tensor (panics on another rank, as [`Act::into_flat`]).
-    pub fn into_seq(self) -> Tensor<3> {
-        match self {
-            Act::Seq(t) => t,
-            other => {
-                panic!("shape checks guarantee a [batch, steps, features] input, got {other:?}")
-            }
-        }
-    }
-
-    /// The `[batch, channels, height, width]` tensor (panics on another rank).
-    pub fn into_image(self) -> Tensor<4> {
-        match self {
-            Act::Image(t) => t,
-            other => panic!("shape checks guarantee an image input, got {other:?}"),
-        }
-    }
-
-    /// The image in Keras' layout, `[batch, height, width, channels]` (panics on another rank).
-    pub fn into_keras_image(self) -> Tensor<4> {
-        self.into_image().permute([0, 2, 3, 1])
-    }
-
-    /// An image from Keras' layout `[batch, height, width, channels]`.
-    pub fn from_keras_image(t: Tensor<4>) -> Act {
-        Act::Image(t.permute([0, 3, 1, 2]))
-    }
-
-    /// The activation on `device` (itself when it is already there; otherwise a copy that
-    /// autodiff tracks).
-    pub fn to_device(self, device: &Device) -> Act {
-        if self.device() == *device {
-            return self;
-        }
-        match self {
-            Act::Flat(t) => Act::Flat(t.to_device(device)),
-            Act::Seq(t) => Act::Seq(t.to_device(device)),
-            Act::Image(t) => Act::Image(t.to_device(device)),
-        }
-    }
 }
 
 /// What a forward pass returns.

@@ -11,101 +11,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::{KilnError, Result};
 use crate::precision::Precision;
 
+pub use super::args::{Activation, Padding, Pads2, Pair, keras_shape};
 use super::layer::{DeclaredLayer, Layer};
-
-/// Element-wise activations (Keras' `activation=` names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Activation {
-    /// Identity (Keras' default, `activation=None`).
-    #[default]
-    Linear,
-    /// `max(x, 0)`.
-    Relu,
-    /// Gaussian error linear unit, exact (erf) form as Keras' `gelu(approximate=False)`.
-    Gelu,
-    /// `1 / (1 + exp(-x))`.
-    Sigmoid,
-    /// Hyperbolic tangent.
-    Tanh,
-    /// Softmax over the last axis.
-    Softmax,
-}
-
-impl Activation {
-    /// The Keras name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Activation::Linear => "linear",
-            Activation::Relu => "relu",
-            Activation::Gelu => "gelu",
-            Activation::Sigmoid => "sigmoid",
-            Activation::Tanh => "tanh",
-            Activation::Softmax => "softmax",
-        }
-    }
-}
-
-/// Convolution and pooling padding, as Keras' `padding=`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Padding {
-    /// No padding: `out = floor((in - k) / s) + 1`.
-    #[default]
-    Valid,
-    /// Zero padding so that `out = ceil(in / s)`; the extra row/column goes at the end
-    /// (bottom/right), as TensorFlow does.
-    Same,
-}
-
-impl Padding {
-    /// Output length and `(begin, end)` padding along one axis of length `input` for a window of
-    /// `kernel` with stride `stride` (TensorFlow's `GetWindowedOutputSize`).
-    pub fn resolve(
-        self,
-        input: usize,
-        kernel: usize,
-        stride: usize,
-    ) -> Option<(usize, (usize, usize))> {
-        match self {
-            Padding::Valid => (input >= kernel).then(|| ((input - kernel) / stride + 1, (0, 0))),
-            Padding::Same => {
-                let out = input.div_ceil(stride);
-                let total = ((out - 1) * stride + kernel).saturating_sub(input);
-                Some((out, (total / 2, total - total / 2)))
-            }
-        }
-    }
-}
-
-/// An integer or a `[height, width]` pair, as Keras accepts for `kernel_size`, `strides`,
-/// `pool_size`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pair(pub [usize; 2]);
-
-impl Serialize for Pair {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        self.0.serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for Pair {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            One(usize),
-            Two([usize; 2]),
-        }
-        match Raw::deserialize(d) {
-            Ok(Raw::One(v)) => Ok(Pair([v, v])),
-            Ok(Raw::Two(v)) => Ok(Pair(v)),
-            Err(_) => Err(serde::de::Error::custom(
-                "expected a positive integer or a [height, width] pair of integers",
-            )),
-        }
-    }
-}
+pub use super::registry::LAYER_TYPES;
 
 fn default_pool() -> Pair {
     Pair([2, 2])
@@ -264,60 +172,12 @@ impl<L: Layer> From<L> for LayerKind {
     }
 }
 
-/// `[[top, bottom], [left, right]]` zero padding; TOML accepts an integer, `[rows, cols]` or the
-/// full form, as Keras' `ZeroPadding2D(padding=)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pads2(pub [[usize; 2]; 2]);
-
-impl Serialize for Pads2 {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        self.0.serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for Pads2 {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            One(usize),
-            Two([usize; 2]),
-            Four([[usize; 2]; 2]),
-        }
-        match Raw::deserialize(d) {
-            Ok(Raw::One(v)) => Ok(Pads2([[v, v], [v, v]])),
-            Ok(Raw::Two([h, w])) => Ok(Pads2([[h, h], [w, w]])),
-            Ok(Raw::Four(v)) => Ok(Pads2(v)),
-            Err(_) => Err(serde::de::Error::custom(
-                "expected an integer, [rows, cols] or [[top, bottom], [left, right]]",
-            )),
-        }
-    }
-}
-
 fn default_relu() -> Activation {
     Activation::Relu
 }
 fn default_ln_epsilon() -> f64 {
     1e-5
 }
-
-/// The Keras class names of the layers kept in [`LayerKind`]'s own variants (the others are
-/// declared through [`crate::model::Layer`]: see [`known_layer_types`]).
-pub const LAYER_TYPES: &[&str] = &[
-    "Input",
-    "Dense",
-    "Conv2D",
-    "MaxPooling2D",
-    "AveragePooling2D",
-    "Flatten",
-    "Dropout",
-    "BatchNormalization",
-    "Activation",
-    "LayerNormalization",
-    "MultiHeadAttention",
-    "TransformerEncoder",
-];
 
 /// Keras' other names for the layers kept in [`LayerKind`]'s own variants.
 const LEGACY_ALIASES: &[(&str, &str)] = &[
@@ -330,7 +190,7 @@ const LEGACY_ALIASES: &[(&str, &str)] = &[
 /// ones ([`crate::model::Layer`]).
 pub fn known_layer_types() -> Vec<String> {
     let mut names: Vec<String> = LAYER_TYPES.iter().map(|s| s.to_string()).collect();
-    names.extend(super::layer::declared_names());
+    names.extend(super::registry::declared_names());
     names
 }
 
@@ -619,16 +479,6 @@ fn window(
         .ok_or_else(|| {
             format!("window {k} is larger than the input ({input}) with padding \"valid\"")
         })
-}
-
-/// Formats a shape as Keras prints it: `(None, 28, 28, 1)`.
-pub fn keras_shape(shape: &[usize]) -> String {
-    let mut s = String::from("(None");
-    for d in shape {
-        s.push_str(&format!(", {d}"));
-    }
-    s.push(')');
-    s
 }
 
 /// Most parameters in one layer, and most values per example in one activation: 2^31
@@ -1036,7 +886,7 @@ impl ModelSpec {
                     )
                 })?
                 .to_string();
-            let declared = super::layer::lookup(&type_name);
+            let declared = super::registry::lookup(&type_name);
             let type_name = match LEGACY_ALIASES.iter().find(|(alias, _)| *alias == type_name) {
                 Some((_, class)) => {
                     table.insert("type".into(), toml::Value::String(class.to_string()));

@@ -2,8 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::act::Act;
+use crate::model::args::keras_shape;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_table};
-use crate::model::{Act, keras_shape};
 
 /// `Add()`: inputs of one shape, any rank; output the same shape.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -3,8 +3,9 @@
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::model::act::Act;
+use crate::model::args::keras_shape;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_table};
-use crate::model::{Act, keras_shape};
 
 /// `Concatenate(axis=-1)`: inputs of one rank whose shapes agree except along `axis`; the
 /// output's `axis` is the sum of theirs. `axis` counts Keras' axes with the batch axis as 0

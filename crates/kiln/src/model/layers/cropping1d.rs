@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::act::Act;
+use crate::model::args::Pair;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_table};
-use crate::model::{Act, Pair};
 
 /// `Cropping1D(cropping)`: `(steps, features)` to `(steps - start - end, features)`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

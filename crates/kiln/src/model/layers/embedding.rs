@@ -4,7 +4,7 @@
 use burn::tensor::module::embedding;
 use serde::{Deserialize, Serialize};
 
-use crate::model::Act;
+use crate::model::act::Act;
 use crate::model::layer::{
     ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights, config_table,
 };
@@ -33,7 +33,7 @@ impl Layer for Embedding {
             [s] => Ok(vec![*s, self.output_dim]),
             other => Err(format!(
                 "Embedding expects a 1-D input of ids (steps,), got shape {}",
-                crate::model::keras_shape(other)
+                crate::model::args::keras_shape(other)
             )),
         }
     }

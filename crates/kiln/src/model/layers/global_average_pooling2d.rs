@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Act;
+use crate::model::act::Act;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_table};
 
 /// `GlobalAveragePooling2D()`.

@@ -18,7 +18,7 @@ pub use global_average_pooling2d::GlobalAveragePooling2D;
 pub use position_embedding::PositionEmbedding;
 pub use zero_padding2d::ZeroPadding2D;
 
-use super::spec::keras_shape;
+use super::args::keras_shape;
 
 /// `[steps, features]` of a rank-2 Keras input, or the message naming `class` and the shape.
 fn steps_features(input: &[usize], class: &str) -> Result<[usize; 2], String> {

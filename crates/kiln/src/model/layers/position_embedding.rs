@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Act;
+use crate::model::act::Act;
 use crate::model::layer::{
     ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights, config_table,
 };

@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::act::Act;
+use crate::model::args::Pads2;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_table};
-use crate::model::{Act, Pads2};
 
 /// `ZeroPadding2D(padding)`: `(h, w, c)` to `(h + top + bottom, w + left + right, c)`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,106 @@
+//! The registry of layer types: Keras class names (and aliases) to [`Registration`]s. The
+//! built-in declared layers are listed here, one line each; a program adds its own with
+//! [`register`] before reading configs. It sits above `layer` (the trait) and `layers` (the
+//! built-in types), and below `spec`, which asks it for a `type` name.
+
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+
+use super::layer::{LayerConfig, Registration};
+
+/// The Keras class names of the layers kept in [`LayerKind`]'s own variants (the others are
+/// declared through [`crate::model::Layer`]: see [`known_layer_types`]).
+pub const LAYER_TYPES: &[&str] = &[
+    "Input",
+    "Dense",
+    "Conv2D",
+    "MaxPooling2D",
+    "AveragePooling2D",
+    "Flatten",
+    "Dropout",
+    "BatchNormalization",
+    "Activation",
+    "LayerNormalization",
+    "MultiHeadAttention",
+    "TransformerEncoder",
+];
+
+/// The layer types built into kiln that are declared through [`Layer`]: one line per type.
+fn builtin() -> Vec<Registration> {
+    use super::layers::*;
+    vec![
+        Add::registration(),
+        Concatenate::registration(),
+        Cropping1D::registration(),
+        Embedding::registration(),
+        GlobalAveragePooling2D::registration(),
+        PositionEmbedding::registration(),
+        ZeroPadding2D::registration(),
+    ]
+}
+
+static REGISTERED: RwLock<BTreeMap<String, Registration>> = RwLock::new(BTreeMap::new());
+
+fn registered() -> std::sync::RwLockReadGuard<'static, BTreeMap<String, Registration>> {
+    REGISTERED.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Registers a user's layer type `L` for TOML configs (by `L::CLASS_NAME` and its aliases),
+/// for every config read afterwards in this process.
+///
+/// # Errors
+/// [`crate::KilnError::Config`] when the name (or an alias) is already taken by a built-in
+/// layer or an earlier registration.
+pub fn register<L: LayerConfig>() -> crate::Result<()> {
+    register_entry(L::registration())
+}
+
+/// [`register`] for a hand-made [`Registration`].
+///
+/// # Errors
+/// As [`register`].
+pub fn register_entry(entry: Registration) -> crate::Result<()> {
+    let mut map = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
+    for name in std::iter::once(entry.class_name).chain(entry.aliases.iter().copied()) {
+        let taken = LAYER_TYPES.contains(&name)
+            || builtin()
+                .iter()
+                .any(|b| b.class_name == name || b.aliases.contains(&name))
+            || map.contains_key(name);
+        if taken {
+            return Err(crate::KilnError::config(
+                "layer registration",
+                format!(
+                    "a layer type named \"{name}\" is already registered; give {} another name",
+                    entry.class_name
+                ),
+            ));
+        }
+    }
+    for name in std::iter::once(entry.class_name).chain(entry.aliases.iter().copied()) {
+        map.insert(name.to_string(), entry);
+    }
+    Ok(())
+}
+
+/// The registration for the TOML `type` name `name` (a class name or an alias).
+pub fn lookup(name: &str) -> Option<Registration> {
+    builtin()
+        .into_iter()
+        .find(|b| b.class_name == name || b.aliases.contains(&name))
+        .or_else(|| registered().get(name).copied())
+}
+
+/// Every declared class name (built in, then registered), for error messages.
+pub fn declared_names() -> Vec<String> {
+    let mut names: Vec<String> = builtin().iter().map(|b| b.class_name.to_string()).collect();
+    names.extend(
+        registered()
+            .values()
+            .map(|r| r.class_name.to_string())
+            .filter(|n| !names.contains(n))
+            .collect::<Vec<_>>(),
+    );
+    names.dedup();
+    names
+}
