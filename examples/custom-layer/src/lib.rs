@@ -5,9 +5,7 @@
 
 use burn::prelude::*;
 use burn::tensor::activation::relu;
-use kiln::model::{
-    Act, ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights, config_table,
-};
+use kiln::model::{Act, ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights};
 use serde::{Deserialize, Serialize};
 
 /// `Antirectifier()`: centres each example's features, then concatenates their positive and
@@ -22,13 +20,7 @@ use serde::{Deserialize, Serialize};
 pub struct Antirectifier {}
 
 impl Layer for Antirectifier {
-    fn class_name(&self) -> &'static str {
-        "Antirectifier"
-    }
-
-    fn config(&self) -> toml::Table {
-        config_table(self)
-    }
+    kiln::serde_layer!();
 
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         match inputs[0] {

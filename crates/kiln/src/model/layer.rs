@@ -258,6 +258,33 @@ pub fn snake_case(class: &str) -> String {
     out
 }
 
+/// The TOML table type of [`Layer::config`] (so that [`crate::serde_layer`] works in crates
+/// that do not depend on `toml` themselves).
+pub type ConfigTable = toml::Table;
+
+/// Writes the two [`Layer`] methods that every serde layer type writes alike, inside its
+/// `impl Layer`: `class_name` (its [`LayerConfig::CLASS_NAME`]) and `config` (its fields,
+/// through serde).
+///
+/// ```ignore
+/// impl Layer for Add {
+///     kiln::serde_layer!();
+///     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> { ... }
+///     ...
+/// }
+/// ```
+#[macro_export]
+macro_rules! serde_layer {
+    () => {
+        fn class_name(&self) -> &'static str {
+            <Self as $crate::model::LayerConfig>::CLASS_NAME
+        }
+        fn config(&self) -> $crate::model::layer::ConfigTable {
+            $crate::model::config_table(self)
+        }
+    };
+}
+
 /// A serde value's fields as a TOML table (for [`Layer::config`]).
 pub fn config_table<T: Serialize>(value: &T) -> toml::Table {
     match toml::Value::try_from(value) {

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::act::Act;
 use crate::model::args::keras_shape;
-use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_table};
+use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
 
 /// `Add()`: inputs of one shape, any rank; output the same shape.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -12,12 +12,7 @@ use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_ta
 pub struct Add {}
 
 impl Layer for Add {
-    fn class_name(&self) -> &'static str {
-        "Add"
-    }
-    fn config(&self) -> toml::Table {
-        config_table(self)
-    }
+    crate::serde_layer!();
     fn arity(&self) -> (usize, usize) {
         (2, usize::MAX)
     }

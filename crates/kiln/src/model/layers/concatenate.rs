@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::act::Act;
 use crate::model::args::keras_shape;
-use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_table};
+use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
 
 /// `Concatenate(axis=-1)`: inputs of one rank whose shapes agree except along `axis`; the
 /// output's `axis` is the sum of theirs. `axis` counts Keras' axes with the batch axis as 0
@@ -49,12 +49,7 @@ impl Concatenate {
 }
 
 impl Layer for Concatenate {
-    fn class_name(&self) -> &'static str {
-        "Concatenate"
-    }
-    fn config(&self) -> toml::Table {
-        config_table(self)
-    }
+    crate::serde_layer!();
     fn arity(&self) -> (usize, usize) {
         (2, usize::MAX)
     }

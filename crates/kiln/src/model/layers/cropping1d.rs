@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::act::Act;
 use crate::model::args::Pair;
-use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_table};
+use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
 
 /// `Cropping1D(cropping)`: `(steps, features)` to `(steps - start - end, features)`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,12 +21,7 @@ fn one() -> Pair {
 }
 
 impl Layer for Cropping1D {
-    fn class_name(&self) -> &'static str {
-        "Cropping1D"
-    }
-    fn config(&self) -> toml::Table {
-        config_table(self)
-    }
+    crate::serde_layer!();
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         let [s, f] = super::steps_features(inputs[0], "Cropping1D")?;
         let cut = self.cropping.0[0] + self.cropping.0[1];

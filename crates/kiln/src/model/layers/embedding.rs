@@ -5,9 +5,7 @@ use burn::tensor::module::embedding;
 use serde::{Deserialize, Serialize};
 
 use crate::model::act::Act;
-use crate::model::layer::{
-    ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights, config_table,
-};
+use crate::model::layer::{ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights};
 
 /// `Embedding(input_dim, output_dim)`: one trainable `embeddings [input_dim, output_dim]`
 /// table, initialized `uniform(-0.05, 0.05)` as Keras does. Ids arrive as float32 (exact up
@@ -22,12 +20,7 @@ pub struct Embedding {
 }
 
 impl Layer for Embedding {
-    fn class_name(&self) -> &'static str {
-        "Embedding"
-    }
-    fn config(&self) -> toml::Table {
-        config_table(self)
-    }
+    crate::serde_layer!();
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         match inputs[0] {
             [s] => Ok(vec![*s, self.output_dim]),

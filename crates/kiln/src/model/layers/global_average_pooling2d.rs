@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::act::Act;
-use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_table};
+use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
 
 /// `GlobalAveragePooling2D()`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -12,12 +12,7 @@ use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_ta
 pub struct GlobalAveragePooling2D {}
 
 impl Layer for GlobalAveragePooling2D {
-    fn class_name(&self) -> &'static str {
-        "GlobalAveragePooling2D"
-    }
-    fn config(&self) -> toml::Table {
-        config_table(self)
-    }
+    crate::serde_layer!();
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         let [_, _, c] = super::image_shape(inputs[0], "GlobalAveragePooling2D")?;
         Ok(vec![c])

@@ -3,9 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::act::Act;
-use crate::model::layer::{
-    ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights, config_table,
-};
+use crate::model::layer::{ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights};
 
 /// `PositionEmbedding(sequence_length)`: a `[sequence_length, features]` table
 /// (`glorot_uniform`) whose first `steps` rows it returns for a `(steps, features)` input. The
@@ -18,12 +16,7 @@ pub struct PositionEmbedding {
 }
 
 impl Layer for PositionEmbedding {
-    fn class_name(&self) -> &'static str {
-        "PositionEmbedding"
-    }
-    fn config(&self) -> toml::Table {
-        config_table(self)
-    }
+    crate::serde_layer!();
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         let [s, f] = super::steps_features(inputs[0], "PositionEmbedding")?;
         if s > self.sequence_length {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::act::Act;
 use crate::model::args::Pads2;
-use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights, config_table};
+use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
 
 /// `ZeroPadding2D(padding)`: `(h, w, c)` to `(h + top + bottom, w + left + right, c)`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,12 +21,7 @@ fn one() -> Pads2 {
 }
 
 impl Layer for ZeroPadding2D {
-    fn class_name(&self) -> &'static str {
-        "ZeroPadding2D"
-    }
-    fn config(&self) -> toml::Table {
-        config_table(self)
-    }
+    crate::serde_layer!();
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         let [h, w, c] = super::image_shape(inputs[0], "ZeroPadding2D")?;
         let [[top, bottom], [left, right]] = self.padding.0;
