@@ -9,7 +9,7 @@
 use burn::prelude::*;
 use kiln_data::{Array, Element};
 
-use crate::compile::{Labels, LossKind, LossSpec};
+use crate::compile::{Labels, LossSpec};
 use crate::error::{KilnError, Result};
 use crate::guards::{BatchOrigin, NumericsGuard};
 use crate::model::{Act, ModelSpec, keras_shape};
@@ -227,10 +227,11 @@ fn convert(
             None => Ok(()),
         }
     };
-    if loss.kind == LossKind::SparseCategoricalCrossentropy {
+    if loss.sparse_labels() {
         if per_example != 1 {
             return Err(KilnError::Shape(format!(
-                "sparse_categorical_crossentropy needs one integer class label per example, got labels of shape {:?}; use categorical_crossentropy for one-hot labels",
+                "{} needs one integer class label per example, got labels of shape {:?}; use categorical_crossentropy for one-hot labels",
+                loss.name(),
                 y.shape()
             )));
         }

@@ -233,7 +233,7 @@ impl RunConfig {
         }
         c.insert(
             "loss".into(),
-            toml::Value::try_from(self.compile.loss).expect("loss serializes"),
+            self.compile.loss.to_toml(),
         );
         c.insert(
             "metrics".into(),
