@@ -117,7 +117,7 @@ fn a_registered_loss_is_reduced_like_the_built_in_ones() {
     let y = Labels::Dense(t2(&[0.0, 1.0, 0.0, 1.0], [2, 2]));
     // Per example: 0.5 * (1 + 1) = 1, 0.5 * (0.5 + 0.5) = 0.5.
     let per = spec.per_example(out.clone(), None, &y).into_data();
-    assert_eq!(per.to_vec::<f32>().unwrap(), vec![1.0, 0.5]);
+    assert_eq!(per.try_to_vec::<f32>().unwrap(), vec![1.0, 0.5]);
     // sum_over_batch_size with weights [2, 0]: (2 * 1 + 0) / 2.
     let w = Tensor::from_data(TensorData::new(vec![2.0f32, 0.0], [2]), &Device::flex());
     let loss = spec.compute_weighted(out, None, &y, Some(&w));
