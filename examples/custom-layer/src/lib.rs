@@ -135,7 +135,12 @@ impl Loss for SparseFocalCrossentropy {
             (false, None) => (output.clone() / output.sum_dim(1)).clamp(lo, hi).log(),
         };
         let log_p = log_p.gather(1, classes.clone().reshape([batch, 1]));
-        let modulating = log_p.clone().exp().neg().add_scalar(1.0).powf_scalar(self.gamma);
+        let modulating = log_p
+            .clone()
+            .exp()
+            .neg()
+            .add_scalar(1.0)
+            .powf_scalar(self.gamma);
         (modulating * log_p)
             .mul_scalar(-self.alpha)
             .reshape([batch])
@@ -146,8 +151,11 @@ impl LossConfig for SparseFocalCrossentropy {
     const NAME: &'static str = "sparse_focal_crossentropy";
 
     fn validate(&self) -> Result<(), String> {
-        if !(self.gamma >= 0.0 && self.gamma.is_finite()) {
-            return Err(format!("gamma must be a finite number >= 0, got {}", self.gamma));
+        if !self.gamma.is_finite() || self.gamma < 0.0 {
+            return Err(format!(
+                "gamma must be a finite number >= 0, got {}",
+                self.gamma
+            ));
         }
         if !self.alpha.is_finite() {
             return Err(format!("alpha must be finite, got {}", self.alpha));

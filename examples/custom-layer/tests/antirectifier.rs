@@ -79,7 +79,9 @@ fn registered() {
 }
 
 fn series(h: &serde_json::Value, key: &str) -> Vec<f64> {
-    let values = h[key].as_array().unwrap_or_else(|| panic!("no {key} in {h}"));
+    let values = h[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key} in {h}"));
     values.iter().map(|v| v.as_f64().unwrap()).collect()
 }
 
@@ -118,9 +120,15 @@ fn the_custom_kiln_trains_the_antirectifier_and_resumes_it_exactly() {
     let top2 = series(&h, "top2_accuracy");
     assert_eq!(top2.len(), 2);
     for (t, a) in top2.iter().zip(&accuracy) {
-        assert!((0.0..=1.0).contains(t) && t >= a, "top2 {top2:?}, accuracy {accuracy:?}");
+        assert!(
+            (0.0..=1.0).contains(t) && t >= a,
+            "top2 {top2:?}, accuracy {accuracy:?}"
+        );
     }
-    assert!(top2[1] > top2[0], "top2_accuracy changes with training: {top2:?}");
+    assert!(
+        top2[1] > top2[0],
+        "top2_accuracy changes with training: {top2:?}"
+    );
 
     // One epoch, then a resume to two: the same history as the straight run.
     let resumed = dir.join("resumed");
@@ -134,7 +142,10 @@ fn the_custom_kiln_trains_the_antirectifier_and_resumes_it_exactly() {
     // its arguments, so `kiln-custom` reads it back.
     let saved = std::fs::read_to_string(resumed.join("config.toml")).unwrap();
     assert!(saved.contains("type = \"Antirectifier\""), "{saved}");
-    assert!(saved.contains("type = \"sparse_focal_crossentropy\""), "{saved}");
+    assert!(
+        saved.contains("type = \"sparse_focal_crossentropy\""),
+        "{saved}"
+    );
     assert!(saved.contains("gamma = 2.0"), "{saved}");
     assert!(saved.contains("\"top2_accuracy\""), "{saved}");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -162,7 +173,10 @@ fn the_focal_loss_gives_keras_numbers() {
         let got = got.into_data().try_to_vec::<f32>().unwrap();
         assert_eq!(got.len(), want.len());
         for (g, w) in got.iter().zip(want) {
-            assert!((*g as f64 - w).abs() <= 1e-6 * w.abs().max(1.0), "{got:?} vs Keras {want:?}");
+            assert!(
+                (*g as f64 - w).abs() <= 1e-6 * w.abs().max(1.0),
+                "{got:?} vs Keras {want:?}"
+            );
         }
     };
     let focal = spec("{ type = \"sparse_focal_crossentropy\", from_logits = true }");
@@ -177,7 +191,10 @@ fn the_focal_loss_gives_keras_numbers() {
             0.04706408455967903,
         ],
     );
-    close(focal.compute(logits.clone(), None, &labels), &[0.03755009174346924]);
+    close(
+        focal.compute(logits.clone(), None, &labels),
+        &[0.03755009174346924],
+    );
     close(
         focal.compute_weighted(logits.clone(), None, &labels, Some(&sw)),
         &[0.050856586545705795],
@@ -185,7 +202,10 @@ fn the_focal_loss_gives_keras_numbers() {
     // Probabilities in (the clip-and-log path), and the logits of a final softmax.
     let probs = burn::tensor::activation::softmax(logits.clone(), 1);
     let on_probs = spec("\"sparse_focal_crossentropy\"");
-    close(on_probs.compute(probs.clone(), None, &labels), &[0.03755009174346924]);
+    close(
+        on_probs.compute(probs.clone(), None, &labels),
+        &[0.03755009174346924],
+    );
     close(
         on_probs.compute(probs, Some(logits.clone()), &labels),
         &[0.03755009174346924],
@@ -194,7 +214,10 @@ fn the_focal_loss_gives_keras_numbers() {
     let plain = spec(
         "{ type = \"sparse_focal_crossentropy\", alpha = 1.0, gamma = 0.0, from_logits = true }",
     );
-    close(plain.compute(logits.clone(), None, &labels), &[0.5050259828567505]);
+    close(
+        plain.compute(logits.clone(), None, &labels),
+        &[0.5050259828567505],
+    );
     close(
         plain.compute_weighted(logits, None, &labels, Some(&sw)),
         &[0.5686885118484497],
@@ -209,11 +232,17 @@ fn registering_a_layer_type_twice_is_an_error_naming_it() {
     let e = kiln::compile::register_loss::<kiln_custom_layer::SparseFocalCrossentropy>()
         .unwrap_err()
         .to_string();
-    assert!(e.contains("loss named \"sparse_focal_crossentropy\" is already registered"), "{e}");
+    assert!(
+        e.contains("loss named \"sparse_focal_crossentropy\" is already registered"),
+        "{e}"
+    );
     let e = kiln::compile::register_metric::<kiln_custom_layer::Top2Accuracy>()
         .unwrap_err()
         .to_string();
-    assert!(e.contains("metric named \"top2_accuracy\" is already registered"), "{e}");
+    assert!(
+        e.contains("metric named \"top2_accuracy\" is already registered"),
+        "{e}"
+    );
     // A built-in name cannot be taken either.
     #[derive(Debug, serde::Deserialize)]
     struct Fake {}
@@ -307,7 +336,9 @@ fn bad_layers_losses_and_metrics_are_one_line_errors_with_exit_code_2_and_write_
         // " … " separates parts that appear in this order.
         let mut rest = err.as_ref();
         for part in expected.split(" … ") {
-            let at = rest.find(part).unwrap_or_else(|| panic!("{layer}: {part:?} in {err}"));
+            let at = rest
+                .find(part)
+                .unwrap_or_else(|| panic!("{layer}: {part:?} in {err}"));
             rest = &rest[at + part.len()..];
         }
         assert!(!run.exists(), "{layer}: the run directory was created");

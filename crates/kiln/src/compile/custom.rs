@@ -134,21 +134,25 @@ impl<T: ?Sized + Send + Sync + 'static> Registry<T> {
         }
     }
 
-    /// Adds `name`; `builtin` says whether a built-in one has it.
+    /// Adds `name`; `builtin` says whether the config readers accept it (a built-in name, or
+    /// one registered already).
     fn register(&self, name: &'static str, build: Build<T>, builtin: bool) -> Result<()> {
         let mut map = self.builders.write().unwrap_or_else(|e| e.into_inner());
-        if builtin || map.contains_key(name) {
-            return Err(KilnError::config(
-                format!("{} registration", self.what),
-                format!(
-                    "a {} named \"{name}\" is already registered{}; give yours another name",
-                    self.what,
-                    if builtin { " (built in)" } else { "" }
-                ),
-            ));
-        }
-        map.insert(name, build);
-        Ok(())
+        let taken = match (map.contains_key(name), builtin) {
+            (true, _) => "",
+            (false, true) => " (built in)",
+            (false, false) => {
+                map.insert(name, build);
+                return Ok(());
+            }
+        };
+        Err(KilnError::config(
+            format!("{} registration", self.what),
+            format!(
+                "a {} named \"{name}\" is already registered{taken}; give yours another name",
+                self.what
+            ),
+        ))
     }
 
     /// The registered names, comma-separated after a leading ", " (empty when none).
@@ -241,16 +245,17 @@ pub(super) fn registered_metrics() -> String {
 pub(super) fn loss_spec(ty: &str, table: &toml::Table, key: &str) -> Result<Option<LossSpec>> {
     let mut args = table.clone();
     args.remove("type");
-    let from_logits = args
-        .get("from_logits")
-        .and_then(toml::Value::as_bool)
-        .unwrap_or(false);
     match LOSSES.get(ty, args) {
         None => Ok(None),
         Some(Err(e)) => Err(KilnError::config(format!("{key} ({ty})"), e)),
         Some(Ok(loss)) => Ok(Some(LossSpec {
             kind: LossKind::Custom(CustomLoss(loss)),
-            from_logits,
+            // What `kiln predict` and the NaN report read: the loss's own `from_logits`.
+            from_logits: loss
+                .config()
+                .get("from_logits")
+                .and_then(toml::Value::as_bool)
+                .unwrap_or(false),
         })),
     }
 }

@@ -98,7 +98,10 @@ fn a_registered_loss_is_read_by_name_or_table_and_written_back() {
     assert!(!plain.sparse_labels() && !plain.from_logits);
     let scaled = parse("{ type = \"test_abs_loss\", scale = 2.0 }").unwrap();
     assert_ne!(plain, scaled);
-    assert_eq!(scaled, parse("{ type = \"test_abs_loss\", scale = 2.0 }").unwrap());
+    assert_eq!(
+        scaled,
+        parse("{ type = \"test_abs_loss\", scale = 2.0 }").unwrap()
+    );
     let written = scaled.to_toml();
     assert_eq!(written["type"].as_str(), Some("test_abs_loss"));
     assert_eq!(written["scale"].as_float(), Some(2.0));
@@ -130,10 +133,7 @@ fn bad_arguments_and_unknown_names_are_config_errors_naming_them() {
     let e = parse("{ type = \"test_abs_loss\", scale = -1.0 }")
         .unwrap_err()
         .to_string();
-    assert_eq!(
-        e,
-        "compile.loss (test_abs_loss): scale must be > 0, got -1"
-    );
+    assert_eq!(e, "compile.loss (test_abs_loss): scale must be > 0, got -1");
     let e = parse("{ type = \"test_abs_loss\", scal = 1.0 }")
         .unwrap_err()
         .to_string();
@@ -142,12 +142,20 @@ fn bad_arguments_and_unknown_names_are_config_errors_naming_them() {
         "{e}"
     );
     let e = parse("\"test_abs\"").unwrap_err().to_string();
-    assert!(e.starts_with("compile.loss.type: unknown loss \"test_abs\"; allowed: sparse_categorical_crossentropy"), "{e}");
+    assert!(
+        e.starts_with(
+            "compile.loss.type: unknown loss \"test_abs\"; allowed: sparse_categorical_crossentropy"
+        ),
+        "{e}"
+    );
     assert!(e.contains(", test_abs_loss"), "{e}");
     let e = MetricSpec::parse("first_wins", 1, LossKind::MeanSquaredError, 3)
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("compile.metrics[1]: unknown metric \"first_wins\"; allowed: accuracy"), "{e}");
+    assert!(
+        e.starts_with("compile.metrics[1]: unknown metric \"first_wins\"; allowed: accuracy"),
+        "{e}"
+    );
     assert!(e.contains(", test_first_wins"), "{e}");
 }
 
@@ -161,7 +169,10 @@ fn taken_names_cannot_be_registered() {
          another name"
     );
     let e = register_metric::<TestFirstWins>().unwrap_err().to_string();
-    assert!(e.contains("a metric named \"test_first_wins\" is already registered"), "{e}");
+    assert!(
+        e.contains("a metric named \"test_first_wins\" is already registered"),
+        "{e}"
+    );
 
     #[derive(Debug, Deserialize)]
     struct Mse {}
@@ -183,7 +194,10 @@ fn taken_names_cannot_be_registered() {
         const NAME: &'static str = "mse";
     }
     let e = register_loss::<Mse>().unwrap_err().to_string();
-    assert!(e.contains("a loss named \"mse\" is already registered (built in)"), "{e}");
+    assert!(
+        e.contains("a loss named \"mse\" is already registered (built in)"),
+        "{e}"
+    );
 
     #[derive(Debug, Deserialize)]
     struct Acc {}
@@ -199,7 +213,10 @@ fn taken_names_cannot_be_registered() {
         const NAME: &'static str = "acc";
     }
     let e = register_metric::<Acc>().unwrap_err().to_string();
-    assert!(e.contains("a metric named \"acc\" is already registered (built in)"), "{e}");
+    assert!(
+        e.contains("a metric named \"acc\" is already registered (built in)"),
+        "{e}"
+    );
 }
 
 #[test]
