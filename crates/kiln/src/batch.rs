@@ -9,7 +9,7 @@
 use burn::prelude::*;
 use kiln_data::{Array, Element};
 
-use crate::compile::{Labels, LossKind, LossSpec};
+use crate::compile::{Labels, LossSpec};
 use crate::error::{KilnError, Result};
 use crate::guards::{BatchOrigin, NumericsGuard};
 use crate::model::{Act, ModelSpec, keras_shape};
@@ -292,12 +292,13 @@ fn convert(
             None => Ok(()),
         }
     };
-    if loss.kind == LossKind::SparseCategoricalCrossentropy {
+    if loss.sparse_labels() {
         if per_example != positions || y.len() != rows {
             return Err(KilnError::Shape(format!(
-                "sparse_categorical_crossentropy needs one integer class label per output \
-                 position ({} per example for the output {}), got labels of shape {:?}; use \
-                 categorical_crossentropy for one-hot labels",
+                "{} needs one integer class label per output position ({} per example for \
+                 the output {}), got labels of shape {:?}; use categorical_crossentropy for \
+                 one-hot labels",
+                loss.name(),
                 positions,
                 keras_shape(spec.output_shape()),
                 y.shape()

@@ -24,6 +24,9 @@ pub enum LossKind {
     BinaryCrossentropy,
     /// `mean((y - p)^2)` over the last axis, then over the batch.
     MeanSquaredError,
+    /// A loss registered with [`super::register_loss`], by its name.
+    #[serde(untagged)]
+    Custom(super::CustomLoss),
 }
 
 /// A loss and its `from_logits` flag.
@@ -48,6 +51,9 @@ impl LossSpec {
     pub fn from_toml(value: &toml::Value) -> Result<LossSpec> {
         let key = "compile.loss";
         let (mut table, ty) = super::named_table(value, key, NAMES)?;
+        if let Some(custom) = super::custom::loss_spec(&ty, &table, key)? {
+            return Ok(custom);
+        }
         let canonical = match ty.as_str() {
             "mse" => "mean_squared_error",
             other => other,
@@ -62,7 +68,10 @@ impl LossSpec {
         {
             return Err(KilnError::config(
                 format!("{key}.type"),
-                format!("unknown loss \"{ty}\"; allowed: {NAMES}"),
+                format!(
+                    "unknown loss \"{ty}\"; allowed: {NAMES}{}",
+                    super::custom::registered_losses()
+                ),
             ));
         }
         table.insert("type".into(), toml::Value::String(canonical.into()));
@@ -80,12 +89,16 @@ impl LossSpec {
             LossKind::CategoricalCrossentropy => "categorical_crossentropy",
             LossKind::BinaryCrossentropy => "binary_crossentropy",
             LossKind::MeanSquaredError => "mean_squared_error",
+            LossKind::Custom(c) => c.name(),
         }
     }
 
     /// True when the labels are integer class indices `[batch]`.
     pub fn sparse_labels(&self) -> bool {
-        self.kind == LossKind::SparseCategoricalCrossentropy
+        match self.kind {
+            LossKind::Custom(c) => c.labels() == super::LabelKind::Sparse,
+            kind => kind == LossKind::SparseCategoricalCrossentropy,
+        }
     }
 
     /// The mean loss over the batch, a `[1]` tensor.
@@ -131,6 +144,9 @@ impl LossSpec {
         logits: Option<Tensor<2>>,
         labels: &Labels,
     ) -> Tensor<1> {
+        if let LossKind::Custom(c) = self.kind {
+            return c.per_example(output, logits, labels);
+        }
         let [b, _] = output.dims();
         let log_probs = |output: Tensor<2>| -> Tensor<2> {
             if self.from_logits {

@@ -24,6 +24,8 @@ pub enum MetricKind {
     BinaryAccuracy,
     /// The label is among the `k` largest outputs (Keras' default `k = 5`).
     TopK(usize),
+    /// A metric registered with [`super::register_metric`].
+    Custom(super::CustomMetric),
 }
 
 const NAMES: &str = "accuracy, sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy";
@@ -50,12 +52,24 @@ impl MetricSpec {
             "top_k_categorical_accuracy" | "sparse_top_k_categorical_accuracy" => {
                 MetricKind::TopK(5)
             }
-            other => {
-                return Err(KilnError::config(
-                    format!("compile.metrics[{index}]"),
-                    format!("unknown metric \"{other}\"; allowed: {NAMES}"),
-                ));
-            }
+            other => match super::custom::metric(other) {
+                Some(Ok(custom)) => MetricKind::Custom(custom),
+                Some(Err(e)) => {
+                    return Err(KilnError::config(
+                        format!("compile.metrics[{index}] ({other})"),
+                        e,
+                    ));
+                }
+                None => {
+                    return Err(KilnError::config(
+                        format!("compile.metrics[{index}]"),
+                        format!(
+                            "unknown metric \"{other}\"; allowed: {NAMES}{}",
+                            super::custom::registered_metrics()
+                        ),
+                    ));
+                }
+            },
         };
         Ok(MetricSpec {
             name: name.to_string(),
@@ -101,6 +115,12 @@ pub fn correct(
                 row.iter().filter(|&&v| v > target).count() < k
             })
             .count() as f64,
+        MetricKind::Custom(m) => m.update(&super::MetricBatch {
+            outputs,
+            units,
+            classes,
+            targets,
+        }),
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod adam;
 mod clipping;
+mod custom;
 mod gradients;
 mod loss;
 mod metrics;
@@ -9,6 +10,10 @@ mod optimizer;
 
 pub use adam::KerasAdam;
 pub use clipping::{Clipping, global_norm};
+pub use custom::{
+    CustomLoss, CustomMetric, LabelKind, Loss, LossConfig, Metric, MetricBatch, MetricConfig,
+    register_loss, register_metric,
+};
 pub use gradients::GradientOptions;
 pub use loss::{EPSILON, Labels, LossKind, LossSpec};
 pub use metrics::{MetricKind, MetricSpec, argmax, correct};

@@ -231,10 +231,7 @@ impl RunConfig {
                 toml::Value::try_from(ls).expect("loss scale serializes"),
             );
         }
-        c.insert(
-            "loss".into(),
-            toml::Value::try_from(self.compile.loss).expect("loss serializes"),
-        );
+        c.insert("loss".into(), self.compile.loss.to_toml());
         c.insert(
             "metrics".into(),
             toml::Value::Array(
