@@ -8,6 +8,8 @@ pub mod layer;
 pub mod layers;
 mod network;
 pub mod network_ext;
+mod options;
+mod regularize;
 pub mod regularizers;
 mod spec;
 mod spec_ext;
@@ -19,6 +21,7 @@ pub use layer::{
     register as register_layer,
 };
 pub use network::{Act, Forward, LayerParams, Network};
+pub use options::{LayerOptions, layer_weights};
 pub use spec::{
     Activation, LAYER_TYPES, LayerKind, LayerSpec, ModelSpec, NodeRef, Padding, Pads2, Pair,
     RawNode, SequentialBuilder, keras_shape, known_layer_types,
@@ -28,5 +31,7 @@ pub use summary::{summary, thousands};
 
 #[cfg(test)]
 mod functional_tests;
+#[cfg(test)]
+mod options_tests;
 #[cfg(test)]
 mod keras_parity_tests;
