@@ -607,7 +607,13 @@ impl Model {
                 }
             }
             let lr = control.learning_rate;
-            accumulation.flush(&mut self.net, &mut self.optim, &self.spec, &self.compiled, lr);
+            accumulation.flush(
+                &mut self.net,
+                &mut self.optim,
+                &self.spec,
+                &self.compiled,
+                lr,
+            );
             if opts.steps_per_epoch.is_none() {
                 input.close();
             }
@@ -681,7 +687,13 @@ impl Model {
             }
         }
         let lr = control.learning_rate;
-        accumulation.flush(&mut self.net, &mut self.optim, &self.spec, &self.compiled, lr);
+        accumulation.flush(
+            &mut self.net,
+            &mut self.optim,
+            &self.spec,
+            &self.compiled,
+            lr,
+        );
         hooks!(|c, ctx| c.on_train_end(&last, ctx));
         Ok(state.history)
     }

@@ -238,7 +238,9 @@ pub fn apply_gradients(
         Some(c) => c.apply(&net, grads),
         None => grads,
     };
-    let net = optim.step(learning_rate, net, grads).apply_constraints(spec);
+    let net = optim
+        .step(learning_rate, net, grads)
+        .apply_constraints(spec);
     if let Some(p) = profile {
         p.optimizer_s += clock.elapsed().as_secs_f64();
     }

@@ -32,6 +32,6 @@ pub use summary::{summary, thousands};
 #[cfg(test)]
 mod functional_tests;
 #[cfg(test)]
-mod options_tests;
-#[cfg(test)]
 mod keras_parity_tests;
+#[cfg(test)]
+mod options_tests;

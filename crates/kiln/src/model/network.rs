@@ -15,8 +15,8 @@ use burn::tensor::ops::AvgPoolOptions;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use super::options::stored_weights;
 use super::layer::{ForwardContext, Weights};
+use super::options::stored_weights;
 use super::spec::{Activation, LayerKind, ModelSpec, Padding};
 use crate::precision::round::{round_act, round_params};
 

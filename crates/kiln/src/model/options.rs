@@ -102,7 +102,9 @@ impl LayerOptions {
 
     /// The constraint of weight `w`, when the layer trains.
     pub(crate) fn constraint_of(&self, w: &WeightSpec) -> Option<&Constraint> {
-        self.constraints.get(short(&w.name)).filter(|_| self.trainable)
+        self.constraints
+            .get(short(&w.name))
+            .filter(|_| self.trainable)
     }
 
     /// Whether weight `w` is updated by the optimizer.
@@ -114,9 +116,9 @@ impl LayerOptions {
     /// else the layer's default ([`WeightInit`]), drawn from `rng`.
     pub(crate) fn initial_values(&self, w: &WeightSpec, rng: &mut impl Rng) -> Vec<f32> {
         match self.initializers.get(short(&w.name)) {
-            Some(init) => init
-                .sample(&w.shape, rng)
-                .expect("initializers are checked against the weight's shape when the spec is built"),
+            Some(init) => init.sample(&w.shape, rng).expect(
+                "initializers are checked against the weight's shape when the spec is built",
+            ),
             None => default_values(w, rng),
         }
     }
@@ -233,7 +235,10 @@ impl LayerOptions {
                 if s.shape.len() > 4 {
                     return Err(KilnError::config(
                         at,
-                        format!("kiln constrains weights of rank 1 to 4; \"{w}\" has rank {}", s.shape.len()),
+                        format!(
+                            "kiln constrains weights of rank 1 to 4; \"{w}\" has rank {}",
+                            s.shape.len()
+                        ),
                     ));
                 }
                 c.check_rank(s.shape.len(), &at)?;
@@ -325,7 +330,10 @@ pub(crate) fn stored_weights(kind: &LayerKind, inputs: &[&[usize]]) -> Vec<(Weig
         LayerKind::Dense {
             units, use_bias, ..
         } => {
-            let mut out = vec![(w("kernel", vec![cin, *units], GlorotUniform), Slot::DenseKernel)];
+            let mut out = vec![(
+                w("kernel", vec![cin, *units], GlorotUniform),
+                Slot::DenseKernel,
+            )];
             if *use_bias {
                 out.push((w("bias", vec![*units], Zeros), Slot::Bias));
             }
@@ -349,7 +357,10 @@ pub(crate) fn stored_weights(kind: &LayerKind, inputs: &[&[usize]]) -> Vec<(Weig
             (w("gamma", vec![cin], Ones), Slot::Gamma),
             (w("beta", vec![cin], Zeros), Slot::Beta),
             (frozen(w("moving_mean", vec![cin], Zeros)), Slot::MovingMean),
-            (frozen(w("moving_variance", vec![cin], Ones)), Slot::MovingVariance),
+            (
+                frozen(w("moving_variance", vec![cin], Ones)),
+                Slot::MovingVariance,
+            ),
         ],
         LayerKind::LayerNormalization { .. } => vec![
             (w("gamma", vec![cin], Ones), Slot::Gamma),

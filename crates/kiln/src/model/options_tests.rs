@@ -40,12 +40,8 @@ fn weights_of(spec: &ModelSpec, net: &Network, name: &str) -> Vec<f32> {
 fn options_are_read_and_written_back() {
     let spec = parse(&format!(
         "{INPUT}
-         {{ type = \"Dense\", units = 3, kernel_initializer = \"he_normal\",
-            bias_initializer = {{ class_name = \"Constant\", value = 0.5 }},
-            kernel_regularizer = {{ class_name = \"L2\", l2 = 0.01 }},
-            kernel_constraint = \"max_norm\", activity_regularizer = \"l1\" }},
-         {{ type = \"BatchNormalization\", trainable = false, moving_variance_initializer = \"ones\",
-            gamma_regularizer = \"l2\", beta_constraint = \"non_neg\" }}"
+         {{ type = \"Dense\", units = 3, kernel_initializer = \"he_normal\", bias_initializer = {{ class_name = \"Constant\", value = 0.5 }}, kernel_regularizer = {{ class_name = \"L2\", l2 = 0.01 }}, kernel_constraint = \"max_norm\", activity_regularizer = \"l1\" }},
+         {{ type = \"BatchNormalization\", trainable = false, moving_variance_initializer = \"ones\", gamma_regularizer = \"l2\", beta_constraint = \"non_neg\" }}"
     ))
     .unwrap();
     let dense = &spec.layers()[0].options;
@@ -65,7 +61,10 @@ fn options_are_read_and_written_back() {
             axis: vec![0]
         }
     );
-    assert_eq!(dense.activity_regularizer, Some(Regularizer::L1 { l1: 0.01 }));
+    assert_eq!(
+        dense.activity_regularizer,
+        Some(Regularizer::L1 { l1: 0.01 })
+    );
     assert!(dense.trainable);
     assert!(!spec.layers()[1].options.trainable);
     let written = spec.to_toml();
@@ -75,7 +74,8 @@ fn options_are_read_and_written_back() {
     assert!(text.contains("trainable = false"), "{text}");
     // Layers without options write what they wrote before.
     let plain = parse(&format!("{INPUT} {{ type = \"Dense\", units = 3 }}")).unwrap();
-    let table = &plain.to_toml()["layers"].as_array().unwrap()[1];
+    let written = plain.to_toml();
+    let table = &written["layers"].as_array().unwrap()[1];
     assert_eq!(
         table.as_table().unwrap().keys().collect::<Vec<_>>(),
         ["activation", "name", "type", "units", "use_bias"]
@@ -115,7 +115,9 @@ fn the_builder_takes_the_same_options() {
 
 #[test]
 fn bad_options_are_config_errors_naming_the_key() {
-    let dense = |extra: &str| format!("{INPUT} {{ type = \"Flatten\" }}, {{ type = \"Dense\", units = 3, {extra} }}");
+    let dense = |extra: &str| {
+        format!("{INPUT} {{ type = \"Flatten\" }}, {{ type = \"Dense\", units = 3, {extra} }}")
+    };
     assert_eq!(
         error(&dense("kernl_initializer = \"zeros\"")),
         "model.layers[2].kernl_initializer: Dense has no weight \"kernl\"; its weights: kernel, bias"
@@ -125,22 +127,40 @@ fn bad_options_are_config_errors_naming_the_key() {
         e.starts_with("model.layers[2].kernel_initializer: unknown name \"he_normall\""),
         "{e}"
     );
-    let e = error(&dense("kernel_regularizer = { class_name = \"L2\", l2 = -1 }"));
-    assert!(e.starts_with("model.layers[2].kernel_regularizer.l2: "), "{e}");
+    let e = error(&dense(
+        "kernel_regularizer = { class_name = \"L2\", l2 = -1 }",
+    ));
+    assert!(
+        e.starts_with("model.layers[2].kernel_regularizer.l2: "),
+        "{e}"
+    );
     let e = error(&dense("bias_constraint = \"max_nrm\""));
     assert!(e.starts_with("model.layers[2].bias_constraint: "), "{e}");
     let e = error(&dense("trainable = \"no\""));
-    assert_eq!(e, "model.layers[2].trainable: must be true or false, got \"no\"");
+    assert_eq!(
+        e,
+        "model.layers[2].trainable: must be true or false, got \"no\""
+    );
     let e = error(&dense("use_bias = false, bias_initializer = \"zeros\""));
     assert_eq!(
         e,
         "model.layers[2].bias_initializer: Dense has no weight \"bias\"; its weights: kernel"
     );
     let e = error(&dense("bias_initializer = \"identity\""));
-    assert!(e.starts_with("model.layers[2].bias_initializer: identity works on rank-2"), "{e}");
-    let e = error(&dense("bias_constraint = { class_name = \"MaxNorm\", axis = 1 }"));
-    assert!(e.starts_with("model.layers[2].bias_constraint.axis: axis 1"), "{e}");
-    let e = error(&format!("{INPUT} {{ type = \"Flatten\", kernel_initializer = \"zeros\" }}"));
+    assert!(
+        e.starts_with("model.layers[2].bias_initializer: identity works on rank-2"),
+        "{e}"
+    );
+    let e = error(&dense(
+        "bias_constraint = { class_name = \"MaxNorm\", axis = 1 }",
+    ));
+    assert!(
+        e.starts_with("model.layers[2].bias_constraint.axis: axis 1"),
+        "{e}"
+    );
+    let e = error(&format!(
+        "{INPUT} {{ type = \"Flatten\", kernel_initializer = \"zeros\" }}"
+    ));
     assert_eq!(
         e,
         "model.layers[1].kernel_initializer: Flatten has no weight \"kernel\"; it has no weights"
@@ -168,8 +188,7 @@ fn bad_options_are_config_errors_naming_the_key() {
 fn initializers_replace_the_defaults_in_keras_layout() {
     let spec = parse(
         "{ type = \"Input\", shape = [5, 5, 2] },
-         { type = \"Conv2D\", filters = 3, kernel_size = [2, 3],
-           kernel_initializer = { class_name = \"RandomNormal\", seed = 4 }, bias_initializer = \"ones\" },
+         { type = \"Conv2D\", filters = 3, kernel_size = [2, 3], kernel_initializer = { class_name = \"RandomNormal\", seed = 4 }, bias_initializer = \"ones\" },
          { type = \"Flatten\" },
          { type = \"Dense\", units = 400, kernel_initializer = \"zeros\" },
          { type = \"Dense\", units = 300, kernel_initializer = \"he_normal\" },
@@ -187,18 +206,33 @@ fn initializers_replace_the_defaults_in_keras_layout() {
     .unwrap();
     assert_eq!(conv, want, "drawn in Keras' [kh, kw, in, out] order");
     assert_eq!(weights_of(&spec, &net, "conv2d/bias"), vec![1.0; 3]);
-    assert!(weights_of(&spec, &net, "dense/kernel").iter().all(|v| *v == 0.0));
-    assert_eq!(weights_of(&spec, &net, "layer_normalization/gamma"), vec![2.0; 300]);
+    assert!(
+        weights_of(&spec, &net, "dense/kernel")
+            .iter()
+            .all(|v| *v == 0.0)
+    );
+    assert_eq!(
+        weights_of(&spec, &net, "layer_normalization/gamma"),
+        vec![2.0; 300]
+    );
     // he_normal: stddev sqrt(2 / fan_in) = sqrt(2 / 400).
     let he = weights_of(&spec, &net, "dense_1/kernel");
     let n = he.len() as f64;
     let mean = he.iter().map(|v| f64::from(*v)).sum::<f64>() / n;
-    let std = (he.iter().map(|v| (f64::from(*v) - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let std = (he
+        .iter()
+        .map(|v| (f64::from(*v) - mean).powi(2))
+        .sum::<f64>()
+        / n)
+        .sqrt();
     let want = (2.0f64 / 400.0).sqrt();
     assert!(mean.abs() < 0.01 * want, "mean {mean}");
     assert!((std / want - 1.0).abs() < 0.01, "std {std} vs {want}");
     let limit = 2.0 * want / crate::model::initializers::TRUNCATION_STDDEV;
-    assert!(he.iter().all(|v| f64::from(v.abs()) <= limit * (1.0 + 1e-6)));
+    assert!(
+        he.iter()
+            .all(|v| f64::from(v.abs()) <= limit * (1.0 + 1e-6))
+    );
 }
 
 #[test]
@@ -222,7 +256,9 @@ fn options_without_initializers_leave_the_seeded_weights_unchanged() {
 /// 16 fixed examples of 4 features, 3 classes, one batch.
 fn data() -> Dataset {
     let n = 16;
-    let x: Vec<f32> = (0..n * 4).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect();
+    let x: Vec<f32> = (0..n * 4)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+        .collect();
     let y: Vec<i64> = (0..n).map(|i| (i * 5 % 3) as i64).collect();
     let el = Element::new()
         .with("x", Array::new(vec![n, 4], Buffer::F32(x)).unwrap())
@@ -274,7 +310,10 @@ fn weight_and_activity_penalties_are_added_to_the_loss() {
     // The training step reports the same loss (learning rate 0: one step changes nothing).
     let h = l2.fit(&data, None, 1, &mut []).unwrap();
     let logged = h.history["loss"][0];
-    assert!((logged - got).abs() < 1e-6, "fit logged {logged}, evaluate {got}");
+    assert!(
+        (logged - got).abs() < 1e-6,
+        "fit logged {logged}, evaluate {got}"
+    );
 
     // Activity: 0.1 * sum(output^2) / batch size.
     let act = model(
@@ -284,7 +323,10 @@ fn weight_and_activity_penalties_are_added_to_the_loss() {
     let (out, _) = act.predict(&data).unwrap();
     let penalty = 0.1 * out.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>() / 16.0;
     let got = act.evaluate(&data).unwrap().get("loss").unwrap();
-    assert!((got - (base + penalty)).abs() < 1e-6, "{got} vs {base} + {penalty}");
+    assert!(
+        (got - (base + penalty)).abs() < 1e-6,
+        "{got} vs {base} + {penalty}"
+    );
 
     // A frozen layer's weights are not regularized (Keras: trainable weights only).
     let frozen = model(
@@ -320,8 +362,7 @@ fn constraints_hold_after_every_update() {
 
     let mut held = model(
         dense_model(&format!(
-            "{ones}, kernel_constraint = {{ class_name = \"MaxNorm\", max_value = 0.5 }},
-             bias_constraint = \"non_neg\""
+            "{ones}, kernel_constraint = {{ class_name = \"MaxNorm\", max_value = 0.5 }}, bias_constraint = \"non_neg\""
         )),
         sgd(0.5),
     );
@@ -367,7 +408,12 @@ fn frozen_layers_keep_their_weights_and_count_as_non_trainable() {
     let device = Device::flex().autodiff();
     let map: std::collections::HashMap<String, Vec<f32>> =
         after.into_iter().map(|(n, _, v)| (n, v)).collect();
-    let net = load_with(m.spec(), &device, &|n: &str, _: &[usize]| Ok(map[n].clone())).unwrap();
+    let net = load_with(
+        m.spec(),
+        &device,
+        &|n: &str, _: &[usize]| Ok(map[n].clone()),
+    )
+    .unwrap();
     let kernel = |i: usize| net.layers[i].dense_kernel.as_ref().unwrap().val();
     assert!(!kernel(0).is_require_grad());
     assert!(kernel(3).is_require_grad());

@@ -145,20 +145,32 @@ fn constrain(c: &Constraint, t: AnyRank) -> AnyRank {
     }
 }
 
-fn param<const D: usize>(values: Vec<f32>, shape: [usize; D], device: &Device, grad: bool) -> Param<Tensor<D>> {
-    Param::from_tensor(Tensor::from_data(TensorData::new(values, shape), device)).set_require_grad(grad)
+fn param<const D: usize>(
+    values: Vec<f32>,
+    shape: [usize; D],
+    device: &Device,
+    grad: bool,
+) -> Param<Tensor<D>> {
+    Param::from_tensor(Tensor::from_data(TensorData::new(values, shape), device))
+        .set_require_grad(grad)
 }
 
 /// `p` with its value replaced by `f(value)` (outside autodiff), keeping its id and whether
 /// it requires gradients.
-fn mapped<const D: usize>(p: Param<Tensor<D>>, f: impl FnOnce(Tensor<D>) -> Tensor<D>) -> Param<Tensor<D>> {
+fn mapped<const D: usize>(
+    p: Param<Tensor<D>>,
+    f: impl FnOnce(Tensor<D>) -> Tensor<D>,
+) -> Param<Tensor<D>> {
     p.map(|t| {
         let grad = t.is_require_grad();
-        f(t.detach()).set_require_grad(grad)
+        f(t.detach()).detach().set_require_grad(grad)
     })
 }
 
-fn map_slot<const D: usize>(slot: &mut Option<Param<Tensor<D>>>, f: impl FnOnce(Tensor<D>) -> Tensor<D>) {
+fn map_slot<const D: usize>(
+    slot: &mut Option<Param<Tensor<D>>>,
+    f: impl FnOnce(Tensor<D>) -> Tensor<D>,
+) {
     if let Some(p) = slot.take() {
         *slot = Some(mapped(p, f));
     }
@@ -167,7 +179,14 @@ fn map_slot<const D: usize>(slot: &mut Option<Param<Tensor<D>>>, f: impl FnOnce(
 impl LayerParams {
     /// Stores weight `w` (at `slot`) from `values` in Keras' layout, requiring gradients when
     /// `grad`.
-    pub(crate) fn put(&mut self, slot: Slot, w: &WeightSpec, values: Vec<f32>, grad: bool, device: &Device) {
+    pub(crate) fn put(
+        &mut self,
+        slot: Slot,
+        w: &WeightSpec,
+        values: Vec<f32>,
+        grad: bool,
+        device: &Device,
+    ) {
         let n = values.len();
         let vector = |values| Some(param(values, [n], device, grad));
         match slot {
@@ -175,7 +194,8 @@ impl LayerParams {
                 self.dense_kernel = Some(param(values, [w.shape[0], w.shape[1]], device, grad));
             }
             Slot::ConvKernel => {
-                let [kh, kw, cin, cout]: [usize; 4] = w.shape[..].try_into().expect("Conv2D kernel");
+                let [kh, kw, cin, cout]: [usize; 4] =
+                    w.shape[..].try_into().expect("Conv2D kernel");
                 let v = super::weights::hwio_to_oihw(&values, [kh, kw, cin, cout]);
                 self.conv_kernel = Some(param(v, [cout, cin, kh, kw], device, grad));
             }
@@ -200,7 +220,12 @@ impl LayerParams {
         let n = w.size();
         let vector = |p: &Option<Param<Tensor<1>>>| p.as_ref().expect("stored").val();
         match slot {
-            Slot::DenseKernel => self.dense_kernel.as_ref().expect("stored").val().reshape([n]),
+            Slot::DenseKernel => self
+                .dense_kernel
+                .as_ref()
+                .expect("stored")
+                .val()
+                .reshape([n]),
             Slot::ConvKernel => {
                 let k = self.conv_kernel.as_ref().expect("stored").val();
                 k.permute([2, 3, 1, 0]).reshape([n])
@@ -216,7 +241,12 @@ impl LayerParams {
     }
 
     /// Replaces weight `w` (at `slot`) by `f(its Keras-layout flat values)`.
-    pub(crate) fn update(&mut self, slot: Slot, w: &WeightSpec, f: impl FnOnce(Tensor<1>) -> Tensor<1>) {
+    pub(crate) fn update(
+        &mut self,
+        slot: Slot,
+        w: &WeightSpec,
+        f: impl FnOnce(Tensor<1>) -> Tensor<1>,
+    ) {
         let n = w.size();
         match slot {
             Slot::DenseKernel => map_slot(&mut self.dense_kernel, |t| via_flat(t, n, f)),
