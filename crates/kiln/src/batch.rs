@@ -159,16 +159,16 @@ fn input_act(x: &Array, want: &[usize], name: &str, device: &Device) -> Result<(
             .try_to_f32()
             .map_err(|_| not_numeric(FEATURES, "features", x.dtype()))?,
     };
-    let act = match want {
-        &[f] => Act::Flat(Tensor::from_data(
+    let act = match *want {
+        [f] => Act::Flat(Tensor::from_data(
             TensorData::new(values, [batch, f]),
             device,
         )),
-        &[s, f] => Act::Seq(Tensor::from_data(
+        [s, f] => Act::Seq(Tensor::from_data(
             TensorData::new(values, [batch, s, f]),
             device,
         )),
-        &[h, w, c] => {
+        [h, w, c] => {
             let nchw = if c == 1 {
                 values
             } else {

@@ -573,7 +573,7 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
             ))
         };
         let ys = e.remove(&y).ok_or_else(|| missing("y", &y))?;
-        let mut out = Element::new().with(LABELS, ys);
+        let mut out = Element::new();
         match &input_names {
             None => out = out.with(FEATURES, e.remove(&x).ok_or_else(|| missing("x", &x))?),
             Some(names) => {
@@ -589,7 +589,7 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
                 }
             }
         }
-        Ok(out)
+        Ok(out.with(LABELS, ys))
     };
     ds = ds.map(select, Parallelism::Sequential);
     let mut batch_size = match parts.shard {

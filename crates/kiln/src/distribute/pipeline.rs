@@ -265,6 +265,7 @@ impl PipelineStrategy {
                     .map(|w| w.to_device(&out_device))
                     .as_ref(),
             );
+            let loss = net.regularized(spec, loss, fwd.activity_loss);
             outputs.push(fwd.output.detach().to_device(&home));
             losses.push(loss.clone().detach().mul_scalar(share).to_device(&home));
             let term = loss.mul_scalar(share * loss_factor);

@@ -181,6 +181,7 @@ impl GradientAccumulation {
             apply_gradients(
                 net,
                 optim,
+                spec,
                 grads,
                 clip,
                 learning_rate,
@@ -189,7 +190,7 @@ impl GradientAccumulation {
         } else {
             self.add(&net, grads);
             if self.seen == self.steps {
-                self.apply(net, optim, compiled, learning_rate, profile)
+                self.apply(net, optim, spec, compiled, learning_rate, profile)
             } else {
                 net
             }
@@ -271,12 +272,13 @@ impl GradientAccumulation {
         &mut self,
         net: &mut Network,
         optim: &mut ModuleOptimizer,
+        spec: &ModelSpec,
         compiled: &Compiled,
         learning_rate: f64,
     ) {
         if self.seen > 0 {
             let taken = std::mem::replace(net, Network { layers: Vec::new() });
-            *net = self.apply(taken, optim, compiled, learning_rate, None);
+            *net = self.apply(taken, optim, spec, compiled, learning_rate, None);
         }
     }
 
@@ -306,6 +308,7 @@ impl GradientAccumulation {
         &mut self,
         net: Network,
         optim: &mut ModuleOptimizer,
+        spec: &ModelSpec,
         compiled: &Compiled,
         learning_rate: f64,
         profile: Option<&mut StepProfile>,
@@ -313,7 +316,7 @@ impl GradientAccumulation {
         match self.take_mean(&net) {
             Some(grads) => {
                 let clip = compiled.gradients.clipping();
-                apply_gradients(net, optim, grads, clip, learning_rate, profile)
+                apply_gradients(net, optim, spec, grads, clip, learning_rate, profile)
             }
             None => net,
         }

@@ -609,7 +609,13 @@ impl Model {
                 }
             }
             let lr = control.learning_rate;
-            accumulation.flush(&mut self.net, &mut self.optim, &self.compiled, lr);
+            accumulation.flush(
+                &mut self.net,
+                &mut self.optim,
+                &self.spec,
+                &self.compiled,
+                lr,
+            );
             if opts.steps_per_epoch.is_none() {
                 input.close();
             }
@@ -683,7 +689,13 @@ impl Model {
             }
         }
         let lr = control.learning_rate;
-        accumulation.flush(&mut self.net, &mut self.optim, &self.compiled, lr);
+        accumulation.flush(
+            &mut self.net,
+            &mut self.optim,
+            &self.spec,
+            &self.compiled,
+            lr,
+        );
         hooks!(|c, ctx| c.on_train_end(&last, ctx));
         Ok(state.history)
     }

@@ -72,6 +72,7 @@ pub fn train_step(
     let net = apply_gradients(
         net,
         optim,
+        spec,
         grads,
         compiled.gradients.clipping(),
         learning_rate,
@@ -202,6 +203,7 @@ pub fn compute_gradients_scaled(
         &labels,
         batch.sample_weight.as_ref(),
     );
+    let loss = net.regularized(spec, loss, fwd.activity_loss);
     lap(|p| &mut p.loss_s, &mut profile);
     let scaled = if loss_factor == 1.0 {
         loss.clone()
@@ -221,10 +223,12 @@ pub fn compute_gradients_scaled(
 }
 
 /// Clips `grads` with `clipping` (Keras' `clipnorm` / `clipvalue` / `global_clipnorm`, see
-/// [`crate::compile::Clipping`]) and applies one optimizer update with `learning_rate`.
+/// [`crate::compile::Clipping`]), applies one optimizer update with `learning_rate`, then the
+/// layers' weight constraints.
 pub fn apply_gradients(
     net: Network,
     optim: &mut ModuleOptimizer,
+    spec: &ModelSpec,
     grads: GradientsParams,
     clipping: Option<Clipping>,
     learning_rate: f64,
@@ -235,7 +239,9 @@ pub fn apply_gradients(
         Some(c) => c.apply(&net, grads),
         None => grads,
     };
-    let net = optim.step(learning_rate, net, grads);
+    let net = optim
+        .step(learning_rate, net, grads)
+        .apply_constraints(spec);
     if let Some(p) = profile {
         p.optimizer_s += clock.elapsed().as_secs_f64();
     }
@@ -253,15 +259,16 @@ pub fn eval_step(
     let inputs = DeviceBatch::inputs(batch.x, batch.more);
     let fwd = net.forward_graph(spec, inputs, false, &mut |_, _, _| {});
     let loss = match &batch.labels {
-        Some(labels) => compiled
-            .loss
-            .compute_weighted(
+        Some(labels) => {
+            let loss = compiled.loss.compute_weighted(
                 fwd.output.clone(),
                 fwd.logits,
                 labels,
                 batch.sample_weight.as_ref(),
-            )
-            .into_scalar::<f32>() as f64,
+            );
+            net.regularized(spec, loss, fwd.activity_loss)
+                .into_scalar::<f32>() as f64
+        }
         None => f64::NAN,
     };
     StepOutput {

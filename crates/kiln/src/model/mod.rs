@@ -10,7 +10,9 @@ pub mod layer;
 pub mod layers;
 mod network;
 pub mod network_ext;
+mod options;
 pub mod registry;
+mod regularize;
 pub mod regularizers;
 mod spec;
 mod spec_ext;
@@ -21,6 +23,7 @@ pub use layer::{
     ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights, config_table,
 };
 pub use network::{Act, Forward, LayerParams, Network};
+pub use options::{LayerOptions, layer_weights};
 pub use registry::register as register_layer;
 pub use spec::{
     Activation, LAYER_TYPES, LayerKind, LayerSpec, ModelSpec, NodeRef, Padding, Pads2, Pair,
@@ -33,3 +36,5 @@ pub use summary::{summary, thousands};
 mod functional_tests;
 #[cfg(test)]
 mod keras_parity_tests;
+#[cfg(test)]
+mod options_tests;

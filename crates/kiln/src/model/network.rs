@@ -16,8 +16,8 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 pub use super::act::Act;
-use super::init::glorot_uniform;
 use super::layer::{ForwardContext, Weights};
+use super::options::stored_weights;
 use super::spec::{Activation, LayerKind, ModelSpec, Padding};
 use crate::precision::round::{round_act, round_params};
 
@@ -48,7 +48,7 @@ pub struct LayerParams {
 }
 
 impl LayerParams {
-    fn empty() -> LayerParams {
+    pub(crate) fn empty() -> LayerParams {
         LayerParams {
             dense_kernel: None,
             conv_kernel: None,
@@ -82,29 +82,19 @@ pub struct Forward {
     /// Batch statistics `(layer index, mean, variance)` of BatchNormalization layers in training
     /// mode, to fold into the moving averages after the step.
     pub batch_stats: Vec<(usize, Tensor<1>, Tensor<1>)>,
-}
-
-/// Tensor dtype-agnostic zero/one constants for BatchNormalization's initial state.
-fn filled(n: usize, value: f32, device: &Device, trainable: bool) -> Param<Tensor<1>> {
-    let t = Tensor::<1>::from_data(TensorData::new(vec![value; n], [n]), device);
-    Param::from_tensor(t).set_require_grad(trainable)
-}
-
-fn param_from<const D: usize>(
-    values: Vec<f32>,
-    shape: [usize; D],
-    device: &Device,
-) -> Param<Tensor<D>> {
-    Param::from_tensor(Tensor::<D>::from_data(
-        TensorData::new(values, shape),
-        device,
-    ))
+    /// The layers' `activity_regularizer` penalties on this batch (each divided by the batch
+    /// size), summed; `None` when no layer has one.
+    pub activity_loss: Option<Tensor<1>>,
 }
 
 impl Network {
-    /// Initializes parameters as Keras does: kernels `glorot_uniform`, biases and `beta` zeros,
-    /// `gamma` and the moving variance ones, the moving mean zeros. `seed` makes the values
-    /// identical on every backend (they are drawn on the host).
+    /// Initializes parameters as Keras does: each weight with its `<weight>_initializer`
+    /// ([`crate::model::LayerOptions`]) when it has one, else kernels `glorot_uniform`, biases
+    /// and `beta` zeros, `gamma` and the moving variance ones, the moving mean zeros, a
+    /// declared layer's weights as it declares. Values are drawn in Keras' layout (Conv2D
+    /// kernels `[kh, kw, in, out]`, then permuted); `seed` makes them identical on every
+    /// backend (they are drawn on the host). A frozen layer's (`trainable = false`) parameters
+    /// do not require gradients.
     pub fn init(spec: &ModelSpec, seed: u64, device: &Device) -> Network {
         let mut rng = StdRng::seed_from_u64(seed);
         let layers = spec
@@ -112,53 +102,10 @@ impl Network {
             .iter()
             .enumerate()
             .map(|(i, layer)| {
-                let cin = spec.shape_before(i).last().copied().unwrap_or(0);
                 let mut p = LayerParams::empty();
-                match &layer.kind {
-                    LayerKind::Dense {
-                        units, use_bias, ..
-                    } => {
-                        let w = glorot_uniform(&mut rng, cin * units, cin, *units);
-                        p.dense_kernel = Some(param_from(w, [cin, *units], device));
-                        if *use_bias {
-                            p.bias = Some(filled(*units, 0.0, device, true));
-                        }
-                    }
-                    LayerKind::Conv2D {
-                        filters,
-                        kernel_size,
-                        use_bias,
-                        ..
-                    } => {
-                        let [kh, kw] = kernel_size.0;
-                        let receptive = kh * kw;
-                        // Drawn in Keras' [kh, kw, in, out] order, then permuted, so a seed gives
-                        // the same kernel as kiln's Keras-layout weights file would hold.
-                        let w = glorot_uniform(
-                            &mut rng,
-                            receptive * cin * filters,
-                            receptive * cin,
-                            receptive * filters,
-                        );
-                        let w = super::weights::hwio_to_oihw(&w, [kh, kw, cin, *filters]);
-                        p.conv_kernel = Some(param_from(w, [*filters, cin, kh, kw], device));
-                        if *use_bias {
-                            p.bias = Some(filled(*filters, 0.0, device, true));
-                        }
-                    }
-                    LayerKind::BatchNormalization { .. } => {
-                        p.gamma = Some(filled(cin, 1.0, device, true));
-                        p.beta = Some(filled(cin, 0.0, device, true));
-                        p.moving_mean = Some(filled(cin, 0.0, device, false));
-                        p.moving_variance = Some(filled(cin, 1.0, device, false));
-                    }
-                    other => super::network_ext::init(
-                        other,
-                        &spec.shapes_before(i),
-                        &mut rng,
-                        device,
-                        &mut p,
-                    ),
+                for (w, slot) in stored_weights(&layer.kind, &spec.shapes_before(i)) {
+                    let values = layer.options.initial_values(&w, &mut rng);
+                    p.put(slot, &w, values, layer.options.trains(&w), device);
                 }
                 p
             })
@@ -265,6 +212,7 @@ impl Network {
         use super::spec::NodeRef;
         let mut logits = None;
         let mut batch_stats = Vec::new();
+        let mut activity_loss = None;
         let last = spec.output_layer();
         let n = spec.layers().len();
         // Remaining consumers of each input and layer output.
@@ -317,6 +265,10 @@ impl Network {
                 }
                 None => p,
             };
+            // Keras 3: a frozen BatchNormalization normalizes with its moving statistics.
+            let training = training
+                && (layer.options.trainable
+                    || !matches!(layer.kind, LayerKind::BatchNormalization { .. }));
             let x = match &layer.kind {
                 LayerKind::Dense { .. }
                 | LayerKind::Conv2D { .. }
@@ -358,6 +310,7 @@ impl Network {
             let (x, r) = round_output(x, &layer.kind, compute, input_rounded);
             rounded[i] = r;
             observe(i, started.elapsed(), &x);
+            activity_loss = super::regularize::add_activity(activity_loss, layer, &x);
             values[i] = Some(x);
         }
         let x = values[last].take().expect("the output layer ran");
@@ -365,6 +318,7 @@ impl Network {
             output: rows(x),
             logits,
             batch_stats,
+            activity_loss,
         }
     }
 

@@ -1,6 +1,7 @@
-//! Parameters, initialization and forward passes of the layers residual networks and
+//! Weight names and forward passes of the layers residual networks and
 //! transformers need (see `spec_ext.rs` for their shapes). Every operation is a Burn tensor
 //! operation (or kiln's Dense op), so autodiff records it: no custom kernels.
+//! Their parameters are drawn by `Network::init` from `options::layer_weights`.
 //!
 //! Layouts: 2-D kernels are stored as `[inputs, outputs]`, the row-major memory of Keras'
 //! `EinsumDense` kernels (`query/kernel [features, heads, key_dim]` is `[features,
@@ -10,10 +11,7 @@ use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::activation;
 use burn::tensor::module::layer_norm;
-use rand::Rng;
 
-use super::init::glorot_uniform;
-use super::layer::{Layer, WeightInit, WeightSpec};
 use super::network::{Act, LayerParams, apply_activation};
 use super::spec::LayerKind;
 use super::spec_ext::attention_dims;
@@ -98,103 +96,6 @@ pub fn kernel_2d(name: &str, shape: &[usize]) -> [usize; 2] {
         shape[..split].iter().product(),
         shape[split..].iter().product(),
     ]
-}
-
-fn param2(values: Vec<f32>, shape: [usize; 2], device: &Device) -> Param<Tensor<2>> {
-    Param::from_tensor(Tensor::from_data(TensorData::new(values, shape), device))
-}
-
-fn param1(n: usize, value: f32, device: &Device) -> Param<Tensor<1>> {
-    Param::from_tensor(Tensor::from_data(
-        TensorData::new(vec![value; n], [n]),
-        device,
-    ))
-}
-
-/// Keras' fans of a kernel of any rank (`keras/src/initializers/random_initializers.py`
-/// `compute_fans`): the receptive field is the product of all axes but the last two.
-fn fans(shape: &[usize]) -> (usize, usize) {
-    match shape {
-        [] => (1, 1),
-        [n] => (*n, *n),
-        _ => {
-            let rf: usize = shape[..shape.len() - 2].iter().product();
-            (shape[shape.len() - 2] * rf, shape[shape.len() - 1] * rf)
-        }
-    }
-}
-
-/// The first values of a declared weight ([`WeightInit`]), drawn from `rng` in Keras' layout.
-fn initial_values(w: &WeightSpec, rng: &mut impl Rng) -> Vec<f32> {
-    let n = w.size();
-    match w.init {
-        WeightInit::GlorotUniform => {
-            let (fan_in, fan_out) = fans(&w.shape);
-            glorot_uniform(rng, n, fan_in, fan_out)
-        }
-        WeightInit::Zeros => vec![0.0; n],
-        WeightInit::Ones => vec![1.0; n],
-        WeightInit::RandomUniform(low, high) => {
-            (0..n).map(|_| rng.random_range(low..=high)).collect()
-        }
-    }
-}
-
-/// Initializes a declared layer's weights in the order it lists them: rank-2 weights into
-/// `kernels`, the others flattened into `vectors`.
-fn init_declared(
-    layer: &dyn Layer,
-    inputs: &[&[usize]],
-    rng: &mut impl Rng,
-    device: &Device,
-    p: &mut LayerParams,
-) {
-    for w in layer.weights(inputs) {
-        let values = initial_values(&w, rng);
-        if let [rows, cols] = w.shape[..] {
-            p.kernels
-                .push(param2(values, [rows, cols], device).set_require_grad(w.trainable));
-        } else {
-            let n = values.len();
-            let t = Tensor::from_data(TensorData::new(values, [n]), device);
-            p.vectors
-                .push(Param::from_tensor(t).set_require_grad(w.trainable));
-        }
-    }
-}
-
-/// Initializes the `kernels` and `vectors` (and LayerNormalization's `gamma`/`beta`) of the
-/// layers this file covers, as Keras does (kernels `glorot_uniform` on their Keras shape,
-/// biases and `beta` zeros, `gamma` ones), and of declared layers as they declare.
-pub(super) fn init(
-    kind: &LayerKind,
-    inputs: &[&[usize]],
-    rng: &mut impl Rng,
-    device: &Device,
-    p: &mut LayerParams,
-) {
-    if let LayerKind::Declared(l) = kind {
-        return init_declared(&**l, inputs, rng, device, p);
-    }
-    let last = inputs.first().and_then(|s| s.last()).copied().unwrap_or(0);
-    if let LayerKind::LayerNormalization { .. } = kind {
-        p.gamma = Some(param1(last, 1.0, device));
-        p.beta = Some(param1(last, 0.0, device));
-        return;
-    }
-    let (kernels, vectors) = weight_names(kind, inputs);
-    for (name, shape) in kernels {
-        let [rows, cols] = kernel_2d(&name, &shape);
-        let (fan_in, fan_out) = fans(&shape);
-        let values = glorot_uniform(rng, rows * cols, fan_in, fan_out);
-        p.kernels.push(param2(values, [rows, cols], device));
-    }
-    for (name, shape) in vectors {
-        let n = shape.iter().product();
-        let one = name.ends_with("gamma");
-        p.vectors
-            .push(param1(n, if one { 1.0 } else { 0.0 }, device));
-    }
 }
 
 fn seq(x: Act) -> Tensor<3> {

@@ -13,6 +13,7 @@ use crate::precision::Precision;
 
 pub use super::args::{Activation, Padding, Pads2, Pair, keras_shape};
 use super::layer::{DeclaredLayer, Layer};
+use super::options::LayerOptions;
 pub use super::registry::LAYER_TYPES;
 
 fn default_pool() -> Pair {
@@ -532,6 +533,8 @@ pub struct LayerSpec {
     /// Where its inputs come from, in call order (Keras' inbound layers); always earlier in
     /// the model, so layers run in their listed order.
     pub inputs: Vec<NodeRef>,
+    /// `trainable` and per-weight initializers, regularizers and constraints.
+    pub options: LayerOptions,
 }
 
 /// A model: one or more `Input`s and layers, as a Keras `Sequential` stack (each layer takes
@@ -564,20 +567,28 @@ pub struct ModelSpec {
 #[derive(Debug, Clone)]
 pub struct SequentialBuilder {
     input_shape: Vec<usize>,
-    layers: Vec<(Option<String>, LayerKind)>,
+    layers: Vec<(Option<String>, LayerKind, LayerOptions)>,
 }
 
 impl SequentialBuilder {
     /// Appends a layer with an automatic name (Keras' `model.add`).
     #[allow(clippy::should_implement_trait)]
     pub fn add(mut self, kind: LayerKind) -> Self {
-        self.layers.push((None, kind));
+        self.layers.push((None, kind, LayerOptions::default()));
+        self
+    }
+
+    /// Appends a layer with an automatic name and its options (Keras'
+    /// `Dense(4, kernel_initializer=..., trainable=False)`).
+    pub fn add_with(mut self, kind: LayerKind, options: LayerOptions) -> Self {
+        self.layers.push((None, kind, options));
         self
     }
 
     /// Appends a layer with an explicit name.
     pub fn add_named(mut self, name: impl Into<String>, kind: LayerKind) -> Self {
-        self.layers.push((Some(name.into()), kind));
+        self.layers
+            .push((Some(name.into()), kind, LayerOptions::default()));
         self
     }
 
@@ -593,12 +604,18 @@ impl SequentialBuilder {
                 shape: self.input_shape,
             },
             inputs: None,
+            options: LayerOptions::default(),
         }];
-        nodes.extend(self.layers.into_iter().map(|(name, kind)| RawNode {
-            name,
-            kind,
-            inputs: None,
-        }));
+        nodes.extend(
+            self.layers
+                .into_iter()
+                .map(|(name, kind, options)| RawNode {
+                    name,
+                    kind,
+                    inputs: None,
+                    options,
+                }),
+        );
         ModelSpec::from_nodes(nodes, None)
     }
 }
@@ -613,6 +630,8 @@ pub struct RawNode {
     pub kind: LayerKind,
     /// Names of the inbound entries.
     pub inputs: Option<Vec<String>>,
+    /// `trainable` and per-weight options.
+    pub options: LayerOptions,
 }
 
 impl ModelSpec {
@@ -653,6 +672,7 @@ impl ModelSpec {
                 name,
                 kind,
                 inputs: wanted,
+                options,
             } = node;
             kind.validate()
                 .map_err(|m| KilnError::config(key(i, &kind), m))?;
@@ -740,6 +760,7 @@ impl ModelSpec {
                 })
                 .collect();
             check_size(&kind, &in_shapes).map_err(|m| KilnError::config(key(i, &kind), m))?;
+            options.check(&kind, &in_shapes, &format!("model.layers[{i}]"))?;
             let shape = kind
                 .output_shape_of(&in_shapes)
                 .map_err(|m| KilnError::config(key(i, &kind), m))?;
@@ -760,6 +781,7 @@ impl ModelSpec {
                 name,
                 kind,
                 inputs: refs,
+                options,
             });
             shapes.push(shape);
         }
@@ -955,8 +977,14 @@ impl ModelSpec {
                     )
                 })?),
             };
+            let options = LayerOptions::take_from_toml(&mut table, &key)?;
             let kind = parse_kind(table, declared, &format!("{key} ({type_name})"))?;
-            parsed.push(RawNode { name, kind, inputs });
+            parsed.push(RawNode {
+                name,
+                kind,
+                inputs,
+                options,
+            });
         }
         // dtypes[i] belongs to parsed[i]; Inputs compute nothing, so only layers keep theirs.
         let layer_dtypes: Vec<Option<Precision>> = parsed
@@ -1011,6 +1039,7 @@ impl ModelSpec {
             let mut v = toml::Value::Table(layer.kind.to_table());
             if let toml::Value::Table(t) = &mut v {
                 t.insert("name".into(), toml::Value::String(layer.name.clone()));
+                layer.options.write_toml(t);
                 if let Some(d) = self.layer_dtypes.get(&layer.name) {
                     t.insert("dtype".into(), toml::Value::String(d.name().into()));
                 }
@@ -1062,6 +1091,25 @@ impl ModelSpec {
             ));
         }
         self.layer_dtypes.insert(name.to_string(), dtype);
+        Ok(self)
+    }
+
+    /// The model with layer `name`'s options replaced by `options` (for a functional model
+    /// built from [`RawNode`]s, options can also be given per node).
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] when no layer has that name or the options name a weight the
+    /// layer does not have.
+    pub fn with_layer_options(mut self, name: &str, options: LayerOptions) -> Result<ModelSpec> {
+        let Some(i) = self.layers.iter().position(|l| l.name == name) else {
+            return Err(KilnError::config(
+                "model.layers",
+                format!("no layer is named \"{name}\" (layer options)"),
+            ));
+        };
+        let at = format!("model.layers[{}]", i + self.inputs.len());
+        options.check(&self.layers[i].kind, &self.shapes_before(i), &at)?;
+        self.layers[i].options = options;
         Ok(self)
     }
 
@@ -1148,8 +1196,14 @@ impl ModelSpec {
     }
 
     /// `(trainable, non_trainable)` parameters of layer `i`.
+    /// A frozen layer's (`trainable = false`) are all non-trainable, as Keras counts them.
     pub fn layer_params(&self, i: usize) -> (usize, usize) {
-        self.layers[i].kind.param_count_of(&self.shapes_before(i))
+        let (t, n) = self.layers[i].kind.param_count_of(&self.shapes_before(i));
+        if self.layers[i].options.trainable {
+            (t, n)
+        } else {
+            (0, t + n)
+        }
     }
 
     /// `(trainable, non_trainable)` parameter totals, counted from the spec (nothing is

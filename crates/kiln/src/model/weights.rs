@@ -16,6 +16,7 @@ use burn::prelude::*;
 use safetensors::tensor::{Dtype, TensorView};
 
 use super::network::{LayerParams, Network};
+use super::options::stored_weights;
 use super::spec::ModelSpec;
 use crate::error::{KilnError, Result};
 
@@ -176,61 +177,16 @@ pub fn load(spec: &ModelSpec, path: &Path, device: &Device) -> Result<Network> {
 /// # Errors
 /// Whatever `get` returns for a missing or mismatched tensor.
 pub fn load_with(spec: &ModelSpec, device: &Device, get: &WeightSource) -> Result<Network> {
-    let mut net = Network::init(spec, 0, device);
-    for (i, (layer, p)) in spec.layers().iter().zip(net.layers.iter_mut()).enumerate() {
-        let (kernel_names, vector_names) =
-            super::network_ext::weight_names(&layer.kind, &spec.shapes_before(i));
-        for ((suffix, shape), k) in kernel_names.iter().zip(p.kernels.iter_mut()) {
-            let d = k.val().dims();
-            let v = get(&format!("{}/{suffix}", layer.name), shape)?;
-            *k = Param::from_tensor(Tensor::from_data(TensorData::new(v, d), device));
+    let mut layers = Vec::with_capacity(spec.layers().len());
+    for (i, layer) in spec.layers().iter().enumerate() {
+        let mut p = LayerParams::empty();
+        for (w, slot) in stored_weights(&layer.kind, &spec.shapes_before(i)) {
+            let v = get(&format!("{}/{}", layer.name, w.name), &w.shape)?;
+            p.put(slot, &w, v, layer.options.trains(&w), device);
         }
-        for ((suffix, shape), k) in vector_names.iter().zip(p.vectors.iter_mut()) {
-            let d = k.val().dims();
-            let v = get(&format!("{}/{suffix}", layer.name), shape)?;
-            *k = Param::from_tensor(Tensor::from_data(TensorData::new(v, d), device));
-        }
-        load_layer(&layer.name, p, device, get)?;
+        layers.push(p);
     }
-    Ok(net)
-}
-
-fn load_layer(name: &str, p: &mut LayerParams, device: &Device, get: &WeightSource) -> Result<()> {
-    if let Some(k) = &p.dense_kernel {
-        let d = k.val().dims();
-        let v = get(&format!("{name}/kernel"), &d)?;
-        p.dense_kernel = Some(Param::from_tensor(Tensor::from_data(
-            TensorData::new(v, d),
-            device,
-        )));
-    }
-    if let Some(k) = &p.conv_kernel {
-        let [o, i, h, w] = k.val().dims();
-        let v = get(&format!("{name}/kernel"), &[h, w, i, o])?;
-        let v = hwio_to_oihw(&v, [h, w, i, o]);
-        p.conv_kernel = Some(Param::from_tensor(Tensor::from_data(
-            TensorData::new(v, [o, i, h, w]),
-            device,
-        )));
-    }
-    let slots: [(&str, &mut Option<Param<Tensor<1>>>, bool); 5] = [
-        ("bias", &mut p.bias, true),
-        ("gamma", &mut p.gamma, true),
-        ("beta", &mut p.beta, true),
-        ("moving_mean", &mut p.moving_mean, false),
-        ("moving_variance", &mut p.moving_variance, false),
-    ];
-    for (suffix, slot, trainable) in slots {
-        if let Some(param) = slot {
-            let d = param.val().dims();
-            let v = get(&format!("{name}/{suffix}"), &d)?;
-            *slot = Some(
-                Param::from_tensor(Tensor::from_data(TensorData::new(v, d), device))
-                    .set_require_grad(trainable),
-            );
-        }
-    }
-    Ok(())
+    Ok(Network { layers })
 }
 
 #[cfg(test)]
