@@ -149,3 +149,80 @@ fn data_inspect_reads_stdin_and_unknown_formats_are_usage_errors() {
     assert_fails(&o, 2, &["unknown file format \"parquet\""]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A model with two Inputs trains from an NPY pipeline whose components are named like them
+/// (Keras' dict inputs), and learns; an Input that matches no component is a clear error.
+#[test]
+fn a_two_input_model_trains_from_components_named_like_its_inputs() {
+    let dir = scratch("two-inputs");
+    // Label: whether a's first value plus b's first value is positive.
+    let n = 256;
+    let (mut a, mut b, mut y) = (Vec::new(), Vec::new(), Vec::new());
+    let mut state = 7u32;
+    let mut next = || {
+        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+    };
+    for _ in 0..n {
+        let ra: Vec<f32> = (0..4).map(|_| next()).collect();
+        let rb: Vec<f32> = (0..3).map(|_| next()).collect();
+        y.push((ra[0] + rb[0] > 0.0) as i64);
+        a.extend(ra);
+        b.extend(rb);
+    }
+    let write = |name: &str, shape: Vec<usize>, buf: Buffer| {
+        kiln_data::npy::write_npy(&dir.join(name), &Array::new(shape, buf).unwrap()).unwrap();
+    };
+    write("a.npy", vec![n, 4], Buffer::F32(a));
+    write("b.npy", vec![n, 3], Buffer::F32(b));
+    write("y.npy", vec![n], Buffer::I64(y));
+    let config = |input_b: &str| {
+        format!(
+            r#"name = "two"
+seed = 3
+[data]
+data_dir = "{}"
+[data.train]
+source = "npy"
+files = ["a.npy", "b.npy", "y.npy"]
+components = ["a", "b", "label"]
+y = "label"
+batch_size = 32
+[model]
+layers = [
+  {{ type = "Input", name = "a", shape = [4] }},
+  {{ type = "Input", name = "{input_b}", shape = [3] }},
+  {{ type = "Concatenate", name = "ab", inputs = ["a", "{input_b}"] }},
+  {{ type = "Dense", units = 16, activation = "relu" }},
+  {{ type = "Dense", units = 2 }},
+]
+[compile]
+optimizer = {{ type = "adamw", learning_rate = 0.01 }}
+loss = {{ type = "sparse_categorical_crossentropy", from_logits = true }}
+metrics = ["accuracy"]
+[fit]
+epochs = 8
+"#,
+            dir.display()
+        )
+    };
+    let good = dir.join("two.toml");
+    std::fs::write(&good, config("b")).unwrap();
+    let run = dir.join("run");
+    let o = train_command(&good, &run, &[]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let h: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("history.json")).unwrap()).unwrap();
+    let acc = h["history"]["accuracy"].as_array().unwrap();
+    assert!(acc.last().unwrap().as_f64().unwrap() > 0.85, "{acc:?}");
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, config("c")).unwrap();
+    let o = train_command(&bad, &dir.join("bad-run"), &[])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("Input \"c\""), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -858,8 +858,10 @@ pub fn bench_epochs(
                     .collect();
             }
             report.batches += 1;
+            // Every component of a batch has the batch axis first (several Inputs: no `x`).
             report.elements += batch
                 .get(FEATURES)
+                .or_else(|| batch.get(LABELS))
                 .and_then(|a| a.shape().first().copied())
                 .unwrap_or(1) as u64;
         }

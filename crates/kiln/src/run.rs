@@ -689,7 +689,6 @@ fn array_pipelines(cfg: &RunConfig) -> Result<(Dataset, Option<Dataset>, Dataset
 /// # Errors
 /// [`KilnError::Shape`] naming the table and component; data errors from the first example.
 fn check_pipelines_against_model(cfg: &RunConfig) -> Result<()> {
-    let per: usize = cfg.model.input_shape().iter().product();
     let units = cfg.model.output_units();
     for split in [Split::Train, Split::Validation, Split::Test] {
         let Some(p) = split.table(cfg) else { continue };
@@ -699,17 +698,32 @@ fn check_pipelines_against_model(cfg: &RunConfig) -> Result<()> {
                 split.key()
             )));
         };
-        let x = first.require(crate::batch::FEATURES)?;
-        if x.len() != per {
-            return Err(KilnError::Shape(format!(
-                "{}: examples of component \"{}\" have shape {} ({}) but the model's Input \
-                 expects {}; add a reshape or resize op, or change the Input's `shape`",
-                split.key(),
-                p.x_name(),
-                crate::model::keras_shape(x.shape()),
-                x.dtype(),
-                crate::model::keras_shape(cfg.model.input_shape())
-            )));
+        // One Input takes the `x` component; several take the components named like them.
+        let fed: Vec<(String, String, &[usize])> = match crate::batch::input_components(&cfg.model)
+        {
+            None => vec![(
+                crate::batch::FEATURES.to_string(),
+                p.x_name().to_string(),
+                cfg.model.input_shape(),
+            )],
+            Some(names) => names
+                .into_iter()
+                .zip(cfg.model.inputs())
+                .map(|(n, (_, shape))| (n.clone(), n, shape.as_slice()))
+                .collect(),
+        };
+        for (component, shown, shape) in fed {
+            let x = first.require(&component)?;
+            if x.len() != shape.iter().product::<usize>() {
+                return Err(KilnError::Shape(format!(
+                    "{}: examples of component \"{shown}\" have shape {} ({}) but the model's \
+                     Input expects {}; add a reshape or resize op, or change the Input's `shape`",
+                    split.key(),
+                    crate::model::keras_shape(x.shape()),
+                    x.dtype(),
+                    crate::model::keras_shape(shape)
+                )));
+            }
         }
         let y = first.require(crate::batch::LABELS)?;
         if y.dtype().is_integer() && y.len() == 1 && units > 1 {

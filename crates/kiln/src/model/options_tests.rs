@@ -418,3 +418,20 @@ fn frozen_layers_keep_their_weights_and_count_as_non_trainable() {
     assert!(!kernel(0).is_require_grad());
     assert!(kernel(3).is_require_grad());
 }
+
+#[test]
+fn an_input_takes_no_options() {
+    for extra in [
+        "kernel_initializer = \"zeros\"",
+        "activity_regularizer = \"l2\"",
+        "trainable = false",
+    ] {
+        let e = error(&format!(
+            "{{ type = \"Input\", shape = [4], {extra} }}, {{ type = \"Dense\", units = 2 }}"
+        ));
+        assert!(
+            e.starts_with("model.layers[0]: an `Input` has no weights"),
+            "{extra}: {e}"
+        );
+    }
+}

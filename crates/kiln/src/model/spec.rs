@@ -705,6 +705,13 @@ impl ModelSpec {
                 ));
             }
             if let LayerKind::Input { shape } = &kind {
+                if options != LayerOptions::default() {
+                    return Err(KilnError::config(
+                        format!("model.layers[{i}]"),
+                        "an `Input` has no weights and computes nothing: it takes no \
+                         `trainable`, initializer, regularizer or constraint options",
+                    ));
+                }
                 if wanted.is_some() {
                     return Err(KilnError::config(
                         format!("model.layers[{i}].inputs"),
