@@ -270,17 +270,12 @@ fn check_initializer(init: &Initializer, shape: &[usize], key: &str) -> Result<(
     ))
 }
 
-/// Keras' fans of a weight of any rank (`compute_fans`), for the default `glorot_uniform`.
-fn fans(shape: &[usize]) -> (usize, usize) {
-    super::initializers::compute_fans(shape)
-}
-
 /// The layer's own default first values of `w` (kiln's draws before options existed).
 fn default_values(w: &WeightSpec, rng: &mut impl Rng) -> Vec<f32> {
     let n = w.size();
     match w.init {
         WeightInit::GlorotUniform => {
-            let (fan_in, fan_out) = fans(&w.shape);
+            let (fan_in, fan_out) = super::initializers::compute_fans(&w.shape);
             super::init::glorot_uniform(rng, n, fan_in, fan_out)
         }
         WeightInit::Zeros => vec![0.0; n],
