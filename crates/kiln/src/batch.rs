@@ -9,7 +9,7 @@
 use burn::prelude::*;
 use kiln_data::{Array, Element};
 
-use crate::compile::{Labels, LossSpec};
+use crate::compile::{Compiled, Labels, LossSpec};
 use crate::error::{KilnError, Result};
 use crate::guards::{BatchOrigin, NumericsGuard};
 use crate::model::{Act, ModelSpec, keras_shape};
@@ -28,6 +28,15 @@ pub fn input_components(spec: &ModelSpec) -> Option<Vec<String>> {
     (spec.inputs().len() > 1).then(|| spec.inputs().iter().map(|(n, _)| n.clone()).collect())
 }
 
+/// A batch's labels on the host, for metrics.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HostLabels {
+    /// Class index per row (argmax for dense targets).
+    pub classes: Vec<i64>,
+    /// Dense targets `[rows, units]` row-major, empty for sparse labels.
+    pub targets: Vec<f32>,
+}
+
 /// A batch on the device, plus the host copies that metrics need.
 #[derive(Debug, Clone)]
 pub struct DeviceBatch {
@@ -41,6 +50,9 @@ pub struct DeviceBatch {
     pub classes: Vec<i64>,
     /// Dense targets `[batch, units]` row-major (binary metrics), empty for sparse labels.
     pub targets: Vec<f32>,
+    /// For a model with several outputs, each output's host labels in `outputs` order
+    /// (`classes` and `targets` are then empty); empty for a model with one output.
+    pub outputs: Vec<HostLabels>,
     /// Number of examples.
     pub size: usize,
     /// Per-example loss weights `[batch]` (the [`SAMPLE_WEIGHT`] component), when the batch
@@ -60,10 +72,10 @@ impl DeviceBatch {
     /// A batch of no examples: what a worker whose input shard is exhausted steps with while
     /// the others still have data. Its tensors are one zero example of `spec`'s input and
     /// `loss`'s label kind, which nothing reads at size 0.
-    pub fn empty(spec: &ModelSpec, loss: &LossSpec, device: &Device) -> Result<DeviceBatch> {
+    pub fn empty(spec: &ModelSpec, compiled: &Compiled, device: &Device) -> Result<DeviceBatch> {
         let x = zeros_like_input(spec.input_shape(), device)?;
         let units: usize = spec.output_shape().iter().product();
-        let labels = if loss.sparse_labels() {
+        let labels = if compiled.loss.sparse_labels() {
             Labels::Sparse(Tensor::<1, Int>::zeros([1], device))
         } else {
             Labels::Dense(Tensor::<2>::zeros([1, units], device))
@@ -78,6 +90,7 @@ impl DeviceBatch {
             labels: Some(labels),
             classes: Vec::new(),
             targets: Vec::new(),
+            outputs: Vec::new(),
             size: 0,
             sample_weight: None,
         })
@@ -208,13 +221,6 @@ pub fn nhwc_to_nchw(v: &[f32], [n, h, w, c]: [usize; 4]) -> Vec<f32> {
     out
 }
 
-/// Class labels as `i64`, or the error naming the labels component.
-fn labels_i64(y: &Array) -> Result<Vec<i64>> {
-    y.data()
-        .try_to_i64()
-        .map_err(|_| not_numeric(LABELS, "labels", y.dtype()))
-}
-
 /// Converts a batch element (`x` and, unless predicting, `y`) for the model and loss.
 ///
 /// # Errors
@@ -223,10 +229,10 @@ fn labels_i64(y: &Array) -> Result<Vec<i64>> {
 pub fn to_device(
     el: &Element,
     spec: &ModelSpec,
-    loss: &LossSpec,
+    compiled: &Compiled,
     device: &Device,
 ) -> Result<DeviceBatch> {
-    convert(el, spec, loss, device, &BatchOrigin::default())
+    convert(el, spec, compiled, device, &BatchOrigin::default())
 }
 
 /// [`to_device`] behind the input guards: `guard` checks the batch for NaN / ±Inf first
@@ -240,13 +246,24 @@ pub fn to_device(
 pub fn to_device_guarded(
     el: &mut Element,
     spec: &ModelSpec,
-    loss: &LossSpec,
+    compiled: &Compiled,
     device: &Device,
     guard: &mut NumericsGuard,
 ) -> Result<Option<DeviceBatch>> {
     match guard.admit(el)? {
-        Some(origin) => convert(el, spec, loss, device, &origin).map(Some),
+        Some(origin) => convert(el, spec, compiled, device, &origin).map(Some),
         None => Ok(None),
+    }
+}
+
+/// The batch components that hold the labels: [`LABELS`] for a model with one output, the
+/// output layers' names for a model with several (Keras' dict labels, `fit(x, {"class": ...,
+/// "value": ...})`).
+pub fn label_components(spec: &ModelSpec) -> Vec<String> {
+    if spec.has_several_outputs() {
+        spec.output_names()
+    } else {
+        vec![LABELS.to_string()]
     }
 }
 
@@ -254,107 +271,163 @@ pub fn to_device_guarded(
 fn convert(
     el: &Element,
     spec: &ModelSpec,
-    loss: &LossSpec,
+    compiled: &Compiled,
     device: &Device,
     origin: &BatchOrigin,
 ) -> Result<DeviceBatch> {
     let (x, more, size) = all_features(el, spec, device)?;
-    let units = spec.output_units();
-    // One label (or one target row) per output position: `(steps,)` labels for a `(steps,
-    // classes)` output. The loss sees `rows` rows.
-    let positions = spec.output_positions();
-    let rows = size * positions;
-    let Some(y) = el.get(LABELS) else {
-        return Ok(DeviceBatch {
-            x,
-            more,
-            labels: None,
-            classes: vec![],
-            targets: vec![],
-            size,
-            sample_weight: None,
-        });
-    };
-    let sample_weight = sample_weights(el, size, positions, device)?;
-    let per_example = y.len() / size.max(1);
-    let class_labels = y.dtype().is_integer() && per_example == positions;
-    // Every batch, every label: an index outside [0, units) makes TensorFlow's GPU kernels
-    // return NaN silently, and makes the one-hot encoding below write out of bounds.
-    let check = |classes: &[i64]| -> Result<()> {
-        match classes.iter().position(|&c| c < 0 || c as usize >= units) {
-            Some(i) => Err(KilnError::Shape(format!(
-                "label {} of {} is outside [0, {units}): the model has {units} output units \
-                 ({units} classes); fix the labels, or set the last layer's `units` to the \
-                 number of classes",
-                classes[i],
-                origin.describe(i / positions)
-            ))),
-            None => Ok(()),
-        }
-    };
-    if loss.sparse_labels() {
-        if per_example != positions || y.len() != rows {
-            return Err(KilnError::Shape(format!(
-                "{} needs one integer class label per output position ({} per example for \
-                 the output {}), got labels of shape {:?}; use categorical_crossentropy for \
-                 one-hot labels",
-                loss.name(),
-                positions,
-                keras_shape(spec.output_shape()),
-                y.shape()
-            )));
-        }
-        let classes = labels_i64(y)?;
-        check(&classes)?;
-        let t = Tensor::<1, Int>::from_data(TensorData::new(classes.clone(), [rows]), device);
-        return Ok(DeviceBatch {
-            x,
-            more,
-            labels: Some(Labels::Sparse(t)),
-            classes,
-            targets: vec![],
-            size,
-            sample_weight,
-        });
-    }
-    let (classes, targets) = if class_labels && units > 1 {
-        // Integer labels for a dense loss: one-hot encode (Keras would ask for to_categorical).
-        let classes = labels_i64(y)?;
-        check(&classes)?;
-        let mut t = vec![0.0f32; rows * units];
-        for (i, &c) in classes.iter().enumerate() {
-            t[i * units + c as usize] = 1.0;
-        }
-        (classes, t)
-    } else {
-        let t = y
-            .data()
-            .try_to_f32()
-            .map_err(|_| not_numeric(LABELS, "labels", y.dtype()))?;
-        if t.len() != rows * units {
-            return Err(KilnError::Shape(format!(
-                "labels have {} values per example but the model's output {} has {}",
-                per_example,
-                keras_shape(spec.output_shape()),
-                positions * units
-            )));
-        }
-        let classes = t
-            .chunks_exact(units)
-            .map(|r| crate::compile::argmax(r) as i64)
-            .collect();
-        (classes, t)
-    };
-    let dense = Tensor::<2>::from_data(TensorData::new(targets.clone(), [rows, units]), device);
-    Ok(DeviceBatch {
+    let mut batch = DeviceBatch {
         x,
         more,
-        labels: Some(Labels::Dense(dense)),
-        classes,
-        targets,
+        labels: None,
+        classes: vec![],
+        targets: vec![],
+        outputs: vec![],
         size,
-        sample_weight,
-    })
+        sample_weight: None,
+    };
+    let components = label_components(spec);
+    // Prediction: no labels at all.
+    if components.iter().all(|c| el.get(c).is_none()) {
+        return Ok(batch);
+    }
+    let mut labels = Vec::with_capacity(components.len());
+    for (k, component) in components.iter().enumerate() {
+        let y = el.get(component).ok_or_else(|| {
+            KilnError::Shape(format!(
+                "the batch has no labels for output \"{component}\" (component \
+                 \"{component}\"); a model with several outputs takes each output's labels \
+                 from the component named like it"
+            ))
+        })?;
+        let head = Head {
+            component,
+            shape: spec.shape_after(spec.output_layers()[k]),
+            loss: compiled.loss_of_output(k),
+        };
+        let (l, host) = head.labels(y, size, origin, device)?;
+        labels.push(l);
+        batch.outputs.push(host);
+    }
+    batch.sample_weight = sample_weights(el, size, spec.output_positions(), device)?;
+    if spec.has_several_outputs() {
+        batch.labels = Some(Labels::Outputs(labels));
+    } else {
+        let host = batch.outputs.pop().expect("one output");
+        (batch.classes, batch.targets) = (host.classes, host.targets);
+        batch.labels = labels.pop();
+    }
+    Ok(batch)
+}
+
+/// One output's labels: the component they come from, the output's shape and its loss.
+struct Head<'a> {
+    component: &'a str,
+    shape: &'a [usize],
+    loss: &'a LossSpec,
+}
+
+impl Head<'_> {
+    fn units(&self) -> usize {
+        self.shape.last().copied().unwrap_or(1)
+    }
+
+    /// One label (or target row) per output position: `(steps,)` labels for a `(steps,
+    /// classes)` output.
+    fn positions(&self) -> usize {
+        self.shape[..self.shape.len().saturating_sub(1)]
+            .iter()
+            .product()
+    }
+
+    /// The labels `y` of a batch of `size` examples as the loss takes them, and their host
+    /// copies for the metrics.
+    fn labels(
+        &self,
+        y: &Array,
+        size: usize,
+        origin: &BatchOrigin,
+        device: &Device,
+    ) -> Result<(Labels, HostLabels)> {
+        let (units, positions) = (self.units(), self.positions());
+        let rows = size * positions;
+        let per_example = y.len() / size.max(1);
+        if self.loss.sparse_labels() {
+            if per_example != positions || y.len() != rows {
+                return Err(KilnError::Shape(format!(
+                    "{} needs one integer class label per output position ({} per example for \
+                     the output {}), got labels \"{}\" of shape {:?}; use \
+                     categorical_crossentropy for one-hot labels",
+                    self.loss.name(),
+                    positions,
+                    keras_shape(self.shape),
+                    self.component,
+                    y.shape()
+                )));
+            }
+            let classes = self.classes(y, origin)?;
+            let t = Tensor::<1, Int>::from_data(TensorData::new(classes.clone(), [rows]), device);
+            let host = HostLabels {
+                classes,
+                targets: vec![],
+            };
+            return Ok((Labels::Sparse(t), host));
+        }
+        let class_labels = y.dtype().is_integer() && per_example == positions;
+        let (classes, targets) = if class_labels && units > 1 {
+            // Integer labels for a dense loss: one-hot encode (Keras would ask for
+            // to_categorical).
+            let classes = self.classes(y, origin)?;
+            let mut t = vec![0.0f32; rows * units];
+            for (i, &c) in classes.iter().enumerate() {
+                t[i * units + c as usize] = 1.0;
+            }
+            (classes, t)
+        } else {
+            let t = y
+                .data()
+                .try_to_f32()
+                .map_err(|_| not_numeric(self.component, "labels", y.dtype()))?;
+            if t.len() != rows * units {
+                return Err(KilnError::Shape(format!(
+                    "labels \"{}\" have {} values per example but the model's output {} has {}",
+                    self.component,
+                    per_example,
+                    keras_shape(self.shape),
+                    positions * units
+                )));
+            }
+            let classes = t
+                .chunks_exact(units)
+                .map(|r| crate::compile::argmax(r) as i64)
+                .collect();
+            (classes, t)
+        };
+        let dense = Tensor::<2>::from_data(TensorData::new(targets.clone(), [rows, units]), device);
+        Ok((Labels::Dense(dense), HostLabels { classes, targets }))
+    }
+
+    /// Integer class labels, each checked against `[0, units)`: an index outside makes
+    /// TensorFlow's GPU kernels return NaN silently, and the one-hot encoding write out of
+    /// bounds.
+    fn classes(&self, y: &Array, origin: &BatchOrigin) -> Result<Vec<i64>> {
+        let classes = y
+            .data()
+            .try_to_i64()
+            .map_err(|_| not_numeric(self.component, "labels", y.dtype()))?;
+        let (units, positions) = (self.units(), self.positions());
+        match classes.iter().position(|&c| c < 0 || c as usize >= units) {
+            Some(i) => Err(KilnError::Shape(format!(
+                "label {} of {} is outside [0, {units}): the model's output \"{}\" has {units} \
+                 units ({units} classes); fix the labels, or set that layer's `units` to the \
+                 number of classes",
+                classes[i],
+                origin.describe(i / positions),
+                self.component
+            ))),
+            None => Ok(classes),
+        }
+    }
 }
 
 /// The [`SAMPLE_WEIGHT`] component of `el` as a `[size * positions]` tensor (each example's
@@ -402,6 +475,13 @@ fn sample_weights(
 mod tests {
     use super::*;
 
+    /// `compile(loss=loss)` for `spec` (the optimizer does not matter here).
+    fn compiled(spec: &ModelSpec, loss: LossSpec) -> Compiled {
+        let optimizer =
+            crate::compile::OptimizerSpec::from_toml(&toml::Value::from("sgd")).unwrap();
+        Compiled::new(spec, optimizer, loss, &[]).unwrap()
+    }
+
     #[test]
     fn string_features_and_labels_are_errors_not_panics() {
         use crate::compile::LossSpec;
@@ -422,7 +502,7 @@ mod tests {
         let loss =
             LossSpec::from_toml(&toml::Value::from("sparse_categorical_crossentropy")).unwrap();
         let el = Element::new().with(FEATURES, strings.clone());
-        let e = to_device(&el, &spec, &loss, &device)
+        let e = to_device(&el, &spec, &compiled(&spec, loss), &device)
             .unwrap_err()
             .to_string();
         assert!(
@@ -432,7 +512,7 @@ mod tests {
         let el = Element::new()
             .with(FEATURES, numbers.clone())
             .with(LABELS, strings.clone());
-        let e = to_device(&el, &spec, &loss, &device)
+        let e = to_device(&el, &spec, &compiled(&spec, loss), &device)
             .unwrap_err()
             .to_string();
         assert!(
@@ -441,7 +521,7 @@ mod tests {
         );
         let mse = LossSpec::from_toml(&toml::Value::from("mse")).unwrap();
         let el = Element::new().with(FEATURES, numbers).with(LABELS, strings);
-        assert!(to_device(&el, &spec, &mse, &device).is_err());
+        assert!(to_device(&el, &spec, &compiled(&spec, mse), &device).is_err());
     }
 
     #[test]
@@ -469,7 +549,7 @@ mod tests {
                 .with(SAMPLE_WEIGHT, w)
         };
         let column = Array::new(vec![2, 1], kiln_data::Buffer::F64(vec![0.5, 2.0])).unwrap();
-        let b = to_device(&el(column), &spec, &loss, &device).unwrap();
+        let b = to_device(&el(column), &spec, &compiled(&spec, loss), &device).unwrap();
         let w = b
             .sample_weight
             .unwrap()
@@ -478,7 +558,7 @@ mod tests {
             .unwrap();
         assert_eq!(w, vec![0.5, 2.0]);
         let three = Array::new(vec![3], kiln_data::Buffer::F32(vec![1.0; 3])).unwrap();
-        let e = to_device(&el(three), &spec, &loss, &device)
+        let e = to_device(&el(three), &spec, &compiled(&spec, loss), &device)
             .unwrap_err()
             .to_string();
         assert!(

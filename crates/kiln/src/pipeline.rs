@@ -563,6 +563,12 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
     // A model with several Inputs takes the components named like them (Keras' dict
     // inputs, `model.fit({"a": ..., "b": ...}, y)`).
     let input_names = crate::batch::input_components(&cfg.model);
+    // A model with several outputs takes each output's labels from the component named like
+    // it (Keras' dict labels); `y` then does not apply.
+    let output_names = cfg
+        .model
+        .has_several_outputs()
+        .then(|| cfg.model.output_names());
     let select = move |mut e: Element| -> kiln_data::Result<Element> {
         let present: Vec<String> = e.names().map(str::to_string).collect();
         let missing = |which: &str, name: &str| {
@@ -572,8 +578,22 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
                 if which == "x" { "features" } else { "labels" }
             ))
         };
-        let ys = e.remove(&y).ok_or_else(|| missing("y", &y))?;
         let mut out = Element::new();
+        match &output_names {
+            None => out = out.with(LABELS, e.remove(&y).ok_or_else(|| missing("y", &y))?),
+            Some(names) => {
+                for name in names {
+                    let v = e.remove(name).ok_or_else(|| {
+                        DataError::InvalidArgument(format!(
+                            "{key}: the model's output \"{name}\" takes its labels from the \
+                             component of that name, which the elements lack (components: \
+                             {present:?}); name the outputs after the label components"
+                        ))
+                    })?;
+                    out = out.with(name.as_str(), v);
+                }
+            }
+        }
         match &input_names {
             None => out = out.with(FEATURES, e.remove(&x).ok_or_else(|| missing("x", &x))?),
             Some(names) => {
@@ -589,7 +609,7 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
                 }
             }
         }
-        Ok(out.with(LABELS, ys))
+        Ok(out)
     };
     ds = ds.map(select, Parallelism::Sequential);
     let mut batch_size = match parts.shard {

@@ -191,6 +191,7 @@ pub fn train_with(
     callbacks: &mut [&mut dyn Callback],
     on_model: impl FnOnce(&mut Model),
 ) -> Result<TrainReport> {
+    check_several_outputs(cfg)?;
     // One writer per run directory: locked before anything is read or written, so that a
     // second process is refused at once; released when this returns (or the process dies).
     let _locks = lock_run_dirs(cfg, run_dir, opts.notes)?;
@@ -725,18 +726,70 @@ fn check_pipelines_against_model(cfg: &RunConfig) -> Result<()> {
                 )));
             }
         }
-        let y = first.require(crate::batch::LABELS)?;
-        if y.dtype().is_integer() && y.len() == 1 && units > 1 {
-            let label = y.data().try_to_i64()?[0];
-            if label < 0 || label as usize >= units {
-                return Err(KilnError::Shape(format!(
-                    "{}: label {label} of the first example (component \"{}\") is outside \
-                     [0, {units}): the model's last layer has {units} units; set its `units` \
-                     to the number of classes",
-                    split.key(),
-                    p.y_name()
-                )));
-            }
+        let several = cfg.model.has_several_outputs();
+        for (k, component) in crate::batch::label_components(&cfg.model)
+            .iter()
+            .enumerate()
+        {
+            let y = first.require(component)?;
+            let units = if several {
+                cfg.model.units_of_output(k)
+            } else {
+                units
+            };
+            let shown = if several { component } else { p.y_name() };
+            check_first_label(y, units, shown, split.key())?;
+        }
+    }
+    Ok(())
+}
+
+/// A model with several outputs reads each output's labels from a named component of
+/// `[data.train]`-style pipelines, and trains on one device (the default strategy).
+///
+/// # Errors
+/// [`KilnError::Config`] naming `data` or `distribute.strategy`.
+fn check_several_outputs(cfg: &RunConfig) -> Result<()> {
+    if !cfg.model.has_several_outputs() {
+        return Ok(());
+    }
+    let names = cfg.model.output_names();
+    if !cfg.data.uses_pipelines() {
+        return Err(KilnError::config(
+            "data",
+            format!(
+                "the model has several outputs {names:?}, whose labels come from the batch \
+                 components named like them: describe the data as pipelines \
+                 ([data.train] with NPY, CSV or TFRecord components named {names:?})"
+            ),
+        ));
+    }
+    if cfg.distribute.strategy != crate::config::StrategyKind::OneDevice {
+        return Err(KilnError::config(
+            "distribute.strategy",
+            format!(
+                "a model with several outputs trains with the default strategy (one device) \
+                 in this version; \"{}\" does not combine per-output losses and metrics yet",
+                cfg.distribute.strategy.name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A class label of the first example outside `[0, units)` is refused before training starts.
+///
+/// # Errors
+/// [`KilnError::Shape`] naming the table and component.
+fn check_first_label(y: &kiln_data::Array, units: usize, shown: &str, key: &str) -> Result<()> {
+    if y.dtype().is_integer() && y.len() == 1 && units > 1 {
+        let label = y.data().try_to_i64()?[0];
+        if label < 0 || label as usize >= units {
+            return Err(KilnError::Shape(format!(
+                "{key}: label {label} of the first example (component \"{shown}\") is outside \
+                 [0, {units}): the output layer has {units} units; set its `units` to the \
+                 number of classes"
+            )));
         }
     }
     Ok(())

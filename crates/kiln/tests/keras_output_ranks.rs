@@ -221,3 +221,103 @@ fn a_two_input_model_fed_by_component_names_matches_keras_before_and_after_a_ste
         &step["evaluate_after_step"]["values"],
     );
 }
+
+/// The two-output model with the case's Keras weights, compiled as Keras' `compile(loss={...},
+/// loss_weights={...}, metrics={...})` from the TOML a config would hold.
+fn two_output_model(case: &Value) -> Model {
+    let layers = r#"layers = [
+        { type = "Input", name = "x", shape = [5] },
+        { type = "Dense", name = "trunk", units = 8, activation = "relu" },
+        { type = "Dense", name = "class", units = 3, activation = "softmax", inputs = ["trunk"] },
+        { type = "Dense", name = "value", units = 1, inputs = ["trunk"] },
+    ]
+    outputs = ["class", "value"]"#;
+    let spec = ModelSpec::from_toml(&toml::from_str(layers).unwrap()).unwrap();
+    assert_eq!(spec.output_names(), ["class", "value"]);
+    let compile: toml::Table = toml::from_str(
+        r#"loss = { class = "sparse_categorical_crossentropy", value = "mse" }
+        loss_weights = { class = 1.0, value = 0.5 }
+        metrics = { class = ["accuracy"], value = ["mae"] }"#,
+    )
+    .unwrap();
+    let raw = kiln::compile::RawOutputs {
+        loss: &compile["loss"],
+        loss_weights: compile.get("loss_weights"),
+        metrics: compile.get("metrics"),
+    };
+    let sgd = OptimizerSpec::Sgd {
+        learning_rate: 0.1,
+        momentum: 0.0,
+        nesterov: false,
+    };
+    let compiled = Compiled::for_outputs(&spec, sgd, &raw).unwrap();
+    let mut map = HashMap::new();
+    for w in case["weights"].as_array().unwrap() {
+        map.insert(w["name"].as_str().unwrap().to_string(), floats(w));
+    }
+    let device = Device::flex();
+    let net = weights::load_with(&spec, &device, &|name: &str, _: &[usize]| {
+        Ok(map.get(name).unwrap_or_else(|| panic!("{name}")).clone())
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.safetensors");
+    weights::save(&spec, &net, &path).unwrap();
+    Model::from_weights("two_outputs", spec, compiled, &path, device).unwrap()
+}
+
+/// The case's batch: `x`, and each output's labels under the output's name (Keras' dict
+/// labels).
+fn two_output_batch(case: &Value) -> Dataset {
+    let x = array(&case["inputs"]["x"]);
+    let n = x.shape()[0];
+    let mut el = Element::new().with(FEATURES, x);
+    for (name, v) in case["labels"].as_object().unwrap() {
+        el = el.with(name.as_str(), array(v));
+    }
+    Dataset::from_tensor_slices(el).unwrap().batch(n, false)
+}
+
+#[test]
+fn a_two_output_model_has_keras_per_output_losses_metrics_and_step() {
+    let r = reference();
+    let case = &r["cases"]["two_outputs"];
+    let mut m = two_output_model(case);
+    let keras = &case["evaluate"]["values"];
+    let logs = m.evaluate(&two_output_batch(case)).unwrap();
+    // loss = 1.0 × class_loss + 0.5 × value_loss, each output's loss unweighted in the logs.
+    for key in [
+        "loss",
+        "class_loss",
+        "value_loss",
+        "class_accuracy",
+        "value_mae",
+    ] {
+        close(&logs, key, keras);
+    }
+    let h = m.fit(&two_output_batch(case), None, 1, &mut []).unwrap();
+    let step = &case["sgd_step"];
+    for key in ["loss", "class_loss", "value_loss"] {
+        let before = step["train_on_batch_logs"][key].as_f64().unwrap();
+        assert!((h.history[key][0] - before).abs() < 1e-5, "{key}: {h:?}");
+    }
+    let after = m.evaluate(&two_output_batch(case)).unwrap();
+    for key in [
+        "loss",
+        "class_loss",
+        "value_loss",
+        "class_accuracy",
+        "value_mae",
+    ] {
+        close(&after, key, &step["evaluate_after_step"]["values"]);
+    }
+    // The weights after the step: the gradient of the weighted sum reaches the shared trunk.
+    let saved = weights::keras_weights(m.spec(), m.network());
+    for w in step["weights_after_step"].as_array().unwrap() {
+        let name = w["name"].as_str().unwrap();
+        let (_, _, got) = saved.iter().find(|(n, _, _)| n == name).unwrap();
+        for (g, k) in got.iter().zip(floats(w)) {
+            assert!((g - k).abs() < 1e-5, "{name}: kiln {g}, Keras {k}");
+        }
+    }
+}

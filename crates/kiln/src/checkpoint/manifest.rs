@@ -30,6 +30,9 @@ pub struct EpochSums {
     pub loss: f64,
     /// Per compiled metric, the sum of per-example scores.
     pub correct: Vec<f64>,
+    /// A model with several outputs: per output, its loss sum and its metrics' sums.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_output: Vec<(f64, Vec<f64>)>,
 }
 
 /// Where the training input stood: how many times the training dataset was iterated

@@ -49,7 +49,14 @@ impl LossSpec {
     /// # Errors
     /// [`KilnError::Config`] naming `compile.loss` and the allowed names.
     pub fn from_toml(value: &toml::Value) -> Result<LossSpec> {
-        let key = "compile.loss";
+        Self::from_toml_at(value, "compile.loss")
+    }
+
+    /// [`LossSpec::from_toml`] of the value at `key` (e.g. `compile.loss.value`).
+    ///
+    /// # Errors
+    /// As [`LossSpec::from_toml`], naming `key`.
+    pub fn from_toml_at(value: &toml::Value, key: &str) -> Result<LossSpec> {
         let (mut table, ty) = super::named_table(value, key, NAMES)?;
         if let Some(custom) = super::custom::loss_spec(&ty, &table, key)? {
             return Ok(custom);
@@ -193,14 +200,39 @@ pub enum Labels {
     Sparse(Tensor<1, Int>),
     /// Targets, `[batch, units]`.
     Dense(Tensor<2>),
+    /// One entry per output of a model with several, in `[model] outputs` order.
+    Outputs(Vec<Labels>),
 }
 
 impl Labels {
+    /// Rows (label rows: examples × output positions) held.
+    pub fn rows(&self) -> usize {
+        match self {
+            Labels::Sparse(t) => t.dims()[0],
+            Labels::Dense(t) => t.dims()[0],
+            Labels::Outputs(all) => all.first().map_or(0, Labels::rows),
+        }
+    }
+
+    /// Rows `start..start + rows` (each output's, for [`Labels::Outputs`]).
+    pub fn narrow(&self, start: usize, rows: usize) -> Labels {
+        match self {
+            Labels::Sparse(t) => Labels::Sparse(t.clone().narrow(0, start, rows)),
+            Labels::Dense(t) => Labels::Dense(t.clone().narrow(0, start, rows)),
+            Labels::Outputs(all) => {
+                Labels::Outputs(all.iter().map(|l| l.narrow(start, rows)).collect())
+            }
+        }
+    }
+
     /// The labels on `device` (themselves when already there).
     pub fn to_device(self, device: &Device) -> Labels {
         match self {
             Labels::Sparse(t) => Labels::Sparse(t.to_device(device)),
             Labels::Dense(t) => Labels::Dense(t.to_device(device)),
+            Labels::Outputs(all) => {
+                Labels::Outputs(all.into_iter().map(|l| l.to_device(device)).collect())
+            }
         }
     }
 }

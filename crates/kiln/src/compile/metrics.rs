@@ -24,11 +24,15 @@ pub enum MetricKind {
     BinaryAccuracy,
     /// The label is among the `k` largest outputs (Keras' default `k = 5`).
     TopK(usize),
+    /// `mean(|output - target|)` over the units (Keras' `mae`, `mean_absolute_error`).
+    MeanAbsoluteError,
+    /// `mean((output - target)^2)` over the units (Keras' `mse`, `mean_squared_error`).
+    MeanSquaredError,
     /// A metric registered with [`super::register_metric`].
     Custom(super::CustomMetric),
 }
 
-const NAMES: &str = "accuracy, sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy";
+const NAMES: &str = "accuracy, sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, mae (mean_absolute_error), mse (mean_squared_error)";
 
 impl MetricSpec {
     /// Resolves a Keras metric name. `accuracy` becomes the accuracy that fits the loss, as in
@@ -37,6 +41,14 @@ impl MetricSpec {
     /// # Errors
     /// [`KilnError::Config`] for an unknown name, listing the allowed ones.
     pub fn parse(name: &str, index: usize, loss: LossKind, units: usize) -> Result<MetricSpec> {
+        Self::parse_at(name, &format!("compile.metrics[{index}]"), loss, units)
+    }
+
+    /// [`MetricSpec::parse`], naming `key` (e.g. `compile.metrics.value[0]`) in errors.
+    ///
+    /// # Errors
+    /// As [`MetricSpec::parse`].
+    pub fn parse_at(name: &str, key: &str, loss: LossKind, units: usize) -> Result<MetricSpec> {
         let kind = match name {
             "accuracy" | "acc" => {
                 if loss == LossKind::BinaryCrossentropy || units == 1 {
@@ -52,17 +64,16 @@ impl MetricSpec {
             "top_k_categorical_accuracy" | "sparse_top_k_categorical_accuracy" => {
                 MetricKind::TopK(5)
             }
+            "mae" | "mean_absolute_error" => MetricKind::MeanAbsoluteError,
+            "mse" | "mean_squared_error" => MetricKind::MeanSquaredError,
             other => match super::custom::metric(other) {
                 Some(Ok(custom)) => MetricKind::Custom(custom),
                 Some(Err(e)) => {
-                    return Err(KilnError::config(
-                        format!("compile.metrics[{index}] ({other})"),
-                        e,
-                    ));
+                    return Err(KilnError::config(format!("{key} ({other})"), e));
                 }
                 None => {
                     return Err(KilnError::config(
-                        format!("compile.metrics[{index}]"),
+                        key,
                         format!(
                             "unknown metric \"{other}\"; allowed: {NAMES}{}",
                             super::custom::registered_metrics()
@@ -78,8 +89,9 @@ impl MetricSpec {
     }
 }
 
-/// Number of correct predictions in a batch for one metric (a sum; divide by the example count,
-/// or for [`MetricKind::BinaryAccuracy`] by examples × units).
+/// A metric's sum over the rows of a batch (divide by the row count for its mean): correct
+/// predictions for the accuracies (binary accuracy: the fraction of a row's units), the mean
+/// over a row's units for the regression metrics.
 ///
 /// `outputs` is `[batch, units]` row-major, `classes` the class index of each example (used by
 /// categorical metrics), `targets` the dense targets `[batch, units]` (used by binary accuracy).
@@ -115,6 +127,8 @@ pub fn correct(
                 row.iter().filter(|&&v| v > target).count() < k
             })
             .count() as f64,
+        MetricKind::MeanAbsoluteError => unit_mean(outputs, targets, units, |d| d.abs()),
+        MetricKind::MeanSquaredError => unit_mean(outputs, targets, units, |d| d * d),
         MetricKind::Custom(m) => m.update(&super::MetricBatch {
             outputs,
             units,
@@ -122,6 +136,16 @@ pub fn correct(
             targets,
         }),
     }
+}
+
+/// `Σ_rows mean_units f(output - target)`, in f64.
+fn unit_mean(outputs: &[f32], targets: &[f32], units: usize, f: fn(f64) -> f64) -> f64 {
+    let sum: f64 = outputs
+        .iter()
+        .zip(targets)
+        .map(|(&p, &t)| f(p as f64 - t as f64))
+        .sum();
+    sum / units.max(1) as f64
 }
 
 /// Index of the largest value (the first one on ties, as `numpy.argmax`).
@@ -163,6 +187,16 @@ mod tests {
         );
         // top-2: row 0 label 2 (0.2 is 2nd largest) in; row 1 label 2 (0.2 smallest) out.
         assert_eq!(correct(MetricKind::TopK(2), &out, 3, &[2, 2], &[]), 1.0);
+        // mae / mse: Σ over rows of the row's mean; rows [0.5, -1] and [2, 0] against zeros.
+        let reg = [0.5, -1.0, 2.0, 0.0];
+        assert_eq!(
+            correct(MetricKind::MeanAbsoluteError, &reg, 2, &[], &[0.0; 4]),
+            0.75 + 1.0
+        );
+        assert_eq!(
+            correct(MetricKind::MeanSquaredError, &reg, 2, &[], &[0.0; 4]),
+            0.625 + 2.0
+        );
         let bin = [0.9, 0.2, 0.6, 0.4];
         assert_eq!(
             correct(

@@ -7,6 +7,7 @@ mod gradients;
 mod loss;
 mod metrics;
 mod optimizer;
+mod outputs;
 
 pub use adam::KerasAdam;
 pub use clipping::{Clipping, global_norm};
@@ -18,6 +19,7 @@ pub use gradients::GradientOptions;
 pub use loss::{EPSILON, Labels, LossKind, LossSpec};
 pub use metrics::{MetricKind, MetricSpec, argmax, correct};
 pub use optimizer::OptimizerSpec;
+pub use outputs::{OutputHead, RawOutputs, is_per_output};
 
 use crate::error::{KilnError, Result};
 
@@ -53,10 +55,14 @@ use crate::model::ModelSpec;
 pub struct Compiled {
     /// The optimizer and its hyperparameters.
     pub optimizer: OptimizerSpec,
-    /// The loss.
+    /// The loss (for a model with several outputs, the first output's; see `outputs`).
     pub loss: LossSpec,
-    /// Metrics reported besides the loss.
+    /// Metrics reported besides the loss (empty for a model with several outputs, whose
+    /// metrics are per output).
     pub metrics: Vec<MetricSpec>,
+    /// For a model with several outputs, each output's loss, loss weight and metrics, in
+    /// `[model] outputs` order; empty for a model with one output.
+    pub outputs: Vec<OutputHead>,
     /// Clipping and gradient accumulation (Keras' optimizer arguments `clipnorm`, `clipvalue`,
     /// `global_clipnorm`, `gradient_accumulation_steps`); none by default.
     pub gradients: GradientOptions,
@@ -103,9 +109,58 @@ impl Compiled {
             optimizer,
             loss,
             metrics,
+            outputs: Vec::new(),
             gradients: GradientOptions::default(),
             loss_scale: model.precision().default_loss_scale(),
         })
+    }
+
+    /// `compile` of a model with several outputs (Keras' `compile(loss={...},
+    /// loss_weights={...}, metrics={...})`, or lists in `outputs` order); a model with one
+    /// output takes [`Compiled::new`]'s arguments.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming the key, as [`outputs::heads`].
+    pub fn for_outputs(
+        model: &ModelSpec,
+        optimizer: OptimizerSpec,
+        raw: &RawOutputs,
+    ) -> Result<Compiled> {
+        let outputs = outputs::heads(model, raw)?;
+        Ok(Compiled {
+            optimizer,
+            loss: outputs[0].loss,
+            metrics: Vec::new(),
+            outputs,
+            gradients: GradientOptions::default(),
+            loss_scale: model.precision().default_loss_scale(),
+        })
+    }
+
+    /// The loss of output `k` (`loss` for a model with one output).
+    pub fn loss_of_output(&self, k: usize) -> &LossSpec {
+        self.outputs.get(k).map_or(&self.loss, |h| &h.loss)
+    }
+
+    /// The loss of a batch, a `[1]` tensor, and for a model with several outputs each
+    /// output's own loss (Keras' `<output>_loss` logs; the total is `Σ loss_weight_k ×
+    /// loss_k`). Arguments as [`crate::model::Forward`]'s `output` and `logits` and
+    /// [`LossSpec::compute_weighted`].
+    pub fn losses(
+        &self,
+        output: burn::prelude::Tensor<2>,
+        mut logits: Vec<Option<burn::prelude::Tensor<2>>>,
+        labels: &Labels,
+        sample_weight: Option<&burn::prelude::Tensor<1>>,
+    ) -> (burn::prelude::Tensor<1>, Vec<burn::prelude::Tensor<1>>) {
+        if self.outputs.is_empty() {
+            let logits = logits.pop().flatten();
+            let loss = self
+                .loss
+                .compute_weighted(output, logits, labels, sample_weight);
+            return (loss, Vec::new());
+        }
+        outputs::losses(&self.outputs, output, logits, labels, sample_weight)
     }
 
     /// Sets the loss scaling (Keras: `compile(optimizer=LossScaleOptimizer(inner,

@@ -103,10 +103,71 @@ fn default_seed() -> u64 {
 struct RawCompile {
     optimizer: toml::Value,
     loss: toml::Value,
+    /// A list of names, or per output (a dict keyed by output name, a list of lists).
     #[serde(default)]
-    metrics: Vec<String>,
+    metrics: Option<toml::Value>,
+    /// Per output: a dict keyed by output name or a list in `outputs` order.
+    #[serde(default)]
+    loss_weights: Option<toml::Value>,
     #[serde(default)]
     loss_scale: Option<crate::precision::LossScaleOptions>,
+}
+
+/// `compile` for `model`: one loss and a list of metrics for a model with one output,
+/// Keras' per-output forms for a model with several.
+///
+/// # Errors
+/// [`KilnError::Config`] naming the `compile.*` key.
+fn compiled(model: &ModelSpec, optimizer: OptimizerSpec, raw: &RawCompile) -> Result<Compiled> {
+    if model.has_several_outputs() {
+        let per_output = crate::compile::RawOutputs {
+            loss: &raw.loss,
+            loss_weights: raw.loss_weights.as_ref(),
+            metrics: raw.metrics.as_ref(),
+        };
+        return Compiled::for_outputs(model, optimizer, &per_output);
+    }
+    if raw.loss_weights.is_some() {
+        return Err(KilnError::config(
+            "compile.loss_weights",
+            "the model has one output: `loss_weights` weighs the losses of several outputs \
+             (list them in `[model] outputs`); remove it",
+        ));
+    }
+    if crate::compile::is_per_output(&raw.loss) {
+        return Err(KilnError::config(
+            "compile.loss",
+            "a table of losses keyed by output name is for a model with several outputs; this \
+             model has one: give one loss, e.g. `loss = \"mse\"` or `loss = { type = \"...\" }`",
+        ));
+    }
+    let loss = LossSpec::from_toml(&raw.loss)?;
+    let metrics = match &raw.metrics {
+        None => Vec::new(),
+        Some(v) => metric_names(v)?,
+    };
+    Compiled::new(model, optimizer, loss, &metrics)
+}
+
+/// `compile.metrics` of a model with one output: a list of names.
+fn metric_names(v: &toml::Value) -> Result<Vec<String>> {
+    let toml::Value::Array(a) = v else {
+        return Err(KilnError::config(
+            "compile.metrics",
+            format!("expected a list of metric names, e.g. [\"accuracy\"], got {v}"),
+        ));
+    };
+    a.iter()
+        .enumerate()
+        .map(|(i, m)| {
+            m.as_str().map(str::to_string).ok_or_else(|| {
+                KilnError::config(
+                    format!("compile.metrics[{i}]"),
+                    format!("expected a metric name, got {m}"),
+                )
+            })
+        })
+        .collect()
 }
 
 /// 1-based line of byte `offset` in `text`.
@@ -135,14 +196,19 @@ impl RunConfig {
         };
         let model = ModelSpec::from_toml(&raw.model)?.with_precision(precision);
         let optimizer = OptimizerSpec::from_toml(&raw.compile.optimizer)?;
-        let loss = LossSpec::from_toml(&raw.compile.loss)?;
         let gradients = GradientOptions::from_toml(&raw.compile.optimizer)?;
-        let mut compile = Compiled::new(&model, optimizer, loss, &raw.compile.metrics)?
-            .with_gradients(gradients)?;
+        let mut compile = compiled(&model, optimizer, &raw.compile)?.with_gradients(gradients)?;
         if raw.compile.loss_scale.is_some() {
             compile = compile.with_loss_scale(raw.compile.loss_scale)?;
         }
         raw.fit.validate()?;
+        if model.has_several_outputs() && !raw.fit.class_weight.is_empty() {
+            return Err(KilnError::config(
+                "fit.class_weight",
+                "applies to a model with one output (as in Keras); weigh the outputs with \
+                 `compile.loss_weights`, or the examples with a `sample_weight` component",
+            ));
+        }
         crate::fit::ClassWeight::from_config(&raw.fit.class_weight, model.output_units())?;
         let mut data = raw.data;
         if data.uses_pipelines() {

@@ -224,7 +224,7 @@ impl MultiWorkerMirroredStrategy {
         let (net, grads, local) = if mine == 0 {
             let net = match &sync {
                 Some(_) => {
-                    let placeholder = DeviceBatch::empty(spec, &compiled.loss, &home)
+                    let placeholder = DeviceBatch::empty(spec, compiled, &home)
                         .expect("a placeholder batch of the model's own input shape");
                     compute_gradients_scaled(net, spec, compiled, placeholder, 0.0, None).0
                 }

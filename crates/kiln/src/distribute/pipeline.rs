@@ -257,7 +257,7 @@ impl PipelineStrategy {
             }
             lap(|p| &mut p.forward_s, &mut profile);
             let out_device = fwd.output.device();
-            let loss = compiled.loss.compute_weighted(
+            let (loss, _) = compiled.losses(
                 fwd.output.clone(),
                 fwd.logits,
                 &labels.to_device(&out_device),

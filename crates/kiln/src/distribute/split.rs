@@ -1,6 +1,6 @@
 //! Splitting a global batch across replicas.
 
-use crate::batch::DeviceBatch;
+use crate::batch::{DeviceBatch, HostLabels};
 use crate::compile::Labels;
 use crate::model::Act;
 
@@ -52,16 +52,12 @@ pub fn split_batch(batch: DeviceBatch, sizes: &[usize]) -> Vec<DeviceBatch> {
     );
     // Labels, host copies and weights hold one row per output position.
     let positions = batch
-        .classes
-        .len()
+        .labels
+        .as_ref()
+        .map_or(1, Labels::rows)
         .checked_div(batch.size)
         .unwrap_or(1)
         .max(1);
-    let units = batch
-        .targets
-        .len()
-        .checked_div(batch.size * positions)
-        .unwrap_or(0);
     let narrow = |a: &Act, start: usize, n: usize| match a {
         Act::Flat(t) => Act::Flat(t.clone().narrow(0, start, n)),
         Act::Seq(t) => Act::Seq(t.clone().narrow(0, start, n)),
@@ -74,24 +70,19 @@ pub fn split_batch(batch: DeviceBatch, sizes: &[usize]) -> Vec<DeviceBatch> {
             continue;
         }
         let (rows_start, rows) = (start * positions, n * positions);
-        let labels = batch.labels.as_ref().map(|l| match l {
-            Labels::Sparse(t) => Labels::Sparse(t.clone().narrow(0, rows_start, rows)),
-            Labels::Dense(t) => Labels::Dense(t.clone().narrow(0, rows_start, rows)),
+        let all_rows = batch.size * positions;
+        let host = |h: &HostLabels| host_rows(h, all_rows, rows_start, rows);
+        let own = host(&HostLabels {
+            classes: batch.classes.clone(),
+            targets: batch.targets.clone(),
         });
         parts.push(DeviceBatch {
             x: narrow(&batch.x, start, n),
             more: batch.more.iter().map(|a| narrow(a, start, n)).collect(),
-            labels,
-            classes: batch
-                .classes
-                .get(rows_start..rows_start + rows)
-                .map(<[i64]>::to_vec)
-                .unwrap_or_default(),
-            targets: batch
-                .targets
-                .get(rows_start * units..(rows_start + rows) * units)
-                .map(<[f32]>::to_vec)
-                .unwrap_or_default(),
+            labels: batch.labels.as_ref().map(|l| l.narrow(rows_start, rows)),
+            classes: own.classes,
+            targets: own.targets,
+            outputs: batch.outputs.iter().map(host).collect(),
             size: n,
             sample_weight: batch
                 .sample_weight
@@ -101,6 +92,23 @@ pub fn split_batch(batch: DeviceBatch, sizes: &[usize]) -> Vec<DeviceBatch> {
         start += n;
     }
     parts
+}
+
+/// Rows `start..start + rows` of host labels that hold `all_rows` rows.
+fn host_rows(h: &HostLabels, all_rows: usize, start: usize, rows: usize) -> HostLabels {
+    let units = h.targets.len().checked_div(all_rows).unwrap_or(0);
+    HostLabels {
+        classes: h
+            .classes
+            .get(start..start + rows)
+            .map(<[i64]>::to_vec)
+            .unwrap_or_default(),
+        targets: h
+            .targets
+            .get(start * units..(start + rows) * units)
+            .map(<[f32]>::to_vec)
+            .unwrap_or_default(),
+    }
 }
 
 #[cfg(test)]

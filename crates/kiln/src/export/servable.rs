@@ -179,6 +179,14 @@ impl Servable {
                 names.join(", ")
             )));
         }
+        if self.spec.has_several_outputs() {
+            let names = self.spec.output_names();
+            return Err(KilnError::Shape(format!(
+                "this model has {} outputs ({}); serving returns one output so far",
+                names.len(),
+                names.join(", ")
+            )));
+        }
         let per: usize = self.input_shape().iter().product();
         if x.len() != batch * per {
             return Err(KilnError::Shape(format!(

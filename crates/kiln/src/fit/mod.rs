@@ -59,8 +59,17 @@ struct Accumulator {
     examples: f64,
     loss: f64,
     correct: Vec<f64>,
+    /// A model with several outputs: each output's loss sum and metric sums.
+    per_output: Vec<(f64, Vec<f64>)>,
     /// Batches added.
     batches: u64,
+}
+
+/// A batch's host labels for the metrics: the one output's, or each output's (a model with
+/// several, `labels` then unused).
+struct BatchLabels<'a> {
+    labels: &'a HostLabels,
+    outputs: &'a [HostLabels],
 }
 
 impl Accumulator {
@@ -68,8 +77,7 @@ impl Accumulator {
         &mut self,
         compiled: &Compiled,
         out: &StepOutput,
-        classes: &[i64],
-        targets: &[f32],
+        labels: BatchLabels,
         size: usize,
         units: usize,
     ) {
@@ -80,12 +88,37 @@ impl Accumulator {
         self.batches += 1;
         self.loss += out.loss * size as f64;
         // Metrics count rows (output positions); per example, the mean over its positions.
-        let positions = (out.outputs.len() / units.max(1) / size.max(1)).max(1) as f64;
+        let rows = out.outputs.len() / units.max(1);
+        let positions = (rows / size.max(1)).max(1) as f64;
+        let (classes, targets) = (&labels.labels.classes, &labels.labels.targets);
         for (sum, m) in self.correct.iter_mut().zip(&compiled.metrics) {
             *sum += correct(m.kind, &out.outputs, units, classes, targets) / positions;
         }
+        if compiled.outputs.is_empty() {
+            return;
+        }
+        if self.per_output.is_empty() {
+            self.per_output = compiled
+                .outputs
+                .iter()
+                .map(|h| (0.0, vec![0.0; h.metrics.len()]))
+                .collect();
+        }
+        let mut start = 0;
+        for (k, head) in compiled.outputs.iter().enumerate() {
+            let part = columns(&out.outputs, units, start, head.units);
+            start += head.units;
+            let (loss, sums) = &mut self.per_output[k];
+            *loss += out.output_losses.get(k).copied().unwrap_or(f64::NAN) * size as f64;
+            let l = labels.outputs.get(k).cloned().unwrap_or_default();
+            for (sum, m) in sums.iter_mut().zip(&head.metrics) {
+                *sum += correct(m.kind, &part, head.units, &l.classes, &l.targets) / positions;
+            }
+        }
     }
 
+    /// Keras' logs: `loss` and the metrics; for a model with several outputs also
+    /// `<output>_loss` and `<output>_<metric>` per output.
     fn logs(&self, compiled: &Compiled) -> Logs {
         let n = self.examples.max(1.0);
         let mut logs = Logs::default();
@@ -93,8 +126,22 @@ impl Accumulator {
         for (sum, m) in self.correct.iter().zip(&compiled.metrics) {
             logs.set(m.name.clone(), sum / n);
         }
+        for (head, (loss, sums)) in compiled.outputs.iter().zip(&self.per_output) {
+            logs.set(format!("{}_loss", head.name), loss / n);
+            for (sum, m) in sums.iter().zip(&head.metrics) {
+                logs.set(format!("{}_{}", head.name, m.name), sum / n);
+            }
+        }
         logs
     }
+}
+
+/// Columns `start..start + width` of row-major `rows` of `units` values.
+fn columns(rows: &[f32], units: usize, start: usize, width: usize) -> Vec<f32> {
+    rows.chunks_exact(units.max(1))
+        .flat_map(|r| &r[start..start + width])
+        .copied()
+        .collect()
 }
 
 /// What callbacks can change during `fit`: the learning rate, the stop request, and the
@@ -438,7 +485,7 @@ impl Model {
                             to_device_guarded(
                                 &mut batch,
                                 &self.spec,
-                                &self.compiled.loss,
+                                &self.compiled,
                                 &train_device,
                                 &mut guard,
                             )?
@@ -470,7 +517,7 @@ impl Model {
                         Some(b) => b,
                         None => crate::batch::DeviceBatch::empty(
                             &self.spec,
-                            &self.compiled.loss,
+                            &self.compiled,
                             &train_device,
                         )?,
                     };
@@ -504,7 +551,7 @@ impl Model {
                     let Some(b) = to_device_guarded(
                         &mut batch,
                         &self.spec,
-                        &self.compiled.loss,
+                        &self.compiled,
                         &train_device,
                         &mut guard,
                     )?
@@ -518,7 +565,7 @@ impl Model {
                     p.to_device_s += clock.elapsed().as_secs_f64();
                 }
                 hooks!(|c, ctx| c.on_train_batch_begin(step, ctx));
-                let (classes, targets, size) = (b.classes.clone(), b.targets.clone(), b.size);
+                let (own, outputs, size) = (HostLabels::of(&b), b.outputs.clone(), b.size);
                 // Dropout masks depend on the seed and the step only (see `fit_with`).
                 self.device.seed(step_seed(self.seed, control.iterations));
                 let net = std::mem::replace(&mut self.net, Network { layers: Vec::new() });
@@ -555,13 +602,15 @@ impl Model {
                 }
                 clock = Instant::now();
                 // A sharded multi-worker step reports the global batch's outputs and labels.
-                let (classes, targets, size) = match &out.labels {
-                    Some(l) => (l.classes.clone(), l.targets.clone(), l.classes.len()),
-                    None => (classes, targets, size),
+                let (labels, size) = match &out.labels {
+                    Some(l) => (l.clone(), l.classes.len()),
+                    None => (own, size),
                 };
-                state
-                    .acc
-                    .add(&self.compiled, &out, &classes, &targets, size, units);
+                let labels = BatchLabels {
+                    labels: &labels,
+                    outputs: &outputs,
+                };
+                state.acc.add(&self.compiled, &out, labels, size, units);
                 examples_this_run += size as f64;
                 if let Some(p) = profile.as_mut() {
                     p.metrics_s += clock.elapsed().as_secs_f64();
@@ -725,14 +774,18 @@ impl Model {
         let mut guard = NumericsGuard::new(self.check_numerics, split);
         let mut batches = data.iter();
         for batch in batches.by_ref() {
-            let (loss, device) = (&self.compiled.loss, &self.device);
+            let (loss, device) = (&self.compiled, &self.device);
             let Some(b) = to_device_guarded(&mut batch?, &self.spec, loss, device, &mut guard)?
             else {
                 continue;
             };
-            let (classes, targets, size) = (b.classes.clone(), b.targets.clone(), b.size);
+            let (own, outputs, size) = (HostLabels::of(&b), b.outputs.clone(), b.size);
             let out = eval_step(&net, &self.spec, &self.compiled, b);
-            acc.add(&self.compiled, &out, &classes, &targets, size, units);
+            let labels = BatchLabels {
+                labels: &own,
+                outputs: &outputs,
+            };
+            acc.add(&self.compiled, &out, labels, size, units);
         }
         let mut logs = acc.logs(&self.compiled);
         guard.report(&mut logs);
@@ -752,8 +805,10 @@ impl Model {
         let mut guard = NumericsGuard::new(self.check_numerics, DataSplit::Predict);
         for batch in data.iter() {
             let mut batch = batch?;
-            batch.remove(crate::batch::LABELS);
-            let (loss, device) = (&self.compiled.loss, &self.device);
+            for c in crate::batch::label_components(&self.spec) {
+                batch.remove(&c);
+            }
+            let (loss, device) = (&self.compiled, &self.device);
             let b = to_device_guarded(&mut batch, &self.spec, loss, device, &mut guard)?
                 .expect("predict keeps every example");
             all.extend(eval_step(&net, &self.spec, &self.compiled, b).outputs);

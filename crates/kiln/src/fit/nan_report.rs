@@ -248,7 +248,7 @@ pub fn diagnose(
         .collect();
 
     let device = net.devices().first().cloned().unwrap_or_else(Device::flex);
-    let b = crate::batch::to_device(batch, spec, &compiled.loss, &device)?;
+    let b = crate::batch::to_device(batch, spec, compiled, &device)?;
     let labels = b.labels.ok_or_else(|| {
         KilnError::Shape(
             "the NaN report replays a training step: its batch needs labels (component \"y\")"
@@ -261,8 +261,8 @@ pub fn diagnose(
         param_checks(&mut tensors, &layer.name, &net.layers[i], None);
         tensors.push(check_act(&layer.name, out));
     });
-    let had_logits = fwd.logits.is_some();
-    let loss = compiled.loss.compute(fwd.output, fwd.logits, &labels);
+    let had_logits = fwd.logits.iter().any(Option::is_some);
+    let (loss, _) = compiled.losses(fwd.output, fwd.logits, &labels, None);
     let loss_check = TensorCheck::of_tensor(TensorKind::Loss, "loss", vec![], loss.clone());
     let loss_value = loss.clone().into_scalar::<f32>() as f64;
     tensors.push(loss_check);

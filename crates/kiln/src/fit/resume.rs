@@ -282,6 +282,7 @@ impl Accumulator {
             examples: self.examples,
             loss: self.loss,
             correct: self.correct.clone(),
+            per_output: self.per_output.clone(),
         }
     }
 
@@ -291,6 +292,7 @@ impl Accumulator {
             examples: sums.examples,
             loss: sums.loss,
             correct: sums.correct.clone(),
+            per_output: sums.per_output.clone(),
             batches,
         }
     }

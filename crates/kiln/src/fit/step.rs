@@ -21,6 +21,9 @@ pub struct StepOutput {
     /// The batch's loss: the mean over its examples (Keras' `sum_over_batch_size`, weighted by
     /// the batch's `sample_weight` when it has one).
     pub loss: f64,
+    /// For a model with several outputs, each output's own loss (unweighted, without
+    /// regularization), in `outputs` order; empty otherwise.
+    pub output_losses: Vec<f64>,
     /// Model outputs `[batch, units]`, row-major.
     pub outputs: Vec<f32>,
     /// The labels of the batch the outputs belong to, when they are not the step's own batch's
@@ -28,17 +31,10 @@ pub struct StepOutput {
     pub labels: Option<HostLabels>,
 }
 
-/// A batch's labels on the host, for metrics.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostLabels {
-    /// Class index per example (argmax for dense targets).
-    pub classes: Vec<i64>,
-    /// Dense targets `[batch, units]` row-major, empty for sparse labels.
-    pub targets: Vec<f32>,
-}
+pub use crate::batch::HostLabels;
 
 impl HostLabels {
-    /// The host copies of `batch`'s labels.
+    /// The host copies of `batch`'s labels (of a model with one output).
     pub fn of(batch: &DeviceBatch) -> HostLabels {
         HostLabels {
             classes: batch.classes.clone(),
@@ -47,7 +43,7 @@ impl HostLabels {
     }
 }
 
-fn read(t: Tensor<2>) -> Vec<f32> {
+fn read<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data()
         .convert::<f32>()
         .try_to_vec::<f32>()
@@ -85,6 +81,8 @@ pub fn train_step(
 /// sync, so the step reads them after the optimizer update has been queued).
 #[derive(Debug)]
 pub struct PendingOutput {
+    /// `[1]`, or for a model with several outputs `[1 + outputs]`: the total, then each
+    /// output's own loss.
     loss: Tensor<1>,
     outputs: Tensor<2>,
     labels: Option<HostLabels>,
@@ -137,8 +135,10 @@ impl PendingOutput {
     /// Reads the loss and outputs back (time counted as `metrics_s` in `profile`).
     pub fn read(self, profile: Option<&mut StepProfile>) -> StepOutput {
         let clock = Instant::now();
+        let losses: Vec<f64> = read(self.loss).into_iter().map(f64::from).collect();
         let out = StepOutput {
-            loss: self.loss.into_scalar::<f32>() as f64,
+            loss: losses[0],
+            output_losses: losses[1..].to_vec(),
             outputs: read(self.outputs),
             labels: self.labels,
         };
@@ -197,7 +197,7 @@ pub fn compute_gradients_scaled(
     };
     lap(|p| &mut p.forward_s, &mut profile);
     let outputs = fwd.output.clone().detach();
-    let loss = compiled.loss.compute_weighted(
+    let (loss, each) = compiled.losses(
         fwd.output,
         fwd.logits,
         &labels,
@@ -215,11 +215,23 @@ pub fn compute_gradients_scaled(
     let net = net.update_moving_stats(spec, fwd.batch_stats);
     lap(|p| &mut p.optimizer_s, &mut profile);
     let pending = PendingOutput {
-        loss: loss.detach(),
+        loss: with_output_losses(loss.detach(), each),
         outputs,
         labels: None,
     };
     (net, grads, pending)
+}
+
+/// The total loss `[1]` followed by each output's own (a model with several outputs), one
+/// tensor so that one read brings them all back.
+fn with_output_losses(total: Tensor<1>, each: Vec<Tensor<1>>) -> Tensor<1> {
+    if each.is_empty() {
+        return total;
+    }
+    let mut all = Vec::with_capacity(1 + each.len());
+    all.push(total);
+    all.extend(each.into_iter().map(Tensor::detach));
+    Tensor::cat(all, 0)
 }
 
 /// Clips `grads` with `clipping` (Keras' `clipnorm` / `clipvalue` / `global_clipnorm`, see
@@ -258,21 +270,25 @@ pub fn eval_step(
 ) -> StepOutput {
     let inputs = DeviceBatch::inputs(batch.x, batch.more);
     let fwd = net.forward_graph(spec, inputs, false, &mut |_, _, _| {});
-    let loss = match &batch.labels {
+    let losses: Vec<f64> = match &batch.labels {
         Some(labels) => {
-            let loss = compiled.loss.compute_weighted(
+            let (loss, each) = compiled.losses(
                 fwd.output.clone(),
                 fwd.logits,
                 labels,
                 batch.sample_weight.as_ref(),
             );
-            net.regularized(spec, loss, fwd.activity_loss)
-                .into_scalar::<f32>() as f64
+            let loss = net.regularized(spec, loss, fwd.activity_loss);
+            read(with_output_losses(loss, each))
+                .into_iter()
+                .map(f64::from)
+                .collect()
         }
-        None => f64::NAN,
+        None => vec![f64::NAN],
     };
     StepOutput {
-        loss,
+        loss: losses[0],
+        output_losses: losses[1..].to_vec(),
         outputs: read(fwd.output),
         labels: None,
     }

@@ -74,11 +74,13 @@ pub struct Network {
 #[derive(Debug)]
 pub struct Forward {
     /// The model's output as rows of its last axis, `[batch * positions, units]` (positions:
-    /// the product of the output's other axes, 1 for a vector output), in Keras' order.
+    /// the product of the output's other axes, 1 for a vector output), in Keras' order. A
+    /// model with several outputs returns their rows side by side (columns in `outputs`
+    /// order, [`ModelSpec::output_units`] in all).
     pub output: Tensor<2>,
-    /// The input of the final softmax when the model ends in one (for a stable cross-entropy,
-    /// as Keras does), shaped as `output`.
-    pub logits: Option<Tensor<2>>,
+    /// Per output: the input of its final softmax when it ends in one (for a stable
+    /// cross-entropy, as Keras does), shaped as that output's rows.
+    pub logits: Vec<Option<Tensor<2>>>,
     /// Batch statistics `(layer index, mean, variance)` of BatchNormalization layers in training
     /// mode, to fold into the moving averages after the step.
     pub batch_stats: Vec<(usize, Tensor<1>, Tensor<1>)>,
@@ -210,10 +212,10 @@ impl Network {
         placement: Option<&dyn Fn(usize) -> Device>,
     ) -> Forward {
         use super::spec::NodeRef;
-        let mut logits = None;
+        let outputs = spec.output_layers();
+        let mut logits: Vec<Option<Tensor<2>>> = vec![None; outputs.len()];
         let mut batch_stats = Vec::new();
         let mut activity_loss = None;
-        let last = spec.output_layer();
         let n = spec.layers().len();
         // Remaining consumers of each input and layer output.
         let mut uses_in = vec![0usize; spec.inputs().len()];
@@ -225,6 +227,10 @@ impl Network {
                     NodeRef::Layer(j) => uses[*j] += 1,
                 }
             }
+        }
+        // Outputs stay alive for the end even when other layers consume them.
+        for &o in outputs {
+            uses[o] += 1;
         }
         let mut values_in: Vec<Option<Act>> = inputs.into_iter().map(Some).collect();
         let mut values: Vec<Option<Act>> = (0..n).map(|_| None).collect();
@@ -280,17 +286,23 @@ impl Network {
                 | LayerKind::Activation { .. }
                 | LayerKind::Input { .. } => {
                     let x = xs.pop().expect("one input");
-                    self.layer_forward(
+                    let output = outputs.iter().position(|&o| o == i);
+                    let mut softmax_input = None;
+                    let y = self.layer_forward(
                         i,
-                        i == last,
+                        output.is_some(),
                         &layer.kind,
                         p,
                         x,
                         training,
                         compute,
-                        &mut logits,
+                        &mut softmax_input,
                         &mut batch_stats,
-                    )
+                    );
+                    if let Some(k) = output {
+                        logits[k] = softmax_input;
+                    }
+                    y
                 }
                 LayerKind::Declared(l) => {
                     let weights = Weights {
@@ -313,9 +325,17 @@ impl Network {
             activity_loss = super::regularize::add_activity(activity_loss, layer, &x);
             values[i] = Some(x);
         }
-        let x = values[last].take().expect("the output layer ran");
+        let mut heads: Vec<Tensor<2>> = outputs
+            .iter()
+            .map(|&o| rows(values[o].take().expect("the output layers ran")))
+            .collect();
+        let output = if heads.len() == 1 {
+            heads.pop().expect("one output")
+        } else {
+            Tensor::cat(heads, 1)
+        };
         Forward {
-            output: rows(x),
+            output,
             logits,
             batch_stats,
             activity_loss,
@@ -327,7 +347,7 @@ impl Network {
     fn layer_forward(
         &self,
         i: usize,
-        is_last: bool,
+        is_output: bool,
         kind: &LayerKind,
         p: &LayerParams,
         x: Act,
@@ -350,7 +370,7 @@ impl Network {
                     dense(x, p, true)
                 } else {
                     let y = pre(dense(x, p, false), *activation);
-                    if is_last && *activation == Activation::Softmax {
+                    if is_output && *activation == Activation::Softmax {
                         *logits = Some(rows(y.clone()));
                     }
                     apply_activation(y, *activation)
@@ -432,7 +452,7 @@ impl Network {
                 y
             }
             LayerKind::Activation { activation } => {
-                if is_last && *activation == Activation::Softmax {
+                if is_output && *activation == Activation::Softmax {
                     *logits = Some(rows(x.clone()));
                 }
                 apply_activation(x, *activation)

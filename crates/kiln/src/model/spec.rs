@@ -551,7 +551,8 @@ pub struct ModelSpec {
     precision: Precision,
     /// Per-layer dtype policies (Keras' `dtype=` layer argument), by layer name.
     layer_dtypes: std::collections::BTreeMap<String, Precision>,
-    output: usize,
+    /// The output layers, in the order of `[model] outputs` (Keras' `outputs=[...]`).
+    outputs: Vec<usize>,
 }
 
 /// Builds a [`ModelSpec`] in Rust, as `keras.Sequential([...])`.
@@ -616,7 +617,7 @@ impl SequentialBuilder {
                     options,
                 }),
         );
-        ModelSpec::from_nodes(nodes, None)
+        ModelSpec::from_nodes(nodes, &[])
     }
 }
 
@@ -644,12 +645,12 @@ impl ModelSpec {
     }
 
     /// Builds a model from `[model] layers` entries in order (entry 0 must be an `Input`),
-    /// with `outputs` naming the output layer (the last entry when `None`).
+    /// with `outputs` naming the output layers (the last entry when empty).
     ///
     /// # Errors
     /// [`KilnError::Config`] naming `model.layers[i]` (or `model.outputs`) for bad arguments,
     /// shapes, names or inputs.
-    pub fn from_nodes(nodes: Vec<RawNode>, outputs: Option<&str>) -> Result<ModelSpec> {
+    pub fn from_nodes(nodes: Vec<RawNode>, outputs: &[String]) -> Result<ModelSpec> {
         let key = |i: usize, kind: &LayerKind| format!("model.layers[{i}] ({})", kind.class_name());
         let mut counts = std::collections::HashMap::<String, usize>::new();
         // Every entry (inputs too) by name -> node.
@@ -798,23 +799,13 @@ impl ModelSpec {
                 "the model has no layers after `Input`; add at least one (e.g. Dense)",
             ));
         }
-        let output = match outputs {
-            None => layers.len() - 1,
-            Some(n) => match by_name.get(n) {
-                Some(NodeRef::Layer(j)) => *j,
-                _ => {
-                    return Err(KilnError::config(
-                        "model.outputs",
-                        format!("\"{n}\" is not the name of a layer of the model"),
-                    ));
-                }
-            },
-        };
+        let outputs = output_layers(outputs, &by_name, layers.len())?;
+        check_output_positions(&outputs, &layers, &shapes)?;
         let spec = ModelSpec {
             inputs,
             layers,
             shapes,
-            output,
+            outputs,
             precision: Precision::default(),
             layer_dtypes: Default::default(),
         };
@@ -827,7 +818,9 @@ impl ModelSpec {
     fn check_connected(&self) -> Result<()> {
         let mut used = vec![false; self.layers.len()];
         let mut used_inputs = vec![false; self.inputs.len()];
-        used[self.output] = true;
+        for &o in &self.outputs {
+            used[o] = true;
+        }
         for j in (0..self.layers.len()).rev() {
             if !used[j] {
                 continue;
@@ -843,9 +836,10 @@ impl ModelSpec {
             return Err(KilnError::config(
                 "model.layers",
                 format!(
-                    "layer \"{}\" does not lead to the model's output \"{}\"; fix the `inputs` \
+                    "layer \"{}\" does not lead to the model's output(s) {:?}; fix the `inputs` \
                      that should name it, or remove it",
-                    self.layers[j].name, self.layers[self.output].name
+                    self.layers[j].name,
+                    self.output_names()
                 ),
             ));
         }
@@ -875,19 +869,15 @@ impl ModelSpec {
             ));
         }
         let outputs = match model.get("outputs") {
-            None => None,
-            Some(v) => {
-                let names = string_list(v).ok_or_else(|| {
-                    KilnError::config("model.outputs", "must be a layer name or a list of one")
-                })?;
-                if names.len() != 1 {
-                    return Err(KilnError::config(
+            None => Vec::new(),
+            Some(v) => string_list(v)
+                .filter(|names| !names.is_empty())
+                .ok_or_else(|| {
+                    KilnError::config(
                         "model.outputs",
-                        format!("kiln models have one output, got {} names", names.len()),
-                    ));
-                }
-                names.into_iter().next()
-            }
+                        "must be a layer name or a list of layer names",
+                    )
+                })?,
         };
         let layers = model
             .get("layers")
@@ -1000,7 +990,7 @@ impl ModelSpec {
             .filter(|(node, _)| !matches!(node.kind, LayerKind::Input { .. }))
             .map(|(_, d)| d)
             .collect();
-        let mut spec = ModelSpec::from_nodes(parsed, outputs.as_deref())?;
+        let mut spec = ModelSpec::from_nodes(parsed, &outputs)?;
         for (j, dtype) in layer_dtypes.into_iter().enumerate() {
             if let Some(d) = dtype {
                 let name = spec.layers[j].name.clone();
@@ -1014,7 +1004,7 @@ impl ModelSpec {
     /// output (a Keras `Sequential` stack).
     pub fn is_sequential(&self) -> bool {
         self.inputs.len() == 1
-            && self.output == self.layers.len() - 1
+            && self.outputs == [self.layers.len() - 1]
             && self.layers.iter().enumerate().all(|(j, l)| {
                 l.inputs
                     == [if j == 0 {
@@ -1064,10 +1054,8 @@ impl ModelSpec {
         let mut t = toml::Table::new();
         t.insert("layers".into(), toml::Value::Array(layers));
         if !sequential {
-            t.insert(
-                "outputs".into(),
-                toml::Value::Array(vec![self.layers[self.output].name.clone().into()]),
-            );
+            let names = self.output_names().into_iter().map(toml::Value::from);
+            t.insert("outputs".into(), toml::Value::Array(names.collect()));
         }
         t
     }
@@ -1179,20 +1167,46 @@ impl ModelSpec {
             .collect()
     }
 
-    /// Index of the output layer.
+    /// Index of the (first) output layer.
     pub fn output_layer(&self) -> usize {
-        self.output
+        self.outputs[0]
     }
 
-    /// The model's output shape.
+    /// Indices of the output layers, in `[model] outputs` order.
+    pub fn output_layers(&self) -> &[usize] {
+        &self.outputs
+    }
+
+    /// Names of the output layers, in `[model] outputs` order (Keras' `model.output_names`).
+    pub fn output_names(&self) -> Vec<String> {
+        self.outputs
+            .iter()
+            .map(|&o| self.layers[o].name.clone())
+            .collect()
+    }
+
+    /// True when the model has more than one output.
+    pub fn has_several_outputs(&self) -> bool {
+        self.outputs.len() > 1
+    }
+
+    /// The (first) output's shape.
     pub fn output_shape(&self) -> &[usize] {
-        &self.shapes[self.output]
+        &self.shapes[self.outputs[0]]
     }
 
-    /// The size of the output's last axis (classes, units or channels): the length of each
-    /// row the losses and metrics see.
+    /// The size of output `k`'s last axis (classes, units or channels).
+    pub fn units_of_output(&self, k: usize) -> usize {
+        self.shapes[self.outputs[k]].last().copied().unwrap_or(1)
+    }
+
+    /// The length of each row the losses and metrics see: the size of the output's last axis
+    /// (classes, units or channels); for a model with several outputs, the sum over them (the
+    /// network returns their rows side by side, in `outputs` order).
     pub fn output_units(&self) -> usize {
-        self.output_shape().last().copied().unwrap_or(1)
+        (0..self.outputs.len())
+            .map(|k| self.units_of_output(k))
+            .sum()
     }
 
     /// Output positions per example: the product of the output's axes but the last (1 for a
@@ -1234,7 +1248,7 @@ impl ModelSpec {
     /// True when the output layer ends in a softmax (its outputs are probabilities).
     pub fn ends_in_softmax(&self) -> bool {
         matches!(
-            self.layers.get(self.output).map(|l| &l.kind),
+            self.layers.get(self.outputs[0]).map(|l| &l.kind),
             Some(LayerKind::Dense {
                 activation: Activation::Softmax,
                 ..
@@ -1245,6 +1259,70 @@ impl ModelSpec {
                 ..
             })
         )
+    }
+}
+
+/// The output layers `names` name (the last layer when none is named).
+///
+/// # Errors
+/// [`KilnError::Config`] naming `model.outputs` for a name that is not a layer, or one given
+/// twice.
+fn output_layers(
+    names: &[String],
+    by_name: &std::collections::HashMap<String, NodeRef>,
+    layers: usize,
+) -> Result<Vec<usize>> {
+    if names.is_empty() {
+        return Ok(vec![layers - 1]);
+    }
+    let mut outputs = Vec::with_capacity(names.len());
+    for n in names {
+        let Some(NodeRef::Layer(j)) = by_name.get(n) else {
+            return Err(KilnError::config(
+                "model.outputs",
+                format!("\"{n}\" is not the name of a layer of the model"),
+            ));
+        };
+        if outputs.contains(j) {
+            return Err(KilnError::config(
+                "model.outputs",
+                format!("\"{n}\" is named twice; each output once"),
+            ));
+        }
+        outputs.push(*j);
+    }
+    Ok(outputs)
+}
+
+/// Several outputs must have as many positions per example (the product of the axes before
+/// the last): the network returns their rows side by side.
+///
+/// # Errors
+/// [`KilnError::Config`] naming `model.outputs` and the two shapes.
+fn check_output_positions(
+    outputs: &[usize],
+    layers: &[LayerSpec],
+    shapes: &[Vec<usize>],
+) -> Result<()> {
+    let positions = |o: usize| -> usize {
+        let s = &shapes[o];
+        s[..s.len().saturating_sub(1)].iter().product()
+    };
+    let first = outputs[0];
+    match outputs.iter().find(|&&o| positions(o) != positions(first)) {
+        Some(&o) => Err(KilnError::config(
+            "model.outputs",
+            format!(
+                "outputs \"{}\" {} and \"{}\" {} differ in their positions per example \
+                 (all axes but the last); kiln trains several outputs when they have the same \
+                 (e.g. two vector heads, or two per-timestep heads of one length)",
+                layers[first].name,
+                keras_shape(&shapes[first]),
+                layers[o].name,
+                keras_shape(&shapes[o])
+            ),
+        )),
+        None => Ok(()),
     }
 }
 

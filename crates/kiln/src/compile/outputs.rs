@@ -1,0 +1,224 @@
+//! `compile` for a model with several outputs: Keras' per-output `loss`, `loss_weights` and
+//! `metrics` (dicts keyed by output name, or lists in `outputs` order), and the total loss
+//! `Σ loss_weight_k × loss_k` (`keras/src/trainers/compile_utils.py`, `CompileLoss`).
+
+use burn::prelude::*;
+
+use super::{Labels, LossSpec, MetricSpec};
+use crate::error::{KilnError, Result};
+use crate::model::ModelSpec;
+
+/// What `compile` fixes for one output of a model with several.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputHead {
+    /// The output layer's name: the prefix of its log keys (`class_loss`, `class_accuracy`)
+    /// and the batch component its labels come from.
+    pub name: String,
+    /// Its loss.
+    pub loss: LossSpec,
+    /// Its weight in the total loss (Keras' `loss_weights`, default 1).
+    pub weight: f64,
+    /// Its metrics, logged as `<name>_<metric>`.
+    pub metrics: Vec<MetricSpec>,
+    /// The size of its last axis: its columns in the network's side-by-side output rows.
+    pub units: usize,
+}
+
+/// The `compile` table's per-output keys, as written.
+pub struct RawOutputs<'a> {
+    /// `compile.loss`: one loss for every output, or a dict keyed by output name.
+    pub loss: &'a toml::Value,
+    /// `compile.loss_weights`: a dict keyed by output name or a list in `outputs` order.
+    pub loss_weights: Option<&'a toml::Value>,
+    /// `compile.metrics`: one list for every output, a dict keyed by output name, or a list
+    /// of lists in `outputs` order.
+    pub metrics: Option<&'a toml::Value>,
+}
+
+/// True when `loss` is a dict keyed by output names rather than one loss written as a table
+/// (which has a `type`).
+pub fn is_per_output(loss: &toml::Value) -> bool {
+    matches!(loss, toml::Value::Table(t) if !t.contains_key("type"))
+}
+
+/// Each output's head, in `model`'s `outputs` order.
+///
+/// # Errors
+/// [`KilnError::Config`] naming the key (`compile.loss.value`, `compile.loss_weights[1]`,
+/// `compile.metrics.class[0]`) for an unknown output name, a missing loss, a bad weight or
+/// an unknown loss or metric.
+pub fn heads(model: &ModelSpec, raw: &RawOutputs) -> Result<Vec<OutputHead>> {
+    let names = model.output_names();
+    let losses = per_output(&names, raw.loss, "compile.loss", true)?;
+    let weights = match raw.loss_weights {
+        Some(v) => per_output(&names, v, "compile.loss_weights", false)?,
+        None => vec![None; names.len()],
+    };
+    let metrics = match raw.metrics {
+        Some(v) => per_output(&names, v, "compile.metrics", false)?,
+        None => vec![None; names.len()],
+    };
+    let mut heads = Vec::with_capacity(names.len());
+    for (k, name) in names.iter().enumerate() {
+        let (loss_key, loss) = losses[k].clone().expect("losses are required");
+        let loss = LossSpec::from_toml_at(&loss, &loss_key)?;
+        let weight = match &weights[k] {
+            Some((key, v)) => weight(v, key)?,
+            None => 1.0,
+        };
+        let units = model.units_of_output(k);
+        let metrics = match &metrics[k] {
+            Some((key, v)) => metric_list(v, key, &loss, units)?,
+            None => Vec::new(),
+        };
+        heads.push(OutputHead {
+            name: name.clone(),
+            loss,
+            weight,
+            metrics,
+            units,
+        });
+    }
+    Ok(heads)
+}
+
+/// Spreads `value` over the outputs: a dict keyed by output name, a list with one entry per
+/// output in `outputs` order (see [`is_list_per_output`]), or one value for all. Each entry
+/// comes with the key that names it in errors. `required`: every output needs one.
+fn per_output(
+    names: &[String],
+    value: &toml::Value,
+    key: &str,
+    required: bool,
+) -> Result<Vec<Option<(String, toml::Value)>>> {
+    let spread = match value {
+        toml::Value::Table(t) if !t.contains_key("type") => {
+            if let Some(unknown) = t.keys().find(|k| !names.contains(k)) {
+                return Err(KilnError::config(
+                    format!("{key}.{unknown}"),
+                    format!("the model has no output \"{unknown}\"; its outputs are {names:?}"),
+                ));
+            }
+            names
+                .iter()
+                .map(|n| t.get(n).map(|v| (format!("{key}.{n}"), v.clone())))
+                .collect()
+        }
+        toml::Value::Array(a) if is_list_per_output(key, a) => {
+            if a.len() != names.len() {
+                return Err(KilnError::config(
+                    key,
+                    format!(
+                        "a list gives one entry per output in `outputs` order: the model has {} \
+                         outputs {names:?}, the list {} entries; or use a table keyed by output \
+                         name",
+                        names.len(),
+                        a.len()
+                    ),
+                ));
+            }
+            a.iter()
+                .enumerate()
+                .map(|(k, v)| Some((format!("{key}[{k}]"), v.clone())))
+                .collect()
+        }
+        one => names
+            .iter()
+            .map(|_| Some((key.to_string(), one.clone())))
+            .collect(),
+    };
+    let spread: Vec<Option<(String, toml::Value)>> = spread;
+    if required && let Some(k) = spread.iter().position(Option::is_none) {
+        return Err(KilnError::config(
+            format!("{key}.{}", names[k]),
+            format!(
+                "missing: output \"{}\" needs a loss (Keras trains every output); give one per \
+                 output, or one loss for all",
+                names[k]
+            ),
+        ));
+    }
+    Ok(spread)
+}
+
+/// A list means one entry per output for `loss_weights` (numbers) and for `metrics` when its
+/// entries are lists; a flat list of metric names applies to every output.
+fn is_list_per_output(key: &str, a: &[toml::Value]) -> bool {
+    key.ends_with("loss_weights") || a.iter().all(toml::Value::is_array) && !a.is_empty()
+}
+
+fn weight(v: &toml::Value, key: &str) -> Result<f64> {
+    let w = match v {
+        toml::Value::Float(f) => *f,
+        toml::Value::Integer(i) => *i as f64,
+        other => {
+            return Err(KilnError::config(
+                key,
+                format!("expected a number, got {other}"),
+            ));
+        }
+    };
+    if !w.is_finite() || w < 0.0 {
+        return Err(KilnError::config(
+            key,
+            format!("a loss weight must be a finite number >= 0, got {w}"),
+        ));
+    }
+    Ok(w)
+}
+
+fn metric_list(
+    v: &toml::Value,
+    key: &str,
+    loss: &LossSpec,
+    units: usize,
+) -> Result<Vec<MetricSpec>> {
+    let names: Vec<&toml::Value> = match v {
+        toml::Value::Array(a) => a.iter().collect(),
+        one => vec![one],
+    };
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let at = format!("{key}[{i}]");
+            let name = n.as_str().ok_or_else(|| {
+                KilnError::config(&at, format!("expected a metric name, got {n}"))
+            })?;
+            MetricSpec::parse_at(name, &at, loss.kind, units)
+        })
+        .collect()
+}
+
+/// The total loss `Σ weight_k × loss_k` and each output's own (unweighted) loss, as `[1]`
+/// tensors. `output` holds the outputs' rows side by side (columns in `heads` order), `logits`
+/// each output's softmax input, `labels` a [`Labels::Outputs`].
+pub fn losses(
+    heads: &[OutputHead],
+    output: Tensor<2>,
+    logits: Vec<Option<Tensor<2>>>,
+    labels: &Labels,
+    sample_weight: Option<&Tensor<1>>,
+) -> (Tensor<1>, Vec<Tensor<1>>) {
+    let Labels::Outputs(labels) = labels else {
+        panic!("a model with several outputs gets one set of labels per output");
+    };
+    let [rows, _] = output.dims();
+    let mut start = 0;
+    let mut each = Vec::with_capacity(heads.len());
+    let mut total: Option<Tensor<1>> = None;
+    for ((head, logits), labels) in heads.iter().zip(logits).zip(labels) {
+        let part = output.clone().slice([0..rows, start..start + head.units]);
+        start += head.units;
+        let loss = head
+            .loss
+            .compute_weighted(part, logits, labels, sample_weight);
+        let term = loss.clone().mul_scalar(head.weight);
+        total = Some(match total {
+            Some(t) => t + term,
+            None => term,
+        });
+        each.push(loss);
+    }
+    (total.expect("at least two outputs"), each)
+}
