@@ -226,3 +226,128 @@ epochs = 8
     assert!(err.contains("Input \"c\""), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A model with a classification and a regression head trains from an NPY pipeline whose
+/// label components are named like the outputs (Keras' dict labels), with per-output losses,
+/// `loss_weights` and metrics; its history has Keras' per-output keys. Misspelt output names
+/// are refused with exit 2 before anything is written.
+#[test]
+fn a_two_output_model_trains_with_per_output_losses_and_metrics() {
+    let dir = scratch("two-outputs");
+    let n = 256;
+    let (mut x, mut class, mut value) = (Vec::new(), Vec::new(), Vec::new());
+    let mut state = 11u32;
+    let mut next = || {
+        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+    };
+    for _ in 0..n {
+        let r: Vec<f32> = (0..4).map(|_| next()).collect();
+        class.push((r[0] + r[1] > 0.0) as i64);
+        value.push(2.0 * r[2] - r[3]);
+        x.extend(r);
+    }
+    let write = |name: &str, shape: Vec<usize>, buf: Buffer| {
+        kiln_data::npy::write_npy(&dir.join(name), &Array::new(shape, buf).unwrap()).unwrap();
+    };
+    write("x.npy", vec![n, 4], Buffer::F32(x));
+    write("class.npy", vec![n], Buffer::I64(class));
+    write(
+        "value2.npy",
+        vec![n, 2],
+        Buffer::F32([value.clone(), value.clone()].concat()),
+    );
+    write("value.npy", vec![n, 1], Buffer::F32(value));
+    let config = |outputs: &str, loss_key: &str, value: &str| {
+        format!(
+            r#"name = "heads"
+seed = 3
+[data]
+data_dir = "{}"
+[data.train]
+source = "npy"
+files = ["x.npy", "class.npy", "{value}"]
+components = ["x", "class", "value"]
+batch_size = 32
+[model]
+layers = [
+  {{ type = "Input", shape = [4] }},
+  {{ type = "Dense", name = "trunk", units = 32, activation = "relu" }},
+  {{ type = "Dense", name = "class", units = 2, activation = "softmax", inputs = ["trunk"] }},
+  {{ type = "Dense", name = "value", units = 1, inputs = ["trunk"] }},
+]
+outputs = {outputs}
+[compile]
+optimizer = {{ type = "adamw", learning_rate = 0.01 }}
+loss = {{ class = "sparse_categorical_crossentropy", {loss_key} = "mse" }}
+loss_weights = {{ class = 1.0, value = 0.5 }}
+metrics = {{ class = ["accuracy"], value = ["mae"] }}
+[fit]
+epochs = 10
+"#,
+            dir.display()
+        )
+    };
+    let good = dir.join("heads.toml");
+    std::fs::write(&good, config(r#"["class", "value"]"#, "value", "value.npy")).unwrap();
+    let run = dir.join("run");
+    let o = train_command(&good, &run, &[]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let h: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("history.json")).unwrap()).unwrap();
+    let series = |key: &str| -> Vec<f64> {
+        let v = h["history"][key].as_array();
+        let v = v.unwrap_or_else(|| panic!("no {key} in {h}"));
+        v.iter().map(|x| x.as_f64().unwrap()).collect()
+    };
+    let (loss, class_loss, value_loss) =
+        (series("loss"), series("class_loss"), series("value_loss"));
+    // Each epoch's loss is the weighted sum of the outputs' epoch means.
+    for e in 0..loss.len() {
+        let sum = class_loss[e] + 0.5 * value_loss[e];
+        assert!(
+            (loss[e] - sum).abs() < 1e-4,
+            "epoch {e}: {} vs {sum}",
+            loss[e]
+        );
+    }
+    assert!(*series("class_accuracy").last().unwrap() > 0.85, "{h}");
+    let mae = series("value_mae");
+    assert!(mae.last().unwrap() < &(mae[0] / 2.0), "{mae:?}");
+
+    let both = r#"["class", "value"]"#;
+    for (outputs, loss_key, value, code, needle) in [
+        (
+            r#"["class", "valu"]"#,
+            "value",
+            "value.npy",
+            2,
+            "model.outputs: \"valu\" is not the name",
+        ),
+        (
+            both,
+            "valu",
+            "value.npy",
+            2,
+            "compile.loss.valu: the model has no output",
+        ),
+        // Labels of another shape than the output: refused before the run directory exists.
+        (
+            both,
+            "value",
+            "value2.npy",
+            1,
+            "data.train: the first example does not fit the model: labels \"value\" have 2 values per example but the model's output (None, 1) has 1",
+        ),
+    ] {
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, config(outputs, loss_key, value)).unwrap();
+        let bad_run = dir.join("bad-run");
+        let o = train_command(&bad, &bad_run, &[]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{err}");
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+        assert!(!bad_run.exists(), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

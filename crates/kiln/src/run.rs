@@ -192,36 +192,19 @@ pub fn train_with(
     on_model: impl FnOnce(&mut Model),
 ) -> Result<TrainReport> {
     check_several_outputs(cfg)?;
+    let fresh = !run_dir.exists();
     // One writer per run directory: locked before anything is read or written, so that a
     // second process is refused at once; released when this returns (or the process dies).
     let _locks = lock_run_dirs(cfg, run_dir, opts.notes)?;
-    // `inputs`: the config the pipelines are built from (each worker's own cache files).
-    let (resolved, inputs, train, validation, test) = if cfg.data.uses_pipelines() {
-        // adapt runs first: its statistics go into the resolved config and the pipelines.
-        let resolved = pipelines::adapt(cfg)?;
-        check_pipelines_against_model(&resolved)?;
-        // Several workers (mpirun) must not share cache files.
-        let inputs = match crate::distribute::world::launched().filter(|w| w.size > 1) {
-            Some(w) => crate::distribute::shard::per_worker_caches(&resolved, w),
-            None => resolved.clone(),
-        };
-        let validation = match (
-            &inputs.data.validation,
-            inputs.fit.validation_data.as_deref(),
-        ) {
-            (Some(_), _) => Some(pipelines::build(&inputs, Split::Validation)?),
-            (None, Some("test")) => Some(pipelines::build(&inputs, Split::Test)?),
-            _ => None,
-        };
-        let train = pipelines::build(&inputs, Split::Train)?;
-        let test = match inputs.data.test {
-            Some(_) => Some(pipelines::build(&inputs, Split::Test)?),
-            None => None,
-        };
-        (resolved, inputs, train, validation, test)
-    } else {
-        let (train, validation, test) = array_pipelines(cfg)?;
-        (cfg.clone(), cfg.clone(), train, validation, Some(test))
+    let (resolved, inputs, train, validation, test) = match input_datasets(cfg) {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            // Nothing was written: a run directory that this call created goes again.
+            if fresh {
+                remove_if_only_lock(run_dir);
+            }
+            return Err(e);
+        }
     };
     let mut resolved = resolved;
     if resolved.data.data_dir.is_relative() {
@@ -690,7 +673,6 @@ fn array_pipelines(cfg: &RunConfig) -> Result<(Dataset, Option<Dataset>, Dataset
 /// # Errors
 /// [`KilnError::Shape`] naming the table and component; data errors from the first example.
 fn check_pipelines_against_model(cfg: &RunConfig) -> Result<()> {
-    let units = cfg.model.output_units();
     for split in [Split::Train, Split::Validation, Split::Test] {
         let Some(p) = split.table(cfg) else { continue };
         let Some(first) = pipelines::first_example(cfg, split)? else {
@@ -726,22 +708,66 @@ fn check_pipelines_against_model(cfg: &RunConfig) -> Result<()> {
                 )));
             }
         }
-        let several = cfg.model.has_several_outputs();
-        for (k, component) in crate::batch::label_components(&cfg.model)
-            .iter()
-            .enumerate()
-        {
-            let y = first.require(component)?;
-            let units = if several {
-                cfg.model.units_of_output(k)
-            } else {
-                units
-            };
-            let shown = if several { component } else { p.y_name() };
-            check_first_label(y, units, shown, split.key())?;
-        }
+        check_first_labels(cfg, first, split.key())?;
     }
     Ok(())
+}
+
+/// The resolved config (with `adapt` statistics), the config the pipelines are built from
+/// (each worker's own cache files) and the train, validation and test datasets, checked
+/// against the model.
+type Inputs = (
+    RunConfig,
+    RunConfig,
+    Dataset,
+    Option<Dataset>,
+    Option<Dataset>,
+);
+
+/// Builds [`Inputs`] for `cfg`.
+///
+/// # Errors
+/// Data, config and shape errors of the pipelines and of their first examples.
+fn input_datasets(cfg: &RunConfig) -> Result<Inputs> {
+    if cfg.data.uses_pipelines() {
+        // adapt runs first: its statistics go into the resolved config and the pipelines.
+        let resolved = pipelines::adapt(cfg)?;
+        check_pipelines_against_model(&resolved)?;
+        // Several workers (mpirun) must not share cache files.
+        let inputs = match crate::distribute::world::launched().filter(|w| w.size > 1) {
+            Some(w) => crate::distribute::shard::per_worker_caches(&resolved, w),
+            None => resolved.clone(),
+        };
+        let validation = match (
+            &inputs.data.validation,
+            inputs.fit.validation_data.as_deref(),
+        ) {
+            (Some(_), _) => Some(pipelines::build(&inputs, Split::Validation)?),
+            (None, Some("test")) => Some(pipelines::build(&inputs, Split::Test)?),
+            _ => None,
+        };
+        let train = pipelines::build(&inputs, Split::Train)?;
+        let test = match inputs.data.test {
+            Some(_) => Some(pipelines::build(&inputs, Split::Test)?),
+            None => None,
+        };
+        Ok((resolved, inputs, train, validation, test))
+    } else {
+        let (train, validation, test) = array_pipelines(cfg)?;
+        Ok((cfg.clone(), cfg.clone(), train, validation, Some(test)))
+    }
+}
+
+/// Removes `dir` when it holds nothing but its lock file.
+fn remove_if_only_lock(dir: &Path) {
+    let only_lock = std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .all(|e| e.file_name() == crate::run_dir::LOCK_FILE)
+    });
+    if only_lock {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// A model with several outputs reads each output's labels from a named component of
@@ -777,22 +803,27 @@ fn check_several_outputs(cfg: &RunConfig) -> Result<()> {
     Ok(())
 }
 
-/// A class label of the first example outside `[0, units)` is refused before training starts.
+/// The first example's labels go through the conversion every batch goes through, so that
+/// labels that do not fit the outputs and losses (their shape, a class id outside `[0,
+/// units)`) are refused before anything is written, not at the first step.
 ///
 /// # Errors
-/// [`KilnError::Shape`] naming the table and component.
-fn check_first_label(y: &kiln_data::Array, units: usize, shown: &str, key: &str) -> Result<()> {
-    if y.dtype().is_integer() && y.len() == 1 && units > 1 {
-        let label = y.data().try_to_i64()?[0];
-        if label < 0 || label as usize >= units {
-            return Err(KilnError::Shape(format!(
-                "{key}: label {label} of the first example (component \"{shown}\") is outside \
-                 [0, {units}): the output layer has {units} units; set its `units` to the \
-                 number of classes"
-            )));
-        }
+/// [`KilnError::Shape`] naming the table (`data.train`) and the labels.
+fn check_first_labels(cfg: &RunConfig, first: kiln_data::Element, key: &str) -> Result<()> {
+    let mut one = kiln_data::Element::new();
+    for (name, a) in first.iter() {
+        let mut shape = vec![1];
+        shape.extend_from_slice(a.shape());
+        one.insert(name, a.clone().reshape(shape)?);
     }
-    Ok(())
+    match crate::batch::to_device(&one, &cfg.model, &cfg.compile, &Device::flex()) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(KilnError::Shape(format!(
+            "{key}: the first example does not fit the model: {}",
+            e.to_string()
+                .replace("example 0 of the batch", "the first example")
+        ))),
+    }
 }
 
 /// Loads a run directory's config (with `overrides`, e.g. another `data_dir`) and model.

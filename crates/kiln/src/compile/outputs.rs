@@ -141,10 +141,10 @@ fn per_output(
     Ok(spread)
 }
 
-/// A list means one entry per output for `loss_weights` (numbers) and for `metrics` when its
-/// entries are lists; a flat list of metric names applies to every output.
+/// A list means one entry per output for `loss` and `loss_weights`, and for `metrics` when
+/// its entries are lists; a flat list of metric names applies to every output.
 fn is_list_per_output(key: &str, a: &[toml::Value]) -> bool {
-    key.ends_with("loss_weights") || a.iter().all(toml::Value::is_array) && !a.is_empty()
+    !key.ends_with("metrics") || !a.is_empty() && a.iter().all(toml::Value::is_array)
 }
 
 fn weight(v: &toml::Value, key: &str) -> Result<f64> {
@@ -221,4 +221,117 @@ pub fn losses(
         each.push(loss);
     }
     (total.expect("at least two outputs"), each)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::{LossKind, MetricKind};
+
+    fn model() -> ModelSpec {
+        let t: toml::Table = toml::from_str(
+            r#"layers = [
+              { type = "Input", shape = [4] },
+              { type = "Dense", name = "trunk", units = 8 },
+              { type = "Dense", name = "class", units = 3, inputs = ["trunk"] },
+              { type = "Dense", name = "value", units = 1, inputs = ["trunk"] },
+            ]
+            outputs = ["class", "value"]"#,
+        )
+        .unwrap();
+        ModelSpec::from_toml(&t).unwrap()
+    }
+
+    fn heads_of(text: &str) -> Result<Vec<OutputHead>> {
+        let t: toml::Table = toml::from_str(text).unwrap();
+        heads(
+            &model(),
+            &RawOutputs {
+                loss: &t["loss"],
+                loss_weights: t.get("loss_weights"),
+                metrics: t.get("metrics"),
+            },
+        )
+    }
+
+    fn err(text: &str) -> String {
+        heads_of(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn dicts_lists_and_one_value_for_all_give_the_same_heads() {
+        let dict = heads_of(
+            r#"loss = { class = "sparse_categorical_crossentropy", value = "mse" }
+            loss_weights = { value = 0.5 }
+            metrics = { class = ["accuracy"], value = "mae" }"#,
+        )
+        .unwrap();
+        let lists = heads_of(
+            r#"loss = ["sparse_categorical_crossentropy", "mse"]
+            loss_weights = [1, 0.5]
+            metrics = [["accuracy"], ["mae"]]"#,
+        )
+        .unwrap();
+        assert_eq!(dict, lists);
+        assert_eq!(dict[0].loss.kind, LossKind::SparseCategoricalCrossentropy);
+        assert_eq!((dict[0].weight, dict[1].weight), (1.0, 0.5));
+        assert_eq!((dict[0].units, dict[1].units), (3, 1));
+        assert_eq!(dict[0].metrics[0].kind, MetricKind::CategoricalAccuracy);
+        assert_eq!(dict[1].metrics[0].kind, MetricKind::MeanAbsoluteError);
+        // One loss (and one flat metric list) for every output, as Keras applies them.
+        let one = heads_of(
+            r#"loss = { type = "mse" }
+            metrics = ["mae"]"#,
+        )
+        .unwrap();
+        assert!(
+            one.iter()
+                .all(|h| h.loss.kind == LossKind::MeanSquaredError)
+        );
+        assert!(one.iter().all(|h| h.metrics.len() == 1 && h.weight == 1.0));
+    }
+
+    #[test]
+    fn bad_per_output_values_name_their_key() {
+        let e = err(r#"loss = { class = "mse", valu = "mse" }"#);
+        assert!(
+            e.starts_with("compile.loss.valu: the model has no output \"valu\""),
+            "{e}"
+        );
+        let e = err(r#"loss = { class = "mse" }"#);
+        assert!(
+            e.starts_with("compile.loss.value: missing: output \"value\" needs a loss"),
+            "{e}"
+        );
+        let e = err(r#"loss = ["mse"]"#);
+        assert!(
+            e.starts_with("compile.loss: a list gives one entry per output"),
+            "{e}"
+        );
+        let e = err("loss = \"mse\"\nloss_weights = [1.0]");
+        assert!(
+            e.starts_with("compile.loss_weights: a list gives one entry"),
+            "{e}"
+        );
+        let e = err("loss = \"mse\"\nloss_weights = { value = -1.0 }");
+        assert!(
+            e.starts_with("compile.loss_weights.value: a loss weight must be"),
+            "{e}"
+        );
+        let e = err("loss = \"mse\"\nloss_weights = { value = \"big\" }");
+        assert!(
+            e.starts_with("compile.loss_weights.value: expected a number"),
+            "{e}"
+        );
+        let e = err(r#"loss = { class = "hinge", value = "mse" }"#);
+        assert!(
+            e.starts_with("compile.loss.class.type: unknown loss \"hinge\""),
+            "{e}"
+        );
+        let e = err("loss = \"mse\"\nmetrics = { value = [\"f1\"] }");
+        assert!(
+            e.starts_with("compile.metrics.value[0]: unknown metric \"f1\""),
+            "{e}"
+        );
+    }
 }

@@ -152,6 +152,7 @@ mod tests {
             ))),
             classes: vec![0, 1, 2, 3, 4],
             targets: vec![10.0, 11.0, 12.0, 13.0, 14.0],
+            outputs: vec![],
             size: 5,
             sample_weight: Some(Tensor::from_data(
                 TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0, 5.0], [5]),

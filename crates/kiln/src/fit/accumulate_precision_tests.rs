@@ -52,6 +52,7 @@ fn class_batch(device: &Device) -> DeviceBatch {
         ))),
         classes: y,
         targets: Vec::new(),
+        outputs: vec![],
         size: 6,
         sample_weight: None,
     }
@@ -195,6 +196,7 @@ fn gradients_that_underflow_in_float16_survive_with_loss_scaling() {
             ))),
             classes: vec![0, 0],
             targets,
+            outputs: vec![],
             size: 2,
             sample_weight: None,
         };

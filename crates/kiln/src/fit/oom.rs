@@ -101,6 +101,7 @@ mod tests {
             labels: Some(Labels::Sparse(y)),
             classes: vec![0, 1, 2, 3, 4],
             targets: Vec::new(),
+            outputs: vec![],
             size: 5,
             sample_weight: None,
         };

@@ -183,7 +183,7 @@ fn labels_outside_the_classes_name_the_example_value_and_class_count() {
     guard.begin_epoch(0);
     let mut convert = |x: Array, y: Vec<i32>| {
         let mut el = Element::new().with(FEATURES, x).with(LABELS, ints(y));
-        to_device_guarded(&mut el, &spec, &compiled.loss, &device, &mut guard)
+        to_device_guarded(&mut el, &spec, &compiled, &device, &mut guard)
     };
     assert_eq!(
         convert(ramp(4, &[3]), vec![0, 9, 3, 4])
@@ -213,7 +213,7 @@ fn labels_outside_the_classes_name_the_example_value_and_class_count() {
     let mut el = Element::new()
         .with(FEATURES, ramp(2, &[3]))
         .with(LABELS, ints(vec![2, 3]));
-    let e = crate::batch::to_device(&el, &spec, &compiled.loss, &device)
+    let e = crate::batch::to_device(&el, &spec, &compiled, &device)
         .unwrap_err()
         .to_string();
     assert!(
@@ -221,7 +221,7 @@ fn labels_outside_the_classes_name_the_example_value_and_class_count() {
         "{e}"
     );
     let mut g = NumericsGuard::new(CheckNumerics::Raise, DataSplit::Test);
-    let e = to_device_guarded(&mut el, &spec, &compiled.loss, &device, &mut g)
+    let e = to_device_guarded(&mut el, &spec, &compiled, &device, &mut g)
         .unwrap_err()
         .to_string();
     assert!(

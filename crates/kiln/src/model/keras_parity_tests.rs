@@ -265,7 +265,7 @@ fn forward_pass_and_loss_equal_keras_with_the_same_weights() {
         from_logits: false,
     };
     let value = loss
-        .compute(fwd.output, fwd.logits, &labels)
+        .compute(fwd.output, fwd.logits.into_iter().next().flatten(), &labels)
         .into_scalar::<f32>();
     assert!((value - 1.6717891693115234).abs() < 1e-5, "{value}");
 }
