@@ -21,10 +21,15 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
+import sys
+
 import numpy as np
 import tensorflow as tf
 import keras
 from keras import layers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from multi_io_reference import fixed_weight, float_input, float_label  # noqa: E402
 
 keras.utils.set_random_seed(0)
 tf.config.experimental.enable_op_determinism()
@@ -40,22 +45,6 @@ FORMULAS = {
     "float_label": "y.flat[i] = f32(0.5 * cos(0.9 * i))",
 }
 BATCH = 5
-
-
-def fixed_weight(shape, k):
-    n = int(np.prod(shape))
-    i = np.arange(n, dtype=np.float64)
-    return (0.1 * np.sin(0.7 * i + 0.3 * k)).astype(np.float32).reshape(shape)
-
-
-def float_input(shape, m):
-    i = np.arange(int(np.prod(shape)), dtype=np.float64)
-    return np.sin(0.9 * i + 0.5 + m).astype(np.float32).reshape(shape)
-
-
-def float_label(shape):
-    i = np.arange(int(np.prod(shape)), dtype=np.float64)
-    return (0.5 * np.cos(0.9 * i)).astype(np.float32).reshape(shape)
 
 
 def tensor(a):

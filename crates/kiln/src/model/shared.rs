@@ -161,6 +161,26 @@ fn tuple(shape: &[usize]) -> String {
 }
 
 impl ModelSpec {
+    /// An error when layer `name` is a call of a shared layer, which takes its `what` (dtype,
+    /// options) from that layer.
+    pub(super) fn not_a_call(&self, name: &str, what: &str) -> Result<()> {
+        match self.layers().iter().find(|l| l.name == name) {
+            Some(LayerSpec {
+                shares: Some(o), ..
+            }) => {
+                let owner = &self.layers()[*o].name;
+                Err(KilnError::config(
+                    "model.layers",
+                    format!(
+                        "\"{name}\" is a call of shared layer \"{owner}\", which it takes its \
+                         {what} from; set them on \"{owner}\""
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The weights layer `i` stores, with where: none for a call of a shared layer, which
     /// runs on the shared layer's.
     pub(crate) fn own_weights(&self, i: usize) -> Vec<(WeightSpec, Slot)> {

@@ -332,6 +332,20 @@ fn the_rust_door_shares_through_raw_nodes() {
         ModelSpec::from_nodes(nodes.clone(), None).unwrap(),
         siamese()
     );
+    // Nor a dtype or options set afterwards.
+    let e = siamese()
+        .with_layer_dtype("tower_b", crate::precision::Precision::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"tower_b\" is a call of shared layer \"tower\""),
+        "{e}"
+    );
+    let frozen = LayerOptions {
+        trainable: false,
+        ..LayerOptions::default()
+    };
+    assert!(siamese().with_layer_options("tower_b", frozen).is_err());
     // A call has no options of its own.
     let mut bad = nodes;
     bad[3].options.trainable = false;

@@ -1140,6 +1140,7 @@ impl ModelSpec {
                 format!("no layer is named \"{name}\" (dtype override)"),
             ));
         }
+        self.not_a_call(name, "dtype")?;
         self.layer_dtypes.insert(name.to_string(), dtype);
         Ok(self)
     }
@@ -1157,6 +1158,7 @@ impl ModelSpec {
                 format!("no layer is named \"{name}\" (layer options)"),
             ));
         };
+        self.not_a_call(name, "options")?;
         let at = format!("model.layers[{}]", i + self.inputs.len());
         options.check(&self.layers[i].kind, &self.shapes_before(i), &at)?;
         self.layers[i].options = options;

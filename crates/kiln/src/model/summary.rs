@@ -40,8 +40,7 @@ pub fn summary(name: &str, spec: &ModelSpec) -> String {
         .map(|(i, l)| {
             let (t, n) = spec.layer_params(i);
             let last_call = (i..n_layers)
-                .filter(|&j| spec.param_owner(j) == i)
-                .last()
+                .rfind(|&j| spec.param_owner(j) == i)
                 .unwrap_or(i);
             [
                 format!("{} ({})", l.name, l.kind.class_name()),
