@@ -351,3 +351,93 @@ epochs = 10
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A Siamese model (one Dense tower called on two inputs with `shares`) trains from NPY
+/// components and keeps the sharing in its run directory; a `shares` naming no earlier layer
+/// is a config error (exit 2) that writes nothing.
+#[test]
+fn a_shared_tower_trains_and_a_bad_shares_writes_nothing() {
+    let dir = scratch("shared-tower");
+    // Label: whether a's first value exceeds b's (a symmetric task for a shared tower).
+    let n = 256;
+    let (mut a, mut b, mut y) = (Vec::new(), Vec::new(), Vec::new());
+    let mut state = 11u32;
+    let mut next = || {
+        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+    };
+    for _ in 0..n {
+        let ra: Vec<f32> = (0..3).map(|_| next()).collect();
+        let rb: Vec<f32> = (0..3).map(|_| next()).collect();
+        y.push((ra[0] > rb[0]) as i64);
+        a.extend(ra);
+        b.extend(rb);
+    }
+    let write = |name: &str, shape: Vec<usize>, buf: Buffer| {
+        kiln_data::npy::write_npy(&dir.join(name), &Array::new(shape, buf).unwrap()).unwrap();
+    };
+    write("a.npy", vec![n, 3], Buffer::F32(a));
+    write("b.npy", vec![n, 3], Buffer::F32(b));
+    write("y.npy", vec![n], Buffer::I64(y));
+    let config = |shares: &str| {
+        format!(
+            r#"name = "siamese"
+seed = 3
+[data]
+data_dir = "{}"
+[data.train]
+source = "npy"
+files = ["a.npy", "b.npy", "y.npy"]
+components = ["a", "b", "label"]
+y = "label"
+batch_size = 32
+[model]
+layers = [
+  {{ type = "Input", name = "a", shape = [3] }},
+  {{ type = "Input", name = "b", shape = [3] }},
+  {{ type = "Dense", name = "tower", units = 8, activation = "tanh", inputs = ["a"] }},
+  {{ name = "tower_b", shares = "{shares}", inputs = ["b"] }},
+  {{ type = "Concatenate", inputs = ["tower", "tower_b"] }},
+  {{ type = "Dense", units = 2 }},
+]
+[compile]
+optimizer = {{ type = "adamw", learning_rate = 0.02 }}
+loss = {{ type = "sparse_categorical_crossentropy", from_logits = true }}
+metrics = ["accuracy"]
+[fit]
+epochs = 8
+"#,
+            dir.display()
+        )
+    };
+    let good = dir.join("siamese.toml");
+    std::fs::write(&good, config("tower")).unwrap();
+    let run = dir.join("run");
+    let o = train_command(&good, &run, &[]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let h: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("history.json")).unwrap()).unwrap();
+    let acc = h["history"]["accuracy"].as_array().unwrap();
+    assert!(acc.last().unwrap().as_f64().unwrap() > 0.85, "{acc:?}");
+    let resolved = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    assert!(resolved.contains("shares = \"tower\""), "{resolved}");
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, config("towr")).unwrap();
+    let bad_run = dir.join("bad-run");
+    let o = train_command(&bad, &bad_run, &[]).output().unwrap();
+    assert_fails(
+        &o,
+        2,
+        &[
+            "model.layers[3].shares",
+            "\"towr\" is not the name of an earlier layer",
+        ],
+    );
+    assert!(
+        !bad_run.exists(),
+        "a config error wrote {}",
+        bad_run.display()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -14,6 +14,7 @@ mod options;
 pub mod registry;
 mod regularize;
 pub mod regularizers;
+mod shared;
 mod spec;
 mod spec_ext;
 mod summary;
@@ -38,3 +39,5 @@ mod functional_tests;
 mod keras_parity_tests;
 #[cfg(test)]
 mod options_tests;
+#[cfg(test)]
+mod shared_tests;

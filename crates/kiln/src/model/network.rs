@@ -17,7 +17,6 @@ use rand::rngs::StdRng;
 
 pub use super::act::Act;
 use super::layer::{ForwardContext, Weights};
-use super::options::stored_weights;
 use super::spec::{Activation, LayerKind, ModelSpec, Padding};
 use crate::precision::round::{round_act, round_params};
 
@@ -105,7 +104,7 @@ impl Network {
             .enumerate()
             .map(|(i, layer)| {
                 let mut p = LayerParams::empty();
-                for (w, slot) in stored_weights(&layer.kind, &spec.shapes_before(i)) {
+                for (w, slot) in spec.own_weights(i) {
                     let values = layer.options.initial_values(&w, &mut rng);
                     p.put(slot, &w, values, layer.options.trains(&w), device);
                 }
@@ -237,8 +236,11 @@ impl Network {
         // Mixed precision (crate::precision::round): the 16-bit type each layer's output is
         // already rounded to.
         let mut rounded: Vec<Option<burn::tensor::FloatDType>> = vec![None; n];
-        for (i, (layer, p)) in spec.layers().iter().zip(&self.layers).enumerate() {
+        for (i, layer) in spec.layers().iter().enumerate() {
             let started = std::time::Instant::now();
+            // A call of a shared layer runs on (and trains) that layer's weights.
+            let pi = spec.param_owner(i);
+            let (owner, p) = (&spec.layers()[pi], &self.layers[pi]);
             let compute = spec.layer_precision(i).compute_dtype();
             let mut xs = Vec::with_capacity(layer.inputs.len());
             for r in &layer.inputs {
@@ -254,7 +256,7 @@ impl Network {
                 };
                 let mut v = v.expect("inputs are computed before their consumers");
                 if let Some(place) = placement {
-                    v = v.to_device(&place(i));
+                    v = v.to_device(&place(pi));
                 }
                 if let Some(dt) = compute
                     && was != Some(dt)
@@ -273,7 +275,7 @@ impl Network {
             };
             // Keras 3: a frozen BatchNormalization normalizes with its moving statistics.
             let training = training
-                && (layer.options.trainable
+                && (owner.options.trainable
                     || !matches!(layer.kind, LayerKind::BatchNormalization { .. }));
             let x = match &layer.kind {
                 LayerKind::Dense { .. }
@@ -289,7 +291,7 @@ impl Network {
                     let output = outputs.iter().position(|&o| o == i);
                     let mut softmax_input = None;
                     let y = self.layer_forward(
-                        i,
+                        pi,
                         output.is_some(),
                         &layer.kind,
                         p,
@@ -322,7 +324,7 @@ impl Network {
             let (x, r) = round_output(x, &layer.kind, compute, input_rounded);
             rounded[i] = r;
             observe(i, started.elapsed(), &x);
-            activity_loss = super::regularize::add_activity(activity_loss, layer, &x);
+            activity_loss = super::regularize::add_activity(activity_loss, owner, &x);
             values[i] = Some(x);
         }
         let mut heads: Vec<Tensor<2>> = outputs
@@ -342,7 +344,9 @@ impl Network {
         }
     }
 
-    /// One layer of the original (Sequential) kinds on its single input.
+    /// One layer of the original (Sequential) kinds on its single input; `i` is the layer
+    /// whose parameters `p` are (the shared layer's for a call of one), which its
+    /// BatchNormalization statistics update.
     #[allow(clippy::too_many_arguments)]
     fn layer_forward(
         &self,

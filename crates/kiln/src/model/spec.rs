@@ -15,6 +15,7 @@ pub use super::args::{Activation, Padding, Pads2, Pair, keras_shape};
 use super::layer::{DeclaredLayer, Layer};
 use super::options::LayerOptions;
 pub use super::registry::LAYER_TYPES;
+use super::shared::{check_shared_weights, shared_call_name, shared_owner};
 
 fn default_pool() -> Pair {
     Pair([2, 2])
@@ -535,6 +536,10 @@ pub struct LayerSpec {
     pub inputs: Vec<NodeRef>,
     /// `trainable` and per-weight initializers, regularizers and constraints.
     pub options: LayerOptions,
+    /// `Some(j)`: this entry calls layer `j` again (a shared layer, `shares = "name"` in
+    /// TOML): `kind` is layer `j`'s, it has no weights or options of its own and runs on
+    /// layer `j`'s weights.
+    pub shares: Option<usize>,
 }
 
 /// A model: one or more `Input`s and layers, as a Keras `Sequential` stack (each layer takes
@@ -606,6 +611,7 @@ impl SequentialBuilder {
             },
             inputs: None,
             options: LayerOptions::default(),
+            shares: None,
         }];
         nodes.extend(
             self.layers
@@ -615,6 +621,7 @@ impl SequentialBuilder {
                     kind,
                     inputs: None,
                     options,
+                    shares: None,
                 }),
         );
         ModelSpec::from_nodes(nodes, &[])
@@ -633,6 +640,25 @@ pub struct RawNode {
     pub inputs: Option<Vec<String>>,
     /// `trainable` and per-weight options.
     pub options: LayerOptions,
+    /// The name of an earlier layer to call again on this entry's `inputs`, with that layer's
+    /// class, arguments and weights (Keras' shared layers). `kind` is then ignored (see
+    /// [`RawNode::sharing`]) and `options` must be the default.
+    pub shares: Option<String>,
+}
+
+impl RawNode {
+    /// An entry that calls the earlier layer `owner` again on `inputs` (Keras' `tower(b)`
+    /// after `tower = Dense(4); tower(a)`), sharing its weights; `name` names this call.
+    pub fn sharing(name: Option<String>, owner: &str, inputs: Vec<String>) -> RawNode {
+        RawNode {
+            name,
+            // Ignored: from_nodes takes the owner's class and arguments.
+            kind: LayerKind::Flatten {},
+            inputs: Some(inputs),
+            options: LayerOptions::default(),
+            shares: Some(owner.to_string()),
+        }
+    }
 }
 
 impl ModelSpec {
@@ -674,12 +700,23 @@ impl ModelSpec {
                 kind,
                 inputs: wanted,
                 options,
+                shares,
             } = node;
+            let shares = match shares {
+                None => None,
+                Some(owner) => Some(shared_owner(i, &owner, &by_name, &layers, &options)?),
+            };
+            let kind = match shares {
+                Some(o) => layers[o].kind.clone(),
+                None => kind,
+            };
             kind.validate()
                 .map_err(|m| KilnError::config(key(i, &kind), m))?;
-            let name = match name {
-                Some(n) => n,
-                None => {
+            let name = match (name, shares) {
+                (Some(n), _) => n,
+                // Calls of a shared layer do not take the next automatic layer name.
+                (None, Some(o)) => shared_call_name(&layers[o].name, &by_name),
+                (None, None) => {
                     let prefix = kind.default_prefix();
                     let n = counts.entry(prefix.clone()).or_insert(0);
                     let name = if *n == 0 {
@@ -767,6 +804,18 @@ impl ModelSpec {
                     NodeRef::Layer(j) => shapes[*j].as_slice(),
                 })
                 .collect();
+            if let Some(o) = shares {
+                let owner_shapes: Vec<&[usize]> = layers[o]
+                    .inputs
+                    .iter()
+                    .map(|r| match r {
+                        NodeRef::Input(k) => inputs[*k].1.as_slice(),
+                        NodeRef::Layer(j) => shapes[*j].as_slice(),
+                    })
+                    .collect();
+                check_shared_weights(&kind, &layers[o].name, &owner_shapes, &in_shapes)
+                    .map_err(|m| KilnError::config(format!("model.layers[{i}].shares"), m))?;
+            }
             check_size(&kind, &in_shapes).map_err(|m| KilnError::config(key(i, &kind), m))?;
             options.check(&kind, &in_shapes, &format!("model.layers[{i}]"))?;
             let shape = kind
@@ -790,6 +839,7 @@ impl ModelSpec {
                 kind,
                 inputs: refs,
                 options,
+                shares,
             });
             shapes.push(shape);
         }
@@ -895,6 +945,11 @@ impl ModelSpec {
             let mut table = value.as_table().cloned().ok_or_else(|| {
                 KilnError::config(&key, "each layer must be a table with a `type`")
             })?;
+            if let Some(node) = super::shared::sharing_entry(&mut table, &key)? {
+                parsed.push(node);
+                dtypes.push(None);
+                continue;
+            }
             let type_name = table
                 .get("type")
                 .and_then(|t| t.as_str())
@@ -955,25 +1010,8 @@ impl ModelSpec {
                 None => None,
             };
             dtypes.push(dtype);
-            let name = match table.remove("name") {
-                Some(toml::Value::String(s)) => Some(s),
-                Some(other) => {
-                    return Err(KilnError::config(
-                        format!("{key}.name"),
-                        format!("must be a string, got {other}"),
-                    ));
-                }
-                None => None,
-            };
-            let inputs = match table.remove("inputs") {
-                None => None,
-                Some(v) => Some(string_list(&v).ok_or_else(|| {
-                    KilnError::config(
-                        format!("{key}.inputs"),
-                        format!("must be a layer name or a list of names, got {v}"),
-                    )
-                })?),
-            };
+            let name = take_name(&mut table, &key)?;
+            let inputs = take_inputs(&mut table, &key)?;
             let options = LayerOptions::take_from_toml(&mut table, &key)?;
             let kind = parse_kind(table, declared, &format!("{key} ({type_name})"))?;
             parsed.push(RawNode {
@@ -981,6 +1019,7 @@ impl ModelSpec {
                 kind,
                 inputs,
                 options,
+                shares: None,
             });
         }
         // dtypes[i] belongs to parsed[i]; Inputs compute nothing, so only layers keep theirs.
@@ -1006,12 +1045,13 @@ impl ModelSpec {
         self.inputs.len() == 1
             && self.outputs == [self.layers.len() - 1]
             && self.layers.iter().enumerate().all(|(j, l)| {
-                l.inputs
-                    == [if j == 0 {
-                        NodeRef::Input(0)
-                    } else {
-                        NodeRef::Layer(j - 1)
-                    }]
+                l.shares.is_none()
+                    && l.inputs
+                        == [if j == 0 {
+                            NodeRef::Input(0)
+                        } else {
+                            NodeRef::Layer(j - 1)
+                        }]
             })
     }
 
@@ -1033,7 +1073,10 @@ impl ModelSpec {
             layers.push(v);
         }
         for layer in &self.layers {
-            let mut v = toml::Value::Table(layer.kind.to_table());
+            let mut v = toml::Value::Table(match layer.shares {
+                Some(o) => super::shared::sharing_table(&self.layers[o].name),
+                None => layer.kind.to_table(),
+            });
             if let toml::Value::Table(t) = &mut v {
                 t.insert("name".into(), toml::Value::String(layer.name.clone()));
                 layer.options.write_toml(t);
@@ -1085,6 +1128,7 @@ impl ModelSpec {
                 format!("no layer is named \"{name}\" (dtype override)"),
             ));
         }
+        self.not_a_call(name, "dtype")?;
         self.layer_dtypes.insert(name.to_string(), dtype);
         Ok(self)
     }
@@ -1102,6 +1146,7 @@ impl ModelSpec {
                 format!("no layer is named \"{name}\" (layer options)"),
             ));
         };
+        self.not_a_call(name, "options")?;
         let at = format!("model.layers[{}]", i + self.inputs.len());
         options.check(&self.layers[i].kind, &self.shapes_before(i), &at)?;
         self.layers[i].options = options;
@@ -1112,7 +1157,7 @@ impl ModelSpec {
     /// `dtype`, else the global policy.
     pub fn layer_precision(&self, i: usize) -> Precision {
         self.layer_dtypes
-            .get(&self.layers[i].name)
+            .get(&self.layers[self.param_owner(i)].name)
             .copied()
             .unwrap_or(self.precision)
     }
@@ -1219,12 +1264,21 @@ impl ModelSpec {
     /// `(trainable, non_trainable)` parameters of layer `i`.
     /// A frozen layer's (`trainable = false`) are all non-trainable, as Keras counts them.
     pub fn layer_params(&self, i: usize) -> (usize, usize) {
+        if self.layers[i].shares.is_some() {
+            // Counted once, at the layer that holds the weights (as Keras counts them).
+            return (0, 0);
+        }
         let (t, n) = self.layers[i].kind.param_count_of(&self.shapes_before(i));
         if self.layers[i].options.trainable {
             (t, n)
         } else {
             (0, t + n)
         }
+    }
+
+    /// The layer whose weights and options layer `i` uses: `i`, or the layer it shares.
+    pub fn param_owner(&self, i: usize) -> usize {
+        self.layers[i].shares.unwrap_or(i)
     }
 
     /// `(trainable, non_trainable)` parameter totals, counted from the spec (nothing is
@@ -1323,6 +1377,31 @@ fn check_output_positions(
             ),
         )),
         None => Ok(()),
+    }
+}
+
+/// Removes a layer table's `name` (`key`: `model.layers[i]`).
+pub(super) fn take_name(table: &mut toml::Table, key: &str) -> Result<Option<String>> {
+    match table.remove("name") {
+        Some(toml::Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(KilnError::config(
+            format!("{key}.name"),
+            format!("must be a string, got {other}"),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Removes a layer table's `inputs` (a name or a list of names).
+pub(super) fn take_inputs(table: &mut toml::Table, key: &str) -> Result<Option<Vec<String>>> {
+    match table.remove("inputs") {
+        None => Ok(None),
+        Some(v) => string_list(&v).map(Some).ok_or_else(|| {
+            KilnError::config(
+                format!("{key}.inputs"),
+                format!("must be a layer name or a list of names, got {v}"),
+            )
+        }),
     }
 }
 

@@ -28,17 +28,23 @@ fn size(params: usize) -> String {
     format!("{v:.2} {}", units[u])
 }
 
-/// The summary of `spec` named `name`, as Keras 3's `model.summary()` lays it out.
+/// The summary of `spec` named `name`, as Keras 3's `model.summary()` lays it out. A shared
+/// layer is one row (Keras' `model.layers` lists it once) with its last call's output shape.
 pub fn summary(name: &str, spec: &ModelSpec) -> String {
+    let n_layers = spec.layers().len();
     let rows: Vec<[String; 3]> = spec
         .layers()
         .iter()
         .enumerate()
+        .filter(|(_, l)| l.shares.is_none())
         .map(|(i, l)| {
             let (t, n) = spec.layer_params(i);
+            let last_call = (i..n_layers)
+                .rfind(|&j| spec.param_owner(j) == i)
+                .unwrap_or(i);
             [
                 format!("{} ({})", l.name, l.kind.class_name()),
-                keras_shape(spec.shape_after(i)),
+                keras_shape(spec.shape_after(last_call)),
                 thousands(t + n),
             ]
         })

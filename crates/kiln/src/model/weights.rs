@@ -16,7 +16,6 @@ use burn::prelude::*;
 use safetensors::tensor::{Dtype, TensorView};
 
 use super::network::{LayerParams, Network};
-use super::options::stored_weights;
 use super::spec::ModelSpec;
 use crate::error::{KilnError, Result};
 
@@ -180,7 +179,7 @@ pub fn load_with(spec: &ModelSpec, device: &Device, get: &WeightSource) -> Resul
     let mut layers = Vec::with_capacity(spec.layers().len());
     for (i, layer) in spec.layers().iter().enumerate() {
         let mut p = LayerParams::empty();
-        for (w, slot) in stored_weights(&layer.kind, &spec.shapes_before(i)) {
+        for (w, slot) in spec.own_weights(i) {
             let v = get(&format!("{}/{}", layer.name, w.name), &w.shape)?;
             p.put(slot, &w, v, layer.options.trains(&w), device);
         }
