@@ -16,7 +16,8 @@
 //! renamed into place, so a server polling `OUT/<name>/` never sees half a version.
 
 pub mod onnx;
-pub mod onnx_proto;
+mod onnx_transformer;
+pub use crate::onnx::proto as onnx_proto;
 pub mod servable;
 pub mod signature;
 
