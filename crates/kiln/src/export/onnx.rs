@@ -218,7 +218,9 @@ fn layer_onnx(g: &mut OnnxGraph, spec: &ModelSpec, i: usize, xs: &[OnnxValue]) -
             use_bias,
         } => {
             let prefix = format!("{n}/");
-            let y = channels_last(g, n, x, |g, v| g.dense(&prefix, v, [cin, *units], *use_bias))?;
+            let y = channels_last(g, n, x, |g, v| {
+                g.dense(&prefix, v, [cin, *units], *use_bias)
+            })?;
             activation(g, n, y, *act, x.layout())
         }
         LayerKind::Conv2D { .. } => conv2d(g, spec, i, x)?,
@@ -290,11 +292,14 @@ fn layer_values(
             })
             .collect();
         let name = layer_onnx(g, spec, i, &xs).map_err(|why| {
-            KilnError::Shape(format!(
-                "layer `{}` ({}) cannot be exported to ONNX because {why}",
-                layer.name,
-                layer.kind.class_name()
-            ))
+            KilnError::config(
+                format!("model.layers[{}]", i + spec.inputs().len()),
+                format!(
+                    "layer `{}` ({}) cannot be exported to ONNX because {why}",
+                    layer.name,
+                    layer.kind.class_name()
+                ),
+            )
         })?;
         values.push(OnnxValue {
             name,
@@ -308,9 +313,9 @@ fn layer_values(
 /// [`crate::model::weights::keras_weights`] returns them) as a `ModelProto`.
 ///
 /// # Errors
-/// [`KilnError::Shape`] naming the layer and its class when a layer cannot be exported (a
-/// custom layer without an ONNX mapping) or a weight is missing or has another shape than the
-/// spec needs.
+/// [`KilnError::Config`] at `model.layers[k]`, naming the layer and its class, when a layer
+/// cannot be exported (a custom layer without an ONNX mapping, or whose mapping asks for a
+/// weight it does not have).
 pub fn model_proto(
     name: &str,
     spec: &ModelSpec,
@@ -320,13 +325,21 @@ pub fn model_proto(
     let mut g = OnnxGraph::new(weights);
     let (input, input_values) = graph_inputs(&mut g, spec);
     let values = layer_values(&mut g, spec, &input_values)?;
-    let output = vec![graph_output(&mut g, &values[spec.output_layer()], OUTPUT_NAME)];
+    let output = vec![graph_output(
+        &mut g,
+        &values[spec.output_layer()],
+        OUTPUT_NAME,
+    )];
     let described: Vec<String> = input
         .iter()
         .zip(spec.inputs())
         .map(|(v, (_, shape))| {
             let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-            format!("{} [batch, {}]", v.name.as_deref().unwrap_or(""), dims.join(", "))
+            format!(
+                "{} [batch, {}]",
+                v.name.as_deref().unwrap_or(""),
+                dims.join(", ")
+            )
         })
         .collect();
     let (node, initializer) = g.into_parts();

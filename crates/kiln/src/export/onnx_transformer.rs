@@ -23,7 +23,11 @@ fn attention(
     let [f, fv, h, kd, vd] = dims;
     let layer = prefix.trim_end_matches('/');
     let project = |g: &mut OnnxGraph, part: &str, x: &str, [fin, d]: [usize; 2]| {
-        let w = g.weight(&format!("{prefix}{part}/kernel"), &[fin, h, d], &[fin, h * d])?;
+        let w = g.weight(
+            &format!("{prefix}{part}/kernel"),
+            &[fin, h, d],
+            &[fin, h * d],
+        )?;
         let b = match bias {
             true => Some(g.weight(&format!("{prefix}{part}/bias"), &[h, d], &[h * d])?),
             false => None,
@@ -75,7 +79,13 @@ fn encoder(
     let dims = attention_dims(kind, &[&x.shape]);
     let f = dims[0];
     let prefix = |part: &str| format!("{n}/{part}/");
-    let a = attention(g, &prefix("self_attention_layer"), [&x.name, &x.name], dims, true)?;
+    let a = attention(
+        g,
+        &prefix("self_attention_layer"),
+        [&x.name, &x.name],
+        dims,
+        true,
+    )?;
     let r = g.node(n, "Add", &[&x.name, &a], vec![]);
     let x1 = g.layer_norm(&prefix("self_attention_layer_norm"), &r, f, *eps)?;
     let ff = prefix("feedforward_intermediate_dense");
@@ -100,7 +110,13 @@ pub(super) fn layer(
             let value = xs.get(1).unwrap_or(&xs[0]);
             let shapes: Vec<&[usize]> = xs.iter().map(|v| v.shape.as_slice()).collect();
             let dims = attention_dims(kind, &shapes);
-            attention(g, &format!("{n}/"), [&xs[0].name, &value.name], dims, *use_bias)
+            attention(
+                g,
+                &format!("{n}/"),
+                [&xs[0].name, &value.name],
+                dims,
+                *use_bias,
+            )
         }
         _ => encoder(g, n, kind, &xs[0], activation),
     }

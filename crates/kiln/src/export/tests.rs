@@ -382,14 +382,20 @@ fn a_layer_without_an_onnx_mapping_is_refused_with_its_name_and_class() {
         ("dense/kernel".to_string(), vec![4, 2], vec![0.5; 8]),
         ("dense/bias".to_string(), vec![2], vec![0.0; 2]),
     ];
-    let err = onnx::model_proto("m", &spec, &weights, 1)
-        .unwrap_err()
-        .to_string();
+    let err = onnx::model_proto("m", &spec, &weights, 1).unwrap_err();
+    assert!(err.is_usage(), "exit code 2: {err}");
+    let err = err.to_string();
     assert!(
-        err.contains("layer `halve_it` (Halve) cannot be exported to ONNX because it has no ONNX mapping"),
+        err.contains(
+            "model.layers[1]: layer `halve_it` (Halve) cannot be exported to ONNX because it \
+             has no ONNX mapping"
+        ),
         "{err}"
     );
-    assert!(err.contains("Layer::onnx") && err.contains("--format safetensors"), "{err}");
+    assert!(
+        err.contains("Layer::onnx") && err.contains("--format safetensors"),
+        "{err}"
+    );
     // A weight of the wrong shape names the layer and the weight.
     let spec = ModelSpec::builder(&[3])
         .add(LayerKind::Dense {
@@ -430,13 +436,21 @@ fn a_functional_model_exports_its_inputs_by_name_in_topological_order() {
     let w = crate::model::weights::keras_weights(model.spec(), model.network());
     let proto = onnx::model_proto("f", model.spec(), &w, 1).unwrap();
     let graph = proto.graph.unwrap();
-    let names: Vec<_> = graph.input.iter().map(|v| v.name.clone().unwrap()).collect();
+    let names: Vec<_> = graph
+        .input
+        .iter()
+        .map(|v| v.name.clone().unwrap())
+        .collect();
     assert_eq!(names, ["image", "extra"]);
     let mut known: std::collections::HashSet<String> = names.into_iter().collect();
     known.extend(graph.initializer.iter().map(|t| t.name.clone().unwrap()));
     for node in &graph.node {
         for input in &node.input {
-            assert!(known.contains(input), "{:?} reads {input} before it exists", node.name);
+            assert!(
+                known.contains(input),
+                "{:?} reads {input} before it exists",
+                node.name
+            );
         }
         known.extend(node.output.iter().cloned());
     }
@@ -455,11 +469,16 @@ fn a_functional_model_exports_its_inputs_by_name_in_topological_order() {
 /// `tests/interop/onnx_serving_interop.py`: a layer added without a model there fails here.
 #[test]
 fn the_onnx_interop_models_use_every_builtin_layer() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/onnx_serving_interop.py");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/onnx_serving_interop.py");
     let text = std::fs::read_to_string(&script).unwrap();
     let missing: Vec<&str> = crate::model::registry::builtin_names()
         .into_iter()
         .filter(|class| !text.contains(&format!("type = \"{class}\"")))
         .collect();
-    assert!(missing.is_empty(), "{} uses no {missing:?}", script.display());
+    assert!(
+        missing.is_empty(),
+        "{} uses no {missing:?}",
+        script.display()
+    );
 }

@@ -285,7 +285,11 @@ impl OnnxGraph {
         [inputs, units]: [usize; 2],
         bias: bool,
     ) -> Result<String, String> {
-        let w = self.weight(&format!("{prefix}kernel"), &[inputs, units], &[inputs, units])?;
+        let w = self.weight(
+            &format!("{prefix}kernel"),
+            &[inputs, units],
+            &[inputs, units],
+        )?;
         let b = match bias {
             true => Some(self.weight(&format!("{prefix}bias"), &[units], &[units])?),
             false => None,

@@ -43,9 +43,9 @@ impl Layer for Add {
     }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let first = inputs[0].name.clone();
-        Ok(inputs[1..]
-            .iter()
-            .fold(first, |acc, x| g.node(name, "Add", &[&acc, &x.name], vec![])))
+        Ok(inputs[1..].iter().fold(first, |acc, x| {
+            g.node(name, "Add", &[&acc, &x.name], vec![])
+        }))
     }
 }
 
