@@ -41,7 +41,7 @@ use super::onnx_proto::{
 };
 use crate::error::{KilnError, Result};
 use crate::model::weights::hwio_to_oihw;
-use crate::model::{Activation, LayerKind, ModelSpec, NodeRef, Padding};
+use crate::model::{Activation, LayerKind, ModelSpec, NodeRef, Padding, Pair};
 use crate::onnx::{Layout, OnnxGraph, OnnxValue, float, int, ints, value_info};
 
 /// ONNX operator set version the graph uses.
@@ -145,33 +145,24 @@ fn conv2d(g: &mut OnnxGraph, spec: &ModelSpec, i: usize, x: &OnnxValue) -> Layer
     Ok(activation(g, n, y, *act, Layout::Image))
 }
 
-fn pool(g: &mut OnnxGraph, n: &str, kind: &LayerKind, x: &OnnxValue) -> String {
-    let (LayerKind::MaxPooling2D {
-        pool_size,
-        strides,
-        padding,
-    }
-    | LayerKind::AveragePooling2D {
-        pool_size,
-        strides,
-        padding,
-    }) = kind
-    else {
-        unreachable!("called for pools")
-    };
-    let s = strides.unwrap_or(*pool_size).0;
+/// `MaxPool` or `AveragePool` (`op`) of window `pool` with `strides` (`pool` when absent).
+fn pool(
+    g: &mut OnnxGraph,
+    n: &str,
+    op: &str,
+    (pool, strides, padding): (&Pair, &Option<Pair>, &Padding),
+    x: &OnnxValue,
+) -> String {
+    let s = strides.unwrap_or(*pool).0;
     let mut attrs = vec![
-        ints("kernel_shape", &pair(pool_size.0)),
+        ints("kernel_shape", &pair(pool.0)),
         ints("strides", &pair(s)),
-        ints("pads", &pads(*padding, &x.shape, pool_size.0, s)),
+        ints("pads", &pads(*padding, &x.shape, pool.0, s)),
     ];
-    let op = if matches!(kind, LayerKind::MaxPooling2D { .. }) {
-        "MaxPool"
-    } else {
+    if op == "AveragePool" {
         // TensorFlow does not count padded positions in the average.
         attrs.push(int("count_include_pad", 0));
-        "AveragePool"
-    };
+    }
     g.node(n, op, &[&x.name], attrs)
 }
 
@@ -224,9 +215,16 @@ fn layer_onnx(g: &mut OnnxGraph, spec: &ModelSpec, i: usize, xs: &[OnnxValue]) -
             activation(g, n, y, *act, x.layout())
         }
         LayerKind::Conv2D { .. } => conv2d(g, spec, i, x)?,
-        kind @ (LayerKind::MaxPooling2D { .. } | LayerKind::AveragePooling2D { .. }) => {
-            pool(g, n, kind, x)
-        }
+        LayerKind::MaxPooling2D {
+            pool_size: p,
+            strides: s,
+            padding,
+        } => pool(g, n, "MaxPool", (p, s, padding), x),
+        LayerKind::AveragePooling2D {
+            pool_size: p,
+            strides: s,
+            padding,
+        } => pool(g, n, "AveragePool", (p, s, padding), x),
         LayerKind::Flatten {} => flatten(g, n, x),
         LayerKind::BatchNormalization { epsilon, .. } => batch_norm(g, n, *epsilon, x)?,
         LayerKind::Activation { activation: act } => {

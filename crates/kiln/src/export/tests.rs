@@ -366,16 +366,20 @@ impl crate::model::Layer for Halve {
     }
 }
 
+fn dense2() -> crate::model::LayerKind {
+    crate::model::LayerKind::Dense {
+        units: 2,
+        activation: crate::model::Activation::Linear,
+        use_bias: true,
+    }
+}
+
 #[test]
 fn a_layer_without_an_onnx_mapping_is_refused_with_its_name_and_class() {
-    use crate::model::{Activation, LayerKind, ModelSpec};
+    use crate::model::{LayerKind, ModelSpec};
     let spec = ModelSpec::builder(&[4])
         .add_named("halve_it", LayerKind::from(Halve))
-        .add(LayerKind::Dense {
-            units: 2,
-            activation: Activation::Linear,
-            use_bias: true,
-        })
+        .add(dense2())
         .build()
         .unwrap();
     let weights = vec![
@@ -397,14 +401,7 @@ fn a_layer_without_an_onnx_mapping_is_refused_with_its_name_and_class() {
         "{err}"
     );
     // A weight of the wrong shape names the layer and the weight.
-    let spec = ModelSpec::builder(&[3])
-        .add(LayerKind::Dense {
-            units: 2,
-            activation: Activation::Linear,
-            use_bias: true,
-        })
-        .build()
-        .unwrap();
+    let spec = ModelSpec::builder(&[3]).add(dense2()).build().unwrap();
     let err = onnx::model_proto("m", &spec, &weights, 1)
         .unwrap_err()
         .to_string();
