@@ -1,18 +1,27 @@
 """kiln's ONNX export checked by onnx and onnxruntime, and `kiln serve` exercised with requests.
 
-1. Trains three small models on the real Fashion-MNIST with `kiln train` (a few steps each):
-   the README's MLP, the README's CNN, and a CNN with every other layer kind kiln has
-   (BatchNormalization, AveragePooling2D, Dropout, Dense on images, gelu/tanh/sigmoid).
+1. Trains small models on the real Fashion-MNIST with `kiln train` (a few steps each): the
+   README's MLP, the README's CNN, a CNN with BatchNormalization, AveragePooling2D, Dropout,
+   Dense on images and gelu/tanh/sigmoid, one with ZeroPadding2D and GlobalAveragePooling2D,
+   and one reading the images as sequences (Cropping1D, LayerNormalization,
+   MultiHeadAttention).
 2. Exports them (`kiln export`), checks each model.onnx with onnx.checker, and runs it with
    onnxruntime on 64 test images: the outputs must equal `kiln predict`'s within 1e-5 (kiln
    predict applies the run's rescale and turns logits into probabilities; the ONNX graph is the
    bare model, so the script does both around onnxruntime).
+   Functional models `kiln predict` cannot run (two inputs; a text model of Embedding,
+   PositionEmbedding, Add, TransformerEncoder, LayerNormalization, attention over another value,
+   Cropping1D and BatchNormalization on sequences) are checked with the `onnx_forward` example
+   instead: it exports the seeded model and prints kiln's forward pass on the same inputs.
+   Together the models use every layer built into kiln (the Rust test
+   `export::tests::the_onnx_interop_models_use_every_builtin_layer` checks that).
 3. Serves them (`kiln serve --model-config-file`, batching on) and checks with `requests`:
    status, metadata, :predict in both formats equal to onnxruntime within 1e-5, TF Serving's
    error codes (400, 401, 404, 413), metrics and health, a hot reload of version 2 under load
    with zero failed requests, and a graceful SIGTERM.
 
 Usage: onnx_serving_interop.py --kiln target/release/kiln [--data-dir DIR]
+                              [--onnx-forward target/release/examples/onnx_forward]
 """
 
 import argparse
@@ -72,6 +81,72 @@ layers = [
   { type = "Dense", units = 10, activation = "softmax" },
 ]
 """,
+    "interop-pad-gap": """
+layers = [
+  { type = "Input", shape = [28, 28, 1] },
+  { type = "ZeroPadding2D", padding = [[1, 2], [0, 3]] },
+  { type = "Conv2D", filters = 8, kernel_size = 3, strides = 2, activation = "relu" },
+  { type = "GlobalAveragePooling2D" },
+  { type = "Dense", units = 10, activation = "softmax" },
+]
+""",
+    "interop-seq": """
+layers = [
+  { type = "Input", shape = [28, 28] },
+  { type = "Cropping1D", cropping = [2, 3] },
+  { type = "Dense", units = 16 },
+  { type = "LayerNormalization" },
+  { type = "MultiHeadAttention", num_heads = 2, key_dim = 4 },
+  { type = "Flatten" },
+  { type = "Dense", units = 10, activation = "softmax" },
+]
+""",
+}
+
+# Functional models run by the onnx_forward example: their [model] table and a function that
+# makes seeded inputs, by Input name.
+FUNCTIONAL = {
+    "interop-two-inputs": (
+        """
+layers = [
+  { type = "Input", shape = [6, 5, 2], name = "image" },
+  { type = "Input", shape = [6, 5, 1], name = "mask" },
+  { type = "Concatenate", inputs = ["image", "mask"], name = "joined" },
+  { type = "Conv2D", filters = 4, kernel_size = 3, padding = "same", activation = "relu", inputs = "joined", name = "c1" },
+  { type = "Conv2D", filters = 4, kernel_size = 1, inputs = "image", name = "c2" },
+  { type = "Add", inputs = ["c1", "c2"], name = "sum" },
+  { type = "LayerNormalization", inputs = "sum", name = "norm" },
+  { type = "Concatenate", axis = 1, inputs = ["norm", "c2"], name = "tall" },
+  { type = "GlobalAveragePooling2D", inputs = "tall", name = "pool" },
+  { type = "Dense", units = 3, activation = "softmax", inputs = "pool", name = "probs" },
+]
+outputs = ["probs"]
+""",
+        lambda rng: {
+            "image": rng.normal(size=(16, 6, 5, 2)),
+            "mask": rng.uniform(size=(16, 6, 5, 1)),
+        },
+    ),
+    "interop-text": (
+        """
+layers = [
+  { type = "Input", shape = [12], name = "tokens" },
+  { type = "Embedding", input_dim = 50, output_dim = 8, inputs = "tokens", name = "emb" },
+  { type = "PositionEmbedding", sequence_length = 16, inputs = "emb", name = "pos" },
+  { type = "Add", inputs = ["emb", "pos"], name = "embedded" },
+  { type = "TransformerEncoder", intermediate_dim = 16, num_heads = 2, activation = "gelu", inputs = "embedded", name = "encoder" },
+  { type = "LayerNormalization", inputs = "encoder", name = "norm" },
+  { type = "MultiHeadAttention", num_heads = 2, key_dim = 3, value_dim = 5, inputs = ["norm", "encoder"], name = "cross" },
+  { type = "Cropping1D", cropping = [1, 2], inputs = "cross", name = "crop" },
+  { type = "BatchNormalization", inputs = "crop", name = "bn" },
+  { type = "Flatten", inputs = "bn", name = "flat" },
+  { type = "Dense", units = 4, inputs = "flat", name = "logits" },
+]
+outputs = ["logits"]
+""",
+        # Ids outside [0, 50) are clipped into it, by kiln as by the graph.
+        lambda rng: {"tokens": np.concatenate([rng.integers(0, 50, size=(15, 12)), [[-3, 55] + [7] * 10]])},
+    ),
 }
 
 # from_logits for the CNN (as examples/fashion-mnist/cnn.toml), probabilities for the others.
@@ -129,13 +204,43 @@ def check(cond, what):
     print(f"ok: {what}")
 
 
+def check_functional(tool, work):
+    """Each FUNCTIONAL model: onnxruntime on its export equals kiln's forward pass."""
+    rng = np.random.default_rng(11)
+    for name, (model, make_inputs) in FUNCTIONAL.items():
+        cfg = os.path.join(work, f"{name}.toml")
+        with open(cfg, "w") as f:
+            f.write(f'name = "{name}"\nseed = 5\n[data]\n[model]\n{model}\n[compile]\n'
+                    'optimizer = "sgd"\nloss = "sparse_categorical_crossentropy"\n')
+        inputs = {k: v.astype(np.float32) for k, v in make_inputs(rng).items()}
+        args = []
+        for k, v in inputs.items():
+            np.save(os.path.join(work, f"{name}-{k}.npy"), v)
+            args.append(f"{k}={os.path.join(work, f'{name}-{k}.npy')}")
+        path = os.path.join(work, f"{name}.onnx")
+        kiln_rows = np.array(json.loads(run([tool, cfg, path] + args))["predictions"], dtype=np.float32)
+        model = onnx.load(path)
+        onnx.checker.check_model(model, full_check=True)
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        names = [i.name for i in sess.get_inputs()]
+        expected = ["input_layer"] if len(inputs) == 1 else list(inputs)
+        check(names == expected, f"{name}: checker passes, graph inputs {names}")
+        feed = dict(zip(names, inputs.values()))
+        out = sess.run(["output_0"], feed)[0].reshape(len(kiln_rows), -1)
+        diff = np.abs(out - kiln_rows).max()
+        check(diff <= TOL, f"{name}: onnxruntime equals kiln's forward pass (max |diff| {diff:.2e})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--onnx-forward", help="default: examples/onnx_forward beside --kiln")
     args = ap.parse_args()
     kiln = os.path.abspath(args.kiln)
+    tool = args.onnx_forward or os.path.join(os.path.dirname(kiln), "examples", "onnx_forward")
     work = tempfile.mkdtemp(prefix="kiln-onnx-interop-")
+    check_functional(tool, work)
     images = test_images(args.data_dir, 64)
     np.save(os.path.join(work, "images.npy"), images.astype(np.float32))
     exports = os.path.join(work, "exports")

@@ -33,6 +33,7 @@ pub mod guards;
 pub mod input;
 pub mod kernels;
 pub mod model;
+pub mod onnx;
 pub mod ops;
 pub mod pipeline;
 pub mod precision;

@@ -16,7 +16,8 @@
 //! renamed into place, so a server polling `OUT/<name>/` never sees half a version.
 
 pub mod onnx;
-pub mod onnx_proto;
+mod onnx_transformer;
+pub use crate::onnx::proto as onnx_proto;
 pub mod servable;
 pub mod signature;
 
@@ -208,13 +209,18 @@ pub fn export(run_dir: &Path, opts: &ExportOptions) -> Result<Exported> {
     let spec = cfg.model.clone();
     let net = weights::load(&spec, &dir.weights(), &Device::flex())?;
     let keras = weights::keras_weights(&spec, &net);
+    // Built before anything is written: a model that cannot be exported leaves no trace.
+    let onnx_bytes = match opts.format {
+        ExportFormat::Onnx => Some(onnx::to_bytes(&name, &spec, &keras, version as i64)?),
+        ExportFormat::Safetensors => None,
+    };
 
     std::fs::create_dir_all(&base).map_err(|e| KilnError::io(&base, e))?;
     // Not a version name (it starts with '.'), so a polling server ignores it until the rename.
     let tmp = base.join(format!(".tmp-{version}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir(&tmp).map_err(|e| KilnError::io(&tmp, e))?;
-    let written = write_version(&tmp, &name, &spec, &net, &keras, version, opts.format);
+    let written = write_version(&tmp, &name, &spec, &net, onnx_bytes);
     let files = match written {
         Ok(files) => files,
         Err(e) => {
@@ -242,19 +248,17 @@ fn writes_into(out: Option<&Path>, run_dir: &Path) -> bool {
     out.is_none_or(|o| absolute(o).starts_with(absolute(run_dir)))
 }
 
-/// Writes the files of one version into `dir`; returns their names.
+/// Writes the files of one version into `dir` (`model.onnx` when `onnx` is given); returns
+/// their names.
 fn write_version(
     dir: &Path,
     name: &str,
     spec: &crate::model::ModelSpec,
     net: &crate::model::Network,
-    keras: &[(String, Vec<usize>, Vec<f32>)],
-    version: u64,
-    format: ExportFormat,
+    onnx: Option<Vec<u8>>,
 ) -> Result<Vec<&'static str>> {
     let mut files = Vec::new();
-    if format == ExportFormat::Onnx {
-        let bytes = onnx::to_bytes(name, spec, keras, version as i64)?;
+    if let Some(bytes) = onnx {
         std::fs::write(dir.join(ONNX_FILE), bytes).map_err(|e| KilnError::io(dir, e))?;
         files.push(ONNX_FILE);
     }

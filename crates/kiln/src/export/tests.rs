@@ -341,3 +341,141 @@ fn an_export_into_a_run_directory_being_written_is_refused_one_elsewhere_is_not(
     std::fs::remove_dir_all(&outside).unwrap();
     std::fs::remove_dir_all(&run).unwrap();
 }
+
+/// A layer of one's own that declares no ONNX mapping.
+#[derive(Debug)]
+struct Halve;
+
+impl crate::model::Layer for Halve {
+    fn class_name(&self) -> &'static str {
+        "Halve"
+    }
+    fn config(&self) -> toml::Table {
+        toml::Table::new()
+    }
+    fn output_shape(&self, inputs: &[&[usize]]) -> std::result::Result<Vec<usize>, String> {
+        Ok(inputs[0].to_vec())
+    }
+    fn forward(
+        &self,
+        mut inputs: Vec<crate::model::Act>,
+        _: &crate::model::Weights,
+        _: crate::model::ForwardContext,
+    ) -> crate::model::Act {
+        inputs.remove(0)
+    }
+}
+
+fn dense2() -> crate::model::LayerKind {
+    crate::model::LayerKind::Dense {
+        units: 2,
+        activation: crate::model::Activation::Linear,
+        use_bias: true,
+    }
+}
+
+#[test]
+fn a_layer_without_an_onnx_mapping_is_refused_with_its_name_and_class() {
+    use crate::model::{LayerKind, ModelSpec};
+    let spec = ModelSpec::builder(&[4])
+        .add_named("halve_it", LayerKind::from(Halve))
+        .add(dense2())
+        .build()
+        .unwrap();
+    let weights = vec![
+        ("dense/kernel".to_string(), vec![4, 2], vec![0.5; 8]),
+        ("dense/bias".to_string(), vec![2], vec![0.0; 2]),
+    ];
+    let err = onnx::model_proto("m", &spec, &weights, 1).unwrap_err();
+    assert!(err.is_usage(), "exit code 2: {err}");
+    let err = err.to_string();
+    assert!(
+        err.contains(
+            "model.layers[1]: layer `halve_it` (Halve) cannot be exported to ONNX because it \
+             has no ONNX mapping"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("Layer::onnx") && err.contains("--format safetensors"),
+        "{err}"
+    );
+    // A weight of the wrong shape names the layer and the weight.
+    let spec = ModelSpec::builder(&[3]).add(dense2()).build().unwrap();
+    let err = onnx::model_proto("m", &spec, &weights, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("layer `dense` (Dense)") && err.contains("`dense/kernel` has shape [4, 2]"),
+        "{err}"
+    );
+}
+
+/// A two-input functional model: one graph input per `Input`, named after it, and every node
+/// reads only graph inputs, weights and earlier nodes' values (a valid topological order).
+#[test]
+fn a_functional_model_exports_its_inputs_by_name_in_topological_order() {
+    let layers = r#"[
+      { type = "Input", shape = [6, 5, 2], name = "image" },
+      { type = "Input", shape = [3], name = "extra" },
+      { type = "Conv2D", filters = 2, kernel_size = 1, inputs = "image", name = "conv" },
+      { type = "Concatenate", inputs = ["image", "conv"], name = "joined" },
+      { type = "GlobalAveragePooling2D", inputs = "joined", name = "pool" },
+      { type = "Concatenate", inputs = ["pool", "extra"], name = "both" },
+      { type = "Dense", units = 3, inputs = "both", name = "logits" },
+    ]"#;
+    let text = format!(
+        "name = \"f\"\n[data]\n[model]\nlayers = {layers}\noutputs = [\"logits\"]\n[compile]\n\
+         optimizer = \"sgd\"\nloss = \"mean_squared_error\"\n"
+    );
+    let cfg = RunConfig::from_toml_str(&text).unwrap();
+    let model = crate::Model::new("f", cfg.model.clone(), cfg.compile, 1, Device::flex());
+    let w = crate::model::weights::keras_weights(model.spec(), model.network());
+    let proto = onnx::model_proto("f", model.spec(), &w, 1).unwrap();
+    let graph = proto.graph.unwrap();
+    let names: Vec<_> = graph
+        .input
+        .iter()
+        .map(|v| v.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["image", "extra"]);
+    let mut known: std::collections::HashSet<String> = names.into_iter().collect();
+    known.extend(graph.initializer.iter().map(|t| t.name.clone().unwrap()));
+    for node in &graph.node {
+        for input in &node.input {
+            assert!(
+                known.contains(input),
+                "{:?} reads {input} before it exists",
+                node.name
+            );
+        }
+        known.extend(node.output.iter().cloned());
+    }
+    let concat_axes: Vec<Option<i64>> = graph
+        .node
+        .iter()
+        .filter(|n| n.op_type.as_deref() == Some("Concat"))
+        .map(|n| n.attribute[0].i)
+        .collect();
+    // Keras' channel axis -1 is NCHW's axis 1 for images, axis 1 for vectors.
+    assert_eq!(concat_axes, [Some(1), Some(1)]);
+    assert_eq!(graph.output[0].name.as_deref(), Some("output_0"));
+}
+
+/// Every layer built into kiln is exported and run by onnxruntime in
+/// `tests/interop/onnx_serving_interop.py`: a layer added without a model there fails here.
+#[test]
+fn the_onnx_interop_models_use_every_builtin_layer() {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/onnx_serving_interop.py");
+    let text = std::fs::read_to_string(&script).unwrap();
+    let missing: Vec<&str> = crate::model::registry::builtin_names()
+        .into_iter()
+        .filter(|class| !text.contains(&format!("type = \"{class}\"")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} uses no {missing:?}",
+        script.display()
+    );
+}

@@ -10,7 +10,7 @@
 //!   hence `summary()`, parameter counts, weights files and checkpoints;
 //! - the forward pass on Burn tensors ([`Layer::forward`]);
 //! - what `kiln estimate` needs ([`Layer::saves_input`], [`Layer::extra_kept`],
-//!   [`Layer::flops`]) and the ONNX answer ([`Layer::onnx_unsupported`]).
+//!   [`Layer::flops`]) and its part of an ONNX graph ([`Layer::onnx`], or why it has none).
 //!
 //! This follows Burn's `Config -> init -> Module` (`burn-nn/src/modules/linear.rs`): the config
 //! is the layer value itself, `init` is [`Layer::weights`] (kiln owns the storage so that every
@@ -31,6 +31,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::act::Act;
+use crate::onnx::{OnnxGraph, OnnxValue};
 
 /// How a weight's first values are drawn (Keras' initializer names).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -199,14 +200,26 @@ pub trait Layer: Debug + Send + Sync + 'static {
         default_flops(trainable, output)
     }
 
-    /// Why the layer has no ONNX mapping (kiln's ONNX export names the layer and this
-    /// reason).
+    /// Writes the layer's inference pass into the ONNX graph `g` and returns the name of its
+    /// output value. `inputs` are its inputs in call order (values laid out as in
+    /// [`Layer::forward`]: images NCHW, see [`crate::onnx::Layout`]); `name` is the layer's
+    /// name, its weights are `<name>/<weight name>` in `g` ([`OnnxGraph::weight`]). The output's
+    /// layout is the one of the layer's output shape. The default says the layer has no
+    /// mapping ([`Layer::onnx_unsupported`]).
+    ///
+    /// # Errors
+    /// Why the layer cannot be exported (kiln's ONNX export names the layer and its class).
+    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        let _ = (g, inputs, name);
+        Err(self.onnx_unsupported())
+    }
+
+    /// Why the layer has no ONNX mapping (kiln's ONNX export names the layer, its class and
+    /// this reason).
     fn onnx_unsupported(&self) -> String {
-        format!(
-            "kiln has no ONNX mapping for {} yet; export with --format safetensors, which \
-             kiln serve reads",
-            self.class_name()
-        )
+        "it has no ONNX mapping (a layer gets one by implementing `Layer::onnx`); export with \
+         --format safetensors, which kiln serve reads"
+            .into()
     }
 }
 

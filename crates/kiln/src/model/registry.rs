@@ -91,6 +91,12 @@ pub fn lookup(name: &str) -> Option<Registration> {
         .or_else(|| registered().get(name).copied())
 }
 
+/// The class names of the layers built into kiln: [`LAYER_TYPES`], then the declared ones.
+pub fn builtin_names() -> Vec<&'static str> {
+    let declared = builtin().into_iter().map(|b| b.class_name);
+    LAYER_TYPES.iter().copied().chain(declared).collect()
+}
+
 /// Every declared class name (built in, then registered), for error messages.
 pub fn declared_names() -> Vec<String> {
     let mut names: Vec<String> = builtin().iter().map(|b| b.class_name.to_string()).collect();

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::act::Act;
 use crate::model::args::keras_shape;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
+use crate::onnx::{OnnxGraph, OnnxValue};
 
 /// `Add()`: inputs of one shape, any rank; output the same shape.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -39,6 +40,12 @@ impl Layer for Add {
     }
     fn saves_input(&self) -> bool {
         false
+    }
+    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        let first = inputs[0].name.clone();
+        Ok(inputs[1..].iter().fold(first, |acc, x| {
+            g.node(name, "Add", &[&acc, &x.name], vec![])
+        }))
     }
 }
 

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::act::Act;
 use crate::model::args::keras_shape;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
+use crate::onnx::{OnnxGraph, OnnxValue, int};
 
 /// `Concatenate(axis=-1)`: inputs of one rank whose shapes agree except along `axis`; the
 /// output's `axis` is the sum of theirs. `axis` counts Keras' axes with the batch axis as 0
@@ -46,6 +47,13 @@ impl Concatenate {
         }
         Ok(a as usize - 1)
     }
+
+    /// The axis of the values kiln runs (with the batch axis; images NCHW: Keras' (h, w, c)
+    /// axes 1, 2, 3 are 2, 3, 1 there).
+    fn run_axis(&self, rank: usize) -> Result<usize, String> {
+        let axis = self.index(rank)? + 1;
+        Ok(if rank == 3 { [0, 2, 3, 1][axis] } else { axis })
+    }
 }
 
 impl Layer for Concatenate {
@@ -79,9 +87,7 @@ impl Layer for Concatenate {
             Act::Seq(_) => 2,
             Act::Image(_) => 3,
         };
-        let axis = self.index(rank).expect("checked by output_shape") + 1;
-        // Images run as NCHW: Keras' (h, w, c) axes 1, 2, 3 are Burn's 2, 3, 1.
-        let image_axis = [0, 2, 3, 1][axis];
+        let axis = self.run_axis(rank).expect("checked by output_shape");
         macro_rules! cat {
             ($variant:ident, $dim:expr) => {
                 Act::$variant(Tensor::cat(
@@ -99,11 +105,16 @@ impl Layer for Concatenate {
         match rank {
             1 => cat!(Flat, axis),
             2 => cat!(Seq, axis),
-            _ => cat!(Image, image_axis),
+            _ => cat!(Image, axis),
         }
     }
     fn saves_input(&self) -> bool {
         false
+    }
+    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        let axis = self.run_axis(inputs[0].shape.len())? as i64;
+        let names: Vec<&str> = inputs.iter().map(|v| v.name.as_str()).collect();
+        Ok(g.node(name, "Concat", &names, vec![int("axis", axis)]))
     }
 }
 

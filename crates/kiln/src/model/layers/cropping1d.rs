@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::act::Act;
 use crate::model::args::Pair;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
+use crate::onnx::{OnnxGraph, OnnxValue};
 
 /// `Cropping1D(cropping)`: `(steps, features)` to `(steps - start - end, features)`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,6 +42,11 @@ impl Layer for Cropping1D {
     }
     fn saves_input(&self) -> bool {
         false
+    }
+    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        let [s, _] = super::steps_features(&inputs[0].shape, "Cropping1D")?;
+        let [start, end] = self.cropping.0;
+        Ok(g.slice(name, &inputs[0].name, 1, start, s - end))
     }
 }
 

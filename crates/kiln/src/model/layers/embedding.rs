@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::act::Act;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights};
+use crate::onnx::{OnnxGraph, OnnxValue, int, proto::INT64};
 
 /// `Embedding(input_dim, output_dim)`: one trainable `embeddings [input_dim, output_dim]`
 /// table, initialized `uniform(-0.05, 0.05)` as Keras does. Ids arrive as float32 (exact up
@@ -44,6 +45,16 @@ impl Layer for Embedding {
     }
     fn saves_input(&self) -> bool {
         false
+    }
+    /// As the forward pass: ids clipped into `[0, input_dim)`, cast to int64 (truncated),
+    /// then `Gather` of the table's rows.
+    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        let [v, d] = [self.input_dim, self.output_dim];
+        let table = g.weight(&format!("{name}/embeddings"), &[v, d], &[v, d])?;
+        let (lo, hi) = (g.scalar(name, 0.0), g.scalar(name, (v - 1) as f32));
+        let clipped = g.node(name, "Clip", &[&inputs[0].name, &lo, &hi], vec![]);
+        let ids = g.node(name, "Cast", &[&clipped], vec![int("to", INT64 as i64)]);
+        Ok(g.node(name, "Gather", &[&table, &ids], vec![int("axis", 0)]))
     }
     fn flops(&self, _: &[&[usize]], output: &[usize], _: usize) -> f64 {
         output.iter().map(|&d| d as f64).product()

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::act::Act;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
+use crate::onnx::{OnnxGraph, OnnxValue, int};
 
 /// `GlobalAveragePooling2D()`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -24,6 +25,11 @@ impl Layer for GlobalAveragePooling2D {
     }
     fn saves_input(&self) -> bool {
         false
+    }
+    /// `GlobalAveragePool` (`[n, c, 1, 1]`), then `Flatten` to `[n, c]`.
+    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        let pooled = g.node(name, "GlobalAveragePool", &[&inputs[0].name], vec![]);
+        Ok(g.node(name, "Flatten", &[&pooled], vec![int("axis", 1)]))
     }
 }
 

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::act::Act;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights};
+use crate::onnx::{OnnxGraph, OnnxValue};
 
 /// `PositionEmbedding(sequence_length)`: a `[sequence_length, features]` table
 /// (`glorot_uniform`) whose first `steps` rows it returns for a `(steps, features)` input. The
@@ -42,6 +43,16 @@ impl Layer for PositionEmbedding {
     }
     fn saves_input(&self) -> bool {
         false
+    }
+    /// The table's first `steps` rows (`[1, steps, features]`), `Expand`ed to the input's
+    /// shape.
+    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        let [s, f] = super::steps_features(&inputs[0].shape, "PositionEmbedding")?;
+        let n = self.sequence_length;
+        let table = g.weight(&format!("{name}/embeddings"), &[n, f], &[1, n, f])?;
+        let rows = g.slice(name, &table, 1, 0, s);
+        let shape = g.node(name, "Shape", &[&inputs[0].name], vec![]);
+        Ok(g.node(name, "Expand", &[&rows, &shape], vec![]))
     }
     fn flops(&self, _: &[&[usize]], output: &[usize], _: usize) -> f64 {
         output.iter().map(|&d| d as f64).product()

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::act::Act;
 use crate::model::args::Pads2;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
+use crate::onnx::{OnnxGraph, OnnxValue};
 
 /// `ZeroPadding2D(padding)`: `(h, w, c)` to `(h + top + bottom, w + left + right, c)`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +37,12 @@ impl Layer for ZeroPadding2D {
     }
     fn saves_input(&self) -> bool {
         false
+    }
+    /// `Pad` (constant zeros) of the NCHW value: `[begins of N, C, H, W, ends of N, C, H, W]`.
+    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        let [[top, bottom], [left, right]] = self.padding.0.map(|p| p.map(|v| v as i64));
+        let pads = g.int64s(name, &[0, 0, top, left, 0, 0, bottom, right]);
+        Ok(g.node(name, "Pad", &[&inputs[0].name, &pads], vec![]))
     }
 }
 
