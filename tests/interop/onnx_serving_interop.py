@@ -147,6 +147,23 @@ outputs = ["logits"]
         # Ids outside [0, 50) are clipped into it, by kiln as by the graph.
         lambda rng: {"tokens": np.concatenate([rng.integers(0, 50, size=(15, 12)), [[-3, 55] + [7] * 10]])},
     ),
+    # A shared tower (one Dense called on both inputs) and two outputs, each a graph output
+    # named after its layer.
+    "interop-siamese-heads": (
+        """
+layers = [
+  { type = "Input", shape = [5], name = "left" },
+  { type = "Input", shape = [5], name = "right" },
+  { type = "Dense", units = 6, activation = "tanh", inputs = "left", name = "tower" },
+  { name = "tower_right", shares = "tower", inputs = "right" },
+  { type = "Concatenate", inputs = ["tower", "tower_right"], name = "pair" },
+  { type = "Dense", units = 3, activation = "softmax", inputs = "pair", name = "class" },
+  { type = "Dense", units = 1, inputs = "pair", name = "value" },
+]
+outputs = ["class", "value"]
+""",
+        lambda rng: {"left": rng.normal(size=(16, 5)), "right": rng.normal(size=(16, 5))},
+    ),
 }
 
 # from_logits for the CNN (as examples/fashion-mnist/cnn.toml), probabilities for the others.
@@ -211,7 +228,7 @@ def check_functional(tool, work):
         cfg = os.path.join(work, f"{name}.toml")
         with open(cfg, "w") as f:
             f.write(f'name = "{name}"\nseed = 5\n[data]\n[model]\n{model}\n[compile]\n'
-                    'optimizer = "sgd"\nloss = "sparse_categorical_crossentropy"\n')
+                    'optimizer = "sgd"\nloss = "mse"\n')
         inputs = {k: v.astype(np.float32) for k, v in make_inputs(rng).items()}
         args = []
         for k, v in inputs.items():
@@ -226,7 +243,9 @@ def check_functional(tool, work):
         expected = ["input_layer"] if len(inputs) == 1 else list(inputs)
         check(names == expected, f"{name}: checker passes, graph inputs {names}")
         feed = dict(zip(names, inputs.values()))
-        out = sess.run(["output_0"], feed)[0].reshape(len(kiln_rows), -1)
+        # Several outputs: kiln's rows hold them side by side, in `outputs` order.
+        outs = sess.run(None, feed)
+        out = np.concatenate([o.reshape(len(kiln_rows), -1) for o in outs], axis=1)
         diff = np.abs(out - kiln_rows).max()
         check(diff <= TOL, f"{name}: onnxruntime equals kiln's forward pass (max |diff| {diff:.2e})")
 

@@ -307,6 +307,30 @@ fn layer_values(
     Ok(values)
 }
 
+/// `weights` plus, for each call of a shared layer (`shares`), the owner's weights under the
+/// call's name, so that every node finds its weights by its own layer name (the file then
+/// holds a shared layer's weights once per call).
+fn with_shared_weights(
+    spec: &ModelSpec,
+    weights: &[(String, Vec<usize>, Vec<f32>)],
+) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let mut all = weights.to_vec();
+    for layer in spec.layers() {
+        let Some(owner) = layer.shares else { continue };
+        let prefix = format!("{}/", spec.layers()[owner].name);
+        for (name, shape, values) in weights {
+            if let Some(rest) = name.strip_prefix(&prefix) {
+                all.push((
+                    format!("{}/{rest}", layer.name),
+                    shape.clone(),
+                    values.clone(),
+                ));
+            }
+        }
+    }
+    all
+}
+
 /// Builds the ONNX graph of `spec` with `weights` (Keras names and layouts, as
 /// [`crate::model::weights::keras_weights`] returns them) as a `ModelProto`.
 ///
@@ -320,14 +344,18 @@ pub fn model_proto(
     weights: &[(String, Vec<usize>, Vec<f32>)],
     model_version: i64,
 ) -> Result<ModelProto> {
-    let mut g = OnnxGraph::new(weights);
+    let weights = with_shared_weights(spec, weights);
+    let mut g = OnnxGraph::new(&weights);
     let (input, input_values) = graph_inputs(&mut g, spec);
     let values = layer_values(&mut g, spec, &input_values)?;
-    let output = vec![graph_output(
-        &mut g,
-        &values[spec.output_layer()],
-        OUTPUT_NAME,
-    )];
+    // One output keeps the public name `output_0`; several are named after their layers.
+    let output = match spec.output_layers() {
+        [one] => vec![graph_output(&mut g, &values[*one], OUTPUT_NAME)],
+        several => several
+            .iter()
+            .map(|&o| graph_output(&mut g, &values[o], &spec.layers()[o].name))
+            .collect(),
+    };
     let described: Vec<String> = input
         .iter()
         .zip(spec.inputs())
@@ -340,6 +368,11 @@ pub fn model_proto(
             )
         })
         .collect();
+    let outputs: Vec<&str> = output
+        .iter()
+        .map(|v| v.name.as_deref().unwrap_or(""))
+        .collect();
+    let doc_outputs = outputs.join(", ");
     let (node, initializer) = g.into_parts();
     let graph = GraphProto {
         node,
@@ -362,8 +395,9 @@ pub fn model_proto(
         model_version: Some(model_version),
         doc_string: Some(format!(
             "{name}: exported by kiln from a Keras-style model; input {} (channels-last), \
-             output {OUTPUT_NAME}",
-            described.join(", ")
+             output {}",
+            described.join(", "),
+            doc_outputs
         )),
         graph: Some(graph),
         metadata_props: vec![StringStringEntryProto {
