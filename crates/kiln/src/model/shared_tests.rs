@@ -329,7 +329,7 @@ fn the_rust_door_shares_through_raw_nodes() {
         },
     ];
     assert_eq!(
-        ModelSpec::from_nodes(nodes.clone(), None).unwrap(),
+        ModelSpec::from_nodes(nodes.clone(), &[]).unwrap(),
         siamese()
     );
     // Nor a dtype or options set afterwards.
@@ -349,7 +349,7 @@ fn the_rust_door_shares_through_raw_nodes() {
     // A call has no options of its own.
     let mut bad = nodes;
     bad[3].options.trainable = false;
-    let e = ModelSpec::from_nodes(bad, None).unwrap_err().to_string();
+    let e = ModelSpec::from_nodes(bad, &[]).unwrap_err().to_string();
     assert!(
         e.starts_with("model.layers[3]: a call of shared layer \"tower\" takes no options"),
         "{e}"
