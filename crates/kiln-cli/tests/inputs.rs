@@ -150,6 +150,43 @@ fn data_inspect_reads_stdin_and_unknown_formats_are_usage_errors() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Seeded values in `[-0.5, 0.5)` (a linear congruential generator: the same data on every
+/// machine).
+fn uniform(seed: u32) -> impl FnMut() -> f32 {
+    let mut state = seed;
+    move || {
+        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+    }
+}
+
+fn write_npy(dir: &Path, name: &str, shape: Vec<usize>, buf: Buffer) {
+    kiln_data::npy::write_npy(&dir.join(name), &Array::new(shape, buf).unwrap()).unwrap();
+}
+
+/// `n` examples of two inputs `a` (`[n, wa]`) and `b` (`[n, wb]`) with a binary label
+/// `label(a, b)`, written as `a.npy`, `b.npy` and `y.npy` in `dir`.
+fn write_pairs(
+    dir: &Path,
+    n: usize,
+    seed: u32,
+    (wa, wb): (usize, usize),
+    label: fn(&[f32], &[f32]) -> bool,
+) {
+    let mut next = uniform(seed);
+    let (mut a, mut b, mut y) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let ra: Vec<f32> = (0..wa).map(|_| next()).collect();
+        let rb: Vec<f32> = (0..wb).map(|_| next()).collect();
+        y.push(label(&ra, &rb) as i64);
+        a.extend(ra);
+        b.extend(rb);
+    }
+    write_npy(dir, "a.npy", vec![n, wa], Buffer::F32(a));
+    write_npy(dir, "b.npy", vec![n, wb], Buffer::F32(b));
+    write_npy(dir, "y.npy", vec![n], Buffer::I64(y));
+}
+
 /// A model with two Inputs trains from an NPY pipeline whose components are named like them
 /// (Keras' dict inputs), and learns; an Input that matches no component is a clear error.
 #[test]
@@ -157,25 +194,7 @@ fn a_two_input_model_trains_from_components_named_like_its_inputs() {
     let dir = scratch("two-inputs");
     // Label: whether a's first value plus b's first value is positive.
     let n = 256;
-    let (mut a, mut b, mut y) = (Vec::new(), Vec::new(), Vec::new());
-    let mut state = 7u32;
-    let mut next = || {
-        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-        (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-    };
-    for _ in 0..n {
-        let ra: Vec<f32> = (0..4).map(|_| next()).collect();
-        let rb: Vec<f32> = (0..3).map(|_| next()).collect();
-        y.push((ra[0] + rb[0] > 0.0) as i64);
-        a.extend(ra);
-        b.extend(rb);
-    }
-    let write = |name: &str, shape: Vec<usize>, buf: Buffer| {
-        kiln_data::npy::write_npy(&dir.join(name), &Array::new(shape, buf).unwrap()).unwrap();
-    };
-    write("a.npy", vec![n, 4], Buffer::F32(a));
-    write("b.npy", vec![n, 3], Buffer::F32(b));
-    write("y.npy", vec![n], Buffer::I64(y));
+    write_pairs(&dir, n, 7, (4, 3), |a, b| a[0] + b[0] > 0.0);
     let config = |input_b: &str| {
         format!(
             r#"name = "two"
@@ -236,20 +255,14 @@ fn a_two_output_model_trains_with_per_output_losses_and_metrics() {
     let dir = scratch("two-outputs");
     let n = 256;
     let (mut x, mut class, mut value) = (Vec::new(), Vec::new(), Vec::new());
-    let mut state = 11u32;
-    let mut next = || {
-        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-        (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-    };
+    let mut next = uniform(11);
     for _ in 0..n {
         let r: Vec<f32> = (0..4).map(|_| next()).collect();
         class.push((r[0] + r[1] > 0.0) as i64);
         value.push(2.0 * r[2] - r[3]);
         x.extend(r);
     }
-    let write = |name: &str, shape: Vec<usize>, buf: Buffer| {
-        kiln_data::npy::write_npy(&dir.join(name), &Array::new(shape, buf).unwrap()).unwrap();
-    };
+    let write = |name: &str, shape: Vec<usize>, buf: Buffer| write_npy(&dir, name, shape, buf);
     write("x.npy", vec![n, 4], Buffer::F32(x));
     write("class.npy", vec![n], Buffer::I64(class));
     write(
@@ -360,25 +373,7 @@ fn a_shared_tower_trains_and_a_bad_shares_writes_nothing() {
     let dir = scratch("shared-tower");
     // Label: whether a's first value exceeds b's (a symmetric task for a shared tower).
     let n = 256;
-    let (mut a, mut b, mut y) = (Vec::new(), Vec::new(), Vec::new());
-    let mut state = 11u32;
-    let mut next = || {
-        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-        (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-    };
-    for _ in 0..n {
-        let ra: Vec<f32> = (0..3).map(|_| next()).collect();
-        let rb: Vec<f32> = (0..3).map(|_| next()).collect();
-        y.push((ra[0] > rb[0]) as i64);
-        a.extend(ra);
-        b.extend(rb);
-    }
-    let write = |name: &str, shape: Vec<usize>, buf: Buffer| {
-        kiln_data::npy::write_npy(&dir.join(name), &Array::new(shape, buf).unwrap()).unwrap();
-    };
-    write("a.npy", vec![n, 3], Buffer::F32(a));
-    write("b.npy", vec![n, 3], Buffer::F32(b));
-    write("y.npy", vec![n], Buffer::I64(y));
+    write_pairs(&dir, n, 11, (3, 3), |a, b| a[0] > b[0]);
     let config = |shares: &str| {
         format!(
             r#"name = "siamese"

@@ -417,14 +417,23 @@ impl Head<'_> {
             .map_err(|_| not_numeric(self.component, "labels", y.dtype()))?;
         let (units, positions) = (self.units(), self.positions());
         match classes.iter().position(|&c| c < 0 || c as usize >= units) {
-            Some(i) => Err(KilnError::Shape(format!(
-                "label {} of {} is outside [0, {units}): the model's output \"{}\" has {units} \
-                 units ({units} classes); fix the labels, or set that layer's `units` to the \
-                 number of classes",
-                classes[i],
-                origin.describe(i / positions),
-                self.component
-            ))),
+            Some(i) => {
+                let (holder, layer) = if self.component == LABELS {
+                    (
+                        format!("the model has {units} output units"),
+                        "the last layer's",
+                    )
+                } else {
+                    let c = self.component;
+                    (format!("output \"{c}\" has {units} units"), "that layer's")
+                };
+                Err(KilnError::Shape(format!(
+                    "label {} of {} is outside [0, {units}): {holder} ({units} classes); fix \
+                     the labels, or set {layer} `units` to the number of classes",
+                    classes[i],
+                    origin.describe(i / positions),
+                )))
+            }
             None => Ok(classes),
         }
     }

@@ -579,21 +579,6 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
             ))
         };
         let mut out = Element::new();
-        match &output_names {
-            None => out = out.with(LABELS, e.remove(&y).ok_or_else(|| missing("y", &y))?),
-            Some(names) => {
-                for name in names {
-                    let v = e.remove(name).ok_or_else(|| {
-                        DataError::InvalidArgument(format!(
-                            "{key}: the model's output \"{name}\" takes its labels from the \
-                             component of that name, which the elements lack (components: \
-                             {present:?}); name the outputs after the label components"
-                        ))
-                    })?;
-                    out = out.with(name.as_str(), v);
-                }
-            }
-        }
         match &input_names {
             None => out = out.with(FEATURES, e.remove(&x).ok_or_else(|| missing("x", &x))?),
             Some(names) => {
@@ -603,6 +588,21 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
                             "{key}: the model's Input \"{name}\" takes the component of that \
                              name, which the elements lack (components: {present:?}); name \
                              the Inputs after the components, or rename them with a map op"
+                        ))
+                    })?;
+                    out = out.with(name.as_str(), v);
+                }
+            }
+        }
+        match &output_names {
+            None => out = out.with(LABELS, e.remove(&y).ok_or_else(|| missing("y", &y))?),
+            Some(names) => {
+                for name in names {
+                    let v = e.remove(name).ok_or_else(|| {
+                        DataError::InvalidArgument(format!(
+                            "{key}: the model's output \"{name}\" takes its labels from the \
+                             component of that name, which the elements lack (components: \
+                             {present:?}); name the outputs after the label components"
                         ))
                     })?;
                     out = out.with(name.as_str(), v);

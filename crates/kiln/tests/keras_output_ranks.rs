@@ -53,6 +53,20 @@ fn array(v: &Value) -> Array {
 fn model(case: &Value, layers: &str, loss: LossSpec, metrics: &[&str]) -> Model {
     let table: toml::Table = toml::from_str(&format!("layers = [{layers}]")).unwrap();
     let spec = ModelSpec::from_toml(&table).unwrap();
+    let metrics: Vec<String> = metrics.iter().map(|m| m.to_string()).collect();
+    let compiled = Compiled::new(&spec, SGD, loss, &metrics).unwrap();
+    with_weights(case, spec, compiled)
+}
+
+/// SGD(learning_rate=0.1), as the reference script's step.
+const SGD: OptimizerSpec = OptimizerSpec::Sgd {
+    learning_rate: 0.1,
+    momentum: 0.0,
+    nesterov: false,
+};
+
+/// `spec` compiled as `compiled`, with the case's Keras weights.
+fn with_weights(case: &Value, spec: ModelSpec, compiled: Compiled) -> Model {
     let mut map = HashMap::new();
     for w in case["weights"].as_array().unwrap() {
         map.insert(w["name"].as_str().unwrap().to_string(), floats(w));
@@ -65,13 +79,6 @@ fn model(case: &Value, layers: &str, loss: LossSpec, metrics: &[&str]) -> Model 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.safetensors");
     weights::save(&spec, &net, &path).unwrap();
-    let sgd = OptimizerSpec::Sgd {
-        learning_rate: 0.1,
-        momentum: 0.0,
-        nesterov: false,
-    };
-    let metrics: Vec<String> = metrics.iter().map(|m| m.to_string()).collect();
-    let compiled = Compiled::new(&spec, sgd, loss, &metrics).unwrap();
     Model::from_weights("reference", spec, compiled, &path, device).unwrap()
 }
 
@@ -245,25 +252,8 @@ fn two_output_model(case: &Value) -> Model {
         loss_weights: compile.get("loss_weights"),
         metrics: compile.get("metrics"),
     };
-    let sgd = OptimizerSpec::Sgd {
-        learning_rate: 0.1,
-        momentum: 0.0,
-        nesterov: false,
-    };
-    let compiled = Compiled::for_outputs(&spec, sgd, &raw).unwrap();
-    let mut map = HashMap::new();
-    for w in case["weights"].as_array().unwrap() {
-        map.insert(w["name"].as_str().unwrap().to_string(), floats(w));
-    }
-    let device = Device::flex();
-    let net = weights::load_with(&spec, &device, &|name: &str, _: &[usize]| {
-        Ok(map.get(name).unwrap_or_else(|| panic!("{name}")).clone())
-    })
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("w.safetensors");
-    weights::save(&spec, &net, &path).unwrap();
-    Model::from_weights("two_outputs", spec, compiled, &path, device).unwrap()
+    let compiled = Compiled::for_outputs(&spec, SGD, &raw).unwrap();
+    with_weights(case, spec, compiled)
 }
 
 /// The case's batch: `x`, and each output's labels under the output's name (Keras' dict
@@ -278,6 +268,15 @@ fn two_output_batch(case: &Value) -> Dataset {
     Dataset::from_tensor_slices(el).unwrap().batch(n, false)
 }
 
+/// Keras 3's log keys of the two-output model.
+const KEYS: [&str; 5] = [
+    "loss",
+    "class_loss",
+    "value_loss",
+    "class_accuracy",
+    "value_mae",
+];
+
 #[test]
 fn a_two_output_model_has_keras_per_output_losses_metrics_and_step() {
     let r = reference();
@@ -286,13 +285,7 @@ fn a_two_output_model_has_keras_per_output_losses_metrics_and_step() {
     let keras = &case["evaluate"]["values"];
     let logs = m.evaluate(&two_output_batch(case)).unwrap();
     // loss = 1.0 × class_loss + 0.5 × value_loss, each output's loss unweighted in the logs.
-    for key in [
-        "loss",
-        "class_loss",
-        "value_loss",
-        "class_accuracy",
-        "value_mae",
-    ] {
+    for key in KEYS {
         close(&logs, key, keras);
     }
     let h = m.fit(&two_output_batch(case), None, 1, &mut []).unwrap();
@@ -302,13 +295,7 @@ fn a_two_output_model_has_keras_per_output_losses_metrics_and_step() {
         assert!((h.history[key][0] - before).abs() < 1e-5, "{key}: {h:?}");
     }
     let after = m.evaluate(&two_output_batch(case)).unwrap();
-    for key in [
-        "loss",
-        "class_loss",
-        "value_loss",
-        "class_accuracy",
-        "value_mae",
-    ] {
+    for key in KEYS {
         close(&after, key, &step["evaluate_after_step"]["values"]);
     }
     // The weights after the step: the gradient of the weighted sum reaches the shared trunk.

@@ -4,7 +4,7 @@
 
 use burn::prelude::*;
 
-use super::{Labels, LossSpec, MetricSpec};
+use super::{Labels, LossKind, LossSpec, MetricSpec};
 use crate::error::{KilnError, Result};
 use crate::model::ModelSpec;
 
@@ -62,11 +62,24 @@ pub fn heads(model: &ModelSpec, raw: &RawOutputs) -> Result<Vec<OutputHead>> {
     for (k, name) in names.iter().enumerate() {
         let (loss_key, loss) = losses[k].clone().expect("losses are required");
         let loss = LossSpec::from_toml_at(&loss, &loss_key)?;
+        let units = model.units_of_output(k);
+        if matches!(
+            loss.kind,
+            LossKind::SparseCategoricalCrossentropy | LossKind::CategoricalCrossentropy
+        ) && units < 2
+        {
+            return Err(KilnError::config(
+                loss_key,
+                format!(
+                    "{} needs at least 2 units on output \"{name}\", which has {units}",
+                    loss.name()
+                ),
+            ));
+        }
         let weight = match &weights[k] {
             Some((key, v)) => weight(v, key)?,
             None => 1.0,
         };
-        let units = model.units_of_output(k);
         let metrics = match &metrics[k] {
             Some((key, v)) => metric_list(v, key, &loss, units)?,
             None => Vec::new(),
@@ -226,7 +239,7 @@ pub fn losses(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compile::{LossKind, MetricKind};
+    use crate::compile::MetricKind;
 
     fn model() -> ModelSpec {
         let t: toml::Table = toml::from_str(
@@ -323,6 +336,8 @@ mod tests {
             e.starts_with("compile.loss_weights.value: expected a number"),
             "{e}"
         );
+        let e = err(r#"loss = "sparse_categorical_crossentropy""#);
+        assert!(e.starts_with("compile.loss: sparse_categorical_crossentropy needs at least 2 units on output \"value\""), "{e}");
         let e = err(r#"loss = { class = "hinge", value = "mse" }"#);
         assert!(
             e.starts_with("compile.loss.class.type: unknown loss \"hinge\""),

@@ -206,7 +206,8 @@ impl RunConfig {
             return Err(KilnError::config(
                 "fit.class_weight",
                 "applies to a model with one output (as in Keras); weigh the outputs with \
-                 `compile.loss_weights`, or the examples with a `sample_weight` component",
+                 `compile.loss_weights`, or the examples with per-example weights (the batch \
+                 component \"sample_weight\")",
             ));
         }
         crate::fit::ClassWeight::from_config(&raw.fit.class_weight, model.output_units())?;
