@@ -388,18 +388,18 @@ fn run_command(command: Command) -> anyhow::Result<()> {
             device,
         } => {
             let dev = device::resolve(device.into())?;
-            let (probs, units) = run::predict(&run_dir, &input, dev)?;
+            let run::Predictions {
+                values: probs,
+                units,
+                columns,
+            } = run::predict(&run_dir, &input, dev)?;
             let text = match format {
                 Format::Json => {
                     let rows: Vec<&[f32]> = probs.chunks_exact(units).collect();
                     serde_json::json!({ "predictions": rows }).to_string() + "\n"
                 }
                 Format::Csv => {
-                    let mut s = (0..units)
-                        .map(|k| format!("class_{k}"))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                        + "\n";
+                    let mut s = columns.join(",") + "\n";
                     for row in probs.chunks_exact(units) {
                         s += &row
                             .iter()

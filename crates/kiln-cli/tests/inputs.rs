@@ -282,6 +282,10 @@ source = "npy"
 files = ["x.npy", "class.npy", "{value}"]
 components = ["x", "class", "value"]
 batch_size = 32
+[data.test]
+source = "npy"
+files = ["x.npy", "class.npy", "{value}"]
+components = ["x", "class", "value"]
 [model]
 layers = [
   {{ type = "Input", shape = [4] }},
@@ -327,6 +331,42 @@ epochs = 10
     assert!(*series("class_accuracy").last().unwrap() > 0.85, "{h}");
     let mae = series("value_mae");
     assert!(mae.last().unwrap() < &(mae[0] / 2.0), "{mae:?}");
+
+    // The run directory keeps the per-output compile: evaluate reports every output.
+    let o = kiln()
+        .args(["evaluate", run.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let logs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let at = |k: &str| {
+        logs[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no {k} in {logs}"))
+    };
+    assert!(
+        (at("loss") - at("class_loss") - 0.5 * at("value_loss")).abs() < 1e-4,
+        "{logs}"
+    );
+    assert!(
+        at("class_accuracy") > 0.85 && at("value_mae") < mae[0],
+        "{logs}"
+    );
+    // predict: each output's columns, named after it.
+    let o = kiln()
+        .args([
+            "predict",
+            run.to_str().unwrap(),
+            dir.join("x.npy").to_str().unwrap(),
+            "--format",
+            "csv",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let csv = text(&o.stdout);
+    assert_eq!(csv.lines().next(), Some("class_0,class_1,value_0"), "{csv}");
+    assert_eq!(csv.lines().count(), n + 1);
 
     let both = r#"["class", "value"]"#;
     for (outputs, loss_key, value, code, needle) in [

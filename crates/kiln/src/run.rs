@@ -878,7 +878,12 @@ pub fn evaluate(run_dir: &Path, overrides: &Overrides, device: Device) -> Result
     };
     let logs = model.evaluate(&test)?;
     let (outputs, units) = model.predict(&test)?;
-    let predicted = outputs.chunks_exact(units).map(argmax).collect();
+    // A model with several outputs: the class of the first output (its first columns).
+    let first = cfg.model.units_of_output(0);
+    let predicted = outputs
+        .chunks_exact(units)
+        .map(|row| argmax(&row[..first]))
+        .collect();
     Ok(Evaluation { logs, predicted })
 }
 
@@ -891,7 +896,7 @@ pub fn evaluate(run_dir: &Path, overrides: &Overrides, device: Device) -> Result
 ///
 /// # Errors
 /// As [`load_run`], plus I/O, format and shape errors naming the input file.
-pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<(Vec<f32>, usize)> {
+pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<Predictions> {
     let (cfg, model) = load_run(run_dir, &Overrides::default(), device)?;
     let x = read_inputs(input)?;
     let per: usize = cfg.model.input_shape().iter().product();
@@ -925,17 +930,51 @@ pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<(Vec<f32>
         pipeline(x, None, &cfg, false)
     }
     .map_err(|e| name_input(e, input))?;
-    let (mut out, units) = model.predict(&ds).map_err(|e| name_input(e, input))?;
-    if cfg.compile.loss.from_logits {
-        match cfg.compile.loss.kind {
-            LossKind::BinaryCrossentropy => {
-                out.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp()))
-            }
-            LossKind::MeanSquaredError => {}
-            _ => out.chunks_exact_mut(units).for_each(softmax_in_place),
+    let (mut values, units) = model.predict(&ds).map_err(|e| name_input(e, input))?;
+    // Each output's columns, with its loss: `from_logits` outputs become probabilities.
+    let mut columns = Vec::with_capacity(units);
+    let mut start = 0;
+    for k in 0..cfg.model.output_layers().len() {
+        let width = cfg.model.units_of_output(k);
+        let loss = cfg.compile.loss_of_output(k);
+        for row in values.chunks_exact_mut(units) {
+            to_probabilities(&mut row[start..start + width], loss);
         }
+        columns.extend((0..width).map(|c| match cfg.model.has_several_outputs() {
+            true => format!("{}_{c}", cfg.model.output_names()[k]),
+            false => format!("class_{c}"),
+        }));
+        start += width;
     }
-    Ok((out, units))
+    Ok(Predictions {
+        values,
+        units,
+        columns,
+    })
+}
+
+/// What [`predict`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Predictions {
+    /// `[examples, units]` row-major (a model with several outputs: each example's outputs
+    /// side by side, in `outputs` order).
+    pub values: Vec<f32>,
+    /// Values per example.
+    pub units: usize,
+    /// A name per column: `class_<k>` for a model with one output, `<output>_<k>` otherwise.
+    pub columns: Vec<String>,
+}
+
+/// `from_logits` outputs as probabilities: softmax (sigmoid for `binary_crossentropy`).
+fn to_probabilities(row: &mut [f32], loss: &crate::compile::LossSpec) {
+    if !loss.from_logits {
+        return;
+    }
+    match loss.kind {
+        LossKind::BinaryCrossentropy => row.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
+        LossKind::MeanSquaredError => {}
+        _ => softmax_in_place(row),
+    }
 }
 
 /// Names `predict`'s input file in a shape or `check_numerics` error about its examples (the

@@ -149,6 +149,30 @@ fn compiled(model: &ModelSpec, optimizer: OptimizerSpec, raw: &RawCompile) -> Re
     Compiled::new(model, optimizer, loss, &metrics)
 }
 
+/// `loss` and `metrics` of `compile` (per output, with `loss_weights`, for a model with
+/// several) into the `[compile]` table `c`, as [`compiled`] reads them back.
+fn write_losses(compile: &Compiled, c: &mut toml::Table) {
+    let names = |metrics: &[crate::compile::MetricSpec]| -> toml::Value {
+        toml::Value::Array(metrics.iter().map(|m| m.name.clone().into()).collect())
+    };
+    if compile.outputs.is_empty() {
+        c.insert("loss".into(), compile.loss.to_toml());
+        c.insert("metrics".into(), names(&compile.metrics));
+        return;
+    }
+    let (mut loss, mut weights, mut metrics) = Default::default();
+    for h in &compile.outputs {
+        let (l, w, m): (&mut toml::Table, &mut toml::Table, &mut toml::Table) =
+            (&mut loss, &mut weights, &mut metrics);
+        l.insert(h.name.clone(), h.loss.to_toml());
+        w.insert(h.name.clone(), toml::Value::Float(h.weight));
+        m.insert(h.name.clone(), names(&h.metrics));
+    }
+    c.insert("loss".into(), toml::Value::Table(loss));
+    c.insert("loss_weights".into(), toml::Value::Table(weights));
+    c.insert("metrics".into(), toml::Value::Table(metrics));
+}
+
 /// `compile.metrics` of a model with one output: a list of names.
 fn metric_names(v: &toml::Value) -> Result<Vec<String>> {
     let toml::Value::Array(a) = v else {
@@ -298,17 +322,7 @@ impl RunConfig {
                 toml::Value::try_from(ls).expect("loss scale serializes"),
             );
         }
-        c.insert("loss".into(), self.compile.loss.to_toml());
-        c.insert(
-            "metrics".into(),
-            toml::Value::Array(
-                self.compile
-                    .metrics
-                    .iter()
-                    .map(|m| m.name.clone().into())
-                    .collect(),
-            ),
-        );
+        write_losses(&self.compile, &mut c);
         t.insert("compile".into(), toml::Value::Table(c));
         t.insert(
             "fit".into(),

@@ -98,6 +98,16 @@ impl Servable {
             .and_then(|v| v.as_table())
             .ok_or_else(|| corrupt(&spec_path, "has no [model] table".into()))?;
         let spec = ModelSpec::from_toml(model).map_err(|e| e.in_file(&spec_path))?;
+        if spec.has_several_outputs() {
+            return Err(corrupt(
+                &spec_path,
+                format!(
+                    "describes a model with several outputs {:?}; kiln serve returns one \
+                     output so far (export it as ONNX, whose graph has every output)",
+                    spec.output_names()
+                ),
+            ));
+        }
 
         let sig_path = dir.join(SIGNATURE_FILE);
         let bytes = read_inside(dir, SIGNATURE_FILE, MAX_SMALL_FILE)?;
@@ -175,14 +185,6 @@ impl Servable {
         if let Some(names) = crate::batch::input_components(&self.spec) {
             return Err(KilnError::Shape(format!(
                 "this model has {} inputs ({}); serving feeds one input so far",
-                names.len(),
-                names.join(", ")
-            )));
-        }
-        if self.spec.has_several_outputs() {
-            let names = self.spec.output_names();
-            return Err(KilnError::Shape(format!(
-                "this model has {} outputs ({}); serving returns one output so far",
                 names.len(),
                 names.join(", ")
             )));

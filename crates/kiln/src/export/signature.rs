@@ -124,16 +124,32 @@ impl SignatureDefMap {
                     spec.input_shape(),
                 ),
             )]),
-            outputs: BTreeMap::from([(
-                OUTPUT_NAME.to_string(),
-                TensorInfo::float("StatefulPartitionedCall:0", spec.output_shape()),
-            )]),
+            outputs: outputs(spec),
             method_name: PREDICT_METHOD.into(),
         };
         SignatureDefMap {
             signature_def: BTreeMap::from([(DEFAULT_SIGNATURE.to_string(), def)]),
         }
     }
+}
+
+/// The signature's outputs: [`OUTPUT_NAME`] for a model with one output; for a model with
+/// several, each under its layer name (`StatefulPartitionedCall:<k>`, as a SavedModel of a
+/// Keras model with dict outputs lists them).
+fn outputs(spec: &ModelSpec) -> BTreeMap<String, TensorInfo> {
+    if !spec.has_several_outputs() {
+        let info = TensorInfo::float("StatefulPartitionedCall:0", spec.output_shape());
+        return BTreeMap::from([(OUTPUT_NAME.to_string(), info)]);
+    }
+    spec.output_layers()
+        .iter()
+        .enumerate()
+        .map(|(k, &o)| {
+            let info =
+                TensorInfo::float(&format!("StatefulPartitionedCall:{k}"), spec.shape_after(o));
+            (spec.layers()[o].name.clone(), info)
+        })
+        .collect()
 }
 
 #[cfg(test)]
