@@ -14,8 +14,8 @@ use crate::scaling::{self, ScalingArgs};
 pub struct EstimateArgs {
     /// A TOML run config (optional for the scaling projection, which then uses its presets).
     config: Option<PathBuf>,
-    /// Batch size (default: fit.batch_size).
-    #[arg(long)]
+    /// Batch size, 1 or more (default: fit.batch_size).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     batch_size: Option<usize>,
     /// float32, mixed_float16 or mixed_bfloat16 (Lightning's 32-true, 16-mixed, bf16-mixed
     /// accepted; default: the config's `precision`).

@@ -48,6 +48,14 @@ fn estimate_prints_the_breakdown_and_the_seeds_verdicts() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(total_params(&out), "335,143,938", "{out}");
     assert!(out.contains("Largest batch in 12.00 GiB:"), "{out}");
+    // A batch of no examples estimates nothing: a usage error.
+    let o = kiln(&["estimate", resnet.to_str().unwrap(), "--batch-size", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("--batch-size"),
+        "{}",
+        text(&o.stderr)
+    );
     let o = kiln(&["estimate", bert.to_str().unwrap(), "--precision", "fp8"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(

@@ -234,6 +234,16 @@ epochs = 8
         serde_json::from_str(&std::fs::read_to_string(run.join("history.json")).unwrap()).unwrap();
     let acc = h["history"]["accuracy"].as_array().unwrap();
     assert!(acc.last().unwrap().as_f64().unwrap() > 0.85, "{acc:?}");
+    // predict reads one file: a two-input model is refused with what to do instead.
+    let o = kiln()
+        .args([
+            "predict",
+            run.to_str().unwrap(),
+            dir.join("a.npy").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_fails(&o, 2, &["kiln predict reads one file", "2 Inputs (a, b)"]);
 
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, config("c")).unwrap();

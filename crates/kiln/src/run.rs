@@ -898,6 +898,18 @@ pub fn evaluate(run_dir: &Path, overrides: &Overrides, device: Device) -> Result
 /// As [`load_run`], plus I/O, format and shape errors naming the input file.
 pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<Predictions> {
     let (cfg, model) = load_run(run_dir, &Overrides::default(), device)?;
+    if let Some(names) = crate::batch::input_components(&cfg.model) {
+        return Err(KilnError::config(
+            "model.layers",
+            format!(
+                "kiln predict reads one file, for a model with one Input; this model has {} \
+                 Inputs ({}): evaluate it with a [data.test] pipeline (kiln evaluate), or \
+                 export it (--format onnx) and feed each input by name",
+                names.len(),
+                names.join(", ")
+            ),
+        ));
+    }
     let x = read_inputs(input)?;
     let per: usize = cfg.model.input_shape().iter().product();
     let x = if x.len() == per && x.shape().first() != Some(&1) {
