@@ -335,9 +335,7 @@ impl Head<'_> {
     /// One label (or target row) per output position: `(steps,)` labels for a `(steps,
     /// classes)` output.
     fn positions(&self) -> usize {
-        self.shape[..self.shape.len().saturating_sub(1)]
-            .iter()
-            .product()
+        crate::model::positions_of(self.shape)
     }
 
     /// The labels `y` of a batch of `size` examples as the loss takes them, and their host

@@ -946,16 +946,15 @@ pub fn predict(run_dir: &Path, input: &Path, device: Device) -> Result<Predictio
     // Each output's columns, with its loss: `from_logits` outputs become probabilities.
     let mut columns = Vec::with_capacity(units);
     let mut start = 0;
-    for k in 0..cfg.model.output_layers().len() {
+    let names = cfg.model.output_names();
+    for (k, output) in names.iter().enumerate() {
         let width = cfg.model.units_of_output(k);
         let loss = cfg.compile.loss_of_output(k);
         for row in values.chunks_exact_mut(units) {
             to_probabilities(&mut row[start..start + width], loss);
         }
-        columns.extend((0..width).map(|c| match cfg.model.has_several_outputs() {
-            true => format!("{}_{c}", cfg.model.output_names()[k]),
-            false => format!("class_{c}"),
-        }));
+        let prefix = if names.len() > 1 { output } else { "class" };
+        columns.extend((0..width).map(|c| format!("{prefix}_{c}")));
         start += width;
     }
     Ok(Predictions {

@@ -100,6 +100,14 @@ impl LossSpec {
         }
     }
 
+    /// True for the cross-entropies over classes, which need at least 2 output units.
+    pub fn needs_classes(&self) -> bool {
+        matches!(
+            self.kind,
+            LossKind::SparseCategoricalCrossentropy | LossKind::CategoricalCrossentropy
+        )
+    }
+
     /// True when the labels are integer class indices `[batch]`.
     pub fn sparse_labels(&self) -> bool {
         match self.kind {

@@ -87,11 +87,7 @@ impl Compiled {
     ) -> Result<Compiled> {
         // Any rank: the losses and metrics work on rows of the last axis (one per position).
         let units = model.output_units();
-        if matches!(
-            loss.kind,
-            LossKind::SparseCategoricalCrossentropy | LossKind::CategoricalCrossentropy
-        ) && units < 2
-        {
+        if loss.needs_classes() && units < 2 {
             return Err(KilnError::config(
                 "compile.loss",
                 format!(

@@ -4,7 +4,7 @@
 
 use burn::prelude::*;
 
-use super::{Labels, LossKind, LossSpec, MetricSpec};
+use super::{Labels, LossSpec, MetricSpec};
 use crate::error::{KilnError, Result};
 use crate::model::ModelSpec;
 
@@ -63,11 +63,7 @@ pub fn heads(model: &ModelSpec, raw: &RawOutputs) -> Result<Vec<OutputHead>> {
         let (loss_key, loss) = losses[k].clone().expect("losses are required");
         let loss = LossSpec::from_toml_at(&loss, &loss_key)?;
         let units = model.units_of_output(k);
-        if matches!(
-            loss.kind,
-            LossKind::SparseCategoricalCrossentropy | LossKind::CategoricalCrossentropy
-        ) && units < 2
-        {
+        if loss.needs_classes() && units < 2 {
             return Err(KilnError::config(
                 loss_key,
                 format!(
@@ -239,7 +235,7 @@ pub fn losses(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compile::MetricKind;
+    use crate::compile::{LossKind, MetricKind};
 
     fn model() -> ModelSpec {
         let t: toml::Table = toml::from_str(

@@ -110,7 +110,9 @@ impl Accumulator {
             start += head.units;
             let (loss, sums) = &mut self.per_output[k];
             *loss += out.output_losses.get(k).copied().unwrap_or(f64::NAN) * size as f64;
-            let l = labels.outputs.get(k).cloned().unwrap_or_default();
+            let Some(l) = labels.outputs.get(k) else {
+                continue;
+            };
             for (sum, m) in sums.iter_mut().zip(&head.metrics) {
                 *sum += correct(m.kind, &part, head.units, &l.classes, &l.targets) / positions;
             }

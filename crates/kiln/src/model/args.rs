@@ -129,6 +129,13 @@ impl<'de> Deserialize<'de> for Pads2 {
     }
 }
 
+/// Positions per example of an output of `shape` (no batch axis): the product of its axes but
+/// the last (1 for a vector, `steps` for `(steps, classes)`, `h * w` for `(h, w, classes)`).
+/// Losses and metrics see one row per position.
+pub fn positions_of(shape: &[usize]) -> usize {
+    shape[..shape.len().saturating_sub(1)].iter().product()
+}
+
 /// Formats a shape as Keras prints it: `(None, 28, 28, 1)`.
 pub fn keras_shape(shape: &[usize]) -> String {
     let mut s = String::from("(None");

@@ -28,7 +28,7 @@ pub use options::{LayerOptions, layer_weights};
 pub use registry::register as register_layer;
 pub use spec::{
     Activation, LAYER_TYPES, LayerKind, LayerSpec, ModelSpec, NodeRef, Padding, Pads2, Pair,
-    RawNode, SequentialBuilder, keras_shape, known_layer_types,
+    RawNode, SequentialBuilder, keras_shape, known_layer_types, positions_of,
 };
 pub use spec_ext::attention_dims;
 pub use summary::{summary, thousands};

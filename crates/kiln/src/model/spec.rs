@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{KilnError, Result};
 use crate::precision::Precision;
 
-pub use super::args::{Activation, Padding, Pads2, Pair, keras_shape};
+pub use super::args::{Activation, Padding, Pads2, Pair, keras_shape, positions_of};
 use super::layer::{DeclaredLayer, Layer};
 use super::options::LayerOptions;
 pub use super::registry::LAYER_TYPES;
@@ -1257,8 +1257,7 @@ impl ModelSpec {
     /// Output positions per example: the product of the output's axes but the last (1 for a
     /// vector output, `steps` for `(steps, classes)`, `h * w` for `(h, w, classes)`).
     pub fn output_positions(&self) -> usize {
-        let out = self.output_shape();
-        out[..out.len().saturating_sub(1)].iter().product()
+        positions_of(self.output_shape())
     }
 
     /// `(trainable, non_trainable)` parameters of layer `i`.
@@ -1358,10 +1357,7 @@ fn check_output_positions(
     layers: &[LayerSpec],
     shapes: &[Vec<usize>],
 ) -> Result<()> {
-    let positions = |o: usize| -> usize {
-        let s = &shapes[o];
-        s[..s.len().saturating_sub(1)].iter().product()
-    };
+    let positions = |o: usize| positions_of(&shapes[o]);
     let first = outputs[0];
     match outputs.iter().find(|&&o| positions(o) != positions(first)) {
         Some(&o) => Err(KilnError::config(
