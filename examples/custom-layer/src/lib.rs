@@ -53,7 +53,7 @@ impl Layer for Antirectifier {
         Act::Flat(both.matmul(w.get::<2>("kernel")))
     }
 
-    fn extra_kept(&self, output: &[usize]) -> f64 {
+    fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
         // The centred input and the concatenation: 3 values per feature.
         3.0 * output[0] as f64
     }

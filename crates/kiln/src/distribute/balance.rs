@@ -101,16 +101,9 @@ pub fn layer_costs(spec: &ModelSpec, by: BalanceBy) -> Vec<f64> {
 
 fn flops(spec: &ModelSpec, i: usize, trainable: usize) -> f64 {
     let out = spec.shape_after(i);
-    let elements: f64 = out.iter().map(|&d| d as f64).product();
-    let features = out.last().copied().unwrap_or(1).max(1) as f64;
-    let positions = elements / features;
     match &spec.layers()[i].kind {
         LayerKind::Declared(l) => l.flops(&spec.shapes_before(i), out, trainable),
-        LayerKind::MultiHeadAttention { .. } | LayerKind::TransformerEncoder { .. } => {
-            2.0 * trainable as f64 * positions + 4.0 * positions * positions * features
-        }
-        _ if trainable > 0 => 2.0 * trainable as f64 * positions,
-        _ => elements,
+        LayerKind::Input { .. } => 0.0,
     }
 }
 
@@ -306,25 +299,25 @@ mod tests {
     fn cnn() -> ModelSpec {
         use crate::model::{Activation, Padding, Pair};
         ModelSpec::builder(&[28, 28, 1])
-            .add(LayerKind::Conv2D {
+            .add(LayerKind::from(crate::model::layers::Conv2D {
                 filters: 32,
                 kernel_size: Pair([3, 3]),
                 strides: Pair([1, 1]),
                 padding: Padding::Valid,
                 activation: Activation::Relu,
                 use_bias: true,
-            })
-            .add(LayerKind::MaxPooling2D {
+            }))
+            .add(LayerKind::from(crate::model::layers::MaxPooling2D {
                 pool_size: Pair([2, 2]),
                 strides: None,
                 padding: Padding::Valid,
-            })
-            .add(LayerKind::Flatten {})
-            .add(LayerKind::Dense {
+            }))
+            .add(LayerKind::from(crate::model::layers::Flatten {}))
+            .add(LayerKind::from(crate::model::layers::Dense {
                 units: 10,
                 activation: Activation::Softmax,
                 use_bias: true,
-            })
+            }))
             .build()
             .unwrap()
     }

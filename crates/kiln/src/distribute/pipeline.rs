@@ -14,7 +14,7 @@ use crate::batch::DeviceBatch;
 use crate::compile::Compiled;
 use crate::error::{KilnError, Result};
 use crate::fit::{PendingOutput, StepProfile};
-use crate::model::{ModelSpec, Network, thousands};
+use crate::model::{ModelSpec, Network, StateUpdate, thousands};
 
 /// GPipe-style pipeline model parallelism (Huang et al. 2019, "GPipe: Efficient Training of
 /// Giant Neural Networks using Pipeline Parallelism"; the API follows torchgpipe's
@@ -273,13 +273,13 @@ impl PipelineStrategy {
                 Some(acc) => acc + term,
                 None => term,
             });
-            stats.push(fwd.batch_stats);
+            stats.push(fwd.updates);
             lap(|p| &mut p.loss_s, &mut profile);
         }
         let objective = objective.expect("a batch has at least one micro-batch");
         let grads = GradientsParams::from_grads(objective.backward(), &net);
         lap(|p| &mut p.backward_s, &mut profile);
-        let net = net.update_moving_stats(spec, mean_stats(stats));
+        let net = net.apply_updates(spec, mean_updates(stats));
         let loss = losses
             .into_iter()
             .reduce(|a, b| a + b)
@@ -308,22 +308,16 @@ fn place(mut net: Network, devices: &[Device]) -> Network {
     net
 }
 
-/// The mean of each BatchNormalization layer's batch statistics over the micro-batches:
-/// folding it into the moving averages once equals the mean of the averages each
-/// micro-batch's statistics would give (the update is linear).
-fn mean_stats(
-    per_micro: Vec<Vec<(usize, Tensor<1>, Tensor<1>)>>,
-) -> Vec<(usize, Tensor<1>, Tensor<1>)> {
+/// The mean over the micro-batches of each new moving statistic: BatchNormalization's
+/// update is linear in the batch statistics, so this is the update the mean statistics give.
+fn mean_updates(per_micro: Vec<Vec<StateUpdate>>) -> Vec<StateUpdate> {
     let k = per_micro.len();
-    let mut sum: Vec<(usize, Tensor<1>, Tensor<1>)> = Vec::new();
-    for stats in per_micro {
-        for (j, (layer, mean, var)) in stats.into_iter().enumerate() {
+    let mut sum: Vec<StateUpdate> = Vec::new();
+    for updates in per_micro {
+        for (j, (layer, name, value)) in updates.into_iter().enumerate() {
             match sum.get_mut(j) {
-                Some((_, m, v)) => {
-                    *m = m.clone() + mean.detach();
-                    *v = v.clone() + var.detach();
-                }
-                None => sum.push((layer, mean.detach(), var.detach())),
+                Some((_, _, total)) => *total = total.clone() + value.detach(),
+                None => sum.push((layer, name, value.detach())),
             }
         }
     }
@@ -331,6 +325,6 @@ fn mean_stats(
         return sum;
     }
     sum.into_iter()
-        .map(|(l, m, v)| (l, m.div_scalar(k as f64), v.div_scalar(k as f64)))
+        .map(|(l, n, v)| (l, n, v.div_scalar(k as f64)))
         .collect()
 }

@@ -6,7 +6,8 @@
 //! pooling, BatchNormalization, LayerNormalization, non-linear activations, attention
 //! projections), or when it is the model's output. Layers whose gradient needs only shapes
 //! (Add, ZeroPadding2D, Cropping1D, GlobalAveragePooling2D, Flatten, PositionEmbedding) save
-//! nothing. On top of that, some layers keep internal tensors (`extras`):
+//! nothing. On top of that, some layers keep internal tensors (each layer's
+//! `Layer::extra_kept`, in its file under `model/layers/`):
 //!
 //! | layer | extra values kept per example |
 //! |---|---|
@@ -24,7 +25,7 @@
 //! Transformer Models", eq. 2: `34·s·b·h + 5·a·s²·b` bytes at 2 bytes per value with dropout
 //! masks, i.e. `17·s·h + 2.5·a·s²` values).
 
-use crate::model::{Activation, LayerKind, ModelSpec, NodeRef};
+use crate::model::{LayerKind, ModelSpec, NodeRef};
 
 /// What one layer adds to the activations kept for backward, per example (in values).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -44,94 +45,23 @@ fn size(shape: &[usize]) -> f64 {
 /// Does `kind`'s backward pass need its (first) input's values?
 fn saves_input(kind: &LayerKind) -> bool {
     match kind {
-        LayerKind::Dense { .. }
-        | LayerKind::Conv2D { .. }
-        | LayerKind::MaxPooling2D { .. }
-        | LayerKind::AveragePooling2D { .. }
-        | LayerKind::BatchNormalization { .. }
-        | LayerKind::LayerNormalization { .. }
-        | LayerKind::MultiHeadAttention { .. }
-        | LayerKind::TransformerEncoder { .. } => true,
-        LayerKind::Activation { activation } => *activation != Activation::Linear,
         LayerKind::Declared(l) => l.saves_input(),
-        _ => false,
+        LayerKind::Input { .. } => false,
     }
 }
 
 /// Does `kind` keep its own output (a fused ReLU's gradient reads it)?
 fn keeps_output(kind: &LayerKind) -> bool {
-    matches!(
-        kind,
-        LayerKind::Dense {
-            activation: Activation::Relu,
-            ..
-        } | LayerKind::Conv2D {
-            activation: Activation::Relu,
-            ..
-        }
-    )
-}
-
-/// Extra values for an activation applied after a Dense/Conv2D or as a layer.
-fn activation_extra(a: Activation, out: f64) -> f64 {
-    match a {
-        Activation::Linear | Activation::Relu => 0.0,
-        Activation::Softmax => 2.0 * out,
-        _ => out,
-    }
-}
-
-/// `(extra values, largest tensor)` of attention with `dims = [f, fv, h, k, v]`.
-fn attention(dims: [usize; 5], sq: f64, sv: f64) -> (f64, f64) {
-    let [_, _, h, k, v] = dims.map(|d| d as f64);
-    let projections = 1.1 * (sq * h * k + sv * h * k + sv * h * v + sq * h * v);
-    let scores = h * sq * sv;
-    (projections + 3.0 * scores, scores)
+    matches!(kind, LayerKind::Declared(l) if l.keeps_output())
 }
 
 /// Internal tensors of layer `i` and its largest tensor (values per example).
 fn extras(spec: &ModelSpec, i: usize) -> (f64, f64) {
-    let kind = &spec.layers()[i].kind;
     let ins = spec.shapes_before(i);
-    let out = size(spec.shape_after(i));
-    let largest = ins.iter().map(|s| size(s)).fold(out, f64::max);
-    match kind {
-        LayerKind::Dense { activation, .. } | LayerKind::Conv2D { activation, .. } => {
-            (activation_extra(*activation, out), largest)
-        }
-        // The input is kept through `saves_input`; softmax keeps one more tensor.
-        LayerKind::Activation { activation } => (
-            if *activation == Activation::Softmax {
-                out
-            } else {
-                0.0
-            },
-            largest,
-        ),
-        LayerKind::Dropout { .. } => (out, largest),
-        LayerKind::Declared(l) => (l.extra_kept(spec.shape_after(i)), largest),
-        LayerKind::LayerNormalization { .. } => (1.3 * out, largest),
-        LayerKind::BatchNormalization { .. } => (0.0, largest),
-        LayerKind::MultiHeadAttention { .. } => {
-            let dims = crate::model::attention_dims(kind, &ins);
-            let sq = ins[0][0] as f64;
-            let sv = ins.get(1).map_or(sq, |s| s[0] as f64);
-            let (extra, scores) = attention(dims, sq, sv);
-            (extra, largest.max(scores))
-        }
-        LayerKind::TransformerEncoder {
-            intermediate_dim, ..
-        } => {
-            let dims = crate::model::attention_dims(kind, &ins);
-            let s = ins[0][0] as f64;
-            let (extra, scores) = attention(dims, s, s);
-            let inner = s * *intermediate_dim as f64;
-            (
-                extra + 5.6 * out + 2.0 * inner,
-                largest.max(scores).max(inner),
-            )
-        }
-        _ => (0.0, largest),
+    let out = spec.shape_after(i);
+    match &spec.layers()[i].kind {
+        LayerKind::Declared(l) => (l.extra_kept(&ins, out), l.largest_tensor(&ins, out)),
+        LayerKind::Input { .. } => (0.0, size(out)),
     }
 }
 
@@ -140,7 +70,7 @@ fn extras(spec: &ModelSpec, i: usize) -> (f64, f64) {
 fn view_source(spec: &ModelSpec, mut r: NodeRef) -> NodeRef {
     while let NodeRef::Layer(j) = r {
         let l = &spec.layers()[j];
-        if matches!(l.kind, LayerKind::Flatten {}) && spec.shape_before(j).len() < 3 {
+        if l.kind.class_name() == "Flatten" && spec.shape_before(j).len() < 3 {
             r = l.inputs[0];
         } else {
             break;

@@ -16,7 +16,6 @@
 //! renamed into place, so a server polling `OUT/<name>/` never sees half a version.
 
 pub mod onnx;
-mod onnx_transformer;
 pub use crate::onnx::proto as onnx_proto;
 pub mod servable;
 pub mod signature;

@@ -9,8 +9,8 @@
 //! forward pass ([`crate::model::Network::forward`] in inference mode): images are transposed
 //! to NCHW once after each input (ONNX `Conv` and pools are NCHW, as Burn's), `Flatten`
 //! flattens in Keras' channels-last order, `Dropout` is the identity, `BatchNormalization` uses
-//! the moving statistics. Layers declared through [`crate::model::Layer`] write their own part
-//! ([`crate::model::Layer::onnx`]); a layer without a mapping (a custom layer that does not
+//! the moving statistics. Every layer writes its own part ([`crate::model::Layer::onnx`], in
+//! its file under `model/layers/`); a layer without a mapping (a custom layer that does not
 //! implement it) is an error naming the layer and its class.
 //!
 //! | kiln layer | ONNX operators (https://onnx.ai/onnx/operators/) |
@@ -40,9 +40,8 @@ use super::onnx_proto::{
     GraphProto, ModelProto, OperatorSetIdProto, StringStringEntryProto, ValueInfoProto,
 };
 use crate::error::{KilnError, Result};
-use crate::model::weights::hwio_to_oihw;
-use crate::model::{Activation, LayerKind, ModelSpec, NodeRef, Padding, Pair};
-use crate::onnx::{Layout, OnnxGraph, OnnxValue, float, int, ints, value_info};
+use crate::model::{LayerKind, ModelSpec, NodeRef};
+use crate::onnx::{Layout, OnnxGraph, OnnxValue, value_info};
 
 /// ONNX operator set version the graph uses.
 pub const OPSET: i64 = 17;
@@ -57,189 +56,16 @@ pub const OUTPUT_NAME: &str = "output_0";
 /// Symbolic name of the dynamic batch axis.
 pub const BATCH_DIM: &str = crate::onnx::BATCH_DIM;
 
-fn activation(g: &mut OnnxGraph, layer: &str, x: String, a: Activation, layout: Layout) -> String {
-    match a {
-        Activation::Linear => x,
-        Activation::Relu => g.node(layer, "Relu", &[&x], vec![]),
-        Activation::Sigmoid => g.node(layer, "Sigmoid", &[&x], vec![]),
-        Activation::Tanh => g.node(layer, "Tanh", &[&x], vec![]),
-        // kiln's softmax runs over the feature (channel) axis.
-        Activation::Softmax => g.node(
-            layer,
-            "Softmax",
-            &[&x],
-            vec![int("axis", layout.feature_axis())],
-        ),
-        Activation::Gelu => {
-            // Exact GELU (Keras' `gelu(approximate=False)`): x * 0.5 * (1 + erf(x / sqrt 2)).
-            let sqrt2 = g.scalar(layer, std::f32::consts::SQRT_2);
-            let one = g.scalar(layer, 1.0);
-            let half = g.scalar(layer, 0.5);
-            let d = g.node(layer, "Div", &[&x, &sqrt2], vec![]);
-            let e = g.node(layer, "Erf", &[&d], vec![]);
-            let p = g.node(layer, "Add", &[&e, &one], vec![]);
-            let m = g.node(layer, "Mul", &[&x, &p], vec![]);
-            g.node(layer, "Mul", &[&m, &half], vec![])
-        }
-    }
-}
-
-/// Runs `f` on `x` in channels-last order when `x` is an NCHW image (a map over the last axis).
-fn channels_last(
-    g: &mut OnnxGraph,
-    layer: &str,
-    x: &OnnxValue,
-    f: impl FnOnce(&mut OnnxGraph, &str) -> std::result::Result<String, String>,
-) -> std::result::Result<String, String> {
-    if x.layout() != Layout::Image {
-        return f(g, &x.name);
-    }
-    let t = g.transpose(layer, &x.name, &[0, 2, 3, 1]);
-    let y = f(g, &t)?;
-    Ok(g.transpose(layer, &y, &[0, 3, 1, 2]))
-}
-
-/// `[top, left, bottom, right]` padding of a window over an NCHW value of spatial size `hw`.
-fn pads(padding: Padding, hw: &[usize], k: [usize; 2], s: [usize; 2]) -> Vec<i64> {
-    let (_, (t, b)) = padding.resolve(hw[0], k[0], s[0]).expect("shape checked");
-    let (_, (l, r)) = padding.resolve(hw[1], k[1], s[1]).expect("shape checked");
-    vec![t as i64, l as i64, b as i64, r as i64]
-}
-
-fn pair(v: [usize; 2]) -> Vec<i64> {
-    vec![v[0] as i64, v[1] as i64]
-}
-
-type LayerResult = std::result::Result<String, String>;
-
-fn conv2d(g: &mut OnnxGraph, spec: &ModelSpec, i: usize, x: &OnnxValue) -> LayerResult {
-    let n = spec.layers()[i].name.as_str();
-    let LayerKind::Conv2D {
-        filters,
-        kernel_size,
-        strides,
-        padding,
-        activation: act,
-        use_bias,
-    } = &spec.layers()[i].kind
-    else {
-        unreachable!("called for Conv2D")
-    };
-    let ([kh, kw], cin) = (kernel_size.0, x.shape[2]);
-    let hwio = g.weight_values(&format!("{n}/kernel"), &[kh, kw, cin, *filters])?;
-    let oihw = hwio_to_oihw(hwio, [kh, kw, cin, *filters]);
-    let w = g.named_constant(&format!("{n}/kernel"), &[*filters, cin, kh, kw], &oihw);
-    let mut inputs = vec![x.name.clone(), w];
-    if *use_bias {
-        inputs.push(g.weight(&format!("{n}/bias"), &[*filters], &[*filters])?);
-    }
-    let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-    let attrs = vec![
-        ints("kernel_shape", &pair(kernel_size.0)),
-        ints("strides", &pair(strides.0)),
-        ints("pads", &pads(*padding, &x.shape, kernel_size.0, strides.0)),
-        ints("dilations", &[1, 1]),
-        int("group", 1),
-    ];
-    let y = g.node(n, "Conv", &refs, attrs);
-    Ok(activation(g, n, y, *act, Layout::Image))
-}
-
-/// `MaxPool` or `AveragePool` (`op`) of window `pool` with `strides` (`pool` when absent).
-fn pool(
-    g: &mut OnnxGraph,
-    n: &str,
-    op: &str,
-    (pool, strides, padding): (&Pair, &Option<Pair>, &Padding),
-    x: &OnnxValue,
-) -> String {
-    let s = strides.unwrap_or(*pool).0;
-    let mut attrs = vec![
-        ints("kernel_shape", &pair(pool.0)),
-        ints("strides", &pair(s)),
-        ints("pads", &pads(*padding, &x.shape, pool.0, s)),
-    ];
-    if op == "AveragePool" {
-        // TensorFlow does not count padded positions in the average.
-        attrs.push(int("count_include_pad", 0));
-    }
-    g.node(n, op, &[&x.name], attrs)
-}
-
-fn flatten(g: &mut OnnxGraph, n: &str, x: &OnnxValue) -> String {
-    let flat = |g: &mut OnnxGraph, v: &str| g.node(n, "Flatten", &[v], vec![int("axis", 1)]);
-    match x.layout() {
-        Layout::Flat => x.name.clone(),
-        Layout::Seq => flat(g, &x.name),
-        Layout::Image => {
-            let t = g.transpose(n, &x.name, &[0, 2, 3, 1]);
-            flat(g, &t)
-        }
-    }
-}
-
-fn batch_norm(g: &mut OnnxGraph, n: &str, epsilon: f64, x: &OnnxValue) -> LayerResult {
-    let c = x.shape.last().copied().unwrap_or(0);
-    let mut inputs = vec![x.name.clone()];
-    for part in ["gamma", "beta", "moving_mean", "moving_variance"] {
-        inputs.push(g.weight(&format!("{n}/{part}"), &[c], &[c])?);
-    }
-    let attrs = vec![float("epsilon", epsilon as f32)];
-    if x.layout() != Layout::Seq {
-        let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-        return Ok(g.node(n, "BatchNormalization", &refs, attrs));
-    }
-    // ONNX normalizes axis 1: [n, s, f] -> [n, f, s] and back.
-    inputs[0] = g.transpose(n, &x.name, &[0, 2, 1]);
-    let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-    let y = g.node(n, "BatchNormalization", &refs, attrs);
-    Ok(g.transpose(n, &y, &[0, 2, 1]))
-}
-
 /// Writes layer `i` of `spec` reading `xs`; returns its output value's name or why it cannot.
 fn layer_onnx(g: &mut OnnxGraph, spec: &ModelSpec, i: usize, xs: &[OnnxValue]) -> LayerResult {
     let layer = &spec.layers()[i];
-    let (n, x) = (layer.name.as_str(), &xs[0]);
-    let cin = x.shape.last().copied().unwrap_or(0);
-    Ok(match &layer.kind {
-        LayerKind::Input { .. } | LayerKind::Dropout { .. } => x.name.clone(),
-        LayerKind::Dense {
-            units,
-            activation: act,
-            use_bias,
-        } => {
-            let prefix = format!("{n}/");
-            let y = channels_last(g, n, x, |g, v| {
-                g.dense(&prefix, v, [cin, *units], *use_bias)
-            })?;
-            activation(g, n, y, *act, x.layout())
-        }
-        LayerKind::Conv2D { .. } => conv2d(g, spec, i, x)?,
-        LayerKind::MaxPooling2D {
-            pool_size: p,
-            strides: s,
-            padding,
-        } => pool(g, n, "MaxPool", (p, s, padding), x),
-        LayerKind::AveragePooling2D {
-            pool_size: p,
-            strides: s,
-            padding,
-        } => pool(g, n, "AveragePool", (p, s, padding), x),
-        LayerKind::Flatten {} => flatten(g, n, x),
-        LayerKind::BatchNormalization { epsilon, .. } => batch_norm(g, n, *epsilon, x)?,
-        LayerKind::Activation { activation: act } => {
-            activation(g, n, x.name.clone(), *act, x.layout())
-        }
-        LayerKind::LayerNormalization { epsilon } => {
-            let prefix = format!("{n}/");
-            channels_last(g, n, x, |g, v| g.layer_norm(&prefix, v, cin, *epsilon))?
-        }
-        LayerKind::MultiHeadAttention { .. } | LayerKind::TransformerEncoder { .. } => {
-            super::onnx_transformer::layer(g, n, &layer.kind, xs, activation)?
-        }
-        LayerKind::Declared(l) => l.onnx(g, xs, n)?,
-    })
+    match &layer.kind {
+        LayerKind::Input { .. } => Ok(xs[0].name.clone()),
+        LayerKind::Declared(l) => l.onnx(g, xs, &layer.name),
+    }
 }
+
+type LayerResult = std::result::Result<String, String>;
 
 /// The graph inputs (`value_info`) and the values the layers read for them: images
 /// transposed to NCHW.

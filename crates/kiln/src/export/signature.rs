@@ -160,12 +160,12 @@ mod tests {
     #[test]
     fn signature_json_has_tf_servings_layout() {
         let spec = ModelSpec::builder(&[28, 28, 1])
-            .add(LayerKind::Flatten {})
-            .add(LayerKind::Dense {
+            .add(LayerKind::from(crate::model::layers::Flatten {}))
+            .add(LayerKind::from(crate::model::layers::Dense {
                 units: 10,
                 activation: Activation::Softmax,
                 use_bias: true,
-            })
+            }))
             .build()
             .unwrap();
         let sig = SignatureDefMap::for_spec(&spec);

@@ -367,11 +367,11 @@ impl crate::model::Layer for Halve {
 }
 
 fn dense2() -> crate::model::LayerKind {
-    crate::model::LayerKind::Dense {
+    crate::model::LayerKind::from(crate::model::layers::Dense {
         units: 2,
         activation: crate::model::Activation::Linear,
         use_bias: true,
-    }
+    })
 }
 
 #[test]

@@ -12,16 +12,16 @@ use crate::precision::{LossScale, Precision};
 
 fn classifier(precision: Precision) -> (ModelSpec, Compiled) {
     let spec = ModelSpec::builder(&[4])
-        .add(LayerKind::Dense {
+        .add(LayerKind::from(crate::model::layers::Dense {
             units: 8,
             activation: Activation::Relu,
             use_bias: true,
-        })
-        .add(LayerKind::Dense {
+        }))
+        .add(LayerKind::from(crate::model::layers::Dense {
             units: 3,
             activation: Activation::Linear,
             use_bias: true,
-        })
+        }))
         .build()
         .unwrap()
         .with_precision(precision);
@@ -142,11 +142,11 @@ fn gradients_that_underflow_in_float16_survive_with_loss_scaling() {
     let device = Device::flex().autodiff();
     let run = |precision: Precision, scaled: bool| -> Vec<f32> {
         let spec = ModelSpec::builder(&[2])
-            .add(LayerKind::Dense {
+            .add(LayerKind::from(crate::model::layers::Dense {
                 units: 1,
                 activation: Activation::Linear,
                 use_bias: false,
-            })
+            }))
             .build()
             .unwrap()
             .with_precision(precision);

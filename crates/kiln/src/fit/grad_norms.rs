@@ -123,11 +123,11 @@ mod tests {
         let device = Device::flex().autodiff();
         // 300 x 300 = 90,000 elements: the kernel spans two chunks.
         let spec = ModelSpec::builder(&[300])
-            .add(LayerKind::Dense {
+            .add(LayerKind::from(crate::model::layers::Dense {
                 units: 300,
                 activation: Activation::Linear,
                 use_bias: true,
-            })
+            }))
             .build()
             .unwrap();
         let net = Network::init(&spec, 3, &device);

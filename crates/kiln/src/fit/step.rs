@@ -212,7 +212,7 @@ pub fn compute_gradients_scaled(
     };
     let grads = GradientsParams::from_grads(scaled.backward(), &net);
     lap(|p| &mut p.backward_s, &mut profile);
-    let net = net.update_moving_stats(spec, fwd.batch_stats);
+    let net = net.apply_updates(spec, fwd.updates);
     lap(|p| &mut p.optimizer_s, &mut profile);
     let pending = PendingOutput {
         loss: with_output_losses(loss.detach(), each),

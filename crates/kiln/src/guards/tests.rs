@@ -151,11 +151,11 @@ fn skip_drops_exactly_the_rows_holding_nan_or_inf() {
 
 fn classifier(classes: usize, loss: LossKind) -> (ModelSpec, Compiled) {
     let spec = ModelSpec::builder(&[3])
-        .add(LayerKind::Dense {
+        .add(LayerKind::from(crate::model::layers::Dense {
             units: classes,
             activation: Activation::Linear,
             use_bias: true,
-        })
+        }))
         .build()
         .unwrap();
     let compiled = Compiled::new(

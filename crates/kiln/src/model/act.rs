@@ -2,6 +2,9 @@
 //! takes and returns).
 
 use burn::prelude::*;
+use burn::tensor::activation;
+
+use super::args::Activation;
 
 /// An activation flowing through the network, by rank.
 #[derive(Debug, Clone)]
@@ -74,6 +77,58 @@ impl Act {
             Act::Flat(t) => Act::Flat(t.to_device(device)),
             Act::Seq(t) => Act::Seq(t.to_device(device)),
             Act::Image(t) => Act::Image(t.to_device(device)),
+        }
+    }
+
+    /// `f` applied to the tensor, whatever its rank (an element-wise map: `f` is generic over
+    /// the rank through [`ElementWise`]).
+    pub fn map(self, f: impl ElementWise) -> Act {
+        match self {
+            Act::Flat(t) => Act::Flat(f.apply(t)),
+            Act::Seq(t) => Act::Seq(f.apply(t)),
+            Act::Image(t) => Act::Image(f.apply(t)),
+        }
+    }
+
+    /// The activation `a` applied; softmax runs over the feature (channel) axis.
+    pub fn activated(self, a: Activation) -> Act {
+        match a {
+            Activation::Linear => self,
+            Activation::Softmax => match self {
+                Act::Flat(t) => Act::Flat(activation::softmax(t, 1)),
+                Act::Seq(t) => Act::Seq(activation::softmax(t, 2)),
+                Act::Image(t) => Act::Image(activation::softmax(t, 1)),
+            },
+            other => self.map(other),
+        }
+    }
+
+    /// The batch size.
+    pub fn batch(&self) -> usize {
+        match self {
+            Act::Flat(t) => t.dims()[0],
+            Act::Seq(t) => t.dims()[0],
+            Act::Image(t) => t.dims()[0],
+        }
+    }
+}
+
+/// An element-wise function of a tensor of any rank (for [`Act::map`]).
+pub trait ElementWise {
+    /// The function on a rank-`D` tensor.
+    fn apply<const D: usize>(&self, t: Tensor<D>) -> Tensor<D>;
+}
+
+/// The element-wise activations (softmax is not element-wise: see [`Act::activated`]).
+impl ElementWise for Activation {
+    fn apply<const D: usize>(&self, t: Tensor<D>) -> Tensor<D> {
+        match self {
+            Activation::Linear => t,
+            Activation::Relu => activation::relu(t),
+            Activation::Gelu => activation::gelu(t),
+            Activation::Sigmoid => activation::sigmoid(t),
+            Activation::Tanh => t.tanh(),
+            Activation::Softmax => activation::softmax(t, D - 1),
         }
     }
 }

@@ -71,23 +71,25 @@ fn single_layer_parameter_counts_match_keras() {
     });
     assert_eq!(count(emb.clone(), &[&[128]]), (31_254_528, 0));
     assert_eq!(emb.output_shape(&[128]).unwrap(), vec![128, 1024]);
-    let ln = LayerKind::LayerNormalization { epsilon: 1e-3 };
+    let ln = LayerKind::from(crate::model::layers::LayerNormalization { epsilon: 1e-3 });
     assert_eq!(count(ln, &[seq]), (2048, 0));
-    let mha = |heads, key_dim| LayerKind::MultiHeadAttention {
-        num_heads: heads,
-        key_dim,
-        value_dim: None,
-        use_bias: true,
+    let mha = |heads, key_dim| {
+        LayerKind::from(crate::model::layers::MultiHeadAttention {
+            num_heads: heads,
+            key_dim,
+            value_dim: None,
+            use_bias: true,
+        })
     };
     assert_eq!(count(mha(16, 64), &[seq, seq]), (4_198_400, 0));
     assert_eq!(count(mha(16, 64), &[seq]), (4_198_400, 0));
     assert_eq!(count(mha(2, 3), &[&[5, 8]]), (218, 0));
-    let enc = LayerKind::TransformerEncoder {
+    let enc = LayerKind::from(crate::model::layers::TransformerEncoder {
         intermediate_dim: 4096,
         num_heads: 16,
         activation: Activation::Gelu,
         layer_norm_epsilon: 1e-12,
-    };
+    });
     assert_eq!(count(enc, &[seq]), (12_596_224, 0));
     let pad = LayerKind::from(layers::ZeroPadding2D {
         padding: Pads2([[3, 3], [3, 3]]),
@@ -109,11 +111,11 @@ fn resnet_small_matches_keras_and_round_trips_through_toml() {
 #[test]
 fn sequential_specs_write_the_same_toml_as_before() {
     let spec = ModelSpec::builder(&[4])
-        .add(LayerKind::Dense {
+        .add(LayerKind::from(crate::model::layers::Dense {
             units: 3,
             activation: Activation::Relu,
             use_bias: true,
-        })
+        }))
         .build()
         .unwrap();
     assert!(spec.is_sequential());

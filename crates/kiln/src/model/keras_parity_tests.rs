@@ -16,11 +16,11 @@ use crate::error::KilnError;
 use crate::model::{Act, Network};
 
 fn dense(units: usize) -> LayerKind {
-    LayerKind::Dense {
+    LayerKind::from(crate::model::layers::Dense {
         units,
         activation: Activation::Linear,
         use_bias: true,
-    }
+    })
 }
 fn conv(
     filters: usize,
@@ -29,48 +29,48 @@ fn conv(
     padding: Padding,
     use_bias: bool,
 ) -> LayerKind {
-    LayerKind::Conv2D {
+    LayerKind::from(crate::model::layers::Conv2D {
         filters,
         kernel_size: Pair(k),
         strides: Pair(s),
         padding,
         activation: Activation::Linear,
         use_bias,
-    }
+    })
 }
 fn pool(max: bool, k: usize, s: Option<usize>, padding: Padding) -> LayerKind {
     let (pool_size, strides) = (Pair([k, k]), s.map(|s| Pair([s, s])));
     if max {
-        LayerKind::MaxPooling2D {
+        LayerKind::from(crate::model::layers::MaxPooling2D {
             pool_size,
             strides,
             padding,
-        }
+        })
     } else {
-        LayerKind::AveragePooling2D {
+        LayerKind::from(crate::model::layers::AveragePooling2D {
             pool_size,
             strides,
             padding,
-        }
+        })
     }
 }
 
 #[test]
 fn output_shapes_and_parameter_counts_equal_keras() {
     use Padding::{Same, Valid};
-    let bn = LayerKind::BatchNormalization {
+    let bn = LayerKind::from(crate::model::layers::BatchNormalization {
         momentum: 0.99,
         epsilon: 1e-3,
-    };
+    });
     // (layer, input shape, Keras output shape, Keras count_params())
     let cases: Vec<(LayerKind, Vec<usize>, Vec<usize>, usize)> = vec![
         (dense(10), vec![784], vec![10], 7850),
         (
-            LayerKind::Dense {
+            LayerKind::from(crate::model::layers::Dense {
                 units: 7,
                 activation: Activation::Linear,
                 use_bias: false,
-            },
+            }),
             vec![5, 3],
             vec![5, 7],
             21,
@@ -123,14 +123,24 @@ fn output_shapes_and_parameter_counts_equal_keras() {
             vec![5, 6, 2],
             0,
         ),
-        (LayerKind::Flatten {}, vec![7, 7, 64], vec![3136], 0),
-        (LayerKind::Dropout { rate: 0.5 }, vec![128], vec![128], 0),
+        (
+            LayerKind::from(crate::model::layers::Flatten {}),
+            vec![7, 7, 64],
+            vec![3136],
+            0,
+        ),
+        (
+            LayerKind::from(crate::model::layers::Dropout { rate: 0.5 }),
+            vec![128],
+            vec![128],
+            0,
+        ),
         (bn.clone(), vec![14, 14, 32], vec![14, 14, 32], 128),
         (bn, vec![100], vec![100], 400),
         (
-            LayerKind::Activation {
+            LayerKind::from(crate::model::layers::ActivationLayer {
                 activation: Activation::Gelu,
-            },
+            }),
             vec![10],
             vec![10],
             0,
@@ -181,32 +191,32 @@ fn reference_cnn() -> ModelSpec {
     ModelSpec::builder(&[5, 6, 2])
         .add_named(
             "conv",
-            LayerKind::Conv2D {
+            LayerKind::from(crate::model::layers::Conv2D {
                 filters: 3,
                 kernel_size: Pair([3, 3]),
                 strides: Pair([2, 2]),
                 padding: Padding::Same,
                 activation: Activation::Relu,
                 use_bias: true,
-            },
+            }),
         )
         .add_named("max", pool(true, 2, Some(1), Padding::Same))
         .add_named("avg", pool(false, 2, None, Padding::Same))
         .add_named(
             "bn",
-            LayerKind::BatchNormalization {
+            LayerKind::from(crate::model::layers::BatchNormalization {
                 momentum: 0.99,
                 epsilon: 1e-3,
-            },
+            }),
         )
-        .add(LayerKind::Flatten {})
+        .add(LayerKind::from(crate::model::layers::Flatten {}))
         .add_named(
             "dense",
-            LayerKind::Dense {
+            LayerKind::from(crate::model::layers::Dense {
                 units: 4,
                 activation: Activation::Softmax,
                 use_bias: true,
-            },
+            }),
         )
         .build()
         .unwrap()
@@ -340,23 +350,23 @@ fn gradient_model() -> ModelSpec {
     ModelSpec::builder(&[4, 5, 2])
         .add_named(
             "conv",
-            LayerKind::Conv2D {
+            LayerKind::from(crate::model::layers::Conv2D {
                 filters: 3,
                 kernel_size: Pair([3, 3]),
                 strides: Pair([1, 2]),
                 padding: Padding::Same,
                 activation: Activation::Tanh,
                 use_bias: true,
-            },
+            }),
         )
-        .add(LayerKind::Flatten {})
+        .add(LayerKind::from(crate::model::layers::Flatten {}))
         .add_named(
             "dense",
-            LayerKind::Dense {
+            LayerKind::from(crate::model::layers::Dense {
                 units: 2,
                 activation: Activation::Tanh,
                 use_bias: true,
-            },
+            }),
         )
         .build()
         .unwrap()
@@ -458,10 +468,10 @@ fn batch_normalization_moves_its_statistics_in_training_only() {
     let spec = ModelSpec::builder(&[3])
         .add_named(
             "bn",
-            LayerKind::BatchNormalization {
+            LayerKind::from(crate::model::layers::BatchNormalization {
                 momentum: 0.9,
                 epsilon: 1e-3,
-            },
+            }),
         )
         .build()
         .unwrap();
@@ -479,7 +489,7 @@ fn batch_normalization_moves_its_statistics_in_training_only() {
     for (a, b) in out.iter().zip(expect) {
         assert!((a - b).abs() < 1e-5, "{out:?}");
     }
-    let net = net.update_moving_stats(&spec, fwd.batch_stats);
+    let net = net.apply_updates(&spec, fwd.updates);
     let mean = net.layers[0]
         .moving_mean
         .as_ref()
@@ -508,7 +518,9 @@ fn batch_normalization_moves_its_statistics_in_training_only() {
 #[test]
 fn dropout_zeroes_about_rate_and_rescales_in_training_only() {
     let spec = ModelSpec::builder(&[10_000])
-        .add(LayerKind::Dropout { rate: 0.25 })
+        .add(LayerKind::from(crate::model::layers::Dropout {
+            rate: 0.25,
+        }))
         .build()
         .unwrap();
     let device = Device::flex();

@@ -25,107 +25,126 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use burn::module::Param;
 use burn::prelude::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::act::Act;
+use super::params::LayerParams;
+pub use super::params::{Field, Storage, WeightInit, WeightSpec};
 use crate::onnx::{OnnxGraph, OnnxValue};
-
-/// How a weight's first values are drawn (Keras' initializer names).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum WeightInit {
-    /// `glorot_uniform` with Keras' fans of the weight's shape (the default for kernels).
-    GlorotUniform,
-    /// `zeros` (biases, `beta`, moving means).
-    Zeros,
-    /// `ones` (`gamma`, moving variances).
-    Ones,
-    /// `random_uniform(minval, maxval)` (Embedding's default is `(-0.05, 0.05)`).
-    RandomUniform(f32, f32),
-}
-
-/// One weight of a layer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WeightSpec {
-    /// Keras' name inside the layer (`kernel`, `bias`, `embeddings`); the weights file and
-    /// `summary()` call it `<layer name>/<name>`.
-    pub name: String,
-    /// Keras' shape and layout (a Dense kernel is `[inputs, units]`).
-    pub shape: Vec<usize>,
-    /// How it starts.
-    pub init: WeightInit,
-    /// Updated by the optimizer (`false`: a non-trainable weight such as a moving mean).
-    pub trainable: bool,
-}
-
-impl WeightSpec {
-    /// A trainable weight.
-    pub fn new(name: &str, shape: Vec<usize>, init: WeightInit) -> WeightSpec {
-        WeightSpec {
-            name: name.into(),
-            shape,
-            init,
-            trainable: true,
-        }
-    }
-
-    /// Number of values.
-    pub fn size(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    /// Stored among the layer's `kernels` (rank 2) rather than its `vectors`.
-    pub fn is_kernel(&self) -> bool {
-        self.shape.len() == 2
-    }
-}
 
 /// What a forward pass knows besides the inputs.
 #[derive(Debug, Clone, Copy)]
 pub struct ForwardContext {
     /// Training (Dropout drops, batch statistics are used) rather than inference.
     pub training: bool,
+    /// The layer's `trainable` option: a frozen BatchNormalization normalizes with its moving
+    /// statistics even while training, as in Keras 3.
+    pub trainable: bool,
+    /// The 16-bit type the layer computes in under a mixed-precision policy (`None`: float32);
+    /// a layer whose activation follows an affine map rounds the map's output to it first,
+    /// as Keras computes in the compute dtype.
+    pub compute: Option<burn::tensor::FloatDType>,
+    /// Return the values before a final softmax ([`Layer::ends_in_softmax`]): the layer is a
+    /// model output whose loss uses the logits, and kiln applies the softmax itself.
+    pub before_softmax: bool,
+}
+
+impl ForwardContext {
+    /// A context for a float32 layer that trains: `training` as given.
+    pub fn new(training: bool) -> ForwardContext {
+        ForwardContext {
+            training,
+            trainable: true,
+            compute: None,
+            before_softmax: false,
+        }
+    }
+
+    /// `x` rounded to the compute dtype when the layer computes in 16 bits and `activation`
+    /// is not the identity (what a non-linear activation after an affine map sees).
+    pub fn round_before(&self, x: Act, activation: super::args::Activation) -> Act {
+        match self.compute {
+            Some(dt) if activation != super::args::Activation::Linear => {
+                crate::precision::round::round_act(x, dt)
+            }
+            _ => x,
+        }
+    }
 }
 
 /// A layer's weights during a forward pass, by the names its [`Layer::weights`] gave.
 pub struct Weights<'a> {
     pub(crate) specs: Vec<WeightSpec>,
-    pub(crate) kernels: &'a [Param<Tensor<2>>],
-    pub(crate) vectors: &'a [Param<Tensor<1>>],
+    pub(crate) params: &'a LayerParams,
+    pub(crate) updates: std::cell::RefCell<Vec<(String, Tensor<1>)>>,
+    /// Values assigned by earlier calls of the same (shared) layer in this pass: a later call
+    /// reads them, as Keras' calls run their assignments in order.
+    pub(crate) earlier: Vec<(String, Tensor<1>)>,
 }
 
-impl Weights<'_> {
-    /// The weight `name` with its Keras shape, as a rank-`D` tensor tracked by autodiff.
+impl<'a> Weights<'a> {
+    pub(crate) fn new(specs: Vec<WeightSpec>, params: &'a LayerParams) -> Self {
+        Weights {
+            specs,
+            params,
+            updates: std::cell::RefCell::new(Vec::new()),
+            earlier: Vec::new(),
+        }
+    }
+
+    /// The weight `name` with its Keras shape and layout, as a rank-`D` tensor tracked by
+    /// autodiff.
     ///
     /// # Panics
     /// When the layer declared no weight `name` or declared it with another rank: a defect
     /// of the layer's code, not of user input.
     pub fn get<const D: usize>(&self, name: &str) -> Tensor<D> {
-        let (mut k, mut v) = (0, 0);
-        for spec in &self.specs {
-            if spec.name == name {
-                assert_eq!(
-                    spec.shape.len(),
-                    D,
-                    "weight `{name}` has rank {}",
-                    spec.shape.len()
-                );
-                let shape: [usize; D] = spec.shape.clone().try_into().expect("rank checked");
-                return if spec.is_kernel() {
-                    self.kernels[k].val().reshape(shape)
-                } else {
-                    self.vectors[v].val().reshape(shape)
-                };
-            }
-            if spec.is_kernel() {
-                k += 1;
-            } else {
-                v += 1;
-            }
+        let (spec, slot) = self.find(name);
+        assert_eq!(
+            spec.shape.len(),
+            D,
+            "weight `{name}` has rank {}",
+            spec.shape.len()
+        );
+        if let Some((_, v)) = self.earlier.iter().rev().find(|(n, _)| n == name) {
+            let shape: [usize; D] = spec.shape.clone().try_into().expect("rank checked");
+            return v.clone().reshape(shape);
         }
-        panic!("the layer declared no weight `{name}`")
+        self.params.keras_shaped(slot, spec)
+    }
+
+    /// The weight `name` flattened in Keras' row-major layout (panics as [`Weights::get`]).
+    pub fn get_flat(&self, name: &str) -> Tensor<1> {
+        let (spec, slot) = self.find(name);
+        if let Some((_, v)) = self.earlier.iter().rev().find(|(n, _)| n == name) {
+            return v.clone();
+        }
+        self.params.keras_flat(slot, spec)
+    }
+
+    fn find(&self, name: &str) -> (&WeightSpec, super::params::Slot) {
+        let slots = super::params::slots(&self.specs);
+        self.specs
+            .iter()
+            .zip(slots)
+            .find(|(s, _)| s.name == name)
+            .unwrap_or_else(|| panic!("the layer declared no weight `{name}`"))
+    }
+
+    /// Whether the layer has a weight `name` (e.g. a `bias` with `use_bias = true`).
+    pub fn has(&self, name: &str) -> bool {
+        self.specs.iter().any(|s| s.name == name)
+    }
+
+    /// Gives the non-trainable weight `name` (a moving statistic) the value `value` (flat, in
+    /// Keras' layout) after the step: Keras' `variable.assign` inside `call`. Replicas and
+    /// micro-batches average their assignments.
+    pub fn assign(&self, name: &str, value: Tensor<1>) {
+        self.updates
+            .borrow_mut()
+            .push((name.to_string(), value.detach()));
     }
 }
 
@@ -187,10 +206,45 @@ pub trait Layer: Debug + Send + Sync + 'static {
         true
     }
 
-    /// Values per example the layer keeps for backward besides its input (e.g. a mask).
-    fn extra_kept(&self, output: &[usize]) -> f64 {
-        let _ = output;
+    /// Whether its backward pass keeps its own output's values (a fused ReLU's gradient reads
+    /// them), for `kiln estimate`.
+    fn keeps_output(&self) -> bool {
+        false
+    }
+
+    /// Values per example the layer keeps for backward besides its input and output (a
+    /// dropout mask, a pre-activation, attention scores), for `kiln estimate`.
+    fn extra_kept(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
+        let _ = (inputs, output);
         0.0
+    }
+
+    /// The largest single tensor the layer creates, in values per example (its gradient is
+    /// what the backward pass holds at once on top of the kept tensors); by default the
+    /// largest of its inputs and output.
+    fn largest_tensor(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
+        let size = |s: &[usize]| s.iter().map(|&d| d as f64).product::<f64>();
+        inputs.iter().map(|s| size(s)).fold(size(output), f64::max)
+    }
+
+    /// Whether its output ends in a softmax over the features: a model output of such a layer
+    /// gives the loss its logits (see [`ForwardContext::before_softmax`]), and under a
+    /// mixed-precision policy its output stays float32, as Keras keeps softmax outputs.
+    fn ends_in_softmax(&self) -> bool {
+        false
+    }
+
+    /// Whether its output values are values of its input, moved or dropped but not computed
+    /// (Flatten, MaxPooling2D, crops): under a mixed-precision policy they are not rounded
+    /// again.
+    fn passes_values(&self) -> bool {
+        false
+    }
+
+    /// Checks the arguments' ranges (positive sizes, rates in `[0, 1)`); the message names the
+    /// argument. Called for TOML configs and the Rust builder alike.
+    fn validate(&self) -> Result<(), String> {
+        Ok(())
     }
 
     /// Floating-point operations per example of the forward pass (for `kiln estimate` and
@@ -351,11 +405,6 @@ pub trait LayerConfig: Layer + DeserializeOwned + Sized {
     /// Other accepted names.
     const ALIASES: &'static [&'static str] = &[];
 
-    /// Checks argument ranges; the message names the argument.
-    fn validate(&self) -> Result<(), String> {
-        Ok(())
-    }
-
     /// The registration of this type.
     fn registration() -> Registration {
         Registration {
@@ -372,7 +421,7 @@ pub fn build_from_toml<L: LayerConfig>(table: toml::Table) -> Result<Arc<dyn Lay
     let layer: L = toml::Value::Table(table)
         .try_into()
         .map_err(|e: toml::de::Error| crate::error::humanize(e.message()))?;
-    layer.validate()?;
+    Layer::validate(&layer)?;
     Ok(Arc::new(layer))
 }
 

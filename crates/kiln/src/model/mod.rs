@@ -9,28 +9,28 @@ pub mod initializers;
 pub mod layer;
 pub mod layers;
 mod network;
-pub mod network_ext;
 mod options;
+mod params;
 pub mod registry;
 mod regularize;
 pub mod regularizers;
 mod shared;
 mod spec;
-mod spec_ext;
 mod summary;
 pub mod weights;
 
+pub use act::ElementWise;
 pub use layer::{
-    ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights, config_table,
+    Field, ForwardContext, Layer, LayerConfig, Storage, WeightInit, WeightSpec, Weights,
+    config_table,
 };
-pub use network::{Act, Forward, LayerParams, Network};
+pub use network::{Act, Forward, LayerParams, Network, StateUpdate};
 pub use options::{LayerOptions, layer_weights};
 pub use registry::register as register_layer;
 pub use spec::{
     Activation, LAYER_TYPES, LayerKind, LayerSpec, ModelSpec, NodeRef, Padding, Pads2, Pair,
     RawNode, SequentialBuilder, keras_shape, known_layer_types, positions_of,
 };
-pub use spec_ext::attention_dims;
 pub use summary::{summary, thousands};
 
 #[cfg(test)]

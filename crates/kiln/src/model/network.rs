@@ -3,64 +3,24 @@
 //! Layer *arguments* live in the [`ModelSpec`]; this module holds only tensors, so one
 //! [`Network`] type serves every Sequential model. Inside the network images are NCHW
 //! (`[batch, channels, height, width]`, Burn's convolution layout); the batch is converted from
-//! Keras' NHWC once, before the step (see `crate::batch`), and [`LayerKind::Flatten`] flattens in
-//! Keras' channels-last order so that weights match Keras element for element.
+//! Keras' NHWC once, before the step (see `crate::batch`), and `Flatten` flattens in Keras'
+//! channels-last order so that weights match Keras element for element. Each layer's own code
+//! is its [`crate::model::Layer`] declaration; this module runs the graph.
 
-use burn::module::{Module, Param};
+use burn::module::Module;
 use burn::prelude::*;
-use burn::tensor::Distribution;
-use burn::tensor::activation;
-use burn::tensor::module::{avg_pool2d, batch_norm, batch_norm_train};
-use burn::tensor::ops::AvgPoolOptions;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 pub use super::act::Act;
 use super::layer::{ForwardContext, Weights};
-use super::spec::{Activation, LayerKind, ModelSpec, Padding};
+pub use super::params::LayerParams;
+use super::spec::{Activation, LayerKind, ModelSpec};
 use crate::precision::round::{round_act, round_params};
 
-/// Parameters of one layer; which fields are set depends on the layer's kind.
-#[derive(Module, Debug)]
-pub struct LayerParams {
-    /// Dense kernel, `[in_features, units]` (Keras' layout).
-    pub dense_kernel: Option<Param<Tensor<2>>>,
-    /// Conv2D kernel, `[filters, in_channels, kernel_h, kernel_w]` (Burn's layout; Keras stores
-    /// `[kernel_h, kernel_w, in_channels, filters]`).
-    pub conv_kernel: Option<Param<Tensor<4>>>,
-    /// Bias, `[units]` or `[filters]`.
-    pub bias: Option<Param<Tensor<1>>>,
-    /// BatchNormalization scale, `[channels]`.
-    pub gamma: Option<Param<Tensor<1>>>,
-    /// BatchNormalization offset, `[channels]`.
-    pub beta: Option<Param<Tensor<1>>>,
-    /// BatchNormalization moving mean, `[channels]` (not trained by gradients).
-    pub moving_mean: Option<Param<Tensor<1>>>,
-    /// BatchNormalization moving variance, `[channels]` (not trained by gradients).
-    pub moving_variance: Option<Param<Tensor<1>>>,
-    /// Further 2-D kernels (Embedding tables, attention and feed-forward projections), in the
-    /// order `network_ext::weight_names` lists them.
-    pub kernels: Vec<Param<Tensor<2>>>,
-    /// Further vectors (attention biases, an encoder's LayerNormalization and feed-forward
-    /// vectors), in the order `network_ext::weight_names` lists them.
-    pub vectors: Vec<Param<Tensor<1>>>,
-}
-
-impl LayerParams {
-    pub(crate) fn empty() -> LayerParams {
-        LayerParams {
-            dense_kernel: None,
-            conv_kernel: None,
-            bias: None,
-            gamma: None,
-            beta: None,
-            moving_mean: None,
-            moving_variance: None,
-            kernels: Vec::new(),
-            vectors: Vec::new(),
-        }
-    }
-}
+/// A non-trainable weight's new value from a forward pass (a BatchNormalization moving
+/// statistic): `(layer index, weight name, flat value in Keras' layout)`.
+pub type StateUpdate = (usize, String, Tensor<1>);
 
 /// All layers' parameters, in the spec's order.
 #[derive(Module, Debug)]
@@ -80,9 +40,9 @@ pub struct Forward {
     /// Per output: the input of its final softmax when it ends in one (for a stable
     /// cross-entropy, as Keras does), shaped as that output's rows.
     pub logits: Vec<Option<Tensor<2>>>,
-    /// Batch statistics `(layer index, mean, variance)` of BatchNormalization layers in training
-    /// mode, to fold into the moving averages after the step.
-    pub batch_stats: Vec<(usize, Tensor<1>, Tensor<1>)>,
+    /// New values of non-trainable weights (BatchNormalization's moving statistics in training
+    /// mode), to store after the step ([`Network::apply_updates`]).
+    pub updates: Vec<StateUpdate>,
     /// The layers' `activity_regularizer` penalties on this batch (each divided by the batch
     /// size), summed; `None` when no layer has one.
     pub activity_loss: Option<Tensor<1>>,
@@ -213,7 +173,7 @@ impl Network {
         use super::spec::NodeRef;
         let outputs = spec.output_layers();
         let mut logits: Vec<Option<Tensor<2>>> = vec![None; outputs.len()];
-        let mut batch_stats = Vec::new();
+        let mut updates = Vec::new();
         let mut activity_loss = None;
         let n = spec.layers().len();
         // Remaining consumers of each input and layer output.
@@ -273,48 +233,38 @@ impl Network {
                 }
                 None => p,
             };
-            // Keras 3: a frozen BatchNormalization normalizes with its moving statistics.
-            let training = training
-                && (owner.options.trainable
-                    || !matches!(layer.kind, LayerKind::BatchNormalization { .. }));
             let x = match &layer.kind {
-                LayerKind::Dense { .. }
-                | LayerKind::Conv2D { .. }
-                | LayerKind::MaxPooling2D { .. }
-                | LayerKind::AveragePooling2D { .. }
-                | LayerKind::Flatten {}
-                | LayerKind::Dropout { .. }
-                | LayerKind::BatchNormalization { .. }
-                | LayerKind::Activation { .. }
-                | LayerKind::Input { .. } => {
-                    let x = xs.pop().expect("one input");
-                    let output = outputs.iter().position(|&o| o == i);
-                    let mut softmax_input = None;
-                    let y = self.layer_forward(
-                        pi,
-                        output.is_some(),
-                        &layer.kind,
-                        p,
-                        x,
-                        training,
-                        compute,
-                        &mut softmax_input,
-                        &mut batch_stats,
-                    );
-                    if let Some(k) = output {
-                        logits[k] = softmax_input;
-                    }
-                    y
-                }
+                LayerKind::Input { .. } => xs.pop().expect("one input"),
                 LayerKind::Declared(l) => {
-                    let weights = Weights {
-                        specs: l.weights(&spec.shapes_before(i)),
-                        kernels: &p.kernels,
-                        vectors: &p.vectors,
+                    let output = outputs.iter().position(|&o| o == i);
+                    let ctx = ForwardContext {
+                        training,
+                        trainable: owner.options.trainable,
+                        compute,
+                        before_softmax: output.is_some() && l.ends_in_softmax(),
                     };
-                    l.forward(xs, &weights, ForwardContext { training })
+                    let mut weights = Weights::new(l.weights(&spec.shapes_before(i)), p);
+                    weights.earlier = updates
+                        .iter()
+                        .filter(|(owner, _, _)| *owner == pi)
+                        .map(|(_, name, value): &StateUpdate| (name.clone(), value.clone()))
+                        .collect();
+                    let y = l.forward(xs, &weights, ctx);
+                    updates.extend(
+                        weights
+                            .updates
+                            .into_inner()
+                            .into_iter()
+                            .map(|(name, value)| (pi, name, value)),
+                    );
+                    match output {
+                        Some(k) if ctx.before_softmax => {
+                            logits[k] = Some(rows(y.clone()));
+                            y.activated(Activation::Softmax)
+                        }
+                        _ => y,
+                    }
                 }
-                other => super::network_ext::forward(other, p, xs),
             };
             // A layer that passes its one input's values through keeps that input's rounding.
             let input_rounded = match layer.inputs[..] {
@@ -339,154 +289,23 @@ impl Network {
         Forward {
             output,
             logits,
-            batch_stats,
+            updates,
             activity_loss,
         }
     }
 
-    /// One layer of the original (Sequential) kinds on its single input; `i` is the layer
-    /// whose parameters `p` are (the shared layer's for a call of one), which its
-    /// BatchNormalization statistics update.
-    #[allow(clippy::too_many_arguments)]
-    fn layer_forward(
-        &self,
-        i: usize,
-        is_output: bool,
-        kind: &LayerKind,
-        p: &LayerParams,
-        x: Act,
-        training: bool,
-        compute: Option<burn::tensor::FloatDType>,
-        logits: &mut Option<Tensor<2>>,
-        batch_stats: &mut Vec<(usize, Tensor<1>, Tensor<1>)>,
-    ) -> Act {
-        // Mixed precision: a non-linear activation after a Dense or Conv2D sees the rounded
-        // affine output.
-        let pre = |a: Act, act: Activation| match compute {
-            Some(dt) if act != Activation::Linear => round_act(a, dt),
-            _ => a,
-        };
-        match kind {
-            LayerKind::Input { .. } => x,
-            LayerKind::Dense { activation, .. } => {
-                // A ReLU is fused into the layer; other activations follow it.
-                if *activation == Activation::Relu {
-                    dense(x, p, true)
-                } else {
-                    let y = pre(dense(x, p, false), *activation);
-                    if is_output && *activation == Activation::Softmax {
-                        *logits = Some(rows(y.clone()));
-                    }
-                    apply_activation(y, *activation)
-                }
-            }
-            LayerKind::Conv2D {
-                strides,
-                padding,
-                activation,
-                kernel_size,
-                ..
-            } => {
-                let x4 = image(x);
-                let [_, _, h, w] = x4.dims();
-                let (_, ph) = padding
-                    .resolve(h, kernel_size.0[0], strides.0[0])
-                    .expect("shape checked");
-                let (_, pw) = padding
-                    .resolve(w, kernel_size.0[1], strides.0[1])
-                    .expect("shape checked");
-                // A ReLU is fused into the convolution; other activations follow it.
-                let relu = *activation == Activation::Relu;
-                let y = crate::ops::conv2d(
-                    x4,
-                    p.conv_kernel.as_ref().expect("conv kernel").val(),
-                    p.bias.as_ref().map(|b| b.val()),
-                    strides.0,
-                    [ph, pw],
-                    relu,
-                );
-                if relu {
-                    Act::Image(y)
-                } else {
-                    apply_activation(pre(Act::Image(y), *activation), *activation)
-                }
-            }
-            LayerKind::MaxPooling2D {
-                pool_size,
-                strides,
-                padding,
-            } => {
-                let x4 = image(x);
-                let s = strides.unwrap_or(*pool_size).0;
-                let pads = pool_padding(&x4, *padding, pool_size.0, s);
-                Act::Image(crate::ops::max_pool2d(x4, pool_size.0, s, pads))
-            }
-            LayerKind::AveragePooling2D {
-                pool_size,
-                strides,
-                padding,
-            } => {
-                let x4 = image(x);
-                let s = strides.unwrap_or(*pool_size).0;
-                let pads = pool_padding(&x4, *padding, pool_size.0, s);
-                let options = AvgPoolOptions::new(pool_size.0)
-                    .with_stride(s)
-                    .with_padding_pairs(pads)
-                    .with_count_include_pad(false);
-                Act::Image(avg_pool2d(x4, options))
-            }
-            LayerKind::Flatten {} => Act::Flat(match x {
-                Act::Flat(t) => t,
-                Act::Seq(t) => t.flatten(1, 2),
-                // Keras flattens channels-last: [b, h, w, c].
-                Act::Image(t) => t.permute([0, 2, 3, 1]).flatten(1, 3),
-            }),
-            LayerKind::Dropout { rate } => {
-                if training && *rate > 0.0 {
-                    dropout(x, *rate)
-                } else {
-                    x
-                }
-            }
-            LayerKind::BatchNormalization { epsilon, .. } => {
-                let (y, stats) = batch_normalization(x, p, *epsilon, training);
-                if let Some((mean, var)) = stats {
-                    batch_stats.push((i, mean, var));
-                }
-                y
-            }
-            LayerKind::Activation { activation } => {
-                if is_output && *activation == Activation::Softmax {
-                    *logits = Some(rows(x.clone()));
-                }
-                apply_activation(x, *activation)
-            }
-            other => unreachable!("{} is run by network_ext.rs", other.class_name()),
-        }
-    }
-
-    /// Folds BatchNormalization batch statistics into the moving averages:
-    /// `moving = moving * momentum + batch * (1 - momentum)` (Keras' rule, biased variance).
-    pub fn update_moving_stats(
-        mut self,
-        spec: &ModelSpec,
-        stats: Vec<(usize, Tensor<1>, Tensor<1>)>,
-    ) -> Network {
-        for (i, mean, var) in stats {
-            let LayerKind::BatchNormalization { momentum, .. } = spec.layers()[i].kind else {
+    /// Stores the forward pass's `updates` (new moving statistics, detached) in their
+    /// weights.
+    pub fn apply_updates(mut self, spec: &ModelSpec, updates: Vec<StateUpdate>) -> Network {
+        for (i, name, value) in updates {
+            let found = spec
+                .own_weights(i)
+                .into_iter()
+                .find(|(w, _)| w.name == name);
+            let Some((w, slot)) = found else {
                 continue;
             };
-            let p = &mut self.layers[i];
-            let blend = |old: Option<Param<Tensor<1>>>, batch: Tensor<1>| {
-                old.map(|param| {
-                    param.map(|t| {
-                        (t.detach() * momentum + batch.detach() * (1.0 - momentum))
-                            .set_require_grad(false)
-                    })
-                })
-            };
-            p.moving_mean = blend(p.moving_mean.take(), mean);
-            p.moving_variance = blend(p.moving_variance.take(), var);
+            self.layers[i].update(slot, &w, |_| value);
         }
         self
     }
@@ -502,22 +321,10 @@ fn round_output(
     compute: Option<burn::tensor::FloatDType>,
     rounded_to: Option<burn::tensor::FloatDType>,
 ) -> (Act, Option<burn::tensor::FloatDType>) {
-    let softmax = matches!(
-        kind,
-        LayerKind::Activation {
-            activation: Activation::Softmax
-        } | LayerKind::Dense {
-            activation: Activation::Softmax,
-            ..
-        } | LayerKind::Conv2D {
-            activation: Activation::Softmax,
-            ..
-        }
-    );
-    let preserves = matches!(
-        kind,
-        LayerKind::Input { .. } | LayerKind::Flatten {} | LayerKind::MaxPooling2D { .. }
-    );
+    let (softmax, preserves) = match kind {
+        LayerKind::Input { .. } => (false, true),
+        LayerKind::Declared(l) => (l.ends_in_softmax(), l.passes_values()),
+    };
     match compute {
         _ if softmax => (x, None),
         _ if preserves => (x, compute.or(rounded_to)),
@@ -541,134 +348,6 @@ fn rows(x: Act) -> Tensor<2> {
         Act::Image(t) => {
             let [n, c, h, w] = t.dims();
             t.permute([0, 2, 3, 1]).reshape([n * h * w, c])
-        }
-    }
-}
-
-fn image(x: Act) -> Tensor<4> {
-    match x {
-        Act::Image(t) => t,
-        other => panic!("spec shape checks guarantee a 4-D input here, got {other:?}"),
-    }
-}
-
-fn pool_padding(
-    x: &Tensor<4>,
-    padding: Padding,
-    k: [usize; 2],
-    s: [usize; 2],
-) -> [(usize, usize); 2] {
-    let [_, _, h, w] = x.dims();
-    let (_, ph) = padding.resolve(h, k[0], s[0]).expect("shape checked");
-    let (_, pw) = padding.resolve(w, k[1], s[1]).expect("shape checked");
-    [ph, pw]
-}
-
-/// Dense on the last axis of any rank ([`crate::ops::dense`] on the rows), with a fused ReLU
-/// when `relu`.
-fn dense(x: Act, p: &LayerParams, relu: bool) -> Act {
-    let w = p.dense_kernel.as_ref().expect("dense kernel").val();
-    let b = p.bias.as_ref().map(|b| b.val());
-    let affine = |x2: Tensor<2>| crate::ops::dense(x2, w.clone(), b.clone(), relu);
-    match x {
-        Act::Flat(t) => Act::Flat(affine(t)),
-        Act::Seq(t) => {
-            let [n, s, f] = t.dims();
-            let y = affine(t.reshape([n * s, f]));
-            let units = y.dims()[1];
-            Act::Seq(y.reshape([n, s, units]))
-        }
-        Act::Image(t) => {
-            let [n, c, h, w_] = t.dims();
-            let y = affine(t.permute([0, 2, 3, 1]).reshape([n * h * w_, c]));
-            let units = y.dims()[1];
-            Act::Image(y.reshape([n, h, w_, units]).permute([0, 3, 1, 2]))
-        }
-    }
-}
-
-fn map_act(
-    x: Act,
-    f2: impl Fn(Tensor<2>) -> Tensor<2>,
-    f3: impl Fn(Tensor<3>) -> Tensor<3>,
-    f4: impl Fn(Tensor<4>) -> Tensor<4>,
-) -> Act {
-    match x {
-        Act::Flat(t) => Act::Flat(f2(t)),
-        Act::Seq(t) => Act::Seq(f3(t)),
-        Act::Image(t) => Act::Image(f4(t)),
-    }
-}
-
-/// Applies an activation; softmax runs over the feature (channel) axis.
-pub fn apply_activation(x: Act, a: Activation) -> Act {
-    match a {
-        Activation::Linear => x,
-        Activation::Relu => map_act(x, activation::relu, activation::relu, activation::relu),
-        Activation::Gelu => map_act(x, activation::gelu, activation::gelu, activation::gelu),
-        Activation::Sigmoid => map_act(
-            x,
-            activation::sigmoid,
-            activation::sigmoid,
-            activation::sigmoid,
-        ),
-        Activation::Tanh => map_act(x, |t| t.tanh(), |t| t.tanh(), |t| t.tanh()),
-        Activation::Softmax => map_act(
-            x,
-            |t| activation::softmax(t, 1),
-            |t| activation::softmax(t, 2),
-            |t| activation::softmax(t, 1),
-        ),
-    }
-}
-
-fn dropout(x: Act, rate: f64) -> Act {
-    let keep = 1.0 - rate;
-    let scale = 1.0 / keep;
-    map_act(
-        x,
-        |t| t.clone().mul(t.random_like(Distribution::Bernoulli(keep))) * scale,
-        |t| t.clone().mul(t.random_like(Distribution::Bernoulli(keep))) * scale,
-        |t| t.clone().mul(t.random_like(Distribution::Bernoulli(keep))) * scale,
-    )
-}
-
-type Stats = Option<(Tensor<1>, Tensor<1>)>;
-
-fn batch_normalization(x: Act, p: &LayerParams, eps: f64, training: bool) -> (Act, Stats) {
-    let gamma = p.gamma.as_ref().expect("gamma").val();
-    let beta = p.beta.as_ref().expect("beta").val();
-    let mean = p.moving_mean.as_ref().expect("moving_mean").val();
-    let var = p.moving_variance.as_ref().expect("moving_variance").val();
-    // Burn normalizes over axis 1 ([batch, channels, ...]): Flat and Image already have the
-    // features there; Seq keeps them last and is transposed around the call.
-    macro_rules! norm {
-        ($t:expr) => {{
-            if training && crate::distribute::sync_bn::active() {
-                // Sums shifted by the moving mean, which every replica holds alike.
-                let (y, batch_mean, batch_var) =
-                    crate::distribute::sync_bn::batch_norm_sync($t, gamma, beta, mean, eps);
-                (y, Some((batch_mean, batch_var)))
-            } else if training {
-                let out = batch_norm_train($t, gamma, beta, eps);
-                (out.output, Some((out.mean, out.variance)))
-            } else {
-                (batch_norm($t, gamma, beta, mean, var, eps), None)
-            }
-        }};
-    }
-    match x {
-        Act::Flat(t) => {
-            let (y, s) = norm!(t);
-            (Act::Flat(y), s)
-        }
-        Act::Image(t) => {
-            let (y, s) = norm!(t);
-            (Act::Image(y), s)
-        }
-        Act::Seq(t) => {
-            let (y, s) = norm!(t.swap_dims(1, 2));
-            (Act::Seq(y.swap_dims(1, 2)), s)
         }
     }
 }

@@ -16,6 +16,8 @@ use rand::Rng;
 use super::constraints::Constraint;
 use super::initializers::Initializer;
 use super::layer::{WeightInit, WeightSpec};
+pub(crate) use super::params::Slot;
+use super::params::slots;
 use super::regularizers::Regularizer;
 use super::spec::LayerKind;
 use crate::error::{KilnError, Result};
@@ -24,10 +26,11 @@ use crate::error::{KilnError, Result};
 /// by weight name (`"kernel"`, `"bias"`, `"gamma"`, `"embeddings"`).
 ///
 /// ```
-/// use kiln::model::{Activation, LayerKind, LayerOptions, ModelSpec};
+/// use kiln::model::{Activation, LayerOptions, ModelSpec};
 /// use kiln::model::initializers::Initializer;
+/// use kiln::model::layers::Dense;
 /// use kiln::model::regularizers::Regularizer;
-/// let dense = LayerKind::Dense { units: 4, activation: Activation::Relu, use_bias: true };
+/// let dense = Dense::new(4).with_activation(Activation::Relu);
 /// let options = LayerOptions::default()
 ///     .with_initializer("kernel", Initializer::HeNormal { seed: None })
 ///     .with_regularizer("kernel", Regularizer::L2 { l2: 1e-4 });
@@ -286,22 +289,6 @@ fn default_values(w: &WeightSpec, rng: &mut impl Rng) -> Vec<f32> {
     }
 }
 
-/// Where a weight is stored in a [`crate::model::LayerParams`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Slot {
-    DenseKernel,
-    ConvKernel,
-    Bias,
-    Gamma,
-    Beta,
-    MovingMean,
-    MovingVariance,
-    /// `kernels[k]`.
-    Kernel(usize),
-    /// `vectors[v]`.
-    Vector(usize),
-}
-
 /// Every weight of a layer of `kind` on inputs of `inputs`: Keras' name (after
 /// `layer_name/`), Keras' shape and layout, the default initializer and whether the optimizer
 /// updates it, in the order kiln draws their first values.
@@ -314,80 +301,12 @@ pub fn layer_weights(kind: &LayerKind, inputs: &[&[usize]]) -> Vec<WeightSpec> {
 
 /// [`layer_weights`] with where each is stored.
 pub(crate) fn stored_weights(kind: &LayerKind, inputs: &[&[usize]]) -> Vec<(WeightSpec, Slot)> {
-    use WeightInit::{GlorotUniform, Ones, Zeros};
-    let cin = inputs.first().and_then(|s| s.last()).copied().unwrap_or(0);
-    let w = |name: &str, shape: Vec<usize>, init: WeightInit| WeightSpec::new(name, shape, init);
-    let frozen = |mut s: WeightSpec| {
-        s.trainable = false;
-        s
-    };
     match kind {
-        LayerKind::Dense {
-            units, use_bias, ..
-        } => {
-            let mut out = vec![(
-                w("kernel", vec![cin, *units], GlorotUniform),
-                Slot::DenseKernel,
-            )];
-            if *use_bias {
-                out.push((w("bias", vec![*units], Zeros), Slot::Bias));
-            }
-            out
-        }
-        LayerKind::Conv2D {
-            filters,
-            kernel_size,
-            use_bias,
-            ..
-        } => {
-            let [kh, kw] = kernel_size.0;
-            let kernel = w("kernel", vec![kh, kw, cin, *filters], GlorotUniform);
-            let mut out = vec![(kernel, Slot::ConvKernel)];
-            if *use_bias {
-                out.push((w("bias", vec![*filters], Zeros), Slot::Bias));
-            }
-            out
-        }
-        LayerKind::BatchNormalization { .. } => vec![
-            (w("gamma", vec![cin], Ones), Slot::Gamma),
-            (w("beta", vec![cin], Zeros), Slot::Beta),
-            (frozen(w("moving_mean", vec![cin], Zeros)), Slot::MovingMean),
-            (
-                frozen(w("moving_variance", vec![cin], Ones)),
-                Slot::MovingVariance,
-            ),
-        ],
-        LayerKind::LayerNormalization { .. } => vec![
-            (w("gamma", vec![cin], Ones), Slot::Gamma),
-            (w("beta", vec![cin], Zeros), Slot::Beta),
-        ],
         LayerKind::Declared(l) => {
-            let (mut k, mut v) = (0, 0);
-            l.weights(inputs)
-                .into_iter()
-                .map(|s| {
-                    let slot = if s.is_kernel() {
-                        k += 1;
-                        Slot::Kernel(k - 1)
-                    } else {
-                        v += 1;
-                        Slot::Vector(v - 1)
-                    };
-                    (s, slot)
-                })
-                .collect()
+            let specs = l.weights(inputs);
+            let slots = slots(&specs);
+            specs.into_iter().zip(slots).collect()
         }
-        other => {
-            let (kernels, vectors) = super::network_ext::weight_names(other, inputs);
-            let kernels = kernels
-                .into_iter()
-                .enumerate()
-                .map(|(i, (name, shape))| (w(&name, shape, GlorotUniform), Slot::Kernel(i)));
-            let vectors = vectors.into_iter().enumerate().map(|(i, (name, shape))| {
-                let init = if name.ends_with("gamma") { Ones } else { Zeros };
-                (w(&name, shape, init), Slot::Vector(i))
-            });
-            kernels.chain(vectors).collect()
-        }
+        LayerKind::Input { .. } => Vec::new(),
     }
 }

@@ -84,11 +84,11 @@ fn options_are_read_and_written_back() {
 
 #[test]
 fn the_builder_takes_the_same_options() {
-    let dense = LayerKind::Dense {
+    let dense = LayerKind::from(crate::model::layers::Dense {
         units: 3,
         activation: Activation::Linear,
         use_bias: true,
-    };
+    });
     let options = LayerOptions::default()
         .with_trainable(false)
         .with_initializer("kernel", Initializer::Zeros)

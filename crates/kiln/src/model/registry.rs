@@ -8,27 +8,28 @@ use std::sync::RwLock;
 
 use super::layer::{LayerConfig, Registration};
 
-/// The Keras class names of the layers kept in [`LayerKind`]'s own variants (the others are
-/// declared through [`crate::model::Layer`]: see [`known_layer_types`]).
-pub const LAYER_TYPES: &[&str] = &[
-    "Input",
-    "Dense",
-    "Conv2D",
-    "MaxPooling2D",
-    "AveragePooling2D",
-    "Flatten",
-    "Dropout",
-    "BatchNormalization",
-    "Activation",
-    "LayerNormalization",
-    "MultiHeadAttention",
-    "TransformerEncoder",
-];
+/// The Keras class names that are not [`Layer`] declarations: only `Input`, which computes
+/// nothing (see [`known_layer_types`] for every name a config may use).
+///
+/// [`Layer`]: super::Layer
+/// [`known_layer_types`]: super::known_layer_types
+pub const LAYER_TYPES: &[&str] = &["Input"];
 
-/// The layer types built into kiln that are declared through [`Layer`]: one line per type.
+/// The layer types built into kiln, declared through [`super::Layer`]: one line per type.
 fn builtin() -> Vec<Registration> {
     use super::layers::*;
     vec![
+        Dense::registration(),
+        Conv2D::registration(),
+        MaxPooling2D::registration(),
+        AveragePooling2D::registration(),
+        Flatten::registration(),
+        Dropout::registration(),
+        BatchNormalization::registration(),
+        ActivationLayer::registration(),
+        LayerNormalization::registration(),
+        MultiHeadAttention::registration(),
+        TransformerEncoder::registration(),
         Add::registration(),
         Concatenate::registration(),
         Cropping1D::registration(),
@@ -37,6 +38,13 @@ fn builtin() -> Vec<Registration> {
         PositionEmbedding::registration(),
         ZeroPadding2D::registration(),
     ]
+}
+
+/// Whether `name` is a built-in layer type (class name or alias).
+pub fn is_builtin(name: &str) -> bool {
+    builtin()
+        .iter()
+        .any(|b| b.class_name == name || b.aliases.contains(&name))
 }
 
 static REGISTERED: RwLock<BTreeMap<String, Registration>> = RwLock::new(BTreeMap::new());
@@ -62,11 +70,7 @@ pub fn register<L: LayerConfig>() -> crate::Result<()> {
 pub fn register_entry(entry: Registration) -> crate::Result<()> {
     let mut map = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
     for name in std::iter::once(entry.class_name).chain(entry.aliases.iter().copied()) {
-        let taken = LAYER_TYPES.contains(&name)
-            || builtin()
-                .iter()
-                .any(|b| b.class_name == name || b.aliases.contains(&name))
-            || map.contains_key(name);
+        let taken = LAYER_TYPES.contains(&name) || is_builtin(name) || map.contains_key(name);
         if taken {
             return Err(crate::KilnError::config(
                 "layer registration",

@@ -10,13 +10,11 @@
 //! Weights are handed to the regularizers and constraints in Keras' layout (a Conv2D kernel
 //! as `[kh, kw, in, out]`), whatever kiln's storage layout.
 
-use burn::module::Param;
 use burn::prelude::*;
 
 use super::constraints::Constraint;
-use super::layer::WeightSpec;
-use super::network::{Act, LayerParams, Network};
-use super::options::{Slot, stored_weights};
+use super::network::{Act, Network};
+use super::options::stored_weights;
 use super::spec::{LayerSpec, ModelSpec};
 
 /// `a + b` on `a`'s device (pipeline stages keep weights on several devices).
@@ -143,134 +141,4 @@ fn constrain(c: &Constraint, t: AnyRank) -> AnyRank {
         AnyRank::Three(t) => AnyRank::Three(c.apply(t)),
         AnyRank::Four(t) => AnyRank::Four(c.apply(t)),
     }
-}
-
-fn param<const D: usize>(
-    values: Vec<f32>,
-    shape: [usize; D],
-    device: &Device,
-    grad: bool,
-) -> Param<Tensor<D>> {
-    Param::from_tensor(Tensor::from_data(TensorData::new(values, shape), device))
-        .set_require_grad(grad)
-}
-
-/// `p` with its value replaced by `f(value)` (outside autodiff), keeping its id and whether
-/// it requires gradients.
-fn mapped<const D: usize>(
-    p: Param<Tensor<D>>,
-    f: impl FnOnce(Tensor<D>) -> Tensor<D>,
-) -> Param<Tensor<D>> {
-    p.map(|t| {
-        let grad = t.is_require_grad();
-        f(t.detach()).detach().set_require_grad(grad)
-    })
-}
-
-fn map_slot<const D: usize>(
-    slot: &mut Option<Param<Tensor<D>>>,
-    f: impl FnOnce(Tensor<D>) -> Tensor<D>,
-) {
-    if let Some(p) = slot.take() {
-        *slot = Some(mapped(p, f));
-    }
-}
-
-impl LayerParams {
-    /// Stores weight `w` (at `slot`) from `values` in Keras' layout, requiring gradients when
-    /// `grad`.
-    pub(crate) fn put(
-        &mut self,
-        slot: Slot,
-        w: &WeightSpec,
-        values: Vec<f32>,
-        grad: bool,
-        device: &Device,
-    ) {
-        let n = values.len();
-        let vector = |values| Some(param(values, [n], device, grad));
-        match slot {
-            Slot::DenseKernel => {
-                self.dense_kernel = Some(param(values, [w.shape[0], w.shape[1]], device, grad));
-            }
-            Slot::ConvKernel => {
-                let [kh, kw, cin, cout]: [usize; 4] =
-                    w.shape[..].try_into().expect("Conv2D kernel");
-                let v = super::weights::hwio_to_oihw(&values, [kh, kw, cin, cout]);
-                self.conv_kernel = Some(param(v, [cout, cin, kh, kw], device, grad));
-            }
-            Slot::Bias => self.bias = vector(values),
-            Slot::Gamma => self.gamma = vector(values),
-            Slot::Beta => self.beta = vector(values),
-            Slot::MovingMean => self.moving_mean = vector(values),
-            Slot::MovingVariance => self.moving_variance = vector(values),
-            Slot::Kernel(_) => {
-                let rc = match w.shape[..] {
-                    [rows, cols] => [rows, cols],
-                    _ => super::network_ext::kernel_2d(&w.name, &w.shape),
-                };
-                self.kernels.push(param(values, rc, device, grad));
-            }
-            Slot::Vector(_) => self.vectors.push(param(values, [n], device, grad)),
-        }
-    }
-
-    /// Weight `w` (at `slot`) flattened in Keras' row-major layout.
-    pub(crate) fn keras_flat(&self, slot: Slot, w: &WeightSpec) -> Tensor<1> {
-        let n = w.size();
-        let vector = |p: &Option<Param<Tensor<1>>>| p.as_ref().expect("stored").val();
-        match slot {
-            Slot::DenseKernel => self
-                .dense_kernel
-                .as_ref()
-                .expect("stored")
-                .val()
-                .reshape([n]),
-            Slot::ConvKernel => {
-                let k = self.conv_kernel.as_ref().expect("stored").val();
-                k.permute([2, 3, 1, 0]).reshape([n])
-            }
-            Slot::Bias => vector(&self.bias),
-            Slot::Gamma => vector(&self.gamma),
-            Slot::Beta => vector(&self.beta),
-            Slot::MovingMean => vector(&self.moving_mean),
-            Slot::MovingVariance => vector(&self.moving_variance),
-            Slot::Kernel(k) => self.kernels[k].val().reshape([n]),
-            Slot::Vector(v) => self.vectors[v].val(),
-        }
-    }
-
-    /// Replaces weight `w` (at `slot`) by `f(its Keras-layout flat values)`.
-    pub(crate) fn update(
-        &mut self,
-        slot: Slot,
-        w: &WeightSpec,
-        f: impl FnOnce(Tensor<1>) -> Tensor<1>,
-    ) {
-        let n = w.size();
-        match slot {
-            Slot::DenseKernel => map_slot(&mut self.dense_kernel, |t| via_flat(t, n, f)),
-            Slot::Kernel(k) => {
-                self.kernels[k] = mapped(self.kernels[k].clone(), |t| via_flat(t, n, f));
-            }
-            Slot::ConvKernel => map_slot(&mut self.conv_kernel, |t| {
-                let [o, i, h, kw] = t.dims();
-                f(t.permute([2, 3, 1, 0]).reshape([n]))
-                    .reshape([h, kw, i, o])
-                    .permute([3, 2, 0, 1])
-            }),
-            Slot::Bias => map_slot(&mut self.bias, f),
-            Slot::Gamma => map_slot(&mut self.gamma, f),
-            Slot::Beta => map_slot(&mut self.beta, f),
-            Slot::MovingMean => map_slot(&mut self.moving_mean, f),
-            Slot::MovingVariance => map_slot(&mut self.moving_variance, f),
-            Slot::Vector(v) => self.vectors[v] = mapped(self.vectors[v].clone(), f),
-        }
-    }
-}
-
-/// `f` on the `n` values of a rank-2 tensor, reshaped back.
-fn via_flat(t: Tensor<2>, n: usize, f: impl FnOnce(Tensor<1>) -> Tensor<1>) -> Tensor<2> {
-    let dims = t.dims();
-    f(t.reshape([n])).reshape(dims)
 }

@@ -299,11 +299,11 @@ fn the_rust_door_shares_through_raw_nodes() {
         input("b"),
         RawNode {
             name: Some("tower".into()),
-            kind: super::LayerKind::Dense {
+            kind: super::LayerKind::from(crate::model::layers::Dense {
                 units: 4,
                 activation: super::Activation::Tanh,
                 use_bias: true,
-            },
+            }),
             inputs: Some(vec!["a".into()]),
             options: LayerOptions::default(),
             shares: None,
@@ -318,11 +318,11 @@ fn the_rust_door_shares_through_raw_nodes() {
         },
         RawNode {
             name: Some("out".into()),
-            kind: super::LayerKind::Dense {
+            kind: super::LayerKind::from(crate::model::layers::Dense {
                 units: 1,
                 activation: super::Activation::Linear,
                 use_bias: true,
-            },
+            }),
             inputs: None,
             options: LayerOptions::default(),
             shares: None,
@@ -374,10 +374,11 @@ fn a_shared_batch_normalization_updates_its_moving_statistics_from_both_calls() 
         ))
     };
     let fwd = net.forward_graph(&spec, vec![act(1.0), act(3.0)], true, &mut |_, _, _| {});
-    let owners: Vec<usize> = fwd.batch_stats.iter().map(|s| s.0).collect();
-    assert_eq!(owners, [0, 0]);
+    let owners: Vec<(usize, &str)> = fwd.updates.iter().map(|u| (u.0, u.1.as_str())).collect();
+    let stats = [(0, "moving_mean"), (0, "moving_variance")];
+    assert_eq!(owners, [stats, stats].concat());
     // moving = moving * 0.99 + batch * 0.01, once per call: 0 -> 0.01 -> 0.0399.
-    let net = net.update_moving_stats(&spec, fwd.batch_stats);
+    let net = net.apply_updates(&spec, fwd.updates);
     let mean = net.layers[0].moving_mean.as_ref().unwrap().val();
     let mean = mean.into_data().try_to_vec::<f32>().unwrap();
     close(&mean, &[0.0399; 3], 1e-6, "moving_mean");

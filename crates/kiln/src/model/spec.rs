@@ -17,22 +17,6 @@ use super::options::LayerOptions;
 pub use super::registry::LAYER_TYPES;
 use super::shared::{check_shared_weights, shared_call_name, shared_owner};
 
-fn default_pool() -> Pair {
-    Pair([2, 2])
-}
-fn default_true() -> bool {
-    true
-}
-fn default_one() -> Pair {
-    Pair([1, 1])
-}
-fn default_bn_momentum() -> f64 {
-    0.99
-}
-fn default_bn_epsilon() -> f64 {
-    1e-3
-}
-
 /// One layer: its Keras class and arguments. In TOML, `type` names the class.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", deny_unknown_fields)]
@@ -42,128 +26,9 @@ pub enum LayerKind {
         /// e.g. `[784]` or `[28, 28, 1]` (height, width, channels).
         shape: Vec<usize>,
     },
-    /// `keras.layers.Dense(units, activation=None, use_bias=True)` on the last axis.
-    Dense {
-        /// Output features.
-        units: usize,
-        /// Applied after the affine map.
-        #[serde(default)]
-        activation: Activation,
-        /// Adds a bias vector.
-        #[serde(default = "default_true")]
-        use_bias: bool,
-    },
-    /// `keras.layers.Conv2D(filters, kernel_size, strides=1, padding="valid", activation=None)`
-    /// on `(height, width, channels)` inputs.
-    Conv2D {
-        /// Output channels.
-        filters: usize,
-        /// Window size, an integer or `[h, w]`.
-        kernel_size: Pair,
-        /// Step, an integer or `[h, w]`.
-        #[serde(default = "default_one")]
-        strides: Pair,
-        /// `valid` or `same`.
-        #[serde(default)]
-        padding: Padding,
-        /// Applied after the convolution.
-        #[serde(default)]
-        activation: Activation,
-        /// Adds a bias per filter.
-        #[serde(default = "default_true")]
-        use_bias: bool,
-    },
-    /// `keras.layers.MaxPooling2D(pool_size=2, strides=None, padding="valid")`.
-    MaxPooling2D {
-        /// Window, an integer or `[h, w]`.
-        #[serde(default = "default_pool")]
-        pool_size: Pair,
-        /// Step; `pool_size` when absent.
-        #[serde(default)]
-        strides: Option<Pair>,
-        /// `valid` or `same`.
-        #[serde(default)]
-        padding: Padding,
-    },
-    /// `keras.layers.AveragePooling2D(pool_size=2, strides=None, padding="valid")`; with `same`
-    /// padding the padded positions are not counted, as in TensorFlow.
-    AveragePooling2D {
-        /// Window, an integer or `[h, w]`.
-        #[serde(default = "default_pool")]
-        pool_size: Pair,
-        /// Step; `pool_size` when absent.
-        #[serde(default)]
-        strides: Option<Pair>,
-        /// `valid` or `same`.
-        #[serde(default)]
-        padding: Padding,
-    },
-    /// `keras.layers.Flatten()`, in Keras' (channels-last) order.
-    Flatten {},
-    /// `keras.layers.Dropout(rate)`: zeroes a fraction `rate` of inputs while training and
-    /// scales the rest by `1 / (1 - rate)`.
-    Dropout {
-        /// Fraction dropped, in `[0, 1)`.
-        rate: f64,
-    },
-    /// `keras.layers.BatchNormalization(momentum=0.99, epsilon=0.001)` over the last (channel)
-    /// axis.
-    BatchNormalization {
-        /// Moving-average momentum: `moving = moving * momentum + batch * (1 - momentum)`.
-        #[serde(default = "default_bn_momentum")]
-        momentum: f64,
-        /// Added to the variance before the square root.
-        #[serde(default = "default_bn_epsilon")]
-        epsilon: f64,
-    },
-    /// `keras.layers.Activation(activation)`.
-    Activation {
-        /// The function.
-        activation: Activation,
-    },
-    /// `keras.layers.LayerNormalization(epsilon=0.001)` over the last axis, with `gamma` and
-    /// `beta`.
-    LayerNormalization {
-        /// Added to the variance before the square root.
-        #[serde(default = "default_bn_epsilon")]
-        epsilon: f64,
-    },
-    /// `keras.layers.MultiHeadAttention(num_heads, key_dim, value_dim=None, use_bias=True)`
-    /// called as `layer(query, value)` (`inputs = [query]` is self-attention,
-    /// `inputs = [query, value]` uses `value` as key and value); no mask, no dropout. Output:
-    /// the query's shape.
-    MultiHeadAttention {
-        /// Attention heads.
-        num_heads: usize,
-        /// Size of each head's query and key.
-        key_dim: usize,
-        /// Size of each head's value; `key_dim` when absent.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        value_dim: Option<usize>,
-        /// Biases in the four projections.
-        #[serde(default = "default_true")]
-        use_bias: bool,
-    },
-    /// `keras_hub.layers.TransformerEncoder(intermediate_dim, num_heads, activation="relu",
-    /// layer_norm_epsilon=1e-5, normalize_first=False)`, BERT's block: self-attention
-    /// (`key_dim = features / num_heads`), add and LayerNormalization, then
-    /// `Dense(intermediate_dim, activation)`, `Dense(features)`, add and LayerNormalization.
-    /// No dropout, no mask.
-    TransformerEncoder {
-        /// Units of the feed-forward network's hidden layer.
-        intermediate_dim: usize,
-        /// Attention heads; must divide the feature size.
-        num_heads: usize,
-        /// The feed-forward activation.
-        #[serde(default = "default_relu")]
-        activation: Activation,
-        /// Epsilon of both LayerNormalizations.
-        #[serde(default = "default_ln_epsilon")]
-        layer_norm_epsilon: f64,
-    },
-    /// A layer declared through [`crate::model::Layer`] (`crate::model::layers`, or a user's
-    /// own registered with [`crate::model::register_layer`]). Build one with
-    /// `LayerKind::from(layer)`.
+    /// Every layer: a [`crate::model::Layer`] declaration (`crate::model::layers`, or a
+    /// user's own registered with [`crate::model::register_layer`]). Build one with
+    /// `LayerKind::from(layer)`, e.g. `LayerKind::from(Dense::new(10))`.
     #[serde(skip)]
     Declared(DeclaredLayer),
 }
@@ -173,20 +38,6 @@ impl<L: Layer> From<L> for LayerKind {
         LayerKind::Declared(DeclaredLayer(std::sync::Arc::new(layer)))
     }
 }
-
-fn default_relu() -> Activation {
-    Activation::Relu
-}
-fn default_ln_epsilon() -> f64 {
-    1e-5
-}
-
-/// Keras' other names for the layers kept in [`LayerKind`]'s own variants.
-const LEGACY_ALIASES: &[(&str, &str)] = &[
-    ("MaxPool2D", "MaxPooling2D"),
-    ("AvgPool2D", "AveragePooling2D"),
-    ("Convolution2D", "Conv2D"),
-];
 
 /// Every layer type name a config may use: [`LAYER_TYPES`], then the declared and registered
 /// ones ([`crate::model::Layer`]).
@@ -236,51 +87,23 @@ impl LayerKind {
     pub fn class_name(&self) -> &'static str {
         match self {
             LayerKind::Input { .. } => "Input",
-            LayerKind::Dense { .. } => "Dense",
-            LayerKind::Conv2D { .. } => "Conv2D",
-            LayerKind::MaxPooling2D { .. } => "MaxPooling2D",
-            LayerKind::AveragePooling2D { .. } => "AveragePooling2D",
-            LayerKind::Flatten {} => "Flatten",
-            LayerKind::Dropout { .. } => "Dropout",
-            LayerKind::BatchNormalization { .. } => "BatchNormalization",
-            LayerKind::Activation { .. } => "Activation",
-            LayerKind::LayerNormalization { .. } => "LayerNormalization",
-            LayerKind::MultiHeadAttention { .. } => "MultiHeadAttention",
-            LayerKind::TransformerEncoder { .. } => "TransformerEncoder",
             LayerKind::Declared(l) => l.class_name(),
         }
     }
 
     /// Keras' automatic name prefix (`conv2d`, `max_pooling2d`, …).
     fn default_prefix(&self) -> String {
-        if let LayerKind::Declared(l) = self {
-            return l.name_prefix();
-        }
         match self {
-            LayerKind::Input { .. } => "input_layer",
-            LayerKind::Dense { .. } => "dense",
-            LayerKind::Conv2D { .. } => "conv2d",
-            LayerKind::MaxPooling2D { .. } => "max_pooling2d",
-            LayerKind::AveragePooling2D { .. } => "average_pooling2d",
-            LayerKind::Flatten {} => "flatten",
-            LayerKind::Dropout { .. } => "dropout",
-            LayerKind::BatchNormalization { .. } => "batch_normalization",
-            LayerKind::Activation { .. } => "activation",
-            LayerKind::LayerNormalization { .. } => "layer_normalization",
-            LayerKind::MultiHeadAttention { .. } => "multi_head_attention",
-            LayerKind::TransformerEncoder { .. } => "transformer_encoder",
-            LayerKind::Declared(_) => unreachable!("returned above"),
+            LayerKind::Input { .. } => "input_layer".into(),
+            LayerKind::Declared(l) => l.name_prefix(),
         }
-        .to_string()
     }
 
     /// How many inputs the layer takes: `(least, most)`.
     pub fn arity(&self) -> (usize, usize) {
         match self {
             LayerKind::Input { .. } => (0, 0),
-            LayerKind::MultiHeadAttention { .. } => (1, 2),
             LayerKind::Declared(l) => l.arity(),
-            _ => (1, 1),
         }
     }
 
@@ -293,56 +116,9 @@ impl LayerKind {
     /// Output shape for the inputs `inputs` (one per inbound layer, Keras shapes), or a message
     /// saying why the layer cannot take them.
     pub fn output_shape_of(&self, inputs: &[&[usize]]) -> std::result::Result<Vec<usize>, String> {
-        let input = inputs.first().copied().unwrap_or(&[]);
-        if let Some(out) = super::spec_ext::output_shape(self, inputs) {
-            return out;
-        }
-        if let LayerKind::Declared(l) = self {
-            return l.output_shape(inputs);
-        }
         match self {
             LayerKind::Input { shape } => Ok(shape.clone()),
-            LayerKind::Dense { units, .. } => {
-                if input.is_empty() {
-                    return Err("Dense needs an input with at least one axis".into());
-                }
-                let mut out = input.to_vec();
-                *out.last_mut().unwrap() = *units;
-                Ok(out)
-            }
-            LayerKind::Conv2D {
-                filters,
-                kernel_size,
-                strides,
-                padding,
-                ..
-            } => {
-                let [h, w] = image_hw(input, "Conv2D")?;
-                let oh = window(*padding, h, kernel_size.0[0], strides.0[0])?;
-                let ow = window(*padding, w, kernel_size.0[1], strides.0[1])?;
-                Ok(vec![oh, ow, *filters])
-            }
-            LayerKind::MaxPooling2D {
-                pool_size,
-                strides,
-                padding,
-            }
-            | LayerKind::AveragePooling2D {
-                pool_size,
-                strides,
-                padding,
-            } => {
-                let [h, w] = image_hw(input, self.class_name())?;
-                let s = strides.unwrap_or(*pool_size).0;
-                let oh = window(*padding, h, pool_size.0[0], s[0])?;
-                let ow = window(*padding, w, pool_size.0[1], s[1])?;
-                Ok(vec![oh, ow, input[2]])
-            }
-            LayerKind::Flatten {} => Ok(vec![input.iter().product()]),
-            LayerKind::Dropout { .. }
-            | LayerKind::Activation { .. }
-            | LayerKind::BatchNormalization { .. } => Ok(input.to_vec()),
-            _ => unreachable!("handled by spec_ext::output_shape"),
+            LayerKind::Declared(l) => l.output_shape(inputs),
         }
     }
 
@@ -355,48 +131,20 @@ impl LayerKind {
     /// [`LayerKind::param_count`] for a layer with several inputs (MultiHeadAttention's
     /// `value` sets the key and value projections' input size).
     pub fn param_count_of(&self, inputs: &[&[usize]]) -> (usize, usize) {
-        let input = inputs.first().copied().unwrap_or(&[]);
-        let last = input.last().copied().unwrap_or(0);
-        if let Some(n) = super::spec_ext::param_count(self, inputs) {
-            return (n, 0);
-        }
-        if let LayerKind::Declared(l) = self {
-            return l.weights(inputs).iter().fold((0, 0), |(t, f), w| {
-                if w.trainable {
-                    (t + w.size(), f)
-                } else {
-                    (t, f + w.size())
-                }
-            });
-        }
-        match self {
-            LayerKind::Dense {
-                units, use_bias, ..
-            } => (last * units + if *use_bias { *units } else { 0 }, 0),
-            LayerKind::Conv2D {
-                filters,
-                kernel_size,
-                use_bias,
-                ..
-            } => (
-                kernel_size.0[0] * kernel_size.0[1] * last * filters
-                    + if *use_bias { *filters } else { 0 },
-                0,
-            ),
-            LayerKind::BatchNormalization { .. } => (2 * last, 2 * last),
-            _ => (0, 0),
-        }
+        let LayerKind::Declared(l) = self else {
+            return (0, 0);
+        };
+        l.weights(inputs).iter().fold((0, 0), |(t, f), w| {
+            if w.trainable {
+                (t + w.size(), f)
+            } else {
+                (t, f + w.size())
+            }
+        })
     }
 
     /// Checks argument ranges (positive sizes, rates in `[0, 1)`), naming the bad argument.
     fn validate(&self) -> std::result::Result<(), String> {
-        let positive = |name: &str, v: usize| {
-            if v == 0 {
-                Err(format!("`{name}` must be positive, got 0"))
-            } else {
-                Ok(())
-            }
-        };
         match self {
             LayerKind::Input { shape } => {
                 if shape.is_empty() || shape.len() > 3 || shape.contains(&0) {
@@ -407,80 +155,9 @@ impl LayerKind {
                 }
                 Ok(())
             }
-            LayerKind::Dense { units, .. } => positive("units", *units),
-            LayerKind::Conv2D {
-                filters,
-                kernel_size,
-                strides,
-                ..
-            } => {
-                positive("filters", *filters)?;
-                kernel_size
-                    .0
-                    .iter()
-                    .try_for_each(|&v| positive("kernel_size", v))?;
-                strides.0.iter().try_for_each(|&v| positive("strides", v))
-            }
-            LayerKind::MaxPooling2D {
-                pool_size, strides, ..
-            }
-            | LayerKind::AveragePooling2D {
-                pool_size, strides, ..
-            } => {
-                pool_size
-                    .0
-                    .iter()
-                    .try_for_each(|&v| positive("pool_size", v))?;
-                strides
-                    .unwrap_or(*pool_size)
-                    .0
-                    .iter()
-                    .try_for_each(|&v| positive("strides", v))
-            }
-            LayerKind::Dropout { rate } => {
-                if (0.0..1.0).contains(rate) {
-                    Ok(())
-                } else {
-                    Err(format!("`rate` must be in [0, 1), got {rate}"))
-                }
-            }
-            LayerKind::BatchNormalization { momentum, epsilon } => {
-                if !(0.0..=1.0).contains(momentum) {
-                    return Err(format!("`momentum` must be in [0, 1], got {momentum}"));
-                }
-                if *epsilon <= 0.0 {
-                    return Err(format!("`epsilon` must be positive, got {epsilon}"));
-                }
-                Ok(())
-            }
-            LayerKind::Flatten {} | LayerKind::Activation { .. } => Ok(()),
-            other => super::spec_ext::validate(other),
+            LayerKind::Declared(l) => l.validate(),
         }
     }
-}
-
-fn image_hw(input: &[usize], class: &str) -> std::result::Result<[usize; 2], String> {
-    match input {
-        [h, w, _c] => Ok([*h, *w]),
-        _ => Err(format!(
-            "{class} expects a 3-D input (height, width, channels), got shape {}",
-            keras_shape(input)
-        )),
-    }
-}
-
-fn window(
-    padding: Padding,
-    input: usize,
-    k: usize,
-    s: usize,
-) -> std::result::Result<usize, String> {
-    padding
-        .resolve(input, k, s)
-        .map(|(out, _)| out)
-        .ok_or_else(|| {
-            format!("window {k} is larger than the input ({input}) with padding \"valid\"")
-        })
 }
 
 /// Most parameters in one layer, and most values per example in one activation: 2^31
@@ -490,21 +167,13 @@ pub const MAX_ELEMENTS: u128 = 1 << 31;
 /// Rejects layers whose parameter count would exceed [`MAX_ELEMENTS`] (computed without
 /// overflow, before anything is allocated).
 fn check_size(kind: &LayerKind, inputs: &[&[usize]]) -> std::result::Result<(), String> {
-    let input = inputs.first().copied().unwrap_or(&[]);
-    let last = input.last().copied().unwrap_or(0) as u128;
-    let params = match kind {
-        LayerKind::Dense { units, .. } => (last + 1) * *units as u128,
-        LayerKind::Conv2D {
-            filters,
-            kernel_size,
-            ..
-        } => (kernel_size.0[0] as u128 * kernel_size.0[1] as u128 * last + 1) * *filters as u128,
+    let params: u128 = match kind {
+        LayerKind::Input { .. } => 0,
         LayerKind::Declared(l) => l
             .weights(inputs)
             .iter()
             .map(|w| w.shape.iter().map(|&d| d as u128).product::<u128>())
             .sum(),
-        other => super::spec_ext::param_count_u128(other, inputs).unwrap_or(0),
     };
     if params > MAX_ELEMENTS {
         return Err(format!(
@@ -563,9 +232,10 @@ pub struct ModelSpec {
 /// Builds a [`ModelSpec`] in Rust, as `keras.Sequential([...])`.
 ///
 /// ```
-/// use kiln::model::{Activation, LayerKind, ModelSpec};
+/// use kiln::model::layers::Dense;
+/// use kiln::model::{Activation, ModelSpec};
 /// let spec = ModelSpec::builder(&[784])
-///     .add(LayerKind::Dense { units: 10, activation: Activation::Softmax, use_bias: true })
+///     .add(Dense::new(10).with_activation(Activation::Softmax))
 ///     .build()
 ///     .unwrap();
 /// assert_eq!(spec.output_shape(), &[10]);
@@ -579,22 +249,23 @@ pub struct SequentialBuilder {
 impl SequentialBuilder {
     /// Appends a layer with an automatic name (Keras' `model.add`).
     #[allow(clippy::should_implement_trait)]
-    pub fn add(mut self, kind: LayerKind) -> Self {
-        self.layers.push((None, kind, LayerOptions::default()));
+    pub fn add(mut self, kind: impl Into<LayerKind>) -> Self {
+        self.layers
+            .push((None, kind.into(), LayerOptions::default()));
         self
     }
 
     /// Appends a layer with an automatic name and its options (Keras'
     /// `Dense(4, kernel_initializer=..., trainable=False)`).
-    pub fn add_with(mut self, kind: LayerKind, options: LayerOptions) -> Self {
-        self.layers.push((None, kind, options));
+    pub fn add_with(mut self, kind: impl Into<LayerKind>, options: LayerOptions) -> Self {
+        self.layers.push((None, kind.into(), options));
         self
     }
 
     /// Appends a layer with an explicit name.
-    pub fn add_named(mut self, name: impl Into<String>, kind: LayerKind) -> Self {
+    pub fn add_named(mut self, name: impl Into<String>, kind: impl Into<LayerKind>) -> Self {
         self.layers
-            .push((Some(name.into()), kind, LayerOptions::default()));
+            .push((Some(name.into()), kind.into(), LayerOptions::default()));
         self
     }
 
@@ -653,7 +324,7 @@ impl RawNode {
         RawNode {
             name,
             // Ignored: from_nodes takes the owner's class and arguments.
-            kind: LayerKind::Flatten {},
+            kind: LayerKind::from(super::layers::Flatten {}),
             inputs: Some(inputs),
             options: LayerOptions::default(),
             shares: Some(owner.to_string()),
@@ -961,13 +632,6 @@ impl ModelSpec {
                 })?
                 .to_string();
             let declared = super::registry::lookup(&type_name);
-            let type_name = match LEGACY_ALIASES.iter().find(|(alias, _)| *alias == type_name) {
-                Some((_, class)) => {
-                    table.insert("type".into(), toml::Value::String(class.to_string()));
-                    class.to_string()
-                }
-                None => type_name,
-            };
             if declared.is_none() && !LAYER_TYPES.contains(&type_name.as_str()) {
                 return Err(KilnError::config(
                     format!("{key}.type"),
@@ -977,25 +641,8 @@ impl ModelSpec {
                     ),
                 ));
             }
-            // Name the key for enum-valued arguments (serde's message does not).
-            for (arg, allowed) in [
-                (
-                    "activation",
-                    &["linear", "relu", "gelu", "sigmoid", "tanh", "softmax"][..],
-                ),
-                ("padding", &["valid", "same"][..]),
-            ] {
-                if declared.is_some() {
-                    continue;
-                }
-                if let Some(v) = table.get(arg)
-                    && !v.as_str().is_some_and(|s| allowed.contains(&s))
-                {
-                    return Err(KilnError::config(
-                        format!("{key}.{arg}"),
-                        format!("{v} is not allowed; allowed: {}", allowed.join(", ")),
-                    ));
-                }
+            if super::registry::is_builtin(&type_name) {
+                check_enum_args(&table, &key)?;
             }
             let dtype = match table.remove("dtype") {
                 Some(toml::Value::String(s)) => {
@@ -1293,7 +940,7 @@ impl ModelSpec {
     /// values).
     pub fn batch_norm_channels(&self) -> Vec<usize> {
         (0..self.layers.len())
-            .filter(|&i| matches!(self.layers[i].kind, LayerKind::BatchNormalization { .. }))
+            .filter(|&i| self.layers[i].kind.class_name() == "BatchNormalization")
             .map(|i| self.shape_after(i).last().copied().unwrap_or(1))
             .collect()
     }
@@ -1302,17 +949,31 @@ impl ModelSpec {
     pub fn ends_in_softmax(&self) -> bool {
         matches!(
             self.layers.get(self.outputs[0]).map(|l| &l.kind),
-            Some(LayerKind::Dense {
-                activation: Activation::Softmax,
-                ..
-            }) | Some(LayerKind::Activation {
-                activation: Activation::Softmax
-            }) | Some(LayerKind::Conv2D {
-                activation: Activation::Softmax,
-                ..
-            })
+            Some(LayerKind::Declared(l)) if l.ends_in_softmax()
         )
     }
+}
+
+/// Names the key of a built-in layer's enum-valued argument that is not one of its values
+/// (serde's message does not): `activation`, and `padding` given as a string.
+fn check_enum_args(table: &toml::Table, key: &str) -> Result<()> {
+    for (arg, allowed) in [
+        (
+            "activation",
+            &["linear", "relu", "gelu", "sigmoid", "tanh", "softmax"][..],
+        ),
+        ("padding", &["valid", "same"][..]),
+    ] {
+        let Some(v) = table.get(arg) else { continue };
+        let padding_size = arg == "padding" && !v.is_str();
+        if !padding_size && !v.as_str().is_some_and(|s| allowed.contains(&s)) {
+            return Err(KilnError::config(
+                format!("{key}.{arg}"),
+                format!("{v} is not allowed; allowed: {}", allowed.join(", ")),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The output layers `names` name (the last layer when none is named).

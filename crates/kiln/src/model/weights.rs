@@ -11,11 +11,11 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use burn::module::Param;
 use burn::prelude::*;
 use safetensors::tensor::{Dtype, TensorView};
 
-use super::network::{LayerParams, Network};
+use super::network::Network;
+use super::params::LayerParams;
 use super::spec::ModelSpec;
 use crate::error::{KilnError, Result};
 
@@ -23,20 +23,7 @@ use crate::error::{KilnError, Result};
 /// (Keras' name and layout, row-major float32) or an error when it is missing or mismatched.
 pub type WeightSource<'a> = dyn Fn(&str, &[usize]) -> Result<Vec<f32>> + 'a;
 
-/// Reorders a conv kernel from Keras' `[kh, kw, in, out]` to Burn's `[out, in, kh, kw]`.
-pub fn hwio_to_oihw(w: &[f32], [kh, kw, cin, cout]: [usize; 4]) -> Vec<f32> {
-    let mut out = vec![0.0; w.len()];
-    for y in 0..kh {
-        for x in 0..kw {
-            for i in 0..cin {
-                for o in 0..cout {
-                    out[((o * cin + i) * kh + y) * kw + x] = w[((y * kw + x) * cin + i) * cout + o];
-                }
-            }
-        }
-    }
-    out
-}
+pub use super::params::hwio_to_oihw;
 
 /// Reorders a conv kernel from Burn's `[out, in, kh, kw]` to Keras' `[kh, kw, in, out]`.
 pub fn oihw_to_hwio(w: &[f32], [cout, cin, kh, kw]: [usize; 4]) -> Vec<f32> {
@@ -53,56 +40,18 @@ pub fn oihw_to_hwio(w: &[f32], [cout, cin, kh, kw]: [usize; 4]) -> Vec<f32> {
     out
 }
 
-fn host<const D: usize>(p: &Param<Tensor<D>>) -> (Vec<f32>, [usize; D]) {
-    let t = p.val();
-    let dims = t.dims();
-    let values = t
-        .into_data()
-        .convert::<f32>()
-        .try_to_vec::<f32>()
-        .expect("float parameters convert to f32");
-    (values, dims)
-}
-
 /// Every weight as `(name, Keras shape, values)`, in layer order.
 pub fn keras_weights(spec: &ModelSpec, net: &Network) -> Vec<(String, Vec<usize>, Vec<f32>)> {
     let mut out = Vec::new();
     for (i, (layer, p)) in spec.layers().iter().zip(&net.layers).enumerate() {
-        let name = &layer.name;
-        let (kernel_names, vector_names) =
-            super::network_ext::weight_names(&layer.kind, &spec.shapes_before(i));
-        for ((suffix, shape), k) in kernel_names.iter().zip(&p.kernels) {
-            let (v, _) = host(k);
-            out.push((format!("{name}/{suffix}"), shape.clone(), v));
-        }
-        for ((suffix, shape), k) in vector_names.iter().zip(&p.vectors) {
-            let (v, _) = host(k);
-            out.push((format!("{name}/{suffix}"), shape.clone(), v));
-        }
-        if let Some(k) = &p.dense_kernel {
-            let (v, d) = host(k);
-            out.push((format!("{name}/kernel"), d.to_vec(), v));
-        }
-        if let Some(k) = &p.conv_kernel {
-            let (v, [o, i, h, w]) = host(k);
-            out.push((
-                format!("{name}/kernel"),
-                vec![h, w, i, o],
-                oihw_to_hwio(&v, [o, i, h, w]),
-            ));
-        }
-        let vectors = [
-            ("bias", &p.bias),
-            ("gamma", &p.gamma),
-            ("beta", &p.beta),
-            ("moving_mean", &p.moving_mean),
-            ("moving_variance", &p.moving_variance),
-        ];
-        for (suffix, param) in vectors {
-            if let Some(param) = param {
-                let (v, d) = host(param);
-                out.push((format!("{name}/{suffix}"), d.to_vec(), v));
-            }
+        for (w, slot) in spec.own_weights(i) {
+            let values = p
+                .keras_flat(slot, &w)
+                .into_data()
+                .convert::<f32>()
+                .try_to_vec::<f32>()
+                .expect("float parameters convert to f32");
+            out.push((format!("{}/{}", layer.name, w.name), w.shape, values));
         }
     }
     out

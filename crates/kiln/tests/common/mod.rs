@@ -8,16 +8,16 @@ use kiln::model::{Activation, LayerKind, ModelSpec};
 /// Dense(`hidden`, relu) → Dense(`classes`) logits on 2 features.
 pub fn two_layer_spec(hidden: usize, classes: usize) -> ModelSpec {
     ModelSpec::builder(&[2])
-        .add(LayerKind::Dense {
+        .add(LayerKind::from(kiln::model::layers::Dense {
             units: hidden,
             activation: Activation::Relu,
             use_bias: true,
-        })
-        .add(LayerKind::Dense {
+        }))
+        .add(LayerKind::from(kiln::model::layers::Dense {
             units: classes,
             activation: Activation::Linear,
             use_bias: true,
-        })
+        }))
         .build()
         .unwrap()
 }

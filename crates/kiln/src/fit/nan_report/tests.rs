@@ -10,16 +10,16 @@ use crate::model::{Activation, LayerKind, weights};
 /// Input(2) -> Dense(4, relu) "dense" -> Dense(3) "dense_1", sparse cross-entropy.
 fn model(from_logits: bool) -> (ModelSpec, Compiled) {
     let spec = ModelSpec::builder(&[2])
-        .add(LayerKind::Dense {
+        .add(LayerKind::from(crate::model::layers::Dense {
             units: 4,
             activation: Activation::Relu,
             use_bias: true,
-        })
-        .add(LayerKind::Dense {
+        }))
+        .add(LayerKind::from(crate::model::layers::Dense {
             units: 3,
             activation: Activation::Linear,
             use_bias: true,
-        })
+        }))
         .build()
         .unwrap();
     let compiled = Compiled::new(

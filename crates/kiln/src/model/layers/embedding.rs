@@ -22,6 +22,10 @@ pub struct Embedding {
 
 impl Layer for Embedding {
     crate::serde_layer!();
+    fn validate(&self) -> Result<(), String> {
+        super::positive("input_dim", self.input_dim)?;
+        super::positive("output_dim", self.output_dim)
+    }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         match inputs[0] {
             [s] => Ok(vec![*s, self.output_dim]),
@@ -63,8 +67,4 @@ impl Layer for Embedding {
 
 impl LayerConfig for Embedding {
     const CLASS_NAME: &'static str = "Embedding";
-    fn validate(&self) -> Result<(), String> {
-        super::positive("input_dim", self.input_dim)?;
-        super::positive("output_dim", self.output_dim)
-    }
 }

@@ -1,24 +1,46 @@
 //! Layers declared through [`super::layer::Layer`], one file each: the file holds the layer's
 //! Keras arguments and defaults, shapes, weights, forward pass and estimate figures. Adding a
-//! layer is one file here, one `pub use` below and one line in `layer::builtin`.
+//! layer is one file here, one `pub use` below and one line in `registry::builtin`.
 
+mod activation;
 mod add;
+mod attention;
+mod batch_normalization;
 mod concatenate;
+mod conv2d;
 mod cropping1d;
+mod dense;
+mod dropout;
 mod embedding;
+mod flatten;
 mod global_average_pooling2d;
+mod layer_normalization;
+mod multi_head_attention;
+mod pooling2d;
 mod position_embedding;
+mod transformer_encoder;
 mod zero_padding2d;
 
+pub use activation::ActivationLayer;
 pub use add::Add;
+pub use batch_normalization::BatchNormalization;
 pub use concatenate::Concatenate;
+pub use conv2d::Conv2D;
 pub use cropping1d::Cropping1D;
+pub use dense::Dense;
+pub use dropout::Dropout;
 pub use embedding::Embedding;
+pub use flatten::Flatten;
 pub use global_average_pooling2d::GlobalAveragePooling2D;
+pub use layer_normalization::LayerNormalization;
+pub use multi_head_attention::MultiHeadAttention;
+pub use pooling2d::{AveragePooling2D, MaxPooling2D, Pooling2D};
 pub use position_embedding::PositionEmbedding;
+pub use transformer_encoder::TransformerEncoder;
 pub use zero_padding2d::ZeroPadding2D;
 
-use super::args::keras_shape;
+use super::args::{Activation, Padding, Pair, keras_shape};
+use crate::onnx::{Layout, OnnxGraph, OnnxValue, int};
 
 /// `[steps, features]` of a rank-2 Keras input, or the message naming `class` and the shape.
 fn steps_features(input: &[usize], class: &str) -> Result<[usize; 2], String> {
@@ -49,4 +71,124 @@ fn positive(name: &str, v: usize) -> Result<(), String> {
     } else {
         Ok(())
     }
+}
+
+/// A positive `epsilon`-like argument.
+fn positive_epsilon(name: &str, v: f64) -> Result<(), String> {
+    if v > 0.0 {
+        Ok(())
+    } else {
+        Err(format!("`{name}` must be positive, got {v}"))
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_one() -> Pair {
+    Pair([1, 1])
+}
+fn default_pool() -> Pair {
+    Pair([2, 2])
+}
+
+/// Values in a tensor of `shape` (per example).
+fn size(shape: &[usize]) -> f64 {
+    shape.iter().map(|&d| d as f64).product()
+}
+
+/// The largest of `inputs` and `output`, in values per example.
+fn largest(inputs: &[&[usize]], output: &[usize]) -> f64 {
+    inputs.iter().map(|s| size(s)).fold(size(output), f64::max)
+}
+
+/// Output length of a window of `k` with stride `s` over `input` values, or why it does not
+/// fit.
+fn window(padding: Padding, input: usize, k: usize, s: usize) -> Result<usize, String> {
+    padding
+        .resolve(input, k, s)
+        .map(|(out, _)| out)
+        .ok_or_else(|| {
+            format!("window {k} is larger than the input ({input}) with padding \"valid\"")
+        })
+}
+
+/// `[(top, bottom), (left, right)]` padding of a window `k` with stride `s` over `[h, w]`.
+fn pads2(
+    padding: Padding,
+    [h, w]: [usize; 2],
+    k: [usize; 2],
+    s: [usize; 2],
+) -> [(usize, usize); 2] {
+    let (_, ph) = padding.resolve(h, k[0], s[0]).expect("shape checked");
+    let (_, pw) = padding.resolve(w, k[1], s[1]).expect("shape checked");
+    [ph, pw]
+}
+
+/// ONNX's `pads` (`[top, left, bottom, right]`) of a window over an image of Keras shape
+/// `shape` (`[h, w, c]`).
+fn onnx_pads(padding: Padding, shape: &[usize], k: [usize; 2], s: [usize; 2]) -> Vec<i64> {
+    let [(t, b), (l, r)] = pads2(padding, [shape[0], shape[1]], k, s);
+    [t, l, b, r].map(|v| v as i64).to_vec()
+}
+
+/// Values an activation after an affine map keeps for backward, per example: none for the
+/// identity and a fused ReLU, the pre-activation for sigmoid, tanh and GELU, two tensors for
+/// softmax.
+fn activation_extra(a: Activation, output: &[usize]) -> f64 {
+    match a {
+        Activation::Linear | Activation::Relu => 0.0,
+        Activation::Softmax => 2.0 * size(output),
+        _ => size(output),
+    }
+}
+
+/// The ONNX nodes of activation `a` on value `x` (laid out as `layout`): `Relu`, `Sigmoid`,
+/// `Tanh`, `Softmax` over the feature (channel) axis, and exact GELU as `x * 0.5 * (1 +
+/// Erf(x / sqrt 2))` (ONNX's `Gelu` needs opset 20).
+fn activation_onnx(
+    g: &mut OnnxGraph,
+    layer: &str,
+    x: String,
+    a: Activation,
+    layout: Layout,
+) -> String {
+    match a {
+        Activation::Linear => x,
+        Activation::Relu => g.node(layer, "Relu", &[&x], vec![]),
+        Activation::Sigmoid => g.node(layer, "Sigmoid", &[&x], vec![]),
+        Activation::Tanh => g.node(layer, "Tanh", &[&x], vec![]),
+        Activation::Softmax => g.node(
+            layer,
+            "Softmax",
+            &[&x],
+            vec![int("axis", layout.feature_axis())],
+        ),
+        Activation::Gelu => {
+            let sqrt2 = g.scalar(layer, std::f32::consts::SQRT_2);
+            let one = g.scalar(layer, 1.0);
+            let half = g.scalar(layer, 0.5);
+            let d = g.node(layer, "Div", &[&x, &sqrt2], vec![]);
+            let e = g.node(layer, "Erf", &[&d], vec![]);
+            let p = g.node(layer, "Add", &[&e, &one], vec![]);
+            let m = g.node(layer, "Mul", &[&x, &p], vec![]);
+            g.node(layer, "Mul", &[&m, &half], vec![])
+        }
+    }
+}
+
+/// Runs `f` on `x` in channels-last order when `x` is an NCHW image (a map over the last
+/// axis), in an ONNX graph.
+fn channels_last(
+    g: &mut OnnxGraph,
+    layer: &str,
+    x: &OnnxValue,
+    f: impl FnOnce(&mut OnnxGraph, &str) -> Result<String, String>,
+) -> Result<String, String> {
+    if x.layout() != Layout::Image {
+        return f(g, &x.name);
+    }
+    let t = g.transpose(layer, &x.name, &[0, 2, 3, 1]);
+    let y = f(g, &t)?;
+    Ok(g.transpose(layer, &y, &[0, 3, 1, 2]))
 }

@@ -18,6 +18,9 @@ pub struct PositionEmbedding {
 
 impl Layer for PositionEmbedding {
     crate::serde_layer!();
+    fn validate(&self) -> Result<(), String> {
+        super::positive("sequence_length", self.sequence_length)
+    }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         let [s, f] = super::steps_features(inputs[0], "PositionEmbedding")?;
         if s > self.sequence_length {
@@ -61,7 +64,4 @@ impl Layer for PositionEmbedding {
 
 impl LayerConfig for PositionEmbedding {
     const CLASS_NAME: &'static str = "PositionEmbedding";
-    fn validate(&self) -> Result<(), String> {
-        super::positive("sequence_length", self.sequence_length)
-    }
 }

@@ -1,0 +1,160 @@
+//! Scaled dot-product attention shared by `MultiHeadAttention` and `TransformerEncoder`:
+//! its weights (Keras' `keras/src/layers/attention/multi_head_attention.py` names), forward
+//! pass, estimate figures and ONNX graph. Not a layer itself.
+//!
+//! Layouts: the projection kernels' Keras shapes are rank 3 (`query/kernel [features, heads,
+//! key_dim]`, `attention_output/kernel [heads, value_dim, features]`); they are held as the
+//! matrices of their row-major memory (`[features, heads * key_dim]`, `[heads * value_dim,
+//! features]`), so the projections are plain Dense maps.
+
+use burn::prelude::*;
+use burn::tensor::activation;
+
+use crate::model::layer::{Storage, WeightInit, WeightSpec, Weights};
+use crate::onnx::{OnnxGraph, int};
+
+/// Sizes of an attention: `[features, value features, heads, key_dim, value_dim]`.
+pub(super) type Dims = [usize; 5];
+
+/// The weights of an attention with `dims`, their names prefixed by `prefix`: the four
+/// kernels (`glorot_uniform`), then the four biases (zeros) when `bias`.
+pub(super) fn weights(prefix: &str, dims: Dims, bias: bool) -> Vec<WeightSpec> {
+    let [f, fv, h, kd, vd] = dims;
+    let kernel = |part: &str, shape: Vec<usize>, rows: usize| {
+        let name = format!("{prefix}{part}/kernel");
+        WeightSpec::new(&name, shape, WeightInit::GlorotUniform).stored(Storage::Matrix(rows))
+    };
+    let mut out = vec![
+        kernel("query", vec![f, h, kd], 1),
+        kernel("key", vec![fv, h, kd], 1),
+        kernel("value", vec![fv, h, vd], 1),
+        kernel("attention_output", vec![h, vd, f], 2),
+    ];
+    if bias {
+        let b = |part: &str, shape: Vec<usize>| {
+            let name = format!("{prefix}{part}/bias");
+            WeightSpec::new(&name, shape, WeightInit::Zeros).stored(Storage::Vector)
+        };
+        out.extend([
+            b("query", vec![h, kd]),
+            b("key", vec![h, kd]),
+            b("value", vec![h, vd]),
+            b("attention_output", vec![f]),
+        ]);
+    }
+    out
+}
+
+/// `x [n, s, f] · w [f, u] + b` on the rows (kiln's Dense op), `[n, s, u]`.
+pub(super) fn dense3(x: Tensor<3>, w: Tensor<2>, b: Option<Tensor<1>>) -> Tensor<3> {
+    let [n, s, f] = x.dims();
+    let y = crate::ops::dense(x.reshape([n * s, f]), w, b, false);
+    let u = y.dims()[1];
+    y.reshape([n, s, u])
+}
+
+/// A projection `<prefix><part>`: its kernel as the matrix it is held as, and its bias.
+fn projection(w: &Weights, prefix: &str, part: &str) -> (Tensor<2>, Option<Tensor<1>>) {
+    let kernel = w.get::<3>(&format!("{prefix}{part}/kernel"));
+    let [a, b, c] = kernel.dims();
+    let rows = if part == "attention_output" { a * b } else { a };
+    let kernel = kernel.reshape([rows, a * b * c / rows]);
+    let bias_name = format!("{prefix}{part}/bias");
+    let bias = w.has(&bias_name).then(|| w.get_flat(&bias_name));
+    (kernel, bias)
+}
+
+/// `softmax(Q Kᵀ / sqrt(key_dim)) V` over `heads`, then the output projection (Vaswani et al.
+/// 2017; Keras' `MultiHeadAttention._compute_attention`), with the weights `<prefix>…`.
+pub(super) fn forward(
+    query: Tensor<3>,
+    value: Tensor<3>,
+    w: &Weights,
+    prefix: &str,
+    heads: usize,
+) -> Tensor<3> {
+    let [n, sq, _] = query.dims();
+    let sv = value.dims()[1];
+    let (wq, bq) = projection(w, prefix, "query");
+    let (wk, bk) = projection(w, prefix, "key");
+    let (wv, bv) = projection(w, prefix, "value");
+    let (wo, bo) = projection(w, prefix, "attention_output");
+    let q = dense3(query, wq, bq);
+    let k = dense3(value.clone(), wk, bk);
+    let v = dense3(value, wv, bv);
+    let kd = q.dims()[2] / heads;
+    let vd = v.dims()[2] / heads;
+    let split = |t: Tensor<3>, s: usize, d: usize| t.reshape([n, s, heads, d]).swap_dims(1, 2);
+    let q = split(q, sq, kd) * (1.0 / (kd as f64).sqrt());
+    let k = split(k, sv, kd);
+    let v = split(v, sv, vd);
+    let scores = q.matmul(k.swap_dims(2, 3)); // [n, heads, sq, sv]
+    let weights = activation::softmax(scores, 3);
+    let context = weights
+        .matmul(v)
+        .swap_dims(1, 2)
+        .reshape([n, sq, heads * vd]);
+    dense3(context, wo, bo)
+}
+
+/// `(values kept for backward, largest tensor)` per example of an attention with `dims` over
+/// `sq` query and `sv` value steps: the projections, the scores and their softmax.
+pub(super) fn kept(dims: Dims, sq: f64, sv: f64) -> (f64, f64) {
+    let [_, _, h, k, v] = dims.map(|d| d as f64);
+    let projections = 1.1 * (sq * h * k + sv * h * k + sv * h * v + sq * h * v);
+    let scores = h * sq * sv;
+    (projections + 3.0 * scores, scores)
+}
+
+/// Forward operations per example of an attention layer with `trainable` parameters over
+/// `positions` steps of `features`: the projections and the two products with the scores.
+pub(super) fn flops(trainable: usize, positions: f64, features: f64) -> f64 {
+    2.0 * trainable as f64 * positions + 4.0 * positions * positions * features
+}
+
+/// The ONNX graph of the attention of `query` over `value` with the weights `<prefix>query/
+/// kernel` … `<prefix>attention_output/bias`.
+pub(super) fn onnx(
+    g: &mut OnnxGraph,
+    prefix: &str,
+    [query, value]: [&str; 2],
+    dims: Dims,
+    bias: bool,
+) -> Result<String, String> {
+    let [f, fv, h, kd, vd] = dims;
+    let layer = prefix.trim_end_matches('/');
+    let project = |g: &mut OnnxGraph, part: &str, x: &str, [fin, d]: [usize; 2]| {
+        let w = g.weight(
+            &format!("{prefix}{part}/kernel"),
+            &[fin, h, d],
+            &[fin, h * d],
+        )?;
+        let b = match bias {
+            true => Some(g.weight(&format!("{prefix}{part}/bias"), &[h, d], &[h * d])?),
+            false => None,
+        };
+        let y = g.matmul_bias(layer, x, &w, b.as_deref());
+        // [n, s, h * d] -> [n, s, h, d]
+        Ok::<_, String>(g.reshape(layer, &y, &[0, 0, h as i64, d as i64]))
+    };
+    let q = project(g, "query", query, [f, kd])?;
+    let k = project(g, "key", value, [fv, kd])?;
+    let v = project(g, "value", value, [fv, vd])?;
+    let q = g.transpose(layer, &q, &[0, 2, 1, 3]); // [n, h, sq, kd]
+    let scale = g.scalar(layer, 1.0 / (kd as f32).sqrt());
+    let q = g.node(layer, "Mul", &[&q, &scale], vec![]);
+    let k = g.transpose(layer, &k, &[0, 2, 3, 1]); // [n, h, kd, sv]
+    let v = g.transpose(layer, &v, &[0, 2, 1, 3]); // [n, h, sv, vd]
+    let scores = g.node(layer, "MatMul", &[&q, &k], vec![]);
+    let weights = g.node(layer, "Softmax", &[&scores], vec![int("axis", 3)]);
+    let context = g.node(layer, "MatMul", &[&weights, &v], vec![]);
+    let context = g.transpose(layer, &context, &[0, 2, 1, 3]); // [n, sq, h, vd]
+    let context = g.reshape(layer, &context, &[0, 0, (h * vd) as i64]);
+    let key = format!("{prefix}attention_output/kernel");
+    let w = g.weight(&key, &[h, vd, f], &[h * vd, f])?;
+    let b = match bias {
+        true => Some(g.weight(&format!("{prefix}attention_output/bias"), &[f], &[f])?),
+        false => None,
+    };
+    Ok(g.matmul_bias(layer, &context, &w, b.as_deref()))
+}

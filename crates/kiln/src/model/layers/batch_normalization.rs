@@ -1,0 +1,154 @@
+//! `keras.layers.BatchNormalization(momentum=0.99, epsilon=0.001)` over the last (channel)
+//! axis.
+
+use burn::prelude::*;
+use burn::tensor::module::{batch_norm, batch_norm_train};
+use serde::{Deserialize, Serialize};
+
+use crate::model::act::Act;
+use crate::model::layer::{
+    Field, ForwardContext, Layer, LayerConfig, Storage, WeightInit, WeightSpec, Weights,
+};
+use crate::onnx::{Layout, OnnxGraph, OnnxValue, float};
+
+fn default_momentum() -> f64 {
+    0.99
+}
+fn default_epsilon() -> f64 {
+    1e-3
+}
+
+/// `BatchNormalization(momentum, epsilon)`: `gamma` (ones), `beta` (zeros) and the
+/// non-trainable `moving_mean` (zeros) and `moving_variance` (ones), each `[channels]`.
+/// Training normalizes with the batch's statistics (across replicas under a synchronized
+/// strategy) and moves the moving ones: `moving = moving * momentum + batch * (1 - momentum)`,
+/// Keras' rule with the biased variance; inference, and a frozen layer (`trainable = false`,
+/// as in Keras 3), use the moving statistics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchNormalization {
+    /// Moving-average momentum: `moving = moving * momentum + batch * (1 - momentum)`.
+    #[serde(default = "default_momentum")]
+    pub momentum: f64,
+    /// Added to the variance before the square root.
+    #[serde(default = "default_epsilon")]
+    pub epsilon: f64,
+}
+
+impl Default for BatchNormalization {
+    fn default() -> Self {
+        BatchNormalization {
+            momentum: default_momentum(),
+            epsilon: default_epsilon(),
+        }
+    }
+}
+
+/// Normalized values and, in training, the batch's `(mean, variance)`.
+type Normalized<const D: usize> = (Tensor<D>, Option<(Tensor<1>, Tensor<1>)>);
+
+impl BatchNormalization {
+    /// Burn's batch norm over axis 1 of `x` (`[batch, channels, ...]`).
+    fn normalize<const D: usize>(&self, x: Tensor<D>, w: &Weights, train: bool) -> Normalized<D> {
+        let (gamma, beta) = (w.get::<1>("gamma"), w.get::<1>("beta"));
+        let mean = w.get::<1>("moving_mean");
+        let eps = self.epsilon;
+        if train && crate::distribute::sync_bn::active() {
+            // Sums shifted by the moving mean, which every replica holds alike.
+            let (y, m, v) = crate::distribute::sync_bn::batch_norm_sync(x, gamma, beta, mean, eps);
+            (y, Some((m, v)))
+        } else if train {
+            let out = batch_norm_train(x, gamma, beta, eps);
+            (out.output, Some((out.mean, out.variance)))
+        } else {
+            let var = w.get::<1>("moving_variance");
+            (batch_norm(x, gamma, beta, mean, var, eps), None)
+        }
+    }
+
+    /// Moves the moving statistics towards the batch's.
+    fn assign_moving(&self, w: &Weights, (mean, var): (Tensor<1>, Tensor<1>)) {
+        let m = self.momentum;
+        for (name, batch) in [("moving_mean", mean), ("moving_variance", var)] {
+            let old = w.get::<1>(name).detach();
+            w.assign(name, old * m + batch.detach() * (1.0 - m));
+        }
+    }
+}
+
+impl Layer for BatchNormalization {
+    crate::serde_layer!();
+    fn validate(&self) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.momentum) {
+            return Err(format!(
+                "`momentum` must be in [0, 1], got {}",
+                self.momentum
+            ));
+        }
+        if self.epsilon <= 0.0 {
+            return Err(format!("`epsilon` must be positive, got {}", self.epsilon));
+        }
+        Ok(())
+    }
+    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+        Ok(inputs[0].to_vec())
+    }
+    fn weights(&self, inputs: &[&[usize]]) -> Vec<WeightSpec> {
+        let c = inputs[0].last().copied().unwrap_or(0);
+        let w = |name: &str, init, field| {
+            WeightSpec::new(name, vec![c], init).stored(Storage::Field(field))
+        };
+        vec![
+            w("gamma", WeightInit::Ones, Field::Gamma),
+            w("beta", WeightInit::Zeros, Field::Beta),
+            w("moving_mean", WeightInit::Zeros, Field::MovingMean).frozen(),
+            w("moving_variance", WeightInit::Ones, Field::MovingVariance).frozen(),
+        ]
+    }
+    fn forward(&self, mut inputs: Vec<Act>, w: &Weights, ctx: ForwardContext) -> Act {
+        // Keras 3: a frozen BatchNormalization normalizes with its moving statistics.
+        let train = ctx.training && ctx.trainable;
+        // Burn normalizes over axis 1: Flat and Image have the features there; Seq keeps them
+        // last and is transposed around the call.
+        let (y, stats) = match inputs.pop().expect("one input") {
+            Act::Flat(t) => {
+                let (y, s) = self.normalize(t, w, train);
+                (Act::Flat(y), s)
+            }
+            Act::Image(t) => {
+                let (y, s) = self.normalize(t, w, train);
+                (Act::Image(y), s)
+            }
+            Act::Seq(t) => {
+                let (y, s) = self.normalize(t.swap_dims(1, 2), w, train);
+                (Act::Seq(y.swap_dims(1, 2)), s)
+            }
+        };
+        if let Some(stats) = stats {
+            self.assign_moving(w, stats);
+        }
+        y
+    }
+    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        let x = &inputs[0];
+        let c = x.shape.last().copied().unwrap_or(0);
+        let mut args = vec![x.name.clone()];
+        for part in ["gamma", "beta", "moving_mean", "moving_variance"] {
+            args.push(g.weight(&format!("{name}/{part}"), &[c], &[c])?);
+        }
+        let attrs = vec![float("epsilon", self.epsilon as f32)];
+        if x.layout() != Layout::Seq {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            return Ok(g.node(name, "BatchNormalization", &refs, attrs));
+        }
+        // ONNX normalizes axis 1: [n, s, f] -> [n, f, s] and back.
+        args[0] = g.transpose(name, &x.name, &[0, 2, 1]);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let y = g.node(name, "BatchNormalization", &refs, attrs);
+        Ok(g.transpose(name, &y, &[0, 2, 1]))
+    }
+}
+
+impl LayerConfig for BatchNormalization {
+    const CLASS_NAME: &'static str = "BatchNormalization";
+}

@@ -1,0 +1,50 @@
+//! `keras.layers.Flatten()`: one vector per example, in Keras' (channels-last) order.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::act::Act;
+use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
+use crate::onnx::{Layout, OnnxGraph, OnnxValue, int};
+
+/// `Flatten()`: any input shape to `(product of its axes,)`. Images are flattened as Keras
+/// holds them, `[height, width, channels]`, so that the next Dense's kernel matches Keras'.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Flatten {}
+
+impl Layer for Flatten {
+    crate::serde_layer!();
+    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+        Ok(vec![inputs[0].iter().product()])
+    }
+    fn forward(&self, mut inputs: Vec<Act>, _: &Weights, _: ForwardContext) -> Act {
+        Act::Flat(match inputs.pop().expect("one input") {
+            Act::Flat(t) => t,
+            Act::Seq(t) => t.flatten(1, 2),
+            // Keras flattens channels-last: [b, h, w, c].
+            Act::Image(t) => t.permute([0, 2, 3, 1]).flatten(1, 3),
+        })
+    }
+    fn saves_input(&self) -> bool {
+        false
+    }
+    fn passes_values(&self) -> bool {
+        true
+    }
+    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        let x = &inputs[0];
+        let flat = |g: &mut OnnxGraph, v: &str| g.node(name, "Flatten", &[v], vec![int("axis", 1)]);
+        Ok(match x.layout() {
+            Layout::Flat => x.name.clone(),
+            Layout::Seq => flat(g, &x.name),
+            Layout::Image => {
+                let t = g.transpose(name, &x.name, &[0, 2, 3, 1]);
+                flat(g, &t)
+            }
+        })
+    }
+}
+
+impl LayerConfig for Flatten {
+    const CLASS_NAME: &'static str = "Flatten";
+}

@@ -1,0 +1,119 @@
+//! `keras.layers.MaxPooling2D` and `AveragePooling2D(pool_size=2, strides=None,
+//! padding="valid")` on `(height, width, channels)` inputs: one type, [`Pooling2D`], with the
+//! reduction as its parameter (Keras' `BasePooling`).
+
+use burn::tensor::module::avg_pool2d;
+use burn::tensor::ops::AvgPoolOptions;
+use serde::{Deserialize, Serialize};
+
+use super::{default_pool, image_shape, onnx_pads, pads2, window};
+use crate::model::act::Act;
+use crate::model::args::{Padding, Pair};
+use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
+use crate::onnx::{OnnxGraph, OnnxValue, int, ints};
+
+/// A 2-D pooling window: the maximum (`MAX = true`, [`MaxPooling2D`]) or the mean
+/// ([`AveragePooling2D`]; with `same` padding the padded positions are not counted, as in
+/// TensorFlow). Output `(out_h, out_w, channels)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pooling2D<const MAX: bool> {
+    /// Window, an integer or `[h, w]`.
+    #[serde(default = "default_pool")]
+    pub pool_size: Pair,
+    /// Step; `pool_size` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strides: Option<Pair>,
+    /// `valid` or `same`.
+    #[serde(default)]
+    pub padding: Padding,
+}
+
+/// `keras.layers.MaxPooling2D` (alias `MaxPool2D`).
+pub type MaxPooling2D = Pooling2D<true>;
+/// `keras.layers.AveragePooling2D` (alias `AvgPool2D`).
+pub type AveragePooling2D = Pooling2D<false>;
+
+impl<const MAX: bool> Default for Pooling2D<MAX> {
+    fn default() -> Self {
+        Pooling2D {
+            pool_size: default_pool(),
+            strides: None,
+            padding: Padding::Valid,
+        }
+    }
+}
+
+impl<const MAX: bool> Pooling2D<MAX> {
+    fn step(&self) -> [usize; 2] {
+        self.strides.unwrap_or(self.pool_size).0
+    }
+}
+
+impl<const MAX: bool> Layer for Pooling2D<MAX> {
+    fn class_name(&self) -> &'static str {
+        if MAX {
+            "MaxPooling2D"
+        } else {
+            "AveragePooling2D"
+        }
+    }
+    fn config(&self) -> toml::Table {
+        crate::model::config_table(self)
+    }
+    fn validate(&self) -> Result<(), String> {
+        let each = |name: &str, p: [usize; 2]| p.iter().try_for_each(|&v| super::positive(name, v));
+        each("pool_size", self.pool_size.0)?;
+        each("strides", self.step())
+    }
+    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+        let [h, w, c] = image_shape(inputs[0], self.class_name())?;
+        let (k, s) = (self.pool_size.0, self.step());
+        let oh = window(self.padding, h, k[0], s[0])?;
+        let ow = window(self.padding, w, k[1], s[1])?;
+        Ok(vec![oh, ow, c])
+    }
+    fn forward(&self, mut inputs: Vec<Act>, _: &Weights, _: ForwardContext) -> Act {
+        let x = inputs.pop().expect("one input").into_image();
+        let [_, _, h, w] = x.dims();
+        let (k, s) = (self.pool_size.0, self.step());
+        let pads = pads2(self.padding, [h, w], k, s);
+        Act::Image(if MAX {
+            crate::ops::max_pool2d(x, k, s, pads)
+        } else {
+            let options = AvgPoolOptions::new(k)
+                .with_stride(s)
+                .with_padding_pairs(pads)
+                .with_count_include_pad(false);
+            avg_pool2d(x, options)
+        })
+    }
+    fn passes_values(&self) -> bool {
+        MAX
+    }
+    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        let x = &inputs[0];
+        let (k, s) = (self.pool_size.0, self.step());
+        let mut attrs = vec![
+            ints("kernel_shape", &k.map(|v| v as i64)),
+            ints("strides", &s.map(|v| v as i64)),
+            ints("pads", &onnx_pads(self.padding, &x.shape, k, s)),
+        ];
+        let op = if MAX { "MaxPool" } else { "AveragePool" };
+        if !MAX {
+            // TensorFlow does not count padded positions in the average.
+            attrs.push(int("count_include_pad", 0));
+        }
+        Ok(g.node(name, op, &[&x.name], attrs))
+    }
+}
+
+impl LayerConfig for MaxPooling2D {
+    const CLASS_NAME: &'static str = "MaxPooling2D";
+    const ALIASES: &'static [&'static str] = &["MaxPool2D"];
+}
+
+impl LayerConfig for AveragePooling2D {
+    const CLASS_NAME: &'static str = "AveragePooling2D";
+    const ALIASES: &'static [&'static str] = &["AvgPool2D"];
+}
