@@ -173,14 +173,7 @@ fn gradients_that_underflow_in_float16_survive_with_loss_scaling() {
         let net = Network {
             layers: vec![LayerParams {
                 dense_kernel: Some(Param::from_tensor(kernel)),
-                conv_kernel: None,
-                bias: None,
-                gamma: None,
-                beta: None,
-                moving_mean: None,
-                moving_variance: None,
-                kernels: Vec::new(),
-                vectors: Vec::new(),
+                ..LayerParams::empty()
             }],
         };
         let targets = vec![1e-8f32, 1.5e-8];

@@ -360,19 +360,34 @@ fn matrix(shape: &[usize], split: usize) -> [usize; 2] {
     ]
 }
 
-/// Reorders a conv kernel from Keras' `[kh, kw, in, out]` to Burn's `[out, in, kh, kw]`.
-pub fn hwio_to_oihw(w: &[f32], [kh, kw, cin, cout]: [usize; 4]) -> Vec<f32> {
-    let mut out = vec![0.0; w.len()];
-    for y in 0..kh {
-        for x in 0..kw {
-            for i in 0..cin {
-                for o in 0..cout {
-                    out[((o * cin + i) * kh + y) * kw + x] = w[((y * kw + x) * cin + i) * cout + o];
+/// `w` (row-major, of shape `dims`) with its axes permuted: axis `k` of the result is axis
+/// `perm[k]` of `w`.
+fn permuted4(w: &[f32], dims: [usize; 4], perm: [usize; 4]) -> Vec<f32> {
+    let strides = [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1];
+    let out_dims = perm.map(|p| dims[p]);
+    let mut out = Vec::with_capacity(w.len());
+    for a in 0..out_dims[0] {
+        for b in 0..out_dims[1] {
+            for c in 0..out_dims[2] {
+                for d in 0..out_dims[3] {
+                    let at = [a, b, c, d];
+                    let src: usize = (0..4).map(|k| at[k] * strides[perm[k]]).sum();
+                    out.push(w[src]);
                 }
             }
         }
     }
     out
+}
+
+/// Reorders a conv kernel from Keras' `[kh, kw, in, out]` to Burn's `[out, in, kh, kw]`.
+pub fn hwio_to_oihw(w: &[f32], dims: [usize; 4]) -> Vec<f32> {
+    permuted4(w, dims, [3, 2, 0, 1])
+}
+
+/// Reorders a conv kernel from Burn's `[out, in, kh, kw]` to Keras' `[kh, kw, in, out]`.
+pub fn oihw_to_hwio(w: &[f32], dims: [usize; 4]) -> Vec<f32> {
+    permuted4(w, dims, [2, 3, 1, 0])
 }
 
 /// `f` on the `n` values of a rank-2 tensor, reshaped back.

@@ -15,29 +15,9 @@ use super::layer::{LayerConfig, Registration};
 /// [`known_layer_types`]: super::known_layer_types
 pub const LAYER_TYPES: &[&str] = &["Input"];
 
-/// The layer types built into kiln, declared through [`super::Layer`]: one line per type.
+/// The layer types built into kiln (`super::layers`' `builtin_layers!` lists them).
 fn builtin() -> Vec<Registration> {
-    use super::layers::*;
-    vec![
-        Dense::registration(),
-        Conv2D::registration(),
-        MaxPooling2D::registration(),
-        AveragePooling2D::registration(),
-        Flatten::registration(),
-        Dropout::registration(),
-        BatchNormalization::registration(),
-        ActivationLayer::registration(),
-        LayerNormalization::registration(),
-        MultiHeadAttention::registration(),
-        TransformerEncoder::registration(),
-        Add::registration(),
-        Concatenate::registration(),
-        Cropping1D::registration(),
-        Embedding::registration(),
-        GlobalAveragePooling2D::registration(),
-        PositionEmbedding::registration(),
-        ZeroPadding2D::registration(),
-    ]
+    super::layers::registrations()
 }
 
 /// Whether `name` is a built-in layer type (class name or alias).

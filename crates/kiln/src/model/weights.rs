@@ -23,22 +23,7 @@ use crate::error::{KilnError, Result};
 /// (Keras' name and layout, row-major float32) or an error when it is missing or mismatched.
 pub type WeightSource<'a> = dyn Fn(&str, &[usize]) -> Result<Vec<f32>> + 'a;
 
-pub use super::params::hwio_to_oihw;
-
-/// Reorders a conv kernel from Burn's `[out, in, kh, kw]` to Keras' `[kh, kw, in, out]`.
-pub fn oihw_to_hwio(w: &[f32], [cout, cin, kh, kw]: [usize; 4]) -> Vec<f32> {
-    let mut out = vec![0.0; w.len()];
-    for o in 0..cout {
-        for i in 0..cin {
-            for y in 0..kh {
-                for x in 0..kw {
-                    out[((y * kw + x) * cin + i) * cout + o] = w[((o * cin + i) * kh + y) * kw + x];
-                }
-            }
-        }
-    }
-    out
-}
+pub use super::params::{hwio_to_oihw, oihw_to_hwio};
 
 /// Every weight as `(name, Keras shape, values)`, in layer order.
 pub fn keras_weights(spec: &ModelSpec, net: &Network) -> Vec<(String, Vec<usize>, Vec<f32>)> {

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    activation_extra, activation_onnx, default_one, default_true, image_shape, onnx_pads, window,
+    activation_onnx, default_one, default_true, image_shape, onnx_pads, window,
 };
 use crate::model::act::Act;
 use crate::model::args::{Activation, Padding, Pair};
@@ -99,21 +99,9 @@ impl Layer for Conv2D {
         if relu {
             return y;
         }
-        let y = ctx.round_before(y, self.activation);
-        match ctx.before_softmax {
-            true => y,
-            false => y.activated(self.activation),
-        }
+        super::activate(y, self.activation, ctx)
     }
-    fn keeps_output(&self) -> bool {
-        self.activation == Activation::Relu
-    }
-    fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
-        activation_extra(self.activation, output)
-    }
-    fn ends_in_softmax(&self) -> bool {
-        self.activation == Activation::Softmax
-    }
+    affine_activation!();
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let x = &inputs[0];
         let ([kh, kw], cin, f) = (self.kernel_size.0, x.shape[2], self.filters);

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{activation_extra, activation_onnx, channels_last, default_true};
+use super::{activation_onnx, channels_last, default_true};
 use crate::model::act::Act;
 use crate::model::args::{Activation, keras_shape};
 use crate::model::layer::{
@@ -98,21 +98,9 @@ impl Layer for Dense {
         if self.activation == Activation::Relu {
             return affine(x, w, true);
         }
-        let y = ctx.round_before(affine(x, w, false), self.activation);
-        match ctx.before_softmax {
-            true => y,
-            false => y.activated(self.activation),
-        }
+        super::activate(affine(x, w, false), self.activation, ctx)
     }
-    fn keeps_output(&self) -> bool {
-        self.activation == Activation::Relu
-    }
-    fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
-        activation_extra(self.activation, output)
-    }
-    fn ends_in_softmax(&self) -> bool {
-        self.activation == Activation::Softmax
-    }
+    affine_activation!();
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let x = &inputs[0];
         let cin = x.shape.last().copied().unwrap_or(0);

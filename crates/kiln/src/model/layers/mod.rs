@@ -1,46 +1,78 @@
 //! Layers declared through [`super::layer::Layer`], one file each: the file holds the layer's
 //! Keras arguments and defaults, shapes, weights, forward pass and estimate figures. Adding a
-//! layer is one file here, one `pub use` below and one line in `registry::builtin`.
+//! layer is one file here and one line in `builtin_layers!` below.
 
-mod activation;
-mod add;
+/// The [`Layer`] methods of a layer whose `activation` follows an affine map (Dense,
+/// Conv2D): a ReLU is fused (its gradient reads the output), other activations keep their
+/// input, and a softmax hands its logits to the loss.
+macro_rules! affine_activation {
+    () => {
+        fn keeps_output(&self) -> bool {
+            self.activation == Activation::Relu
+        }
+        fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
+            super::activation_extra(self.activation, output)
+        }
+        fn ends_in_softmax(&self) -> bool {
+            self.activation == Activation::Softmax
+        }
+    };
+}
+
+/// Declares the built-in layer files and their types: `file => [Type, ...]` gives `mod file`,
+/// `pub use file::Type` and the type's registration in [`registrations`].
+macro_rules! builtin_layers {
+    ($($file:ident => [$($ty:ident),+]),* $(,)?) => {
+        $(mod $file; $(pub use $file::$ty;)+)*
+
+        /// The registrations of the built-in layer types (`super::registry` serves them).
+        pub(super) fn registrations() -> Vec<Registration> {
+            vec![$($(<$ty as LayerConfig>::registration()),+),*]
+        }
+    };
+}
+
+// One line per layer file.
+builtin_layers! {
+    dense => [Dense],
+    conv2d => [Conv2D],
+    pooling2d => [MaxPooling2D, AveragePooling2D],
+    flatten => [Flatten],
+    dropout => [Dropout],
+    batch_normalization => [BatchNormalization],
+    activation => [ActivationLayer],
+    layer_normalization => [LayerNormalization],
+    multi_head_attention => [MultiHeadAttention],
+    transformer_encoder => [TransformerEncoder],
+    add => [Add],
+    concatenate => [Concatenate],
+    cropping1d => [Cropping1D],
+    embedding => [Embedding],
+    global_average_pooling2d => [GlobalAveragePooling2D],
+    position_embedding => [PositionEmbedding],
+    zero_padding2d => [ZeroPadding2D],
+}
+
 mod attention;
-mod batch_normalization;
-mod concatenate;
-mod conv2d;
-mod cropping1d;
-mod dense;
-mod dropout;
-mod embedding;
-mod flatten;
-mod global_average_pooling2d;
-mod layer_normalization;
-mod multi_head_attention;
-mod pooling2d;
-mod position_embedding;
-mod transformer_encoder;
-mod zero_padding2d;
 
-pub use activation::ActivationLayer;
-pub use add::Add;
-pub use batch_normalization::BatchNormalization;
-pub use concatenate::Concatenate;
-pub use conv2d::Conv2D;
-pub use cropping1d::Cropping1D;
-pub use dense::Dense;
-pub use dropout::Dropout;
-pub use embedding::Embedding;
-pub use flatten::Flatten;
-pub use global_average_pooling2d::GlobalAveragePooling2D;
-pub use layer_normalization::LayerNormalization;
-pub use multi_head_attention::MultiHeadAttention;
-pub use pooling2d::{AveragePooling2D, MaxPooling2D, Pooling2D};
-pub use position_embedding::PositionEmbedding;
-pub use transformer_encoder::TransformerEncoder;
-pub use zero_padding2d::ZeroPadding2D;
+pub use pooling2d::Pooling2D;
 
+use super::act::Act;
 use super::args::{Activation, Padding, Pair, keras_shape};
+use super::layer::{ForwardContext, LayerConfig, Registration};
 use crate::onnx::{Layout, OnnxGraph, OnnxValue, int};
+
+/// The end of an affine layer's forward pass (Dense, Conv2D without a fused ReLU): `y` rounded
+/// to the compute dtype before a non-linear activation, then the activation, unless the
+/// network takes the values before a final softmax.
+fn activate(y: Act, a: Activation, ctx: ForwardContext) -> Act {
+    let y = ctx.round_before(y, a);
+    if ctx.before_softmax {
+        y
+    } else {
+        y.activated(a)
+    }
+}
 
 /// `[steps, features]` of a rank-2 Keras input, or the message naming `class` and the shape.
 fn steps_features(input: &[usize], class: &str) -> Result<[usize; 2], String> {
