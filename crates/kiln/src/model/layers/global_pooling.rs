@@ -20,7 +20,11 @@ pub(super) struct GlobalPool {
 
 impl GlobalPool {
     /// `(features,)`, or `(1, features)` / `(1, 1, channels)` with `keepdims`.
-    pub(super) fn output_shape(self, input: &[usize], keepdims: bool) -> Result<Vec<usize>, String> {
+    pub(super) fn output_shape(
+        self,
+        input: &[usize],
+        keepdims: bool,
+    ) -> Result<Vec<usize>, String> {
         let features = match self.spatial {
             1 => super::steps_features(input, self.class)?[1],
             _ => super::image_shape(input, self.class)?[2],
@@ -72,7 +76,13 @@ impl GlobalPool {
     }
 
     /// `ReduceMean`/`ReduceMax` over the steps (axis 1) or the NCHW positions (axes 2, 3).
-    pub(super) fn onnx(self, g: &mut OnnxGraph, x: &OnnxValue, name: &str, keepdims: bool) -> String {
+    pub(super) fn onnx(
+        self,
+        g: &mut OnnxGraph,
+        x: &OnnxValue,
+        name: &str,
+        keepdims: bool,
+    ) -> String {
         let op = if self.max { "ReduceMax" } else { "ReduceMean" };
         let axes: &[i64] = if self.spatial == 1 { &[1] } else { &[2, 3] };
         let attrs = vec![ints("axes", axes), int("keepdims", keepdims as i64)];

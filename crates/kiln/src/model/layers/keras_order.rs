@@ -42,7 +42,12 @@ pub(super) fn from_rows(rows: Tensor<2>, shape: &[usize]) -> Act {
 
 /// The ONNX value `x` reshaped to the Keras shape `shape` in Keras' element order (images go
 /// through NHWC on both sides).
-pub(super) fn onnx_reshape(g: &mut OnnxGraph, name: &str, x: &OnnxValue, shape: &[usize]) -> String {
+pub(super) fn onnx_reshape(
+    g: &mut OnnxGraph,
+    name: &str,
+    x: &OnnxValue,
+    shape: &[usize],
+) -> String {
     let mut v = x.name.clone();
     if x.layout() == Layout::Image {
         v = g.transpose(name, &v, &[0, 2, 3, 1]);

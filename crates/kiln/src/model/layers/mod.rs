@@ -33,14 +33,14 @@ mod position_embedding;
 mod repeat;
 mod repeat_vector;
 mod reshape;
+#[cfg(test)]
+mod shape_tests;
 mod subtract;
 mod transformer_encoder;
 mod upsampling1d;
 mod upsampling2d;
 mod zero_padding1d;
 mod zero_padding2d;
-#[cfg(test)]
-mod shape_tests;
 
 pub use activation::ActivationLayer;
 pub use add::Add;

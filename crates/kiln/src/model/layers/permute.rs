@@ -21,7 +21,9 @@ impl Permute {
     /// kiln: Keras' (h, w, c) axes 1, 2, 3 are axes 2, 3, 1 there, so the Keras permutation is
     /// taken between NHWC views: NCHW -> NHWC, permute, -> NCHW, as one permutation.
     fn run_perm(&self) -> Vec<usize> {
-        let keras: Vec<usize> = std::iter::once(0).chain(self.dims.iter().copied()).collect();
+        let keras: Vec<usize> = std::iter::once(0)
+            .chain(self.dims.iter().copied())
+            .collect();
         if keras.len() != 4 {
             return keras;
         }

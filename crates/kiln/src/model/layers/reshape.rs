@@ -22,10 +22,15 @@ pub struct Reshape {
 impl Reshape {
     /// The target shape for an input of `size` values per example.
     fn resolve(&self, size: usize) -> Result<Vec<usize>, String> {
-        let known: usize = self.target_shape.iter().filter(|&&d| d > 0).product::<i64>() as usize;
+        let known: usize = self
+            .target_shape
+            .iter()
+            .filter(|&&d| d > 0)
+            .product::<i64>() as usize;
         let shape = |inferred: usize| {
             let axes = self.target_shape.iter();
-            axes.map(|&d| if d < 0 { inferred } else { d as usize }).collect()
+            axes.map(|&d| if d < 0 { inferred } else { d as usize })
+                .collect()
         };
         if !self.target_shape.contains(&-1) {
             return match known == size {

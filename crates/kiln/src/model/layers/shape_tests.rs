@@ -31,7 +31,10 @@ struct Reference {
 }
 
 fn reference() -> Reference {
-    serde_json::from_str(include_str!("../../../tests/data/shape_layers_reference.json")).unwrap()
+    serde_json::from_str(include_str!(
+        "../../../tests/data/shape_layers_reference.json"
+    ))
+    .unwrap()
 }
 
 /// The layer of `args` (`type` and its arguments), through the registry as TOML builds it.
@@ -222,13 +225,21 @@ fn bad_arguments_and_shapes_are_one_line_errors_naming_the_layer_and_key() {
 /// Keras' aliases of the new global pooling layers, and `keepdims` written back to TOML.
 #[test]
 fn aliases_and_configs_round_trip() {
-    for alias in ["GlobalAvgPool1D", "GlobalMaxPool1D", "GlobalMaxPool2D", "GlobalAvgPool2D"] {
+    for alias in [
+        "GlobalAvgPool1D",
+        "GlobalMaxPool1D",
+        "GlobalMaxPool2D",
+        "GlobalAvgPool2D",
+    ] {
         assert!(registry::lookup(alias).is_some(), "{alias}");
     }
     let mut args = toml::Table::new();
     args.insert("type".into(), "GlobalMaxPooling2D".into());
     args.insert("keepdims".into(), true.into());
     let layer = build(&args);
-    assert_eq!(layer.config().get("keepdims"), Some(&toml::Value::from(true)));
+    assert_eq!(
+        layer.config().get("keepdims"),
+        Some(&toml::Value::from(true))
+    );
     assert_eq!(layer.output_shape(&[&[3, 4, 5]]).unwrap(), [1, 1, 5]);
 }
