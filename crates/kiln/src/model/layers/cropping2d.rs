@@ -47,6 +47,9 @@ impl Layer for Cropping2D {
     fn saves_input(&self) -> bool {
         false
     }
+    fn passes_values(&self) -> bool {
+        true
+    }
     /// Two `Slice`s of the NCHW value (rows on axis 2, columns on axis 3).
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let [h, w, _] = super::image_shape(&inputs[0].shape, "Cropping2D")?;

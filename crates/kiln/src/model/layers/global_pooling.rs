@@ -65,14 +65,14 @@ impl GlobalPool {
     /// output value; the mean keeps nothing.
     pub(super) fn extra_kept(self, output: &[usize]) -> f64 {
         match self.max {
-            true => 2.0 * output.iter().product::<usize>() as f64,
+            true => 2.0 * super::size(output),
             false => 0.0,
         }
     }
 
     /// Reads every input value once.
     pub(super) fn flops(self, input: &[usize]) -> f64 {
-        input.iter().map(|&d| d as f64).product()
+        super::size(input)
     }
 
     /// `ReduceMean`/`ReduceMax` over the steps (axis 1) or the NCHW positions (axes 2, 3).
@@ -126,8 +126,11 @@ macro_rules! global_pooling_layer {
             fn saves_input(&self) -> bool {
                 false
             }
-            fn extra_kept(&self, output: &[usize]) -> f64 {
+            fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
                 Self::POOL.extra_kept(output)
+            }
+            fn passes_values(&self) -> bool {
+                Self::POOL.max
             }
             fn flops(&self, inputs: &[&[usize]], _: &[usize], _: usize) -> f64 {
                 Self::POOL.flops(inputs[0])

@@ -96,9 +96,14 @@ impl Merge {
     /// value per output value).
     pub(super) fn extra_kept(self, output: &[usize]) -> f64 {
         match self {
-            Merge::Maximum | Merge::Minimum => 0.25 * output.iter().product::<usize>() as f64,
+            Merge::Maximum | Merge::Minimum => 0.25 * super::size(output),
             _ => 0.0,
         }
+    }
+
+    /// `Maximum`/`Minimum` output values of their inputs.
+    pub(super) fn passes_values(self) -> bool {
+        matches!(self, Merge::Maximum | Merge::Minimum)
     }
 
     /// `Add`, `Sub`, `Mul` folded over the inputs; ONNX's variadic `Mean`, `Max`, `Min`.
@@ -146,8 +151,11 @@ macro_rules! merge_layer {
             fn saves_input(&self) -> bool {
                 super::merge::Merge::$name.saves_input()
             }
-            fn extra_kept(&self, output: &[usize]) -> f64 {
+            fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
                 super::merge::Merge::$name.extra_kept(output)
+            }
+            fn passes_values(&self) -> bool {
+                super::merge::Merge::$name.passes_values()
             }
             fn onnx(
                 &self,

@@ -57,18 +57,6 @@ impl Layer for Permute {
             Act::Image(t) => Act::Image(t.permute([p[0], p[1], p[2], p[3]])),
         }
     }
-    fn saves_input(&self) -> bool {
-        false
-    }
-    /// One `Transpose` (of the NCHW value for images).
-    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
-        let perm: Vec<i64> = self.run_perm().into_iter().map(|a| a as i64).collect();
-        Ok(g.transpose(name, &inputs[0].name, &perm))
-    }
-}
-
-impl LayerConfig for Permute {
-    const CLASS_NAME: &'static str = "Permute";
     fn validate(&self) -> Result<(), String> {
         let mut sorted = self.dims.clone();
         sorted.sort_unstable();
@@ -82,4 +70,19 @@ impl LayerConfig for Permute {
         }
         Ok(())
     }
+    fn saves_input(&self) -> bool {
+        false
+    }
+    fn passes_values(&self) -> bool {
+        true
+    }
+    /// One `Transpose` (of the NCHW value for images).
+    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        let perm: Vec<i64> = self.run_perm().into_iter().map(|a| a as i64).collect();
+        Ok(g.transpose(name, &inputs[0].name, &perm))
+    }
+}
+
+impl LayerConfig for Permute {
+    const CLASS_NAME: &'static str = "Permute";
 }

@@ -33,8 +33,14 @@ impl Layer for RepeatVector {
         let [n, f] = x.dims();
         Act::Seq(repeat_steps(x.reshape([n, 1, f]), self.n))
     }
+    fn validate(&self) -> Result<(), String> {
+        super::positive("n", self.n)
+    }
     fn saves_input(&self) -> bool {
         false
+    }
+    fn passes_values(&self) -> bool {
+        true
     }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let f = inputs[0].shape[0];
@@ -44,7 +50,4 @@ impl Layer for RepeatVector {
 
 impl LayerConfig for RepeatVector {
     const CLASS_NAME: &'static str = "RepeatVector";
-    fn validate(&self) -> Result<(), String> {
-        super::positive("n", self.n)
-    }
 }

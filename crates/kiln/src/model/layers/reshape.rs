@@ -65,18 +65,6 @@ impl Layer for Reshape {
         let shape = self.resolve(size).expect("checked by output_shape");
         from_rows(into_rows(x), &shape)
     }
-    fn saves_input(&self) -> bool {
-        false
-    }
-    /// `Reshape`, with `Transpose`s to and from NHWC around it for images.
-    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
-        let shape = self.resolve(inputs[0].shape.iter().product())?;
-        Ok(onnx_reshape(g, name, &inputs[0], &shape))
-    }
-}
-
-impl LayerConfig for Reshape {
-    const CLASS_NAME: &'static str = "Reshape";
     fn validate(&self) -> Result<(), String> {
         let t = &self.target_shape;
         if t.is_empty() || t.len() > 3 {
@@ -99,4 +87,19 @@ impl LayerConfig for Reshape {
         }
         Ok(())
     }
+    fn saves_input(&self) -> bool {
+        false
+    }
+    fn passes_values(&self) -> bool {
+        true
+    }
+    /// `Reshape`, with `Transpose`s to and from NHWC around it for images.
+    fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        let shape = self.resolve(inputs[0].shape.iter().product())?;
+        Ok(onnx_reshape(g, name, &inputs[0], &shape))
+    }
+}
+
+impl LayerConfig for Reshape {
+    const CLASS_NAME: &'static str = "Reshape";
 }

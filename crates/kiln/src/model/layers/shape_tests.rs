@@ -9,6 +9,7 @@ use serde::Deserialize;
 use super::keras_order::into_rows;
 use crate::model::act::Act;
 use crate::model::layer::{ForwardContext, Layer, Weights};
+use crate::model::params::LayerParams;
 use crate::model::{ModelSpec, registry};
 
 #[derive(Deserialize)]
@@ -101,12 +102,9 @@ fn shape_and_merge_layers_match_keras_values_and_gradients() {
         assert_eq!(shape, case.output.shape[1..], "{name}: output shape");
         let (leaves, acts): (Vec<Act>, Vec<Act>) =
             case.inputs.iter().map(|v| input(v, &device)).unzip();
-        let weights = Weights {
-            specs: Vec::new(),
-            kernels: &[],
-            vectors: &[],
-        };
-        let out = layer.forward(acts, &weights, ForwardContext { training: true });
+        let params = LayerParams::empty();
+        let weights = Weights::new(Vec::new(), &params);
+        let out = layer.forward(acts, &weights, ForwardContext::new(true));
         let rows = into_rows(out);
         assert_close(name, "output", &to_vec(rows.clone()), &case.output.values);
         let n = rows.dims()[1];

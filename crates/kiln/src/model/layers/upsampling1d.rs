@@ -36,8 +36,14 @@ impl Layer for UpSampling1D {
     fn forward(&self, mut inputs: Vec<Act>, _: &Weights, _: ForwardContext) -> Act {
         Act::Seq(repeat_steps(inputs.remove(0).into_seq(), self.size))
     }
+    fn validate(&self) -> Result<(), String> {
+        super::positive("size", self.size)
+    }
     fn saves_input(&self) -> bool {
         false
+    }
+    fn passes_values(&self) -> bool {
+        true
     }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let sf = super::steps_features(&inputs[0].shape, "UpSampling1D")?;
@@ -47,7 +53,4 @@ impl Layer for UpSampling1D {
 
 impl LayerConfig for UpSampling1D {
     const CLASS_NAME: &'static str = "UpSampling1D";
-    fn validate(&self) -> Result<(), String> {
-        super::positive("size", self.size)
-    }
 }

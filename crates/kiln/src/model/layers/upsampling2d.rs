@@ -59,8 +59,24 @@ impl Layer for UpSampling2D {
         let wide = repeat_steps(tall.reshape([n * c * h * rows, w, 1]), cols);
         Act::Image(wide.reshape([n, c, h * rows, w * cols]))
     }
+    fn validate(&self) -> Result<(), String> {
+        super::positive("size", self.size.0[0].min(self.size.0[1]))?;
+        match self.interpolation.as_str() {
+            "nearest" => Ok(()),
+            other if INTERPOLATIONS.contains(&other) => Err(format!(
+                "`interpolation` \"{other}\" is not supported yet; use \"nearest\""
+            )),
+            other => Err(format!(
+                "`interpolation` \"{other}\" is not one of Keras' {INTERPOLATIONS:?}; kiln runs \
+                 \"nearest\""
+            )),
+        }
+    }
     fn saves_input(&self) -> bool {
         false
+    }
+    fn passes_values(&self) -> bool {
+        true
     }
     /// As the forward pass: two repeats (`Reshape`, `Expand`, `Reshape`) of the NCHW value.
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
@@ -75,17 +91,4 @@ impl Layer for UpSampling2D {
 
 impl LayerConfig for UpSampling2D {
     const CLASS_NAME: &'static str = "UpSampling2D";
-    fn validate(&self) -> Result<(), String> {
-        super::positive("size", self.size.0[0].min(self.size.0[1]))?;
-        match self.interpolation.as_str() {
-            "nearest" => Ok(()),
-            other if INTERPOLATIONS.contains(&other) => Err(format!(
-                "`interpolation` \"{other}\" is not supported yet; use \"nearest\""
-            )),
-            other => Err(format!(
-                "`interpolation` \"{other}\" is not one of Keras' {INTERPOLATIONS:?}; kiln runs \
-                 \"nearest\""
-            )),
-        }
-    }
 }

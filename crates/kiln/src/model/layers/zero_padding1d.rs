@@ -36,6 +36,9 @@ impl Layer for ZeroPadding1D {
     fn saves_input(&self) -> bool {
         false
     }
+    fn passes_values(&self) -> bool {
+        true
+    }
     /// `Pad` (constant zeros): `[begins of N, S, F, ends of N, S, F]`.
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let [start, end] = self.padding.0.map(|p| p as i64);
