@@ -11,7 +11,8 @@
    bare model, so the script does both around onnxruntime).
    Functional models `kiln predict` cannot run (two inputs; a text model of Embedding,
    PositionEmbedding, Add, TransformerEncoder, LayerNormalization, attention over another value,
-   Cropping1D and BatchNormalization on sequences) are checked with the `onnx_forward` example
+   Cropping1D and BatchNormalization on sequences; the weightless shape, merge and pooling
+   layers) are checked with the `onnx_forward` example
    instead: it exports the seeded model and prints kiln's forward pass on the same inputs.
    Together the models use every layer built into kiln (the Rust test
    `export::tests::the_onnx_interop_models_use_every_builtin_layer` checks that).
@@ -146,6 +147,40 @@ outputs = ["logits"]
 """,
         # Ids outside [0, 50) are clipped into it, by kiln as by the graph.
         lambda rng: {"tokens": np.concatenate([rng.integers(0, 50, size=(15, 12)), [[-3, 55] + [7] * 10]])},
+    ),
+    # The weightless shape, merge and pooling layers, images read in Keras' channels-last
+    # order through Permute and Reshape.
+    "interop-shape-layers": (
+        """
+layers = [
+  { type = "Input", shape = [6, 4, 2], name = "image" },
+  { type = "Input", shape = [6], name = "vec" },
+  { type = "UpSampling2D", size = [1, 2], inputs = "image", name = "up2" },
+  { type = "Cropping2D", cropping = [[1, 1], [2, 2]], inputs = "up2", name = "crop" },
+  { type = "Permute", dims = [2, 3, 1], inputs = "crop", name = "perm" },
+  { type = "GlobalMaxPooling2D", keepdims = true, inputs = "perm", name = "gmp2" },
+  { type = "Reshape", target_shape = [4], inputs = "gmp2", name = "gmp2_flat" },
+  { type = "Reshape", target_shape = [-1, 4], inputs = "perm", name = "seq" },
+  { type = "UpSampling1D", inputs = "seq", name = "up1" },
+  { type = "ZeroPadding1D", padding = [1, 2], inputs = "up1", name = "pad1" },
+  { type = "GlobalAveragePooling1D", inputs = "pad1", name = "gap1" },
+  { type = "GlobalMaxPooling1D", inputs = "pad1", name = "gmp1" },
+  { type = "Dense", units = 4, inputs = "vec", name = "dv" },
+  { type = "Multiply", inputs = ["gap1", "gmp1", "dv"], name = "mul" },
+  { type = "Subtract", inputs = ["gmp1", "gap1"], name = "sub" },
+  { type = "Average", inputs = ["mul", "sub", "gmp2_flat"], name = "avg" },
+  { type = "Maximum", inputs = ["avg", "dv"], name = "max" },
+  { type = "Minimum", inputs = ["avg", "dv", "gap1"], name = "min" },
+  { type = "RepeatVector", n = 3, inputs = "max", name = "rep" },
+  { type = "Permute", dims = [2, 1], inputs = "rep", name = "rep_t" },
+  { type = "Reshape", target_shape = [2, 3, 2], inputs = "rep_t", name = "grid" },
+  { type = "Reshape", target_shape = [12], inputs = "grid", name = "rep_flat" },
+  { type = "Concatenate", inputs = ["rep_flat", "min"], name = "both" },
+  { type = "Dense", units = 3, inputs = "both", name = "out" },
+]
+outputs = ["out"]
+""",
+        lambda rng: {"image": rng.normal(size=(16, 6, 4, 2)), "vec": rng.normal(size=(16, 6))},
     ),
     # A shared tower (one Dense called on both inputs) and two outputs, each a graph output
     # named after its layer.

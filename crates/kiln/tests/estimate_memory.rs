@@ -141,6 +141,14 @@ fn activations_match() {
             "transformer encoder",
             r#"{type="Input",shape=[32,64]},{type="Dense",units=64},{type="TransformerEncoder",num_heads=4,intermediate_dim=256,activation="gelu"},{type="Cropping1D",cropping=[0,31]},{type="Flatten"},{type="Dense",units=2}"#,
         ),
+        (
+            "image shape layers",
+            r#"{type="Input",shape=[16,16,4]},{type="Conv2D",filters=8,kernel_size=3,padding="same",activation="relu"},{type="UpSampling2D"},{type="Permute",dims=[2,1,3]},{type="Conv2D",filters=8,kernel_size=3},{type="Cropping2D",cropping=[[1,2],[0,3]]},{type="GlobalMaxPooling2D"},{type="Dense",units=2}"#,
+        ),
+        (
+            "sequence shape and merge layers",
+            r#"{type="Input",name="i",shape=[32,16]},{type="Dense",name="a",units=32,activation="tanh"},{type="Reshape",target_shape=[16,64]},{type="UpSampling1D"},{type="ZeroPadding1D",padding=2},{type="Dense",name="b",units=16},{type="Subtract",name="s",inputs=["b","b"]},{type="Multiply",name="m",inputs=["s","b"]},{type="Maximum",name="x",inputs=["m","b"]},{type="Average",inputs=["x","m"]},{type="GlobalAveragePooling1D"},{type="RepeatVector",n=4},{type="Flatten"},{type="Dense",units=2}"#,
+        ),
     ];
     let batch = 64;
     for (name, layers) in cases {

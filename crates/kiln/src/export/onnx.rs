@@ -30,7 +30,7 @@
 //! | `Concatenate` | `Concat` (images: Keras' axis in NCHW) |
 //! | `Cropping1D` | `Slice` over the steps |
 //! | `ZeroPadding2D` | `Pad` (constant zeros) |
-//! | `GlobalAveragePooling2D` | `GlobalAveragePool` + `Flatten` |
+//! | global pooling (`GlobalAveragePooling1D/2D`, `GlobalMaxPooling1D/2D`) | `ReduceMean`/`ReduceMax` (`keepdims`) |
 //! | `Embedding` | `Clip` + `Cast` (int64) + `Gather` |
 //! | `PositionEmbedding` | `Slice` of the table + `Expand` to the input's shape |
 

@@ -95,7 +95,7 @@ fn single_layer_parameter_counts_match_keras() {
         padding: Pads2([[3, 3], [3, 3]]),
     });
     assert_eq!(pad.output_shape(&[224, 224, 3]).unwrap(), vec![230, 230, 3]);
-    let gap = LayerKind::from(layers::GlobalAveragePooling2D {});
+    let gap = LayerKind::from(layers::GlobalAveragePooling2D::default());
     assert_eq!(gap.output_shape(&[7, 7, 2048]).unwrap(), vec![2048]);
 }
 

@@ -18,12 +18,8 @@ impl Layer for Flatten {
         Ok(vec![inputs[0].iter().product()])
     }
     fn forward(&self, mut inputs: Vec<Act>, _: &Weights, _: ForwardContext) -> Act {
-        Act::Flat(match inputs.pop().expect("one input") {
-            Act::Flat(t) => t,
-            Act::Seq(t) => t.flatten(1, 2),
-            // Keras flattens channels-last: [b, h, w, c].
-            Act::Image(t) => t.permute([0, 2, 3, 1]).flatten(1, 3),
-        })
+        // Keras flattens channels-last: [b, h, w, c].
+        Act::Flat(super::keras_order::into_rows(inputs.pop().expect("one input")))
     }
     fn saves_input(&self) -> bool {
         false

@@ -45,15 +45,37 @@ builtin_layers! {
     multi_head_attention => [MultiHeadAttention],
     transformer_encoder => [TransformerEncoder],
     add => [Add],
+    average => [Average],
     concatenate => [Concatenate],
     cropping1d => [Cropping1D],
+    cropping2d => [Cropping2D],
     embedding => [Embedding],
+    global_average_pooling1d => [GlobalAveragePooling1D],
     global_average_pooling2d => [GlobalAveragePooling2D],
+    global_max_pooling1d => [GlobalMaxPooling1D],
+    global_max_pooling2d => [GlobalMaxPooling2D],
+    maximum => [Maximum],
+    minimum => [Minimum],
+    multiply => [Multiply],
+    permute => [Permute],
     position_embedding => [PositionEmbedding],
+    repeat_vector => [RepeatVector],
+    reshape => [Reshape],
+    subtract => [Subtract],
+    upsampling1d => [UpSampling1D],
+    upsampling2d => [UpSampling2D],
+    zero_padding1d => [ZeroPadding1D],
     zero_padding2d => [ZeroPadding2D],
 }
 
+// Code the layer files share (not layers).
 mod attention;
+mod global_pooling;
+mod keras_order;
+mod merge;
+mod repeat;
+#[cfg(test)]
+mod shape_tests;
 
 pub use pooling2d::Pooling2D;
 
