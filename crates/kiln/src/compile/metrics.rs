@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::loss::LossKind;
+use super::loss::{Family, LossKind};
 use crate::error::{KilnError, Result};
 
 /// A metric, named as the user wrote it (that name is the key in logs and `history.json`).
@@ -51,7 +51,7 @@ impl MetricSpec {
     pub fn parse_at(name: &str, key: &str, loss: LossKind, units: usize) -> Result<MetricSpec> {
         let kind = match name {
             "accuracy" | "acc" => {
-                if loss == LossKind::BinaryCrossentropy || units == 1 {
+                if loss.family() == Family::Sigmoid || units == 1 {
                     MetricKind::BinaryAccuracy
                 } else {
                     MetricKind::CategoricalAccuracy

@@ -16,7 +16,7 @@ pub use custom::{
     register_loss, register_metric,
 };
 pub use gradients::GradientOptions;
-pub use loss::{EPSILON, Labels, LossKind, LossSpec};
+pub use loss::{Builtin, EPSILON, Family, LOSSES, Labels, LossArgs, LossDef, LossKind, LossSpec};
 pub use metrics::{MetricKind, MetricSpec, argmax, correct};
 pub use optimizer::OptimizerSpec;
 pub use outputs::{OutputHead, RawOutputs, is_per_output};
