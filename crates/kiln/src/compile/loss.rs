@@ -318,6 +318,9 @@ impl Labels {
 }
 
 #[cfg(test)]
+mod keras_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -182,20 +182,14 @@ fn metric_list(
     loss: &LossSpec,
     units: usize,
 ) -> Result<Vec<MetricSpec>> {
-    let names: Vec<&toml::Value> = match v {
+    let metrics: Vec<&toml::Value> = match v {
         toml::Value::Array(a) => a.iter().collect(),
         one => vec![one],
     };
-    names
+    metrics
         .iter()
         .enumerate()
-        .map(|(i, n)| {
-            let at = format!("{key}[{i}]");
-            let name = n.as_str().ok_or_else(|| {
-                KilnError::config(&at, format!("expected a metric name, got {n}"))
-            })?;
-            MetricSpec::parse_at(name, &at, loss.kind, units)
-        })
+        .map(|(i, m)| MetricSpec::from_toml_at(m, &format!("{key}[{i}]"), loss.kind, units))
         .collect()
 }
 

@@ -80,9 +80,7 @@ impl LossArgs {
         checks
             .into_iter()
             .find(|(_, v, (lo, hi))| !(v.is_finite() && lo <= v && v <= hi))
-            .map(|(key, v, (_, hi))| {
-                (key, v, if hi.is_finite() { "in [0, 1]" } else { ">= 0" })
-            })
+            .map(|(key, v, (_, hi))| (key, v, if hi.is_finite() { "in [0, 1]" } else { ">= 0" }))
     }
 
     /// The value of argument `key` as TOML (for the run directory's config).
@@ -262,7 +260,12 @@ fn categorical_focal(r: &Rows) -> Tensor<2> {
         r.output.clone()
     };
     let p = clipped(normalized(p));
-    let factor = p.clone().neg().add_scalar(1.0).powf_scalar(a.gamma).mul_scalar(a.alpha);
+    let factor = p
+        .clone()
+        .neg()
+        .add_scalar(1.0)
+        .powf_scalar(a.gamma)
+        .mul_scalar(a.alpha);
     (factor * r.y() * p.log()).sum_dim(1).neg()
 }
 
@@ -315,16 +318,25 @@ pub const LOSSES: &[LossDef] = &[
         classes: false,
         rows: binary_crossentropy,
     },
-    values("mean_squared_error", &["mse"], |r| r.error().square().mean_dim(1)),
-    values("mean_absolute_error", &["mae"], |r| r.error().abs().mean_dim(1)),
+    values("mean_squared_error", &["mse"], |r| {
+        r.error().square().mean_dim(1)
+    }),
+    values("mean_absolute_error", &["mae"], |r| {
+        r.error().abs().mean_dim(1)
+    }),
     values("mean_absolute_percentage_error", &["mape"], |r| {
         let y = r.y();
         let scale = y.clone().abs().clamp_min(EPSILON);
-        ((y - r.output.clone()) / scale).abs().mean_dim(1).mul_scalar(100.0)
+        ((y - r.output.clone()) / scale)
+            .abs()
+            .mean_dim(1)
+            .mul_scalar(100.0)
     }),
     values("mean_squared_logarithmic_error", &["msle"], |r| {
         let log1p = |t: Tensor<2>| t.clamp_min(EPSILON).add_scalar(1.0).log();
-        (log1p(r.output.clone()) - log1p(r.y())).square().mean_dim(1)
+        (log1p(r.output.clone()) - log1p(r.y()))
+            .square()
+            .mean_dim(1)
     }),
     LossDef {
         args: &["delta"],
