@@ -66,10 +66,11 @@ CASES = [
      "ONEHOT", "LOGITS", "alpha = 0.5, gamma = 3.0, from_logits = true, label_smoothing = 0.1"),
 ]
 # Rank 3: the same values as [2, 3, 2] outputs (rows of 2 units).
+# (Losses that average over the last axis give the rank-2 values; these sum over it.)
 RANK3 = [
-    ("huber", L.Huber(), "REG_Y", "REG_P", ""),
     ("kl_divergence", L.KLDivergence(), "SOFT", "PROBS", ""),
-    ("binary_focal_crossentropy", L.BinaryFocalCrossentropy(), "BINARY", "PROBS", ""),
+    ("cosine_similarity", L.CosineSimilarity(), "REG_Y", "REG_P", ""),
+    ("categorical_focal_crossentropy", L.CategoricalFocalCrossentropy(), "SOFT", "PROBS", ""),
 ]
 
 
@@ -125,7 +126,8 @@ for name, m, y in [("top_k_categorical_accuracy", M.TopKCategoricalAccuracy(k=2)
 for name, m in [("precision", M.Precision()), ("recall", M.Recall()),
                 ("precision_t0.3", M.Precision(thresholds=0.3)),
                 ("recall_t0.3", M.Recall(thresholds=0.3)),
-                ("true_positives", M.TruePositives()), ("false_positives", M.FalsePositives()),
+                ("true_positives", M.TruePositives()),
+                ("true_positives_t0.3", M.TruePositives(thresholds=0.3)), ("false_positives", M.FalsePositives()),
                 ("true_negatives", M.TrueNegatives()), ("false_negatives", M.FalseNegatives())]:
     m.update_state(BINARY[:2], PROBS[:2])
     first = float(m.result())

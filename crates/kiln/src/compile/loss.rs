@@ -175,13 +175,11 @@ impl LossSpec {
     }
 
     /// The built-in loss as the TOML table `compile.loss` that reads it back: `type`,
-    /// `from_logits` where the loss takes it, and its arguments.
+    /// `from_logits` (false for the losses without it) and its arguments.
     pub(super) fn builtin_toml(b: &Builtin, from_logits: bool) -> toml::Table {
         let mut t = toml::Table::new();
         t.insert("type".into(), b.def.name.into());
-        if b.def.family != Family::Values {
-            t.insert("from_logits".into(), from_logits.into());
-        }
+        t.insert("from_logits".into(), from_logits.into());
         for k in b.def.args {
             t.insert((*k).into(), b.args.get(k));
         }

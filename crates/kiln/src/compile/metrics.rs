@@ -38,11 +38,14 @@ pub enum MetricKind {
     MeanAbsolutePercentageError,
     /// The cosine of the angle between a row's output and target (Keras' `CosineSimilarity`).
     CosineSimilarity,
+    /// A count over every unit of the epoch: `output > threshold` against a nonzero target
+    /// (Keras' `TruePositives`, `FalsePositives`, `TrueNegatives`, `FalseNegatives`).
+    Confusion(Confusion, Threshold),
     /// A metric registered with [`super::register_metric`].
     Custom(super::CustomMetric),
 }
 
-const NAMES: &str = "accuracy, sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, mae (mean_absolute_error), mse (mean_squared_error), root_mean_squared_error (rmse), mean_absolute_percentage_error (mape), cosine_similarity";
+const NAMES: &str = "accuracy, sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, mae (mean_absolute_error), mse (mean_squared_error), root_mean_squared_error (rmse), mean_absolute_percentage_error (mape), cosine_similarity, true_positives, false_positives, true_negatives, false_negatives";
 
 impl MetricSpec {
     /// Resolves a Keras metric name. `accuracy` becomes the accuracy that fits the loss, as in
@@ -92,6 +95,11 @@ impl MetricSpec {
         {
             *k = top_k(&v, key)?;
         }
+        if let MetricKind::Confusion(_, t) = &mut kind
+            && let Some(v) = table.remove("thresholds")
+        {
+            *t = threshold(&v, key, &name)?;
+        }
         if let Some(extra) = table.keys().next() {
             return Err(KilnError::config(
                 format!("{key}.{extra}"),
@@ -117,6 +125,13 @@ impl MetricSpec {
         {
             t.insert("k".into(), (k as i64).into());
         }
+        if let MetricKind::Confusion(_, Threshold(at)) = self.kind
+            && at != 0.5
+        {
+            // Through its shortest decimal, so that 0.3 reads back as 0.3.
+            let at: f64 = at.to_string().parse().unwrap_or(at as f64);
+            t.insert("thresholds".into(), at.into());
+        }
         if t.is_empty() {
             return self.given.clone().into();
         }
@@ -125,6 +140,7 @@ impl MetricSpec {
     }
 
     fn kind(name: &str, key: &str, loss: LossKind, units: usize) -> Result<MetricKind> {
+        let confusion = |c| MetricKind::Confusion(c, Threshold(0.5));
         let kind = match name {
             "accuracy" | "acc" => {
                 if loss.family() == Family::Sigmoid || units == 1 {
@@ -145,6 +161,10 @@ impl MetricSpec {
             "rmse" | "root_mean_squared_error" => MetricKind::RootMeanSquaredError,
             "mape" | "mean_absolute_percentage_error" => MetricKind::MeanAbsolutePercentageError,
             "cosine_similarity" => MetricKind::CosineSimilarity,
+            "true_positives" => confusion(Confusion::TruePositives),
+            "false_positives" => confusion(Confusion::FalsePositives),
+            "true_negatives" => confusion(Confusion::TrueNegatives),
+            "false_negatives" => confusion(Confusion::FalseNegatives),
             other => match super::custom::metric(other) {
                 Some(Ok(custom)) => MetricKind::Custom(custom),
                 Some(Err(e)) => {
@@ -165,6 +185,54 @@ impl MetricSpec {
     }
 }
 
+/// Which cell of the confusion matrix a count metric counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Confusion {
+    /// Predicted positive, positive target.
+    TruePositives,
+    /// Predicted positive, negative target.
+    FalsePositives,
+    /// Predicted negative, negative target.
+    TrueNegatives,
+    /// Predicted negative, positive target.
+    FalseNegatives,
+}
+
+impl Confusion {
+    /// True when a unit with `positive` prediction and `target` falls in this cell.
+    fn counts(self, predicted: bool, target: bool) -> bool {
+        match self {
+            Confusion::TruePositives => predicted && target,
+            Confusion::FalsePositives => predicted && !target,
+            Confusion::TrueNegatives => !predicted && !target,
+            Confusion::FalseNegatives => !predicted && target,
+        }
+    }
+}
+
+/// A decision threshold in `[0, 1]` (Keras' `thresholds`, default 0.5); equal by value.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Threshold(pub f32);
+
+impl PartialEq for Threshold {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+impl Eq for Threshold {}
+
+/// `thresholds`: one number in `[0, 1]`.
+fn threshold(v: &toml::Value, key: &str, name: &str) -> Result<Threshold> {
+    let t = v.as_float().or_else(|| v.as_integer().map(|i| i as f64));
+    match t {
+        Some(t) if (0.0..=1.0).contains(&t) => Ok(Threshold(t as f32)),
+        _ => Err(KilnError::config(
+            format!("{key}.thresholds"),
+            format!("{name} needs thresholds as one number in [0, 1], got {v}"),
+        )),
+    }
+}
+
 /// The top-k accuracies' `k`: an integer >= 1.
 fn top_k(v: &toml::Value, key: &str) -> Result<usize> {
     match v.as_integer() {
@@ -177,12 +245,14 @@ fn top_k(v: &toml::Value, key: &str) -> Result<usize> {
 }
 
 impl MetricKind {
-    /// The epoch's value from the mean over examples of the sums [`correct`] returns (the
-    /// square root for the root mean squared error, the mean itself otherwise).
-    pub fn result(self, mean: f64) -> f64 {
+    /// The epoch's value from the sum of what [`correct`] returned over its `examples`: the
+    /// count itself for the confusion counts, the square root of the mean for the root mean
+    /// squared error, the mean over examples otherwise.
+    pub fn result(self, sum: f64, examples: f64) -> f64 {
         match self {
-            MetricKind::RootMeanSquaredError => mean.sqrt(),
-            _ => mean,
+            MetricKind::Confusion(..) => sum,
+            MetricKind::RootMeanSquaredError => (sum / examples).sqrt(),
+            _ => sum / examples,
         }
     }
 }
@@ -237,6 +307,11 @@ pub fn correct(
             .zip(targets.chunks_exact(units.max(1)))
             .map(|(p, t)| cosine(p, t))
             .sum(),
+        MetricKind::Confusion(cell, Threshold(at)) => outputs
+            .iter()
+            .zip(targets)
+            .filter(|&(&p, &t)| cell.counts(p > at, t != 0.0))
+            .count() as f64,
         MetricKind::Custom(m) => m.update(&super::MetricBatch {
             outputs,
             units,
@@ -345,6 +420,8 @@ mod keras_tests {
         0.3, -0.8, 1.7, -0.4, 0.6, 0.2, 2.0, 0.45, -1.1, -0.3, 0.9, 0.15,
     ];
     const CLASSES: [i64; 4] = [1, 0, 2, 1];
+    const PROBS: [f32; 12] = [0.2, 0.7, 0.1, 0.5, 0.3, 0.2, 0.05, 0.15, 0.8, 0.4, 0.4, 0.2];
+    const BINARY: [f32; 12] = [1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0];
 
     fn metric(text: &str) -> MetricSpec {
         let v: toml::Table = toml::from_str(&format!("m = {text}")).unwrap();
@@ -362,7 +439,7 @@ mod keras_tests {
                 &targets[rows.start * 3..rows.end * 3],
             );
             sum += correct(m.kind, o, 3, &CLASSES[rows], t);
-            m.kind.result(sum / (2 * (batch + 1)) as f64)
+            m.kind.result(sum, (2 * (batch + 1)) as f64)
         })
     }
 
@@ -400,6 +477,18 @@ mod keras_tests {
                 "{text}"
             );
         }
+        // Counts over every unit: PROBS against BINARY at 0.5, and at 0.3.
+        let cases = [
+            ("\"true_positives\"", [0.0, 0.0]),
+            ("\"false_positives\"", [1.0, 2.0]),
+            ("\"true_negatives\"", [2.0, 4.0]),
+            ("\"false_negatives\"", [3.0, 6.0]),
+        ];
+        for (text, keras) in cases {
+            assert_eq!(streamed(&metric(text), &PROBS, &BINARY), keras, "{text}");
+        }
+        let t = metric("{ type = \"true_positives\", thresholds = 0.3 }");
+        assert_eq!(streamed(&t, &PROBS, &BINARY), [0.0, 1.0]);
     }
 
     #[test]
@@ -425,5 +514,13 @@ mod keras_tests {
             "compile.metrics[1].k: metric \"rmse\" has no argument \"k\""
         );
         assert!(err("{ type = \"r3\" }").starts_with("compile.metrics[1]: unknown metric \"r3\""));
+        assert_eq!(
+            err("{ type = \"false_negatives\", thresholds = 1.5 }"),
+            "compile.metrics[1].thresholds: false_negatives needs thresholds as one number in \
+             [0, 1], got 1.5"
+        );
+        let t = metric("{ type = \"true_negatives\", thresholds = 0.3 }");
+        assert_eq!(t.to_toml()["thresholds"].as_float(), Some(0.3));
+        assert_eq!(metric(&t.to_toml().to_string()), t);
     }
 }

@@ -328,9 +328,9 @@ mod tests {
         );
         let e = err(r#"loss = "sparse_categorical_crossentropy""#);
         assert!(e.starts_with("compile.loss: sparse_categorical_crossentropy needs at least 2 units on output \"value\""), "{e}");
-        let e = err(r#"loss = { class = "hinge", value = "mse" }"#);
+        let e = err(r#"loss = { class = "hinje", value = "mse" }"#);
         assert!(
-            e.starts_with("compile.loss.class.type: unknown loss \"hinge\""),
+            e.starts_with("compile.loss.class.type: unknown loss \"hinje\""),
             "{e}"
         );
         let e = err("loss = \"mse\"\nmetrics = { value = [\"f1\"] }");
