@@ -33,6 +33,7 @@ L = keras.losses
 # (rust name, Keras loss, y_true, y_pred, rust args, y key, p key)
 CASES = [
     ("mae", L.MeanAbsoluteError(), "REG_Y", "REG_P", ""),
+    ("mse", L.MeanSquaredError(), "REG_Y", "REG_P", ""),
     ("mape", L.MeanAbsolutePercentageError(), "REG_Y", "REG_P", ""),
     ("msle", L.MeanSquaredLogarithmicError(), "POS_Y", "POS_P", ""),
     ("huber", L.Huber(), "REG_Y", "REG_P", ""),

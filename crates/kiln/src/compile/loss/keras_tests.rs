@@ -158,6 +158,28 @@ mod keras {
             ],
         },
         Case {
+            loss: "mse",
+            args: "",
+            y: &REG_Y,
+            p: &REG_P,
+            rows: 4,
+            value: 0.9012500643730164,
+            grad: &[
+                -0.03333333134651184,
+                0.10000000894069672,
+                0.09999998658895493,
+                -0.01666666939854622,
+                0.07500000298023224,
+                -0.30000001192092896,
+                -0.3333333432674408,
+                0.016666671261191368,
+                0.04999999701976776,
+                0.0833333358168602,
+                0.2500000298023224,
+                -0.008333325386047363,
+            ],
+        },
+        Case {
             loss: "mape",
             args: "",
             y: &REG_Y,
@@ -656,7 +678,12 @@ mod keras {
 }
 
 fn spec(case: &keras::Case) -> LossSpec {
-    let text = format!("loss = {{ type = \"{}\", {} }}", case.loss, case.args);
+    let args = if case.args.is_empty() {
+        String::new()
+    } else {
+        format!(", {}", case.args)
+    };
+    let text = format!("loss = {{ type = \"{}\"{args} }}", case.loss);
     let t: toml::Table = toml::from_str(&text).unwrap();
     LossSpec::from_toml(&t["loss"]).unwrap()
 }
@@ -693,7 +720,9 @@ fn every_loss_and_its_gradient_equals_keras() {
             assert!((g - k).abs() <= tol, "{what}: d/dp[{i}] {g} vs Keras {k}");
         }
     }
-    // Every built-in loss has a case, the rank-3 outputs ([2, 3, 2] as 6 rows) at least two.
+    // Every built-in loss has a case (sparse_categorical_crossentropy, with class-index labels,
+    // in `super::tests` and the model's Keras parity tests), the rank-3 outputs ([2, 3, 2] as 6
+    // rows) at least two.
     for def in LOSSES {
         assert!(
             keras::CASES.iter().any(|c| c.loss == def.name) || def.labels == LabelKind::Sparse,
