@@ -7,7 +7,7 @@ use burn::prelude::Device;
 use kiln_data::Dataset;
 
 use crate::checkpoint::{CheckpointDir, Manifest};
-use crate::compile::{LossKind, argmax};
+use crate::compile::{Family, argmax};
 use crate::config::RunConfig;
 use crate::error::{KilnError, Result};
 use crate::fit::{Backup, Callback, FitOptions, History, Interrupt, Logs, Model};
@@ -981,10 +981,10 @@ fn to_probabilities(row: &mut [f32], loss: &crate::compile::LossSpec) {
     if !loss.from_logits {
         return;
     }
-    match loss.kind {
-        LossKind::BinaryCrossentropy => row.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
-        LossKind::MeanSquaredError => {}
-        _ => softmax_in_place(row),
+    // Only probability losses (and registered ones) take from_logits.
+    match loss.family() {
+        Family::Sigmoid => row.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
+        Family::Softmax | Family::Values => softmax_in_place(row),
     }
 }
 

@@ -309,13 +309,14 @@ fn bad_layers_losses_and_metrics_are_one_line_errors_with_exit_code_2_and_write_
             "\"sparse_focal_crossentropy\"",
             "\"focal_crossentropy\"",
             "compile.loss.type: unknown loss \"focal_crossentropy\"; allowed: \
-             sparse_categorical_crossentropy, … (alias mse), sparse_focal_crossentropy",
+             sparse_categorical_crossentropy, … categorical_focal_crossentropy, \
+             sparse_focal_crossentropy",
         ),
         (
             "\"top2_accuracy\"",
             "\"top3_accuracy\"",
             "compile.metrics[1]: unknown metric \"top3_accuracy\"; allowed: accuracy, … \
-             mse (mean_squared_error), top2_accuracy",
+             false_negatives, top2_accuracy",
         ),
     ];
     for (i, (from, layer, expected)) in cases.into_iter().enumerate() {

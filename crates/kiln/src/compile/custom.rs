@@ -281,7 +281,9 @@ impl LossSpec {
                 t.extend(c.config());
                 toml::Value::Table(t)
             }
-            _ => toml::Value::try_from(self).expect("losses serialize"),
+            LossKind::Builtin(b) => {
+                toml::Value::Table(LossSpec::builtin_toml(&b, self.from_logits))
+            }
         }
     }
 }

@@ -2,46 +2,93 @@
 //! `keras/src/losses/losses.py`).
 
 use burn::prelude::*;
-use burn::tensor::activation::{log_sigmoid, log_softmax};
-use serde::{Deserialize, Serialize};
 
+use super::LabelKind;
 use crate::error::{KilnError, Result};
+
+mod table;
+
+pub use table::{Family, LOSSES, LossArgs, LossDef};
 
 /// Keras clips probabilities to `[EPSILON, 1 - EPSILON]` before taking logs
 /// (`keras.config.epsilon()`).
 pub const EPSILON: f64 = 1e-7;
 
-/// Which loss. TOML: `loss = "sparse_categorical_crossentropy"` or
-/// `loss = { type = "sparse_categorical_crossentropy", from_logits = true }`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// Which loss, with its arguments. TOML: `loss = "huber"` or
+/// `loss = { type = "huber", delta = 0.5 }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LossKind {
-    /// Integer class labels `[batch]` against `[batch, classes]` outputs.
-    SparseCategoricalCrossentropy,
-    /// One-hot (or probability) labels `[batch, classes]`; integer labels are one-hot encoded.
-    CategoricalCrossentropy,
-    /// Labels in `{0, 1}` (or `[0, 1]`), `[batch, units]`, averaged over units then batch.
-    BinaryCrossentropy,
-    /// `mean((y - p)^2)` over the last axis, then over the batch.
-    MeanSquaredError,
+    /// A Keras loss of the table [`LOSSES`], with its arguments.
+    Builtin(Builtin),
     /// A loss registered with [`super::register_loss`], by its name.
-    #[serde(untagged)]
     Custom(super::CustomLoss),
 }
 
-/// A loss and its `from_logits` flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LossSpec {
-    /// The loss function.
-    #[serde(rename = "type")]
-    pub kind: LossKind,
-    /// Outputs are unnormalized logits (Keras' `from_logits=True`).
-    #[serde(default)]
-    pub from_logits: bool,
+/// A built-in loss: its entry of [`LOSSES`] and its arguments.
+#[derive(Clone, Copy)]
+pub struct Builtin {
+    /// The loss.
+    pub def: &'static LossDef,
+    /// Its arguments (those the loss does not take keep Keras' defaults).
+    pub args: LossArgs,
 }
 
-const NAMES: &str = "sparse_categorical_crossentropy, categorical_crossentropy, binary_crossentropy, mean_squared_error (alias mse)";
+impl PartialEq for Builtin {
+    fn eq(&self, other: &Self) -> bool {
+        self.def.name == other.def.name && self.args == other.args
+    }
+}
+impl Eq for Builtin {}
+
+impl std::fmt::Debug for Builtin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let args: Vec<String> = self
+            .def
+            .args
+            .iter()
+            .map(|k| format!("{k} = {}", self.args.get(k)))
+            .collect();
+        write!(f, "{}({})", self.def.name, args.join(", "))
+    }
+}
+
+/// Shorthands for the first losses of [`LOSSES`] with Keras' default arguments, for code that
+/// builds a [`LossSpec`] by hand.
+#[allow(non_upper_case_globals)]
+impl LossKind {
+    /// `sparse_categorical_crossentropy`: integer class labels `[batch]`.
+    pub const SparseCategoricalCrossentropy: LossKind = LossKind::builtin(0);
+    /// `categorical_crossentropy`: one-hot (or probability) labels.
+    pub const CategoricalCrossentropy: LossKind = LossKind::builtin(1);
+    /// `binary_crossentropy`: labels in `[0, 1]`, averaged over units.
+    pub const BinaryCrossentropy: LossKind = LossKind::builtin(2);
+    /// `mean_squared_error`.
+    pub const MeanSquaredError: LossKind = LossKind::builtin(3);
+
+    /// What its outputs are (a registered loss: values).
+    pub fn family(&self) -> Family {
+        match self {
+            LossKind::Builtin(b) => b.def.family,
+            LossKind::Custom(_) => Family::Values,
+        }
+    }
+
+    const fn builtin(index: usize) -> LossKind {
+        LossKind::Builtin(Builtin {
+            def: &LOSSES[index],
+            args: LossArgs::KERAS,
+        })
+    }
+}
+
+/// A loss and its `from_logits` flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LossSpec {
+    /// The loss function.
+    pub kind: LossKind,
+    /// Outputs are unnormalized logits (Keras' `from_logits=True`).
+    pub from_logits: bool,
+}
 
 impl LossSpec {
     /// Reads `compile.loss`.
@@ -55,67 +102,89 @@ impl LossSpec {
     /// [`LossSpec::from_toml`] of the value at `key` (e.g. `compile.loss.value`).
     ///
     /// # Errors
-    /// As [`LossSpec::from_toml`], naming `key`.
+    /// As [`LossSpec::from_toml`], naming `key`: an unknown loss (listing the known ones), an
+    /// argument the loss does not take, or one out of its range.
     pub fn from_toml_at(value: &toml::Value, key: &str) -> Result<LossSpec> {
-        let (mut table, ty) = super::named_table(value, key, NAMES)?;
+        let (mut table, ty) = super::named_table(value, key, &table::names())?;
         if let Some(custom) = super::custom::loss_spec(&ty, &table, key)? {
             return Ok(custom);
         }
-        let canonical = match ty.as_str() {
-            "mse" => "mean_squared_error",
-            other => other,
-        };
-        if ![
-            "sparse_categorical_crossentropy",
-            "categorical_crossentropy",
-            "binary_crossentropy",
-            "mean_squared_error",
-        ]
-        .contains(&canonical)
-        {
+        let Some(def) = table::find(&ty) else {
             return Err(KilnError::config(
                 format!("{key}.type"),
                 format!(
-                    "unknown loss \"{ty}\"; allowed: {NAMES}{}",
+                    "unknown loss \"{ty}\"; allowed: {}{}",
+                    table::names(),
                     super::custom::registered_losses()
                 ),
             ));
+        };
+        table.remove("type");
+        let from_logits = match table.remove("from_logits") {
+            None => false,
+            Some(toml::Value::Boolean(b)) => b,
+            Some(other) => {
+                return Err(KilnError::config(
+                    format!("{key}.from_logits"),
+                    format!("expected true or false, got {other}"),
+                ));
+            }
+        };
+        if from_logits && def.family == Family::Values {
+            return Err(KilnError::config(
+                format!("{key}.from_logits"),
+                format!(
+                    "{} compares values, not probabilities: it takes no from_logits; remove it",
+                    def.name
+                ),
+            ));
         }
-        table.insert("type".into(), toml::Value::String(canonical.into()));
-        toml::Value::Table(table)
-            .try_into()
-            .map_err(|e: toml::de::Error| {
-                KilnError::config(key, crate::error::humanize(e.message()))
-            })
+        let args = loss_args(def, table, key)?;
+        Ok(LossSpec {
+            kind: LossKind::Builtin(Builtin { def, args }),
+            from_logits,
+        })
     }
 
     /// The Keras name.
     pub fn name(&self) -> &'static str {
         match self.kind {
-            LossKind::SparseCategoricalCrossentropy => "sparse_categorical_crossentropy",
-            LossKind::CategoricalCrossentropy => "categorical_crossentropy",
-            LossKind::BinaryCrossentropy => "binary_crossentropy",
-            LossKind::MeanSquaredError => "mean_squared_error",
+            LossKind::Builtin(b) => b.def.name,
             LossKind::Custom(c) => c.name(),
         }
     }
 
+    /// What its outputs are: probabilities over classes, independent ones, or values (a
+    /// registered loss: values).
+    pub fn family(&self) -> Family {
+        self.kind.family()
+    }
+
     /// True for the cross-entropies over classes, which need at least 2 output units.
     pub fn needs_classes(&self) -> bool {
-        matches!(
-            self.kind,
-            LossKind::SparseCategoricalCrossentropy | LossKind::CategoricalCrossentropy
-        )
+        matches!(self.kind, LossKind::Builtin(b) if b.def.classes)
     }
 
     /// True when the labels are integer class indices `[batch]`.
     pub fn sparse_labels(&self) -> bool {
-        match self.kind {
-            LossKind::Custom(c) => c.labels() == super::LabelKind::Sparse,
-            kind => kind == LossKind::SparseCategoricalCrossentropy,
-        }
+        let labels = match self.kind {
+            LossKind::Builtin(b) => b.def.labels,
+            LossKind::Custom(c) => c.labels(),
+        };
+        labels == LabelKind::Sparse
     }
 
+    /// The built-in loss as the TOML table `compile.loss` that reads it back: `type`,
+    /// `from_logits` (false for the losses without it) and its arguments.
+    pub(super) fn builtin_toml(b: &Builtin, from_logits: bool) -> toml::Table {
+        let mut t = toml::Table::new();
+        t.insert("type".into(), b.def.name.into());
+        t.insert("from_logits".into(), from_logits.into());
+        for k in b.def.args {
+            t.insert((*k).into(), b.args.get(k));
+        }
+        t
+    }
     /// The mean loss over the batch, a `[1]` tensor.
     ///
     /// `output` is the model's output `[batch, units]`; `logits` the input of its final softmax
@@ -159,46 +228,47 @@ impl LossSpec {
         logits: Option<Tensor<2>>,
         labels: &Labels,
     ) -> Tensor<1> {
-        if let LossKind::Custom(c) = self.kind {
-            return c.per_example(output, logits, labels);
-        }
-        let [b, _] = output.dims();
-        let log_probs = |output: Tensor<2>| -> Tensor<2> {
-            if self.from_logits {
-                log_softmax(output, 1)
-            } else if let Some(l) = logits.clone() {
-                log_softmax(l, 1)
-            } else {
-                // Keras: normalize to sum 1, clip, log.
-                let p = output.clone() / output.sum_dim(1);
-                p.clamp(EPSILON, 1.0 - EPSILON).log()
-            }
+        let b = match self.kind {
+            LossKind::Custom(c) => return c.per_example(output, logits, labels),
+            LossKind::Builtin(b) => b,
         };
-        let per_row: Tensor<2> = match (self.kind, labels) {
-            (LossKind::SparseCategoricalCrossentropy, Labels::Sparse(y)) => {
-                let lp = log_probs(output);
-                lp.gather(1, y.clone().reshape([b, 1])).neg()
-            }
-            (LossKind::CategoricalCrossentropy, Labels::Dense(y)) => {
-                (log_probs(output) * y.clone()).sum_dim(1).neg()
-            }
-            (LossKind::BinaryCrossentropy, Labels::Dense(y)) => {
-                let (log_p, log_not_p) = if self.from_logits {
-                    (log_sigmoid(output.clone()), log_sigmoid(output.neg()))
-                } else {
-                    let p = output.clamp(EPSILON, 1.0 - EPSILON);
-                    (p.clone().log(), p.neg().add_scalar(1.0).log())
-                };
-                let ll = y.clone() * log_p + y.clone().neg().add_scalar(1.0) * log_not_p;
-                ll.mean_dim(1).neg()
-            }
-            (LossKind::MeanSquaredError, Labels::Dense(y)) => {
-                (output - y.clone()).square().mean_dim(1)
-            }
-            (kind, _) => panic!("labels were prepared for another loss than {kind:?}"),
-        };
-        per_row.reshape([b])
+        let rows = output.dims()[0];
+        let per_row = (b.def.rows)(&table::Rows {
+            output,
+            logits,
+            labels,
+            args: b.args,
+            family: b.def.family,
+            from_logits: self.from_logits,
+        });
+        per_row.reshape([rows])
     }
+}
+
+/// The arguments of `def` from `table` (without `type` and `from_logits`).
+fn loss_args(def: &LossDef, table: toml::Table, key: &str) -> Result<LossArgs> {
+    if let Some(k) = table.keys().find(|k| !def.args.contains(&k.as_str())) {
+        let takes = match def.args {
+            [] => "no arguments".to_string(),
+            a => a.join(", "),
+        };
+        return Err(KilnError::config(
+            format!("{key}.{k}"),
+            format!("{} has no argument \"{k}\"; it takes {takes}", def.name),
+        ));
+    }
+    let args: LossArgs = toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| {
+            KilnError::config(key, crate::error::humanize(e.message()))
+        })?;
+    if let Some((k, v, range)) = args.out_of_range() {
+        return Err(KilnError::config(
+            format!("{key}.{k}"),
+            format!("{} needs {k} {range}, got {v}", def.name),
+        ));
+    }
+    Ok(args)
 }
 
 /// Labels on the device, in the form the loss needs.
@@ -244,6 +314,9 @@ impl Labels {
         }
     }
 }
+
+#[cfg(test)]
+mod keras_tests;
 
 #[cfg(test)]
 mod tests {

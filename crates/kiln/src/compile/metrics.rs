@@ -3,14 +3,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::loss::LossKind;
+use super::loss::{Family, LossKind};
 use crate::error::{KilnError, Result};
 
 /// A metric, named as the user wrote it (that name is the key in logs and `history.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetricSpec {
-    /// The key under which values are reported (`accuracy`, `top_k_categorical_accuracy`).
+    /// The key under which values are reported (`accuracy`, `top_k_categorical_accuracy`, or
+    /// the table's `name`).
     pub name: String,
+    /// The metric as written (`type`: `acc`, `top_k_categorical_accuracy`).
+    pub given: String,
     /// What is computed.
     pub kind: MetricKind,
 }
@@ -28,11 +31,21 @@ pub enum MetricKind {
     MeanAbsoluteError,
     /// `mean((output - target)^2)` over the units (Keras' `mse`, `mean_squared_error`).
     MeanSquaredError,
+    /// `sqrt` of the epoch's mean squared error (Keras' `RootMeanSquaredError`).
+    RootMeanSquaredError,
+    /// `100 mean(|(target - output) / max(|target|, ε)|)` over the units (Keras'
+    /// `MeanAbsolutePercentageError`).
+    MeanAbsolutePercentageError,
+    /// The cosine of the angle between a row's output and target (Keras' `CosineSimilarity`).
+    CosineSimilarity,
+    /// A count over every unit of the epoch: `output > threshold` against a nonzero target
+    /// (Keras' `TruePositives`, `FalsePositives`, `TrueNegatives`, `FalseNegatives`).
+    Confusion(Confusion, Threshold),
     /// A metric registered with [`super::register_metric`].
     Custom(super::CustomMetric),
 }
 
-const NAMES: &str = "accuracy, sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, mae (mean_absolute_error), mse (mean_squared_error)";
+const NAMES: &str = "accuracy, sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, mae (mean_absolute_error), mse (mean_squared_error), root_mean_squared_error (rmse), mean_absolute_percentage_error (mape), cosine_similarity, true_positives, false_positives, true_negatives, false_negatives";
 
 impl MetricSpec {
     /// Resolves a Keras metric name. `accuracy` becomes the accuracy that fits the loss, as in
@@ -49,9 +62,88 @@ impl MetricSpec {
     /// # Errors
     /// As [`MetricSpec::parse`].
     pub fn parse_at(name: &str, key: &str, loss: LossKind, units: usize) -> Result<MetricSpec> {
+        Self::from_toml_at(&toml::Value::from(name), key, loss, units)
+    }
+
+    /// A metric given as a name or as a table `{ type = "<name>", name = "<log key>", k = 2 }`
+    /// (`k`: the top-k accuracies' k, default 5, as Keras).
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming `key` (or its field) for an unknown metric or argument,
+    /// or a `k` below 1.
+    pub fn from_toml_at(
+        value: &toml::Value,
+        key: &str,
+        loss: LossKind,
+        units: usize,
+    ) -> Result<MetricSpec> {
+        let (mut table, name) = super::named_table(value, key, NAMES)?;
+        table.remove("type");
+        let logged = match table.remove("name") {
+            None => name.clone(),
+            Some(toml::Value::String(s)) if !s.is_empty() => s,
+            Some(other) => {
+                return Err(KilnError::config(
+                    format!("{key}.name"),
+                    format!("expected the metric's name in the logs, got {other}"),
+                ));
+            }
+        };
+        let mut kind = Self::kind(&name, key, loss, units)?;
+        if let MetricKind::TopK(k) = &mut kind
+            && let Some(v) = table.remove("k")
+        {
+            *k = top_k(&v, key)?;
+        }
+        if let MetricKind::Confusion(_, t) = &mut kind
+            && let Some(v) = table.remove("thresholds")
+        {
+            *t = threshold(&v, key, &name)?;
+        }
+        if let Some(extra) = table.keys().next() {
+            return Err(KilnError::config(
+                format!("{key}.{extra}"),
+                format!("metric \"{name}\" has no argument \"{extra}\""),
+            ));
+        }
+        Ok(MetricSpec {
+            name: logged,
+            given: name,
+            kind,
+        })
+    }
+
+    /// The metric as `compile.metrics` reads it back: its name, or a table when it has
+    /// another name in the logs or a `k` other than Keras' 5.
+    pub fn to_toml(&self) -> toml::Value {
+        let mut t = toml::Table::new();
+        if self.name != self.given {
+            t.insert("name".into(), self.name.clone().into());
+        }
+        if let MetricKind::TopK(k) = self.kind
+            && k != 5
+        {
+            t.insert("k".into(), (k as i64).into());
+        }
+        if let MetricKind::Confusion(_, Threshold(at)) = self.kind
+            && at != 0.5
+        {
+            // Through its shortest decimal, so that 0.3 reads back as 0.3.
+            let at: f64 = at.to_string().parse().unwrap_or(at as f64);
+            t.insert("thresholds".into(), at.into());
+        }
+        if t.is_empty() {
+            return self.given.clone().into();
+        }
+        t.insert("type".into(), self.given.clone().into());
+        toml::Value::Table(t)
+    }
+
+    fn kind(name: &str, key: &str, loss: LossKind, units: usize) -> Result<MetricKind> {
+        let confusion = |c| MetricKind::Confusion(c, Threshold(0.5));
         let kind = match name {
             "accuracy" | "acc" => {
-                if loss == LossKind::BinaryCrossentropy || units == 1 {
+                if loss.family() == Family::Sigmoid || units == 1 {
                     MetricKind::BinaryAccuracy
                 } else {
                     MetricKind::CategoricalAccuracy
@@ -66,6 +158,13 @@ impl MetricSpec {
             }
             "mae" | "mean_absolute_error" => MetricKind::MeanAbsoluteError,
             "mse" | "mean_squared_error" => MetricKind::MeanSquaredError,
+            "rmse" | "root_mean_squared_error" => MetricKind::RootMeanSquaredError,
+            "mape" | "mean_absolute_percentage_error" => MetricKind::MeanAbsolutePercentageError,
+            "cosine_similarity" => MetricKind::CosineSimilarity,
+            "true_positives" => confusion(Confusion::TruePositives),
+            "false_positives" => confusion(Confusion::FalsePositives),
+            "true_negatives" => confusion(Confusion::TrueNegatives),
+            "false_negatives" => confusion(Confusion::FalseNegatives),
             other => match super::custom::metric(other) {
                 Some(Ok(custom)) => MetricKind::Custom(custom),
                 Some(Err(e)) => {
@@ -82,10 +181,79 @@ impl MetricSpec {
                 }
             },
         };
-        Ok(MetricSpec {
-            name: name.to_string(),
-            kind,
-        })
+        Ok(kind)
+    }
+}
+
+/// Which cell of the confusion matrix a count metric counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Confusion {
+    /// Predicted positive, positive target.
+    TruePositives,
+    /// Predicted positive, negative target.
+    FalsePositives,
+    /// Predicted negative, negative target.
+    TrueNegatives,
+    /// Predicted negative, positive target.
+    FalseNegatives,
+}
+
+impl Confusion {
+    /// True when a unit with `positive` prediction and `target` falls in this cell.
+    fn counts(self, predicted: bool, target: bool) -> bool {
+        match self {
+            Confusion::TruePositives => predicted && target,
+            Confusion::FalsePositives => predicted && !target,
+            Confusion::TrueNegatives => !predicted && !target,
+            Confusion::FalseNegatives => !predicted && target,
+        }
+    }
+}
+
+/// A decision threshold in `[0, 1]` (Keras' `thresholds`, default 0.5); equal by value.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Threshold(pub f32);
+
+impl PartialEq for Threshold {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+impl Eq for Threshold {}
+
+/// `thresholds`: one number in `[0, 1]`.
+fn threshold(v: &toml::Value, key: &str, name: &str) -> Result<Threshold> {
+    let t = v.as_float().or_else(|| v.as_integer().map(|i| i as f64));
+    match t {
+        Some(t) if (0.0..=1.0).contains(&t) => Ok(Threshold(t as f32)),
+        _ => Err(KilnError::config(
+            format!("{key}.thresholds"),
+            format!("{name} needs thresholds as one number in [0, 1], got {v}"),
+        )),
+    }
+}
+
+/// The top-k accuracies' `k`: an integer >= 1.
+fn top_k(v: &toml::Value, key: &str) -> Result<usize> {
+    match v.as_integer() {
+        Some(k) if k >= 1 => Ok(k as usize),
+        _ => Err(KilnError::config(
+            format!("{key}.k"),
+            format!("k counts the top outputs: an integer >= 1, got {v}"),
+        )),
+    }
+}
+
+impl MetricKind {
+    /// The epoch's value from the sum of what [`correct`] returned over its `examples`: the
+    /// count itself for the confusion counts, the square root of the mean for the root mean
+    /// squared error, the mean over examples otherwise.
+    pub fn result(self, sum: f64, examples: f64) -> f64 {
+        match self {
+            MetricKind::Confusion(..) => sum,
+            MetricKind::RootMeanSquaredError => (sum / examples).sqrt(),
+            _ => sum / examples,
+        }
     }
 }
 
@@ -127,8 +295,23 @@ pub fn correct(
                 row.iter().filter(|&&v| v > target).count() < k
             })
             .count() as f64,
-        MetricKind::MeanAbsoluteError => unit_mean(outputs, targets, units, |d| d.abs()),
-        MetricKind::MeanSquaredError => unit_mean(outputs, targets, units, |d| d * d),
+        MetricKind::MeanAbsoluteError => unit_mean(outputs, targets, units, |p, t| (p - t).abs()),
+        MetricKind::MeanSquaredError | MetricKind::RootMeanSquaredError => {
+            unit_mean(outputs, targets, units, |p, t| (p - t) * (p - t))
+        }
+        MetricKind::MeanAbsolutePercentageError => unit_mean(outputs, targets, units, |p, t| {
+            100.0 * ((t - p) / t.abs().max(super::EPSILON)).abs()
+        }),
+        MetricKind::CosineSimilarity => outputs
+            .chunks_exact(units.max(1))
+            .zip(targets.chunks_exact(units.max(1)))
+            .map(|(p, t)| cosine(p, t))
+            .sum(),
+        MetricKind::Confusion(cell, Threshold(at)) => outputs
+            .iter()
+            .zip(targets)
+            .filter(|&(&p, &t)| cell.counts(p > at, t != 0.0))
+            .count() as f64,
         MetricKind::Custom(m) => m.update(&super::MetricBatch {
             outputs,
             units,
@@ -138,14 +321,24 @@ pub fn correct(
     }
 }
 
-/// `Σ_rows mean_units f(output - target)`, in f64.
-fn unit_mean(outputs: &[f32], targets: &[f32], units: usize, f: fn(f64) -> f64) -> f64 {
+/// `Σ_rows mean_units f(output, target)`, in f64.
+fn unit_mean(outputs: &[f32], targets: &[f32], units: usize, f: fn(f64, f64) -> f64) -> f64 {
     let sum: f64 = outputs
         .iter()
         .zip(targets)
-        .map(|(&p, &t)| f(p as f64 - t as f64))
+        .map(|(&p, &t)| f(p as f64, t as f64))
         .sum();
     sum / units.max(1) as f64
+}
+
+/// `Σ unit(p) · unit(t)`, each scaled by `min(1 / ‖x‖, 1 / ε)` as Keras' `normalize`.
+fn cosine(p: &[f32], t: &[f32]) -> f64 {
+    let inv = |x: &[f32]| {
+        let norm = x.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
+        (1.0 / norm).min(1.0 / super::EPSILON)
+    };
+    let dot: f64 = p.iter().zip(t).map(|(&a, &b)| a as f64 * b as f64).sum();
+    dot * inv(p) * inv(t)
 }
 
 /// Index of the largest value (the first one on ties, as `numpy.argmax`).
@@ -208,5 +401,126 @@ mod tests {
             ),
             1.5
         );
+    }
+}
+
+/// Metrics streamed over two batches as `fit` accumulates them, against Keras 3.15's
+/// `update_state` / `result` (`tests/reference/losses_reference.py`).
+#[cfg(test)]
+mod keras_tests {
+    use super::*;
+
+    const REG_Y: [f32; 12] = [
+        1.0, -0.5, 2.0, 0.3, 0.05, -1.2, 2.5, 1.0, 0.4, -0.7, 0.9, 1.5,
+    ];
+    const REG_P: [f32; 12] = [
+        0.8, 0.1, 2.6, 0.2, 0.5, -3.0, 0.5, 1.1, 0.7, -0.2, 2.4, 1.45,
+    ];
+    const SCORES: [f32; 12] = [
+        0.3, -0.8, 1.7, -0.4, 0.6, 0.2, 2.0, 0.45, -1.1, -0.3, 0.9, 0.15,
+    ];
+    const CLASSES: [i64; 4] = [1, 0, 2, 1];
+    const PROBS: [f32; 12] = [0.2, 0.7, 0.1, 0.5, 0.3, 0.2, 0.05, 0.15, 0.8, 0.4, 0.4, 0.2];
+    const BINARY: [f32; 12] = [1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0];
+
+    fn metric(text: &str) -> MetricSpec {
+        let v: toml::Table = toml::from_str(&format!("m = {text}")).unwrap();
+        MetricSpec::from_toml_at(&v["m"], "compile.metrics[0]", LossKind::MeanSquaredError, 3)
+            .unwrap()
+    }
+
+    /// The metric's value after the first two rows and after all four, as `fit` reports it.
+    fn streamed(m: &MetricSpec, outputs: &[f32; 12], targets: &[f32; 12]) -> [f64; 2] {
+        let mut sum = 0.0;
+        [0, 1].map(|batch| {
+            let rows = batch * 2..batch * 2 + 2;
+            let (o, t) = (
+                &outputs[rows.start * 3..rows.end * 3],
+                &targets[rows.start * 3..rows.end * 3],
+            );
+            sum += correct(m.kind, o, 3, &CLASSES[rows], t);
+            m.kind.result(sum, (2 * (batch + 1)) as f64)
+        })
+    }
+
+    #[test]
+    #[allow(clippy::excessive_precision)]
+    fn streamed_metrics_equal_keras() {
+        let cases = [
+            (
+                "\"root_mean_squared_error\"",
+                [0.8379040956497192, 0.949341893196106],
+            ),
+            ("\"rmse\"", [0.8379040956497192, 0.949341893196106]),
+            ("\"mape\"", [208.8888702392578, 138.3134765625]),
+            (
+                "\"cosine_similarity\"",
+                [0.9652920961380005, 0.8668362498283386],
+            ),
+        ];
+        for (text, keras) in cases {
+            let got = streamed(&metric(text), &REG_P, &REG_Y);
+            for (g, k) in got.iter().zip(keras) {
+                assert!(
+                    (g - k).abs() <= 1e-5 * k.abs().max(1.0),
+                    "{text}: {got:?} vs Keras {keras:?}"
+                );
+            }
+        }
+        for text in [
+            "{ type = \"top_k_categorical_accuracy\", k = 2 }",
+            "{ type = \"sparse_top_k_categorical_accuracy\", k = 2 }",
+        ] {
+            assert_eq!(
+                streamed(&metric(text), &SCORES, &[0.0; 12]),
+                [0.0, 0.25],
+                "{text}"
+            );
+        }
+        // Counts over every unit: PROBS against BINARY at 0.5, and at 0.3.
+        let cases = [
+            ("\"true_positives\"", [0.0, 0.0]),
+            ("\"false_positives\"", [1.0, 2.0]),
+            ("\"true_negatives\"", [2.0, 4.0]),
+            ("\"false_negatives\"", [3.0, 6.0]),
+        ];
+        for (text, keras) in cases {
+            assert_eq!(streamed(&metric(text), &PROBS, &BINARY), keras, "{text}");
+        }
+        let t = metric("{ type = \"true_positives\", thresholds = 0.3 }");
+        assert_eq!(streamed(&t, &PROBS, &BINARY), [0.0, 1.0]);
+    }
+
+    #[test]
+    fn tables_name_the_metric_and_read_back() {
+        let m = metric("{ type = \"top_k_categorical_accuracy\", k = 2, name = \"top2\" }");
+        assert_eq!((m.name.as_str(), m.kind), ("top2", MetricKind::TopK(2)));
+        let v: toml::Table = toml::from_str(&format!("m = {}", m.to_toml())).unwrap();
+        let back = MetricSpec::from_toml_at(&v["m"], "k", LossKind::MeanSquaredError, 3).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(metric("\"mae\"").to_toml(), toml::Value::from("mae"));
+        let err = |text: &str| {
+            let v: toml::Table = toml::from_str(&format!("m = {text}")).unwrap();
+            MetricSpec::from_toml_at(&v["m"], "compile.metrics[1]", LossKind::MeanSquaredError, 3)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("{ type = \"top_k_categorical_accuracy\", k = 0 }"),
+            "compile.metrics[1].k: k counts the top outputs: an integer >= 1, got 0"
+        );
+        assert_eq!(
+            err("{ type = \"rmse\", k = 2 }"),
+            "compile.metrics[1].k: metric \"rmse\" has no argument \"k\""
+        );
+        assert!(err("{ type = \"r3\" }").starts_with("compile.metrics[1]: unknown metric \"r3\""));
+        assert_eq!(
+            err("{ type = \"false_negatives\", thresholds = 1.5 }"),
+            "compile.metrics[1].thresholds: false_negatives needs thresholds as one number in \
+             [0, 1], got 1.5"
+        );
+        let t = metric("{ type = \"true_negatives\", thresholds = 0.3 }");
+        assert_eq!(t.to_toml()["thresholds"].as_float(), Some(0.3));
+        assert_eq!(metric(&t.to_toml().to_string()), t);
     }
 }

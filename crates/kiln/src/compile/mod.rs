@@ -16,7 +16,7 @@ pub use custom::{
     register_loss, register_metric,
 };
 pub use gradients::GradientOptions;
-pub use loss::{EPSILON, Labels, LossKind, LossSpec};
+pub use loss::{Builtin, EPSILON, Family, LOSSES, Labels, LossArgs, LossDef, LossKind, LossSpec};
 pub use metrics::{MetricKind, MetricSpec, argmax, correct};
 pub use optimizer::OptimizerSpec;
 pub use outputs::{OutputHead, RawOutputs, is_per_output};
@@ -85,6 +85,22 @@ impl Compiled {
         loss: LossSpec,
         metrics: &[String],
     ) -> Result<Compiled> {
+        let metrics: Vec<toml::Value> = metrics.iter().map(|m| m.as_str().into()).collect();
+        Self::with_metric_values(model, optimizer, loss, &metrics)
+    }
+
+    /// [`Compiled::new`] with metrics as `compile.metrics` gives them: names or tables
+    /// `{ type = "top_k_categorical_accuracy", k = 2, name = "top2" }`.
+    ///
+    /// # Errors
+    /// As [`Compiled::new`]; [`KilnError::Config`] naming `compile.metrics[i]` for a bad
+    /// metric.
+    pub fn with_metric_values(
+        model: &ModelSpec,
+        optimizer: OptimizerSpec,
+        loss: LossSpec,
+        metrics: &[toml::Value],
+    ) -> Result<Compiled> {
         // Any rank: the losses and metrics work on rows of the last axis (one per position).
         let units = model.output_units();
         if loss.needs_classes() && units < 2 {
@@ -99,7 +115,9 @@ impl Compiled {
         let metrics = metrics
             .iter()
             .enumerate()
-            .map(|(i, m)| MetricSpec::parse(m, i, loss.kind, units))
+            .map(|(i, m)| {
+                MetricSpec::from_toml_at(m, &format!("compile.metrics[{i}]"), loss.kind, units)
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Compiled {
             optimizer,

@@ -182,20 +182,14 @@ fn metric_list(
     loss: &LossSpec,
     units: usize,
 ) -> Result<Vec<MetricSpec>> {
-    let names: Vec<&toml::Value> = match v {
+    let metrics: Vec<&toml::Value> = match v {
         toml::Value::Array(a) => a.iter().collect(),
         one => vec![one],
     };
-    names
+    metrics
         .iter()
         .enumerate()
-        .map(|(i, n)| {
-            let at = format!("{key}[{i}]");
-            let name = n.as_str().ok_or_else(|| {
-                KilnError::config(&at, format!("expected a metric name, got {n}"))
-            })?;
-            MetricSpec::parse_at(name, &at, loss.kind, units)
-        })
+        .map(|(i, m)| MetricSpec::from_toml_at(m, &format!("{key}[{i}]"), loss.kind, units))
         .collect()
 }
 
@@ -334,9 +328,9 @@ mod tests {
         );
         let e = err(r#"loss = "sparse_categorical_crossentropy""#);
         assert!(e.starts_with("compile.loss: sparse_categorical_crossentropy needs at least 2 units on output \"value\""), "{e}");
-        let e = err(r#"loss = { class = "hinge", value = "mse" }"#);
+        let e = err(r#"loss = { class = "hinje", value = "mse" }"#);
         assert!(
-            e.starts_with("compile.loss.class.type: unknown loss \"hinge\""),
+            e.starts_with("compile.loss.class.type: unknown loss \"hinje\""),
             "{e}"
         );
         let e = err("loss = \"mse\"\nmetrics = { value = [\"f1\"] }");

@@ -146,14 +146,19 @@ fn compiled(model: &ModelSpec, optimizer: OptimizerSpec, raw: &RawCompile) -> Re
         None => Vec::new(),
         Some(v) => metric_names(v)?,
     };
-    Compiled::new(model, optimizer, loss, &metrics)
+    Compiled::with_metric_values(model, optimizer, loss, &metrics)
 }
 
 /// `loss` and `metrics` of `compile` (per output, with `loss_weights`, for a model with
 /// several) into the `[compile]` table `c`, as [`compiled`] reads them back.
 fn write_losses(compile: &Compiled, c: &mut toml::Table) {
     let names = |metrics: &[crate::compile::MetricSpec]| -> toml::Value {
-        toml::Value::Array(metrics.iter().map(|m| m.name.clone().into()).collect())
+        toml::Value::Array(
+            metrics
+                .iter()
+                .map(crate::compile::MetricSpec::to_toml)
+                .collect(),
+        )
     };
     if compile.outputs.is_empty() {
         c.insert("loss".into(), compile.loss.to_toml());
@@ -173,25 +178,15 @@ fn write_losses(compile: &Compiled, c: &mut toml::Table) {
     c.insert("metrics".into(), toml::Value::Table(metrics));
 }
 
-/// `compile.metrics` of a model with one output: a list of names.
-fn metric_names(v: &toml::Value) -> Result<Vec<String>> {
+/// `compile.metrics` of a model with one output: a list of names or tables.
+fn metric_names(v: &toml::Value) -> Result<Vec<toml::Value>> {
     let toml::Value::Array(a) = v else {
         return Err(KilnError::config(
             "compile.metrics",
             format!("expected a list of metric names, e.g. [\"accuracy\"], got {v}"),
         ));
     };
-    a.iter()
-        .enumerate()
-        .map(|(i, m)| {
-            m.as_str().map(str::to_string).ok_or_else(|| {
-                KilnError::config(
-                    format!("compile.metrics[{i}]"),
-                    format!("expected a metric name, got {m}"),
-                )
-            })
-        })
-        .collect()
+    Ok(a.clone())
 }
 
 /// 1-based line of byte `offset` in `text`.

@@ -126,12 +126,12 @@ impl Accumulator {
         let mut logs = Logs::default();
         logs.set("loss", self.loss / n);
         for (sum, m) in self.correct.iter().zip(&compiled.metrics) {
-            logs.set(m.name.clone(), sum / n);
+            logs.set(m.name.clone(), m.kind.result(*sum, n));
         }
         for (head, (loss, sums)) in compiled.outputs.iter().zip(&self.per_output) {
             logs.set(format!("{}_loss", head.name), loss / n);
             for (sum, m) in sums.iter().zip(&head.metrics) {
-                logs.set(format!("{}_{}", head.name, m.name), sum / n);
+                logs.set(format!("{}_{}", head.name, m.name), m.kind.result(*sum, n));
             }
         }
         logs

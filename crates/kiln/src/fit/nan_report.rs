@@ -22,7 +22,7 @@ use kiln_data::{Array, Buffer, Element};
 use serde::Serialize;
 
 use super::GradNormSample;
-use crate::compile::{Compiled, LossKind};
+use crate::compile::{Compiled, Family};
 use crate::error::{KilnError, Result};
 use crate::model::{Act, LayerParams, ModelSpec, Network};
 
@@ -511,12 +511,7 @@ fn remedies(
             ),
         },
     );
-    let crossentropy = matches!(
-        compiled.loss.kind,
-        LossKind::SparseCategoricalCrossentropy
-            | LossKind::CategoricalCrossentropy
-            | LossKind::BinaryCrossentropy
-    );
+    let crossentropy = compiled.loss.family() != Family::Values;
     if crossentropy && !compiled.loss.from_logits && !had_logits {
         add(
             "from_logits",

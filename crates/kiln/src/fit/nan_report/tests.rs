@@ -4,7 +4,7 @@ use burn::prelude::Device;
 use kiln_data::{Array, Buffer, Element};
 
 use super::*;
-use crate::compile::{LossSpec, OptimizerSpec};
+use crate::compile::{LossKind, LossSpec, OptimizerSpec};
 use crate::model::{Activation, LayerKind, weights};
 
 /// Input(2) -> Dense(4, relu) "dense" -> Dense(3) "dense_1", sparse cross-entropy.
