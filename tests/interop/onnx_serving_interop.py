@@ -182,6 +182,25 @@ outputs = ["out"]
 """,
         lambda rng: {"image": rng.normal(size=(16, 6, 4, 2)), "vec": rng.normal(size=(16, 6))},
     ),
+    # Every activation function, after a Dense (so that values reach every branch).
+    "interop-activations": (
+        """
+layers = [
+  { type = "Input", shape = [6], name = "x" },
+  { type = "Dense", units = 8, activation = "swish" },
+  { type = "Dense", units = 8, activation = "elu" },
+  { type = "Dense", units = 8, activation = "selu" },
+  { type = "Dense", units = 8, activation = "softplus" },
+  { type = "Dense", units = 8, activation = "softsign" },
+  { type = "Dense", units = 8, activation = "hard_sigmoid" },
+  { type = "Dense", units = 8, activation = "mish" },
+  { type = "Dense", units = 8, activation = "silu" },
+  { type = "Activation", activation = "exponential" },
+  { type = "Dense", units = 3, activation = "gelu" },
+]
+""",
+        lambda rng: {"x": rng.normal(size=(16, 6)) * 3},
+    ),
     # A shared tower (one Dense called on both inputs) and two outputs, each a graph output
     # named after its layer.
     "interop-siamese-heads": (

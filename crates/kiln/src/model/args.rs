@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Element-wise activations (Keras' `activation=` names).
+/// Element-wise activations (Keras' `activation=` names, `keras/src/activations/
+/// activations.py`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Activation {
@@ -21,9 +22,45 @@ pub enum Activation {
     Tanh,
     /// Softmax over the last axis.
     Softmax,
+    /// `x * sigmoid(x)` (Keras' `silu`, also named `swish`).
+    #[serde(alias = "silu")]
+    Swish,
+    /// `x` for `x > 0`, `exp(x) - 1` otherwise (`alpha = 1`).
+    Elu,
+    /// `scale * elu(x, alpha)` with Klambauer et al.'s `alpha ≈ 1.6733`, `scale ≈ 1.0507`.
+    Selu,
+    /// `log(1 + exp(x))`.
+    Softplus,
+    /// `x / (1 + |x|)`.
+    Softsign,
+    /// Keras 3's `relu6(x + 3) / 6`: 0 below -3, 1 above 3, linear between.
+    #[serde(rename = "hard_sigmoid")]
+    HardSigmoid,
+    /// `x * tanh(softplus(x))`.
+    Mish,
+    /// `exp(x)`.
+    Exponential,
 }
 
 impl Activation {
+    /// Every activation, in declaration order.
+    pub const ALL: [Activation; 14] = [
+        Activation::Linear,
+        Activation::Relu,
+        Activation::Gelu,
+        Activation::Sigmoid,
+        Activation::Tanh,
+        Activation::Softmax,
+        Activation::Swish,
+        Activation::Elu,
+        Activation::Selu,
+        Activation::Softplus,
+        Activation::Softsign,
+        Activation::HardSigmoid,
+        Activation::Mish,
+        Activation::Exponential,
+    ];
+
     /// The Keras name.
     pub fn name(self) -> &'static str {
         match self {
@@ -33,7 +70,22 @@ impl Activation {
             Activation::Sigmoid => "sigmoid",
             Activation::Tanh => "tanh",
             Activation::Softmax => "softmax",
+            Activation::Swish => "swish",
+            Activation::Elu => "elu",
+            Activation::Selu => "selu",
+            Activation::Softplus => "softplus",
+            Activation::Softsign => "softsign",
+            Activation::HardSigmoid => "hard_sigmoid",
+            Activation::Mish => "mish",
+            Activation::Exponential => "exponential",
         }
+    }
+
+    /// Every name a config may use: [`Activation::name`]s and the alias `silu`.
+    pub fn names() -> Vec<&'static str> {
+        let mut names: Vec<&str> = Activation::ALL.iter().map(|a| a.name()).collect();
+        names.push("silu");
+        names
     }
 }
 

@@ -958,11 +958,8 @@ impl ModelSpec {
 /// (serde's message does not): `activation`, and `padding` given as a string.
 fn check_enum_args(table: &toml::Table, key: &str) -> Result<()> {
     for (arg, allowed) in [
-        (
-            "activation",
-            &["linear", "relu", "gelu", "sigmoid", "tanh", "softmax"][..],
-        ),
-        ("padding", &["valid", "same"][..]),
+        ("activation", Activation::names()),
+        ("padding", vec!["valid", "same"]),
     ] {
         let Some(v) = table.get(arg) else { continue };
         let padding_size = arg == "padding" && !v.is_str();

@@ -82,7 +82,7 @@ pub use pooling2d::Pooling2D;
 use super::act::Act;
 use super::args::{Activation, Padding, Pair, keras_shape};
 use super::layer::{ForwardContext, LayerConfig, Registration};
-use crate::onnx::{Layout, OnnxGraph, OnnxValue, int};
+use crate::onnx::{Layout, OnnxGraph, OnnxValue, float, int};
 
 /// The end of an affine layer's forward pass (Dense, Conv2D without a fused ReLU): `y` rounded
 /// to the compute dtype before a non-linear activation, then the activation, unless the
@@ -198,8 +198,9 @@ fn activation_extra(a: Activation, output: &[usize]) -> f64 {
 }
 
 /// The ONNX nodes of activation `a` on value `x` (laid out as `layout`): `Relu`, `Sigmoid`,
-/// `Tanh`, `Softmax` over the feature (channel) axis, and exact GELU as `x * 0.5 * (1 +
-/// Erf(x / sqrt 2))` (ONNX's `Gelu` needs opset 20).
+/// `Tanh`, `Elu`, `Selu`, `Softplus`, `Softsign`, `HardSigmoid`, `Exp`, `Softmax` over the
+/// feature (channel) axis, swish and mish composed, and exact GELU as `x * 0.5 * (1 + Erf(x /
+/// sqrt 2))` (ONNX's `Gelu` needs opset 20).
 fn activation_onnx(
     g: &mut OnnxGraph,
     layer: &str,
@@ -218,6 +219,26 @@ fn activation_onnx(
             &[&x],
             vec![int("axis", layout.feature_axis())],
         ),
+        Activation::Swish => {
+            let s = g.node(layer, "Sigmoid", &[&x], vec![]);
+            g.node(layer, "Mul", &[&x, &s], vec![])
+        }
+        Activation::Elu => g.node(layer, "Elu", &[&x], vec![float("alpha", 1.0)]),
+        // ONNX's default alpha and gamma are SELU's constants.
+        Activation::Selu => g.node(layer, "Selu", &[&x], vec![]),
+        Activation::Softplus => g.node(layer, "Softplus", &[&x], vec![]),
+        Activation::Softsign => g.node(layer, "Softsign", &[&x], vec![]),
+        Activation::HardSigmoid => {
+            let attrs = vec![float("alpha", 1.0 / 6.0), float("beta", 0.5)];
+            g.node(layer, "HardSigmoid", &[&x], attrs)
+        }
+        // ONNX's `Mish` needs opset 18: x * tanh(softplus(x)).
+        Activation::Mish => {
+            let sp = g.node(layer, "Softplus", &[&x], vec![]);
+            let t = g.node(layer, "Tanh", &[&sp], vec![]);
+            g.node(layer, "Mul", &[&x, &t], vec![])
+        }
+        Activation::Exponential => g.node(layer, "Exp", &[&x], vec![]),
         Activation::Gelu => {
             let sqrt2 = g.scalar(layer, std::f32::consts::SQRT_2);
             let one = g.scalar(layer, 1.0);
