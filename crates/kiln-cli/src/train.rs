@@ -186,7 +186,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             print!("{}", m.summary());
         }
         m.set_profiling(profile);
-    })?;
+    })
+    .map_err(|e| e.in_file(&config))?;
     if !chief {
         return Ok(());
     }

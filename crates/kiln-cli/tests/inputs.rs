@@ -247,12 +247,13 @@ epochs = 8
 
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, config("c")).unwrap();
-    let o = train_command(&bad, &dir.join("bad-run"), &[])
+    // An Input named after no component: a config error naming the file and the split,
+    // exit 2, and not even the run directory's parent is left behind.
+    let o = train_command(&bad, &dir.join("runs").join("bad-run"), &[])
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
-    assert!(err.contains("Input \"c\""), "{err}");
+    assert_fails(&o, 2, &["bad.toml: data.train: the model's Input \"c\""]);
+    assert!(!dir.join("runs").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -399,8 +400,8 @@ epochs = 10
             both,
             "value",
             "value2.npy",
-            1,
-            "data.train: the first example does not fit the model: labels \"value\" have 2 values per example but the model's output (None, 1) has 1",
+            2,
+            "bad.toml: data.train: the first example does not fit the model: labels \"value\" have 2 values per example but the model's output (None, 1) has 1",
         ),
     ] {
         let bad = dir.join("bad.toml");

@@ -192,16 +192,22 @@ pub fn train_with(
     on_model: impl FnOnce(&mut Model),
 ) -> Result<TrainReport> {
     check_several_outputs(cfg)?;
-    let fresh = !run_dir.exists();
+    // The outermost folder of `run_dir` that this call creates (None when it exists).
+    let created = run_dir
+        .ancestors()
+        .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+        .last()
+        .map(Path::to_path_buf);
     // One writer per run directory: locked before anything is read or written, so that a
     // second process is refused at once; released when this returns (or the process dies).
     let _locks = lock_run_dirs(cfg, run_dir, opts.notes)?;
     let (resolved, inputs, train, validation, test) = match input_datasets(cfg) {
         Ok(inputs) => inputs,
         Err(e) => {
-            // Nothing was written: a run directory that this call created goes again.
-            if fresh {
+            // Nothing was written: the folders this call created go again.
+            if let Some(top) = &created {
                 remove_if_only_lock(run_dir);
+                remove_empty_up_to(run_dir, top);
             }
             return Err(e);
         }
@@ -674,42 +680,65 @@ fn array_pipelines(cfg: &RunConfig) -> Result<(Dataset, Option<Dataset>, Dataset
 /// [`KilnError::Shape`] naming the table and component; data errors from the first example.
 fn check_pipelines_against_model(cfg: &RunConfig) -> Result<()> {
     for split in [Split::Train, Split::Validation, Split::Test] {
-        let Some(p) = split.table(cfg) else { continue };
-        let Some(first) = pipelines::first_example(cfg, split)? else {
-            return Err(KilnError::Shape(format!(
-                "{}: the pipeline yields no examples; check files, skip and take",
-                split.key()
-            )));
-        };
-        // One Input takes the `x` component; several take the components named like them.
-        let fed: Vec<(String, String, &[usize])> = match crate::batch::input_components(&cfg.model)
-        {
-            None => vec![(
-                crate::batch::FEATURES.to_string(),
-                p.x_name().to_string(),
-                cfg.model.input_shape(),
-            )],
-            Some(names) => names
-                .into_iter()
-                .zip(cfg.model.inputs())
-                .map(|(n, (_, shape))| (n.clone(), n, shape.as_slice()))
-                .collect(),
-        };
-        for (component, shown, shape) in fed {
-            let x = first.require(&component)?;
-            if x.len() != shape.iter().product::<usize>() {
-                return Err(KilnError::Shape(format!(
-                    "{}: examples of component \"{shown}\" have shape {} ({}) but the model's \
-                     Input expects {}; add a reshape or resize op, or change the Input's `shape`",
-                    split.key(),
-                    crate::model::keras_shape(x.shape()),
-                    x.dtype(),
-                    crate::model::keras_shape(shape)
-                )));
-            }
-        }
-        check_first_labels(cfg, first, split.key())?;
+        check_split_against_model(cfg, split).map_err(|e| mismatch_as_config(e, split.key()))?;
     }
+    Ok(())
+}
+
+/// A mismatch between the data's components and the model (a component an Input or output
+/// needs is missing, or has another shape) is a config error at the split's key (exit code 2):
+/// the config names both sides.
+fn mismatch_as_config(e: KilnError, key: &str) -> KilnError {
+    let message = match e {
+        KilnError::Shape(m) => m,
+        KilnError::Data(kiln_data::DataError::InvalidArgument(m)) => m,
+        other => return other,
+    };
+    let (key, message) = match message.split_once(": ") {
+        Some((k, rest)) if k.starts_with(key) => (k.to_string(), rest.to_string()),
+        _ => (key.to_string(), message),
+    };
+    KilnError::config(key, message)
+}
+
+/// [`check_pipelines_against_model`] for one split.
+fn check_split_against_model(cfg: &RunConfig, split: Split) -> Result<()> {
+    let Some(p) = split.table(cfg) else {
+        return Ok(());
+    };
+    let Some(first) = pipelines::first_example(cfg, split)? else {
+        return Err(KilnError::Shape(format!(
+            "{}: the pipeline yields no examples; check files, skip and take",
+            split.key()
+        )));
+    };
+    // One Input takes the `x` component; several take the components named like them.
+    let fed: Vec<(String, String, &[usize])> = match crate::batch::input_components(&cfg.model) {
+        None => vec![(
+            crate::batch::FEATURES.to_string(),
+            p.x_name().to_string(),
+            cfg.model.input_shape(),
+        )],
+        Some(names) => names
+            .into_iter()
+            .zip(cfg.model.inputs())
+            .map(|(n, (_, shape))| (n.clone(), n, shape.as_slice()))
+            .collect(),
+    };
+    for (component, shown, shape) in fed {
+        let x = first.require(&component)?;
+        if x.len() != shape.iter().product::<usize>() {
+            return Err(KilnError::Shape(format!(
+                "{}: examples of component \"{shown}\" have shape {} ({}) but the model's \
+                     Input expects {}; add a reshape or resize op, or change the Input's `shape`",
+                split.key(),
+                crate::model::keras_shape(x.shape()),
+                x.dtype(),
+                crate::model::keras_shape(shape)
+            )));
+        }
+    }
+    check_first_labels(cfg, first, split.key())?;
     Ok(())
 }
 
@@ -759,6 +788,15 @@ fn input_datasets(cfg: &RunConfig) -> Result<Inputs> {
 }
 
 /// Removes `dir` when it holds nothing but its lock file.
+/// Removes the empty folders from `dir`'s parent up to `top` (which this call created).
+fn remove_empty_up_to(dir: &Path, top: &Path) {
+    for a in dir.ancestors().skip(1) {
+        if !a.starts_with(top) || std::fs::remove_dir(a).is_err() {
+            break;
+        }
+    }
+}
+
 fn remove_if_only_lock(dir: &Path) {
     let only_lock = std::fs::read_dir(dir).is_ok_and(|entries| {
         entries

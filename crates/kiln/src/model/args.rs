@@ -140,7 +140,9 @@ impl<'de> Deserialize<'de> for Pair {
             One(usize),
             Two([usize; 2]),
         }
-        match Raw::deserialize(d) {
+        // Through a TOML value first, so that a missing argument is serde's "missing field".
+        let value = toml::Value::deserialize(d)?;
+        match Raw::deserialize(value) {
             Ok(Raw::One(v)) => Ok(Pair([v, v])),
             Ok(Raw::Two(v)) => Ok(Pair(v)),
             Err(_) => Err(serde::de::Error::custom(
@@ -170,7 +172,9 @@ impl<'de> Deserialize<'de> for Pads2 {
             Two([usize; 2]),
             Four([[usize; 2]; 2]),
         }
-        match Raw::deserialize(d) {
+        // Through a TOML value first, so that a missing argument is serde's "missing field".
+        let value = toml::Value::deserialize(d)?;
+        match Raw::deserialize(value) {
             Ok(Raw::One(v)) => Ok(Pads2([[v, v], [v, v]])),
             Ok(Raw::Two([h, w])) => Ok(Pads2([[h, h], [w, w]])),
             Ok(Raw::Four(v)) => Ok(Pads2(v)),

@@ -164,6 +164,47 @@ fn graph_errors_name_the_layer_and_the_fix() {
     assert!(e.contains("Add takes 2 or more input(s), got 1"), "{e}");
 }
 
+#[test]
+fn argument_type_errors_name_the_argument() {
+    let layer = |args: &str| {
+        parse(&format!(
+            r#"layers = [{{ type = "Input", shape = [8, 8, 1] }}, {args}]"#
+        ))
+        .unwrap_err()
+        .to_string()
+    };
+    for (args, want) in [
+        (
+            r#"{ type = "Dense", units = -3 }"#,
+            "model.layers[1].units: Dense: invalid value: integer `-3`, expected a non-negative integer",
+        ),
+        (
+            r#"{ type = "Dense", units = 4.5, use_bias = false }"#,
+            "model.layers[1].units: Dense: invalid type: floating point `4.5`",
+        ),
+        (
+            r#"{ type = "Conv2D", filters = 2, kernel_size = [3] }"#,
+            "model.layers[1].kernel_size: Conv2D: expected a positive integer or a [height, width] pair",
+        ),
+        (
+            r#"{ type = "GlobalMaxPooling2D", keepdims = "yes" }"#,
+            "model.layers[1].keepdims: GlobalMaxPooling2D: invalid type: string \"yes\"",
+        ),
+        // Messages that name their argument keep the layer's key.
+        (
+            r#"{ type = "Dense", units = 0 }"#,
+            "model.layers[1] (Dense): `units` must be positive, got 0",
+        ),
+        (
+            r#"{ type = 3, units = 4 }"#,
+            "model.layers[1].type: must be a layer type name in quotes, got 3; allowed: Input, Dense",
+        ),
+    ] {
+        let e = layer(args);
+        assert!(e.contains(want), "{args}: {e}");
+    }
+}
+
 /// A small transformer classifier on token ids, with every sequence layer.
 fn tiny_transformer() -> ModelSpec {
     parse(

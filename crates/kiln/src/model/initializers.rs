@@ -638,8 +638,13 @@ impl<'k> KerasObject<'k> {
             KilnError::config(
                 key,
                 format!(
-                    "expected an {what} name or a table with class_name and its arguments; \
-                     allowed names: {names}"
+                    "expected {} {what} name or a table with class_name and its arguments; \
+                     allowed names: {names}",
+                    if what.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                        "an"
+                    } else {
+                        "a"
+                    }
                 ),
             )
         };

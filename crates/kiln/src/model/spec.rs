@@ -54,16 +54,50 @@ fn parse_kind(
     mut table: toml::Table,
     declared: Option<super::layer::Registration>,
     key: &str,
+    class: &str,
 ) -> Result<LayerKind> {
     if let Some(reg) = declared {
         table.remove("type");
-        return (reg.build)(table)
+        return (reg.build)(table.clone())
             .map(|l| LayerKind::Declared(DeclaredLayer(l)))
-            .map_err(|m| KilnError::config(key, m));
+            .map_err(|m| match refused_argument(&table, reg, &m) {
+                Some(arg) => KilnError::config(format!("{key}.{arg}"), format!("{class}: {m}")),
+                None => KilnError::config(format!("{key} ({class})"), m),
+            });
     }
     toml::Value::Table(table)
         .try_into()
-        .map_err(|e: toml::de::Error| KilnError::config(key, crate::error::humanize(e.message())))
+        .map_err(|e: toml::de::Error| {
+            KilnError::config(
+                format!("{key} ({class})"),
+                crate::error::humanize(e.message()),
+            )
+        })
+}
+
+/// The argument whose value made `reg` refuse `table` with the type error `message` (serde's
+/// messages do not name it): the one whose removal lets the layer build, or leaves it
+/// missing. `None` for messages that name their argument already (unknown or missing
+/// fields, range checks).
+fn refused_argument(
+    table: &toml::Table,
+    reg: super::layer::Registration,
+    message: &str,
+) -> Option<String> {
+    let type_error = message.starts_with("invalid ") || message.starts_with("expected ");
+    if !type_error {
+        return None;
+    }
+    table.keys().find_map(|k| {
+        let mut without = table.clone();
+        without.remove(k);
+        let missing = format!("missing field `{k}`");
+        match (reg.build)(without) {
+            Ok(_) => Some(k.clone()),
+            Err(m) if m.contains(&missing) => Some(k.clone()),
+            Err(_) => None,
+        }
+    })
 }
 
 impl LayerKind {
@@ -621,16 +655,19 @@ impl ModelSpec {
                 dtypes.push(None);
                 continue;
             }
-            let type_name = table
-                .get("type")
-                .and_then(|t| t.as_str())
-                .ok_or_else(|| {
-                    KilnError::config(
+            let type_name = match table.get("type") {
+                Some(toml::Value::String(t)) => t.clone(),
+                other => {
+                    let what = match other {
+                        Some(v) => format!("must be a layer type name in quotes, got {v}"),
+                        None => "missing".to_string(),
+                    };
+                    return Err(KilnError::config(
                         format!("{key}.type"),
-                        format!("missing; allowed: {}", known_layer_types().join(", ")),
-                    )
-                })?
-                .to_string();
+                        format!("{what}; allowed: {}", known_layer_types().join(", ")),
+                    ));
+                }
+            };
             let declared = super::registry::lookup(&type_name);
             if declared.is_none() && !LAYER_TYPES.contains(&type_name.as_str()) {
                 return Err(KilnError::config(
@@ -660,7 +697,7 @@ impl ModelSpec {
             let name = take_name(&mut table, &key)?;
             let inputs = take_inputs(&mut table, &key)?;
             let options = LayerOptions::take_from_toml(&mut table, &key)?;
-            let kind = parse_kind(table, declared, &format!("{key} ({type_name})"))?;
+            let kind = parse_kind(table, declared, &key, &type_name)?;
             parsed.push(RawNode {
                 name,
                 kind,
