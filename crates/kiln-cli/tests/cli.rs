@@ -665,8 +665,8 @@ fn pipeline_config_errors_name_the_key() {
     });
     assert_clean_failure(
         &o,
-        1,
-        "data.train.y: the elements have no component \"labels\"",
+        2,
+        "component.toml: data.train.y: the elements have no component \"labels\"",
     );
     let o = bad("split", &|t| {
         t.replace("[fit]\n", "[fit]\nvalidation_split = 0.1\n")

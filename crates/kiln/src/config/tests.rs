@@ -120,7 +120,7 @@ fn sizes_names_and_enum_values_are_checked_before_allocating() {
     let e = RunConfig::from_toml_str(&act).unwrap_err().to_string();
     assert_eq!(
         e,
-        "model.layers[1].activation: \"relux\" is not allowed; allowed: linear, relu, gelu, sigmoid, tanh, softmax"
+        "model.layers[1].activation: \"relux\" is not allowed; allowed: linear, relu, gelu, sigmoid, tanh, softmax, swish, elu, selu, softplus, softsign, hard_sigmoid, mish, exponential, silu"
     );
     let e = RunConfig::from_toml_str(&minimal("epochs = \"ten\""))
         .unwrap_err()
