@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use burn::prelude::*;
+use burn::tensor::TensorData;
 use burn::tensor::module::batch_norm_train;
-use burn::tensor::{Distribution, TensorData};
 
 use super::{CrossReplica, ThreadReplicas, batch_norm_sync, scope};
 
@@ -47,17 +47,12 @@ struct Problem {
 }
 
 fn problem() -> Problem {
-    let device = Device::flex();
-    device.seed(5);
-    let draw = |shape: Vec<usize>, lo: f64, hi: f64| {
-        let values = Tensor::<1>::random(
-            [shape.iter().product::<usize>()],
-            Distribution::Uniform(lo, hi),
-            &device,
-        )
-        .into_data()
-        .try_to_vec::<f32>()
-        .unwrap();
+    // A local generator: the device's global one is shared with tests running in parallel.
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let mut draw = |shape: Vec<usize>, lo: f32, hi: f32| {
+        let n = shape.iter().product::<usize>();
+        let values: Vec<f32> = (0..n).map(|_| rng.random_range(lo..hi)).collect();
         TensorData::new(values, shape)
     };
     Problem {
