@@ -77,6 +77,8 @@ impl ForwardContext {
 /// A layer's weights during a forward pass, by the names its [`Layer::weights`] gave.
 pub struct Weights<'a> {
     pub(crate) specs: Vec<WeightSpec>,
+    /// Where each of `specs` is held (computed once per call, not per `get`).
+    slots: Vec<super::params::Slot>,
     pub(crate) params: &'a LayerParams,
     pub(crate) updates: std::cell::RefCell<Vec<(String, Tensor<1>)>>,
     /// Values assigned by earlier calls of the same (shared) layer in this pass: a later call
@@ -87,6 +89,7 @@ pub struct Weights<'a> {
 impl<'a> Weights<'a> {
     pub(crate) fn new(specs: Vec<WeightSpec>, params: &'a LayerParams) -> Self {
         Weights {
+            slots: super::params::slots(&specs),
             specs,
             params,
             updates: std::cell::RefCell::new(Vec::new()),
@@ -101,18 +104,15 @@ impl<'a> Weights<'a> {
     /// When the layer declared no weight `name` or declared it with another rank: a defect
     /// of the layer's code, not of user input.
     pub fn get<const D: usize>(&self, name: &str) -> Tensor<D> {
-        let (spec, slot) = self.find(name);
+        let (spec, _) = self.find(name);
         assert_eq!(
             spec.shape.len(),
             D,
             "weight `{name}` has rank {}",
             spec.shape.len()
         );
-        if let Some((_, v)) = self.earlier.iter().rev().find(|(n, _)| n == name) {
-            let shape: [usize; D] = spec.shape.clone().try_into().expect("rank checked");
-            return v.clone().reshape(shape);
-        }
-        self.params.keras_shaped(slot, spec)
+        let shape: [usize; D] = spec.shape.clone().try_into().expect("rank checked");
+        self.get_flat(name).reshape(shape)
     }
 
     /// The weight `name` flattened in Keras' row-major layout (panics as [`Weights::get`]).
@@ -125,11 +125,11 @@ impl<'a> Weights<'a> {
     }
 
     fn find(&self, name: &str) -> (&WeightSpec, super::params::Slot) {
-        let slots = super::params::slots(&self.specs);
         self.specs
             .iter()
-            .zip(slots)
+            .zip(&self.slots)
             .find(|(s, _)| s.name == name)
+            .map(|(s, slot)| (s, *slot))
             .unwrap_or_else(|| panic!("the layer declared no weight `{name}`"))
     }
 

@@ -270,35 +270,6 @@ impl LayerParams {
         }
     }
 
-    /// Weight `w` (at `slot`) with its Keras shape and layout, tracked by autodiff (a
-    /// Conv2D kernel is a permuted view of Burn's `[out, in, kh, kw]`).
-    pub(crate) fn keras_shaped<const D: usize>(&self, slot: Slot, w: &WeightSpec) -> Tensor<D> {
-        let shape: [usize; D] = w.shape.clone().try_into().expect("rank checked");
-        match slot {
-            Slot::Field(Field::DenseKernel) => self
-                .dense_kernel
-                .as_ref()
-                .expect("stored")
-                .val()
-                .reshape(shape),
-            Slot::Field(Field::ConvKernel) => {
-                let k = self.conv_kernel.as_ref().expect("stored").val();
-                let [o, i, h, kw] = k.dims();
-                // [out, in, kh, kw] -> [kh, kw, in, out]
-                k.permute([2, 3, 1, 0])
-                    .reshape(shape_of::<D>(&[h, kw, i, o]))
-            }
-            Slot::Field(f) => self
-                .field_vector(f)
-                .as_ref()
-                .expect("stored")
-                .val()
-                .reshape(shape),
-            Slot::Kernel(k, _) => self.kernels[k].val().reshape(shape),
-            Slot::Vector(v) => self.vectors[v].val().reshape(shape),
-        }
-    }
-
     /// Weight `w` (at `slot`) flattened in Keras' row-major layout.
     pub(crate) fn keras_flat(&self, slot: Slot, w: &WeightSpec) -> Tensor<1> {
         let n = w.size();
@@ -344,11 +315,6 @@ impl LayerParams {
             Slot::Vector(v) => self.vectors[v] = mapped(self.vectors[v].clone(), f),
         }
     }
-}
-
-/// `dims` as a `[usize; D]` (a Conv2D kernel's Keras shape, `D` = 4).
-fn shape_of<const D: usize>(dims: &[usize]) -> [usize; D] {
-    dims.try_into().expect("a rank-4 kernel")
 }
 
 /// The stored `[rows, cols]` of a weight of Keras shape `shape` whose rows are its first
