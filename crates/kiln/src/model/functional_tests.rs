@@ -68,6 +68,7 @@ fn single_layer_parameter_counts_match_keras() {
     let emb = LayerKind::from(layers::Embedding {
         input_dim: 30522,
         output_dim: 1024,
+        mask_zero: false,
     });
     assert_eq!(count(emb.clone(), &[&[128]]), (31_254_528, 0));
     assert_eq!(emb.output_shape(&[128]).unwrap(), vec![128, 1024]);

@@ -200,6 +200,38 @@ pub trait Layer: Debug + Send + Sync + 'static {
     /// Runs the layer on a batch (`inputs` in call order).
     fn forward(&self, inputs: Vec<Act>, weights: &Weights, ctx: ForwardContext) -> Act;
 
+    /// Runs the layer with the masks of its inputs (`[batch, steps]`, 1 keeps a step; `None`
+    /// where an input has none): Keras' `call(inputs, mask=...)`. Layers that read a mask
+    /// (recurrent layers, `GlobalAveragePooling1D`) override it; by default the masks are
+    /// ignored and [`Layer::forward`] runs.
+    fn forward_masked(
+        &self,
+        inputs: Vec<Act>,
+        masks: &[Option<Tensor<2>>],
+        weights: &Weights,
+        ctx: ForwardContext,
+    ) -> Act {
+        let _ = masks;
+        self.forward(inputs, weights, ctx)
+    }
+
+    /// Whether the layer passes a mask on (Keras' `supports_masking`): with the default
+    /// [`Layer::compute_mask`], its output carries its first input's mask.
+    fn supports_masking(&self) -> bool {
+        false
+    }
+
+    /// The mask of its output (Keras' `compute_mask(inputs, previous_mask)`), from its inputs
+    /// (before [`Layer::forward_masked`] runs) and their masks: by default the first input's
+    /// mask when [`Layer::supports_masking`], else none (Keras drops the mask).
+    fn compute_mask(&self, inputs: &[&Act], masks: &[Option<Tensor<2>>]) -> Option<Tensor<2>> {
+        let _ = inputs;
+        match self.supports_masking() {
+            true => masks.first().cloned().flatten(),
+            false => None,
+        }
+    }
+
     /// Whether its backward pass keeps its (first) input's values (for `kiln estimate`);
     /// true unless the gradient needs only shapes (padding, cropping, sums, lookups).
     fn saves_input(&self) -> bool {

@@ -193,6 +193,8 @@ impl Network {
         }
         let mut values_in: Vec<Option<Act>> = inputs.into_iter().map(Some).collect();
         let mut values: Vec<Option<Act>> = (0..n).map(|_| None).collect();
+        // Keras' masks (`[batch, steps]`, 1 keeps a step) of the inputs and layer outputs.
+        let mut masks: Vec<Option<Tensor<2>>> = vec![None; n];
         // Mixed precision (crate::precision::round): the 16-bit type each layer's output is
         // already rounded to.
         let mut rounded: Vec<Option<burn::tensor::FloatDType>> = vec![None; n];
@@ -203,6 +205,14 @@ impl Network {
             let (owner, p) = (&spec.layers()[pi], &self.layers[pi]);
             let compute = spec.layer_precision(i).compute_dtype();
             let mut xs = Vec::with_capacity(layer.inputs.len());
+            let in_masks: Vec<Option<Tensor<2>>> = layer
+                .inputs
+                .iter()
+                .map(|r| match r {
+                    NodeRef::Input(_) => None,
+                    NodeRef::Layer(j) => masks[*j].clone(),
+                })
+                .collect();
             for r in &layer.inputs {
                 let (slot, left, was) = match r {
                     NodeRef::Input(k) => (&mut values_in[*k], &mut uses_in[*k], None),
@@ -234,7 +244,10 @@ impl Network {
                 None => p,
             };
             let x = match &layer.kind {
-                LayerKind::Input { .. } => xs.pop().expect("one input"),
+                LayerKind::Input { .. } => {
+                    masks[i] = in_masks.into_iter().next().flatten();
+                    xs.pop().expect("one input")
+                }
                 LayerKind::Declared(l) => {
                     let output = outputs.iter().position(|&o| o == i);
                     let ctx = ForwardContext {
@@ -249,7 +262,9 @@ impl Network {
                         .filter(|(owner, _, _)| *owner == pi)
                         .map(|(_, name, value): &StateUpdate| (name.clone(), value.clone()))
                         .collect();
-                    let y = l.forward(xs, &weights, ctx);
+                    let refs: Vec<&Act> = xs.iter().collect();
+                    masks[i] = l.compute_mask(&refs, &in_masks);
+                    let y = l.forward_masked(xs, &in_masks, &weights, ctx);
                     updates.extend(
                         weights
                             .updates

@@ -286,6 +286,15 @@ fn default_values(w: &WeightSpec, rng: &mut impl Rng) -> Vec<f32> {
         WeightInit::RandomUniform(low, high) => {
             (0..n).map(|_| rng.random_range(low..=high)).collect()
         }
+        WeightInit::Orthogonal => Initializer::Orthogonal {
+            gain: 1.0,
+            seed: None,
+        }
+        .sample(&w.shape, rng)
+        .unwrap_or_else(|_| vec![0.0; n]),
+        WeightInit::UnitForgetBias => (0..n)
+            .map(|i| if i / (n / 4).max(1) == 1 { 1.0 } else { 0.0 })
+            .collect(),
     }
 }
 

@@ -17,6 +17,11 @@ pub enum WeightInit {
     Ones,
     /// `random_uniform(minval, maxval)` (Embedding's default is `(-0.05, 0.05)`).
     RandomUniform(f32, f32),
+    /// `orthogonal` (recurrent kernels).
+    Orthogonal,
+    /// An LSTM's bias with `unit_forget_bias`: zeros, but ones for the forget gate (the second
+    /// quarter).
+    UnitForgetBias,
 }
 
 /// Where a weight lives among a layer's parameters (and so in checkpoints).

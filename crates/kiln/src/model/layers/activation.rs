@@ -20,6 +20,9 @@ pub struct ActivationLayer {
 
 impl Layer for ActivationLayer {
     crate::serde_layer!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         Ok(inputs[0].to_vec())
     }

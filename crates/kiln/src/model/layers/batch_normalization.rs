@@ -78,6 +78,9 @@ impl BatchNormalization {
 
 impl Layer for BatchNormalization {
     crate::serde_layer!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
     fn validate(&self) -> Result<(), String> {
         if !(0.0..=1.0).contains(&self.momentum) {
             return Err(format!(

@@ -101,6 +101,10 @@ impl Layer for Dense {
         super::activate(affine(x, w, false), self.activation, ctx)
     }
     affine_activation!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
+
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let x = &inputs[0];
         let cin = x.shape.last().copied().unwrap_or(0);

@@ -54,6 +54,10 @@ impl Layer for Dropout {
     fn saves_input(&self) -> bool {
         false
     }
+    fn supports_masking(&self) -> bool {
+        true
+    }
+
     fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
         // The mask.
         output.iter().map(|&d| d as f64).product()

@@ -1,6 +1,7 @@
 //! `keras.layers.Embedding(input_dim, output_dim)`: integer ids `(steps,)` to vectors
 //! `(steps, output_dim)`.
 
+use burn::prelude::*;
 use burn::tensor::module::embedding;
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +19,11 @@ pub struct Embedding {
     pub input_dim: usize,
     /// Vector size.
     pub output_dim: usize,
+    /// Id 0 is padding: the output carries a mask that is 0 where the id is 0, which
+    /// recurrent layers, `GlobalAveragePooling1D` and `MultiHeadAttention` honour (Keras'
+    /// `mask_zero`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mask_zero: bool,
 }
 
 impl Layer for Embedding {
@@ -50,9 +56,18 @@ impl Layer for Embedding {
     fn saves_input(&self) -> bool {
         false
     }
+    fn compute_mask(&self, inputs: &[&Act], _: &[Option<Tensor<2>>]) -> Option<Tensor<2>> {
+        match (self.mask_zero, inputs.first()) {
+            (true, Some(Act::Flat(ids))) => Some(ids.clone().detach().not_equal_elem(0.0).float()),
+            _ => None,
+        }
+    }
     /// As the forward pass: ids clipped into `[0, input_dim)`, cast to int64 (truncated),
     /// then `Gather` of the table's rows.
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        if self.mask_zero {
+            return Err(super::MASK_NOT_EXPORTED.into());
+        }
         let [v, d] = [self.input_dim, self.output_dim];
         let table = g.weight(&format!("{name}/embeddings"), &[v, d], &[v, d])?;
         let (lo, hi) = (g.scalar(name, 0.0), g.scalar(name, (v - 1) as f32));

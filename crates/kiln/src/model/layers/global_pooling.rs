@@ -61,6 +61,23 @@ impl GlobalPool {
         }
     }
 
+    /// [`GlobalPool::forward`] honouring a `[batch, steps]` mask: the 1-D average is the mean
+    /// over the unmasked steps (Keras' `GlobalAveragePooling1D`; the other global poolings
+    /// ignore masks, as Keras').
+    pub(super) fn forward_masked(self, x: Act, mask: Option<Tensor<2>>, keepdims: bool) -> Act {
+        match (x, mask) {
+            (Act::Seq(t), Some(m)) if !self.max && self.spatial == 1 => {
+                let m = m.unsqueeze_dim::<3>(2);
+                let mean = (t * m.clone()).sum_dim(1) / m.sum_dim(1);
+                match keepdims {
+                    true => Act::Seq(mean),
+                    false => Act::Flat(mean.squeeze_dim(1)),
+                }
+            }
+            (x, _) => self.forward(x, keepdims),
+        }
+    }
+
     /// The maximum keeps the index of each maximum (an int64, two float32 values' worth) per
     /// output value; the mean keeps nothing.
     pub(super) fn extra_kept(self, output: &[usize]) -> f64 {
@@ -122,6 +139,16 @@ macro_rules! global_pooling_layer {
                 _: $crate::model::layer::ForwardContext,
             ) -> $crate::model::act::Act {
                 Self::POOL.forward(inputs.remove(0), self.keepdims)
+            }
+            fn forward_masked(
+                &self,
+                mut inputs: Vec<$crate::model::act::Act>,
+                masks: &[Option<burn::prelude::Tensor<2>>],
+                _: &$crate::model::layer::Weights,
+                _: $crate::model::layer::ForwardContext,
+            ) -> $crate::model::act::Act {
+                let mask = masks.first().cloned().flatten();
+                Self::POOL.forward_masked(inputs.remove(0), mask, self.keepdims)
             }
             fn saves_input(&self) -> bool {
                 false

@@ -35,6 +35,9 @@ impl Default for LayerNormalization {
 
 impl Layer for LayerNormalization {
     crate::serde_layer!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
     fn validate(&self) -> Result<(), String> {
         super::positive_epsilon("epsilon", self.epsilon)
     }

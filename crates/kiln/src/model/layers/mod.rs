@@ -66,6 +66,9 @@ builtin_layers! {
     upsampling2d => [UpSampling2D],
     zero_padding1d => [ZeroPadding1D],
     zero_padding2d => [ZeroPadding2D],
+    recurrent => [SimpleRNN, LSTM, GRU],
+    bidirectional => [Bidirectional],
+    masking => [Masking],
 }
 
 // Code the layer files share (not layers).
@@ -73,16 +76,26 @@ mod attention;
 mod global_pooling;
 mod keras_order;
 mod merge;
+mod recurrent_onnx;
 mod repeat;
+#[cfg(test)]
+mod recurrent_tests;
 #[cfg(test)]
 mod shape_tests;
 
+pub use bidirectional::{MergeMode, Wrapped};
 pub use pooling2d::Pooling2D;
+pub use recurrent::Recurrent;
 
 use super::act::Act;
 use super::args::{Activation, Padding, Pair, keras_shape};
 use super::layer::{ForwardContext, LayerConfig, Registration};
 use crate::onnx::{Layout, OnnxGraph, OnnxValue, float, int};
+
+/// Why a layer that makes a mask (`Embedding(mask_zero)`, `Masking`) has no ONNX form.
+const MASK_NOT_EXPORTED: &str = "the mask it makes is not carried by kiln's ONNX export (the \
+     exported model would compute as if no step were padding); export with --format safetensors, \
+     which kiln serve reads";
 
 /// The end of an affine layer's forward pass (Dense, Conv2D without a fused ReLU): `y` rounded
 /// to the compute dtype before a non-linear activation, then the activation, unless the
