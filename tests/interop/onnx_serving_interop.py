@@ -201,6 +201,27 @@ layers = [
 """,
         lambda rng: {"x": rng.normal(size=(16, 6)) * 3},
     ),
+    # Recurrent layers exported unrolled (every cell, both GRU variants, go_backwards,
+    # return_sequences, Bidirectional's merge modes) and Dot on sequences and vectors.
+    "interop-recurrent": (
+        """
+layers = [
+  { type = "Input", shape = [7, 3], name = "series" },
+  { type = "LSTM", units = 5, return_sequences = true, name = "lstm" },
+  { type = "GRU", units = 4, reset_after = false, return_sequences = true, go_backwards = true, name = "gru" },
+  { type = "Bidirectional", layer = { type = "SimpleRNN", units = 3, return_sequences = true, activation = "relu" }, name = "bi_rnn" },
+  { type = "Bidirectional", merge_mode = "ave", layer = { type = "GRU", units = 3, return_sequences = true }, name = "bi_gru" },
+  { type = "Bidirectional", merge_mode = "mul", layer = { type = "LSTM", units = 2, use_bias = false }, inputs = "bi_gru", name = "last" },
+  { type = "Dot", axes = [1, 1], normalize = true, inputs = ["bi_rnn", "bi_gru"], name = "sim" },
+  { type = "Flatten", inputs = "sim", name = "sim_flat" },
+  { type = "Dot", axes = 1, inputs = ["last", "last"], name = "sq" },
+  { type = "Concatenate", inputs = ["last", "sim_flat", "sq"], name = "joined" },
+  { type = "Dense", units = 3, activation = "softmax", inputs = "joined", name = "probs" },
+]
+outputs = ["probs"]
+""",
+        lambda rng: {"series": rng.normal(size=(16, 7, 3))},
+    ),
     # A shared tower (one Dense called on both inputs) and two outputs, each a graph output
     # named after its layer.
     "interop-siamese-heads": (

@@ -1,5 +1,5 @@
 """Known answers for kiln's weightless shape and merge layers (Reshape, Permute, RepeatVector,
-the merge layers, global pooling, UpSampling, ZeroPadding1D, Cropping2D), computed once with
+the merge layers, Dot, global pooling, UpSampling, ZeroPadding1D, Cropping2D), computed once with
 Keras 3 on the CPU.
 
 Run:
@@ -38,6 +38,11 @@ CASES = [
     ("average_flat", {"type": "Average"}, [[5]] * 3),
     ("maximum_image", {"type": "Maximum"}, [[2, 2, 3]] * 2),
     ("minimum_seq", {"type": "Minimum"}, [[3, 2]] * 3),
+    ("dot_flat", {"type": "Dot", "axes": 1}, [[5], [5]]),
+    ("dot_flat_normalized", {"type": "Dot", "axes": -1, "normalize": True}, [[5], [5]]),
+    ("dot_seq_features", {"type": "Dot", "axes": 2}, [[3, 4], [5, 4]]),
+    ("dot_seq_steps", {"type": "Dot", "axes": [1, 1]}, [[3, 4], [3, 2]]),
+    ("dot_seq_mixed_normalized", {"type": "Dot", "axes": [2, 1], "normalize": True}, [[3, 4], [4, 2]]),
     ("gap1d", {"type": "GlobalAveragePooling1D"}, [[4, 3]]),
     ("gap1d_keepdims", {"type": "GlobalAveragePooling1D", "keepdims": True}, [[4, 3]]),
     ("gmp1d", {"type": "GlobalMaxPooling1D"}, [[4, 3]]),

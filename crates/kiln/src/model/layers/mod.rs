@@ -69,6 +69,7 @@ builtin_layers! {
     recurrent => [SimpleRNN, LSTM, GRU],
     bidirectional => [Bidirectional],
     masking => [Masking],
+    dot => [Dot],
 }
 
 // Code the layer files share (not layers).

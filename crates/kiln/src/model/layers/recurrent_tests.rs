@@ -121,3 +121,85 @@ fn recurrent_layers_and_masks_match_keras_values_and_gradients() {
         }
     }
 }
+
+/// The output rows of a model of `layers` (TOML items after an Input of `steps` ids) with the
+/// weights of seed 7, on `ids` (`[batch, steps]`).
+fn run_model(layers: &str, steps: usize, ids: &[f32]) -> Vec<f32> {
+    use crate::model::{ModelSpec, Network};
+    let text = format!("layers = [{{ type = \"Input\", shape = [{steps}] }}, {layers}]");
+    let spec = ModelSpec::from_toml(&toml::from_str(&text).unwrap()).unwrap();
+    let device = Device::flex();
+    let net = Network::init(&spec, 7, &device);
+    let batch = ids.len() / steps;
+    let x = Tensor::<2>::from_data(TensorData::new(ids.to_vec(), [batch, steps]), &device);
+    to_vec(net.forward(&spec, Act::Flat(x), false).output)
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Keras' masks through a network: with `Embedding(mask_zero = true)`, padding (id 0) before
+/// or after a sequence changes neither a recurrent stack's output (the mask passes through
+/// `Dense` and a `return_sequences` LSTM to a GRU) nor `GlobalAveragePooling1D`'s mean, which
+/// all equal the outputs on the unpadded ids; without `mask_zero` they differ.
+#[test]
+fn padding_masked_by_embedding_leaves_recurrent_and_pooled_outputs_unchanged() {
+    let post_and_pre = [1.0, 2.0, 3.0, 0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0];
+    let unpadded = [1.0, 2.0, 3.0, 1.0, 2.0, 3.0];
+    for tail in [
+        "{ type = \"Dense\", units = 4, activation = \"tanh\" }, \
+         { type = \"LSTM\", units = 3, return_sequences = true }, { type = \"GRU\", units = 3 }",
+        "{ type = \"Bidirectional\", layer = { type = \"LSTM\", units = 2 } }",
+        "{ type = \"Dropout\", rate = 0.5 }, { type = \"GlobalAveragePooling1D\" }",
+    ] {
+        let layers = |mask: bool| {
+            format!("{{ type = \"Embedding\", input_dim = 10, output_dim = 4, mask_zero = {mask} }}, {tail}")
+        };
+        let padded = run_model(&layers(true), 5, &post_and_pre);
+        let short = run_model(&layers(true), 3, &unpadded);
+        assert!(max_diff(&padded, &short) < 1e-6, "{tail}: {padded:?} vs {short:?}");
+        let unmasked = run_model(&layers(false), 5, &post_and_pre);
+        assert!(max_diff(&unmasked, &short) > 1e-3, "{tail}: the mask had no effect");
+    }
+}
+
+/// `Masking` marks the steps whose features all equal `mask_value` (here `-1` after a `Reshape`
+/// of raw values to one feature per step), and a recurrent layer skips them.
+#[test]
+fn masking_layer_makes_recurrent_layers_skip_padded_steps() {
+    let tail = "{ type = \"Reshape\", target_shape = [-1, 1] }, \
+                { type = \"Masking\", mask_value = -1.0 }, { type = \"SimpleRNN\", units = 3 }";
+    let padded = run_model(tail, 5, &[0.5, -0.25, 1.0, -1.0, -1.0]);
+    let short = run_model(tail, 3, &[0.5, -0.25, 1.0]);
+    assert!(max_diff(&padded, &short) < 1e-6, "{padded:?} vs {short:?}");
+}
+
+/// Bad arguments are one-line errors naming the layer and the argument.
+#[test]
+fn bad_recurrent_arguments_are_one_line_errors() {
+    use crate::model::ModelSpec;
+    let error = |layer: &str| {
+        let text = format!("layers = [{{ type = \"Input\", shape = [5, 2] }}, {layer}]");
+        let e = ModelSpec::from_toml(&toml::from_str(&text).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains('\n'), "one line: {e}");
+        e
+    };
+    for (layer, want) in [
+        ("{ type = \"LSTM\", units = 0 }", "model.layers[1] (LSTM): `units` must be positive"),
+        ("{ type = \"GRU\", units = 2, dropout = 1.0 }", "`dropout` must be in [0, 1), got 1"),
+        ("{ type = \"SimpleRNN\", units = 2, reset_after = true }", "SimpleRNN has no argument `reset_after`"),
+        ("{ type = \"LSTM\", units = 2, return_state = true }", "`return_state = true` is not supported"),
+        ("{ type = \"LSTM\", units = 2, stateful = true }", "`stateful = true` is not supported"),
+        ("{ type = \"LSTM\", units = 2, unit = 3 }", "unknown field `unit`"),
+        ("{ type = \"Bidirectional\", layer = { type = \"Dense\", units = 2 } }", "must be a recurrent layer (LSTM, GRU or SimpleRNN), got \"Dense\""),
+        ("{ type = \"Bidirectional\", layer = { type = \"GRU\", units = 2 }, merge_mode = \"max\" }", "unknown variant `max`, expected one of `concat`"),
+        ("{ type = \"Bidirectional\", layer = { type = \"GRU\", units = 0 } }", "`units` must be positive"),
+        ("{ type = \"Flatten\" }, { type = \"LSTM\", units = 2 }", "LSTM expects a 2-D input (steps, features), got shape (10,)"),
+    ] {
+        let e = error(layer);
+        assert!(e.contains(want), "{layer}: {e}");
+    }
+}

@@ -94,7 +94,7 @@ fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) {
 fn shape_and_merge_layers_match_keras_values_and_gradients() {
     let device = Device::flex().autodiff();
     let cases = reference().cases;
-    assert_eq!(cases.len(), 31);
+    assert_eq!(cases.len(), 36);
     for (name, case) in &cases {
         let layer = build(&case.layer);
         let shapes: Vec<&[usize]> = case.inputs.iter().map(|v| &v.shape[1..]).collect();
