@@ -70,6 +70,7 @@ builtin_layers! {
     bidirectional => [Bidirectional],
     masking => [Masking],
     dot => [Dot],
+    time_distributed => [TimeDistributed],
 }
 
 // Code the layer files share (not layers).

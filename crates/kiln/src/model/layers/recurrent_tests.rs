@@ -203,3 +203,29 @@ fn bad_recurrent_arguments_are_one_line_errors() {
         assert!(e.contains(want), "{layer}: {e}");
     }
 }
+
+/// `TimeDistributed(Dense)` is Keras' `Dense` on a sequence, weights and all; wrapping a layer
+/// that does not give a vector per step is a one-line error.
+#[test]
+fn time_distributed_dense_equals_dense_on_steps() {
+    use crate::model::{ModelSpec, Network};
+    let device = Device::flex();
+    let x: Vec<f32> = (0..24).map(|i| (0.37 * i as f32).sin()).collect();
+    let run = |layer: &str| {
+        let text = format!("layers = [{{ type = \"Input\", shape = [4, 3] }}, {layer}]");
+        let spec = ModelSpec::from_toml(&toml::from_str(&text).unwrap()).unwrap();
+        assert_eq!(spec.output_shape(), &[4, 5]);
+        let net = Network::init(&spec, 3, &device);
+        let input = Tensor::<3>::from_data(TensorData::new(x.clone(), [2, 4, 3]), &device);
+        to_vec(net.forward(&spec, Act::Seq(input), false).output)
+    };
+    let wrapped = run("{ type = \"TimeDistributed\", layer = { type = \"Dense\", units = 5, activation = \"softmax\" } }");
+    let plain = run("{ type = \"Dense\", units = 5, activation = \"softmax\" }");
+    assert_eq!(wrapped.len(), 40);
+    assert!(max_diff(&wrapped, &plain) < 1e-7, "{wrapped:?} vs {plain:?}");
+    let text = "layers = [{ type = \"Input\", shape = [4, 3] }, { type = \"TimeDistributed\", layer = { type = \"RepeatVector\", n = 2 } }]";
+    let e = ModelSpec::from_toml(&toml::from_str(text).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("model.layers[1] (TimeDistributed): `layer` (RepeatVector) gives each step the shape [2, 3]"), "{e}");
+}
