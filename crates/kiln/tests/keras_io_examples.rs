@@ -67,7 +67,10 @@ fn bidirectional_lstm_imdb_trains() {
     let y = uniform(&mut rng, n, 2);
     write(
         dir.path(),
-        vec![("imdb-x.npy", vec![n, 200], x), ("imdb-y.npy", vec![n, 1], y)],
+        vec![
+            ("imdb-x.npy", vec![n, 200], x),
+            ("imdb-y.npy", vec![n, 1], y),
+        ],
         &[],
     );
     train("bidirectional_lstm_imdb.toml", Some(dir.path()), 1, 2);
@@ -98,7 +101,10 @@ fn addition_rnn_learns_on_the_examples_own_data() {
     let (x, y) = additions(n, 3);
     write(
         dir.path(),
-        vec![("addition-x.npy", vec![n, 7, 12], x), ("addition-y.npy", vec![n, 4], y)],
+        vec![
+            ("addition-x.npy", vec![n, 7, 12], x),
+            ("addition-y.npy", vec![n, 4], y),
+        ],
         &["addition-y.npy"],
     );
     let losses = train("addition_rnn.toml", Some(dir.path()), 3, 20);
@@ -133,10 +139,18 @@ fn lstm_character_model_learns_on_a_real_text() {
     let dir = tempfile::tempdir().unwrap();
     write(
         dir.path(),
-        vec![("chars-x.npy", vec![n, 40, 56], x), ("chars-y.npy", vec![n], y)],
+        vec![
+            ("chars-x.npy", vec![n, 40, 56], x),
+            ("chars-y.npy", vec![n], y),
+        ],
         &["chars-y.npy"],
     );
-    let losses = train("lstm_character_level_text_generation.toml", Some(dir.path()), 2, 10);
+    let losses = train(
+        "lstm_character_level_text_generation.toml",
+        Some(dir.path()),
+        2,
+        10,
+    );
     assert!(losses[1] < losses[0], "{losses:?}");
 }
 
@@ -147,7 +161,9 @@ fn collaborative_filtering_trains_with_two_inputs_and_dot() {
     let n = 256;
     let users = uniform(&mut rng, n, 610);
     let movies = uniform(&mut rng, n, 9724);
-    let ratings: Vec<f32> = (0..n).map(|_| rng.random_range(0..=8) as f32 / 8.0).collect();
+    let ratings: Vec<f32> = (0..n)
+        .map(|_| rng.random_range(0..=8) as f32 / 8.0)
+        .collect();
     write(
         dir.path(),
         vec![
@@ -157,7 +173,12 @@ fn collaborative_filtering_trains_with_two_inputs_and_dot() {
         ],
         &[],
     );
-    train("collaborative_filtering_movielens.toml", Some(dir.path()), 1, 3);
+    train(
+        "collaborative_filtering_movielens.toml",
+        Some(dir.path()),
+        1,
+        3,
+    );
 }
 
 #[test]
@@ -166,11 +187,41 @@ fn imbalanced_classification_trains_with_class_weight() {
     let mut rng = StdRng::seed_from_u64(4);
     let n = 4096;
     let x: Vec<f32> = (0..n * 30).map(|_| rng.random_range(-2.0..2.0)).collect();
-    let y: Vec<f32> = (0..n).map(|i| if i % 500 == 7 { 1.0 } else { 0.0 }).collect();
+    let y: Vec<f32> = (0..n)
+        .map(|i| if i % 500 == 7 { 1.0 } else { 0.0 })
+        .collect();
     write(
         dir.path(),
-        vec![("fraud-x.npy", vec![n, 30], x), ("fraud-y.npy", vec![n, 1], y)],
+        vec![
+            ("fraud-x.npy", vec![n, 30], x),
+            ("fraud-y.npy", vec![n, 1], y),
+        ],
         &[],
     );
     train("imbalanced_classification.toml", Some(dir.path()), 1, 2);
+}
+
+#[test]
+fn multi_label_classification_trains_on_multi_hot_targets() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(5);
+    let n = 256;
+    let x: Vec<f32> = (0..n * 20_000)
+        .map(|_| match rng.random_range(0..200) {
+            0 => rng.random_range(0.5..3.0),
+            _ => 0.0,
+        })
+        .collect();
+    let y: Vec<f32> = (0..n * 153)
+        .map(|_| (rng.random_range(0..50) == 0) as u8 as f32)
+        .collect();
+    write(
+        dir.path(),
+        vec![
+            ("abstracts-x.npy", vec![n, 20_000], x),
+            ("abstracts-y.npy", vec![n, 153], y),
+        ],
+        &[],
+    );
+    train("multi_label_classification.toml", Some(dir.path()), 1, 2);
 }

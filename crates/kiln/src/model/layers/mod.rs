@@ -79,9 +79,9 @@ mod global_pooling;
 mod keras_order;
 mod merge;
 mod recurrent_onnx;
-mod repeat;
 #[cfg(test)]
 mod recurrent_tests;
+mod repeat;
 #[cfg(test)]
 mod shape_tests;
 

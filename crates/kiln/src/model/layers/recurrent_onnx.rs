@@ -111,7 +111,9 @@ impl<const CELL: u8> Recurrent<CELL> {
             true => {
                 let rk = g.weight_values(&rk_key, &[u, n])?.to_vec();
                 let cols = |from: usize, to: usize| -> Vec<f32> {
-                    rk.chunks(n).flat_map(|row| row[from..to].to_vec()).collect()
+                    rk.chunks(n)
+                        .flat_map(|row| row[from..to].to_vec())
+                        .collect()
                 };
                 let zr = g.named_constant(&format!("{rk_key}_zr"), &[u, 2 * u], &cols(0, 2 * u));
                 let hh = g.named_constant(&format!("{rk_key}_h"), &[u, u], &cols(2 * u, n));

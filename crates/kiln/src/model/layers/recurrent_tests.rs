@@ -36,10 +36,7 @@ struct Reference {
 }
 
 fn reference() -> Reference {
-    serde_json::from_str(include_str!(
-        "../../../tests/data/recurrent_reference.json"
-    ))
-    .unwrap()
+    serde_json::from_str(include_str!("../../../tests/data/recurrent_reference.json")).unwrap()
 }
 
 fn build(args: &serde_json::Value) -> std::sync::Arc<dyn Layer> {
@@ -111,10 +108,17 @@ fn recurrent_layers_and_masks_match_keras_values_and_gradients() {
         };
         assert_close(name, "output", &to_vec(rows.clone()), &case.output.values);
         let n = rows.dims()[0] * rows.dims()[1];
-        let r: Vec<f32> = (0..n).map(|i| (0.5 * i as f64 + 0.2).cos() as f32).collect();
+        let r: Vec<f32> = (0..n)
+            .map(|i| (0.5 * i as f64 + 0.2).cos() as f32)
+            .collect();
         let r = Tensor::<2>::from_data(TensorData::new(r, rows.dims()), &device);
         let grads = (rows * r).sum().backward();
-        assert_close(name, "input gradient", &to_vec(x.grad(&grads).unwrap()), &case.input_grad);
+        assert_close(
+            name,
+            "input gradient",
+            &to_vec(x.grad(&grads).unwrap()),
+            &case.input_grad,
+        );
         for (spec, slot) in specs.iter().zip(at) {
             let got = weight_grad(&params, slot, &grads);
             assert_close(name, &spec.name, &got, &case.weight_grads[&spec.name]);
@@ -136,7 +140,10 @@ fn run_model(layers: &str, steps: usize, ids: &[f32]) -> Vec<f32> {
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// Keras' masks through a network: with `Embedding(mask_zero = true)`, padding (id 0) before
@@ -154,13 +161,21 @@ fn padding_masked_by_embedding_leaves_recurrent_and_pooled_outputs_unchanged() {
         "{ type = \"Dropout\", rate = 0.5 }, { type = \"GlobalAveragePooling1D\" }",
     ] {
         let layers = |mask: bool| {
-            format!("{{ type = \"Embedding\", input_dim = 10, output_dim = 4, mask_zero = {mask} }}, {tail}")
+            format!(
+                "{{ type = \"Embedding\", input_dim = 10, output_dim = 4, mask_zero = {mask} }}, {tail}"
+            )
         };
         let padded = run_model(&layers(true), 5, &post_and_pre);
         let short = run_model(&layers(true), 3, &unpadded);
-        assert!(max_diff(&padded, &short) < 1e-6, "{tail}: {padded:?} vs {short:?}");
+        assert!(
+            max_diff(&padded, &short) < 1e-6,
+            "{tail}: {padded:?} vs {short:?}"
+        );
         let unmasked = run_model(&layers(false), 5, &post_and_pre);
-        assert!(max_diff(&unmasked, &short) > 1e-3, "{tail}: the mask had no effect");
+        assert!(
+            max_diff(&unmasked, &short) > 1e-3,
+            "{tail}: the mask had no effect"
+        );
     }
 }
 
@@ -188,16 +203,46 @@ fn bad_recurrent_arguments_are_one_line_errors() {
         e
     };
     for (layer, want) in [
-        ("{ type = \"LSTM\", units = 0 }", "model.layers[1] (LSTM): `units` must be positive"),
-        ("{ type = \"GRU\", units = 2, dropout = 1.0 }", "`dropout` must be in [0, 1), got 1"),
-        ("{ type = \"SimpleRNN\", units = 2, reset_after = true }", "SimpleRNN has no argument `reset_after`"),
-        ("{ type = \"LSTM\", units = 2, return_state = true }", "`return_state = true` is not supported"),
-        ("{ type = \"LSTM\", units = 2, stateful = true }", "`stateful = true` is not supported"),
-        ("{ type = \"LSTM\", units = 2, unit = 3 }", "unknown field `unit`"),
-        ("{ type = \"Bidirectional\", layer = { type = \"Dense\", units = 2 } }", "must be a recurrent layer (LSTM, GRU or SimpleRNN), got \"Dense\""),
-        ("{ type = \"Bidirectional\", layer = { type = \"GRU\", units = 2 }, merge_mode = \"max\" }", "unknown variant `max`, expected one of `concat`"),
-        ("{ type = \"Bidirectional\", layer = { type = \"GRU\", units = 0 } }", "`units` must be positive"),
-        ("{ type = \"Flatten\" }, { type = \"LSTM\", units = 2 }", "LSTM expects a 2-D input (steps, features), got shape (10,)"),
+        (
+            "{ type = \"LSTM\", units = 0 }",
+            "model.layers[1] (LSTM): `units` must be positive",
+        ),
+        (
+            "{ type = \"GRU\", units = 2, dropout = 1.0 }",
+            "`dropout` must be in [0, 1), got 1",
+        ),
+        (
+            "{ type = \"SimpleRNN\", units = 2, reset_after = true }",
+            "SimpleRNN has no argument `reset_after`",
+        ),
+        (
+            "{ type = \"LSTM\", units = 2, return_state = true }",
+            "`return_state = true` is not supported",
+        ),
+        (
+            "{ type = \"LSTM\", units = 2, stateful = true }",
+            "`stateful = true` is not supported",
+        ),
+        (
+            "{ type = \"LSTM\", units = 2, unit = 3 }",
+            "unknown field `unit`",
+        ),
+        (
+            "{ type = \"Bidirectional\", layer = { type = \"Dense\", units = 2 } }",
+            "must be a recurrent layer (LSTM, GRU or SimpleRNN), got \"Dense\"",
+        ),
+        (
+            "{ type = \"Bidirectional\", layer = { type = \"GRU\", units = 2 }, merge_mode = \"max\" }",
+            "unknown variant `max`, expected one of `concat`",
+        ),
+        (
+            "{ type = \"Bidirectional\", layer = { type = \"GRU\", units = 0 } }",
+            "`units` must be positive",
+        ),
+        (
+            "{ type = \"Flatten\" }, { type = \"LSTM\", units = 2 }",
+            "LSTM expects a 2-D input (steps, features), got shape (None, 10)",
+        ),
     ] {
         let e = error(layer);
         assert!(e.contains(want), "{layer}: {e}");
@@ -219,10 +264,15 @@ fn time_distributed_dense_equals_dense_on_steps() {
         let input = Tensor::<3>::from_data(TensorData::new(x.clone(), [2, 4, 3]), &device);
         to_vec(net.forward(&spec, Act::Seq(input), false).output)
     };
-    let wrapped = run("{ type = \"TimeDistributed\", layer = { type = \"Dense\", units = 5, activation = \"softmax\" } }");
+    let wrapped = run(
+        "{ type = \"TimeDistributed\", layer = { type = \"Dense\", units = 5, activation = \"softmax\" } }",
+    );
     let plain = run("{ type = \"Dense\", units = 5, activation = \"softmax\" }");
     assert_eq!(wrapped.len(), 40);
-    assert!(max_diff(&wrapped, &plain) < 1e-7, "{wrapped:?} vs {plain:?}");
+    assert!(
+        max_diff(&wrapped, &plain) < 1e-7,
+        "{wrapped:?} vs {plain:?}"
+    );
     let text = "layers = [{ type = \"Input\", shape = [4, 3] }, { type = \"TimeDistributed\", layer = { type = \"RepeatVector\", n = 2 } }]";
     let e = ModelSpec::from_toml(&toml::from_str(text).unwrap())
         .unwrap_err()
