@@ -39,13 +39,14 @@ def lstm_model(steps):
 
 def conv1d_model(steps):
     """examples/ucr/italy-power-demand-conv1d.toml: keras.io's
-    timeseries_classification_from_scratch make_model, with 64 filters per block."""
+    timeseries_classification_from_scratch make_model (64 filters per block; ReLU()
+    written Activation("relu"), as the config does)."""
     model = [keras.Input((steps, 1))]
     for _ in range(3):
         model += [
             layers.Conv1D(64, 3, padding="same"),
             layers.BatchNormalization(),
-            layers.ReLU(),
+            layers.Activation("relu"),
         ]
     model += [layers.GlobalAveragePooling1D(), layers.Dense(2, activation="softmax")]
     return keras.Sequential(model)
