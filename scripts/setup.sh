@@ -4,6 +4,8 @@
 #   - OpenMPI (openmpi-bin: mpirun; libopenmpi-dev: the library kiln links for
 #     strategy = "multi_worker_mirrored") and libclang-dev (the `mpi` crate's bindgen reads
 #     mpi.h with it). kiln-cli builds with MPI by default, so these are needed to build it.
+#   - The UCR archive's ItalyPowerDemand time series (scripts/ucr-data.sh: from the PyPI wheel
+#     aeon, as NPY files in /usr/local/share/datasets/ucr/ItalyPowerDemand).
 #   - PostgreSQL, Debian's package postgresql: kiln-tune's multi-worker tests start a throwaway
 #     cluster (scripts/postgres-test-server.sh).
 # Safe to run again: it installs only what is missing.
@@ -27,6 +29,8 @@ if ((${#need_apt[@]})); then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need_apt[@]}"
 fi
+
+UCR_DIR=/usr/local/share/datasets/ucr "$(dirname "$0")/ucr-data.sh"
 
 if ! command -v cargo >/dev/null; then
   echo "setup: cargo not found; install the Rust toolchain (https://rustup.rs), then run this again" >&2
