@@ -43,7 +43,11 @@ impl Window {
     /// Output size and padding over `input` with Keras' `valid` or `same` padding (TensorFlow's
     /// rules on the dilated window: `same` gives `ceil(in / s)`, the odd value padded at the
     /// end), or why the window does not fit.
-    pub fn resolve(&self, padding: Padding, input: [usize; 2]) -> Result<([usize; 2], Pads), String> {
+    pub fn resolve(
+        &self,
+        padding: Padding,
+        input: [usize; 2],
+    ) -> Result<([usize; 2], Pads), String> {
         let span = self.span();
         let mut out = [0; 2];
         let mut pads = [(0, 0); 2];
@@ -99,7 +103,11 @@ impl Window {
     fn onnx_attrs(&self, pads: Pads, one_d: bool) -> Vec<crate::onnx::proto::AttributeProto> {
         let axes = |v: [usize; 2]| -> Vec<i64> {
             let all = v.map(|x| x as i64);
-            if one_d { all[1..].to_vec() } else { all.to_vec() }
+            if one_d {
+                all[1..].to_vec()
+            } else {
+                all.to_vec()
+            }
         };
         let mut p = axes(pads.map(|(b, _)| b));
         p.extend(axes(pads.map(|(_, e)| e)));
@@ -150,7 +158,7 @@ pub(super) fn validate_window(w: &Window, one_d: bool) -> Result<(), String> {
 pub(super) fn validate_groups(filters: usize, groups: usize) -> Result<(), String> {
     super::positive("filters", filters)?;
     super::positive("groups", groups)?;
-    if filters % groups != 0 {
+    if !filters.is_multiple_of(groups) {
         return Err(format!(
             "`filters` ({filters}) must be a multiple of `groups` ({groups})"
         ));
@@ -160,7 +168,7 @@ pub(super) fn validate_groups(filters: usize, groups: usize) -> Result<(), Strin
 
 /// Checks that an input's `channels` split into `groups`.
 pub(super) fn check_channels(class: &str, channels: usize, groups: usize) -> Result<(), String> {
-    if channels % groups != 0 {
+    if !channels.is_multiple_of(groups) {
         return Err(format!(
             "{class} splits its input's {channels} channels into `groups` = {groups}; make \
              the channels a multiple of `groups`"
@@ -170,7 +178,10 @@ pub(super) fn check_channels(class: &str, channels: usize, groups: usize) -> Res
 }
 
 /// Checks `output_padding` (each value below its stride, as Keras requires).
-pub(super) fn validate_output_padding(op: Option<[usize; 2]>, strides: [usize; 2]) -> Result<(), String> {
+pub(super) fn validate_output_padding(
+    op: Option<[usize; 2]>,
+    strides: [usize; 2],
+) -> Result<(), String> {
     let Some(op) = op else { return Ok(()) };
     for (p, s) in op.iter().zip(strides) {
         if *p >= s {
@@ -218,7 +229,12 @@ pub(super) fn convolve(
 /// Depthwise 2-D convolution of NCHW `x` with Keras' `kernel [kh, kw, in, depth_multiplier]`:
 /// output channel `c * depth_multiplier + m` is input channel `c` convolved with `kernel[..,
 /// c, m]` (a convolution of `in` groups).
-pub(super) fn convolve_depthwise(x: Tensor<4>, kernel: Tensor<4>, w: &Window, pads: Pads) -> Tensor<4> {
+pub(super) fn convolve_depthwise(
+    x: Tensor<4>,
+    kernel: Tensor<4>,
+    w: &Window,
+    pads: Pads,
+) -> Tensor<4> {
     let [kh, kw, cin, dm] = kernel.dims();
     let kernel = kernel.reshape([kh, kw, 1, cin * dm]).permute([3, 2, 0, 1]);
     convolve(x, kernel, None, (w, pads, cin), false)
@@ -226,7 +242,12 @@ pub(super) fn convolve_depthwise(x: Tensor<4>, kernel: Tensor<4>, w: &Window, pa
 
 /// The ONNX `Conv` of a depthwise convolution with Keras' kernel `values` of shape `[kh, kw,
 /// in, depth_multiplier]` and `bias`.
-pub(super) fn onnx_depthwise(values: &[f32], [kh, kw, cin, dm]: [usize; 4], bias: Option<String>, pads: Pads) -> OnnxConv<'static> {
+pub(super) fn onnx_depthwise(
+    values: &[f32],
+    [kh, kw, cin, dm]: [usize; 4],
+    bias: Option<String>,
+    pads: Pads,
+) -> OnnxConv<'static> {
     OnnxConv {
         op: "Conv",
         kernel: OnnxKernel::from_keras(values, [kh, kw, 1, cin * dm]),
@@ -331,7 +352,11 @@ pub(super) fn onnx_conv(
 ) -> String {
     let one_d = x.shape.len() == 2;
     let [o, i, kh, kw] = conv.kernel.dims;
-    let dims: Vec<usize> = if one_d { vec![o, i, kw] } else { vec![o, i, kh, kw] };
+    let dims: Vec<usize> = if one_d {
+        vec![o, i, kw]
+    } else {
+        vec![o, i, kh, kw]
+    };
     let kernel = g.named_constant(&format!("{name}/{suffix}"), &dims, &conv.kernel.values);
     let mut args = vec![kernel];
     args.extend(conv.bias);
@@ -345,7 +370,11 @@ pub(super) fn onnx_conv(
     let mut attrs = w.onnx_attrs(conv.pads, one_d);
     attrs.push(int("group", conv.group as i64));
     if let Some(op) = conv.output_padding {
-        let op: Vec<i64> = op.iter().skip(usize::from(one_d)).map(|&v| v as i64).collect();
+        let op: Vec<i64> = op
+            .iter()
+            .skip(usize::from(one_d))
+            .map(|&v| v as i64)
+            .collect();
         attrs.push(ints("output_padding", &op));
     }
     let y = g.node(name, conv.op, &refs, attrs);

@@ -98,7 +98,12 @@ fn convolutions_and_1d_pooling_match_keras_values_and_gradients() {
             .collect();
         let r = Tensor::<2>::from_data(TensorData::new(r, [n, m]), &device);
         let grads = (rows * r).sum().backward();
-        assert_close(name, "input gradient", &grad(&leaf, &grads), &case.input_grad);
+        assert_close(
+            name,
+            "input gradient",
+            &grad(&leaf, &grads),
+            &case.input_grad,
+        );
         for ((spec, slot), want) in specs.iter().zip(slots(&specs)).zip(&case.weight_grads) {
             let got = weight_grad(&p, spec, slot, &grads);
             assert_close(name, &format!("{} gradient", spec.name), &got, want);
@@ -108,8 +113,8 @@ fn convolutions_and_1d_pooling_match_keras_values_and_gradients() {
 
 /// Layer `args` (a TOML inline table without `type`) of class `class` on Keras input `shape`.
 fn shape_of(class: &str, args: &str, shape: &[usize]) -> Result<Vec<usize>, String> {
-    let table: toml::Table = toml::from_str(&format!("type = \"{class}\"\n{}", args.replace(", ", "\n")))
-        .unwrap();
+    let table: toml::Table =
+        toml::from_str(&format!("type = \"{class}\"\n{}", args.replace(", ", "\n"))).unwrap();
     build(&table).output_shape(&[shape])
 }
 
@@ -117,23 +122,86 @@ fn shape_of(class: &str, args: &str, shape: &[usize]) -> Result<Vec<usize>, Stri
 fn output_shapes_follow_keras_formulas() {
     let cases: &[(&str, &str, &[usize], &[usize])] = &[
         ("Conv1D", "filters = 4, kernel_size = 3", &[10, 2], &[8, 4]),
-        ("Conv1D", "filters = 4, kernel_size = 3, padding = \"same\", strides = 3", &[10, 2], &[4, 4]),
-        ("Conv1D", "filters = 4, kernel_size = 3, padding = \"causal\", dilation_rate = 4", &[10, 2], &[10, 4]),
-        ("Conv1D", "filters = 4, kernel_size = 3, dilation_rate = 4", &[10, 2], &[2, 4]),
+        (
+            "Conv1D",
+            "filters = 4, kernel_size = 3, padding = \"same\", strides = 3",
+            &[10, 2],
+            &[4, 4],
+        ),
+        (
+            "Conv1D",
+            "filters = 4, kernel_size = 3, padding = \"causal\", dilation_rate = 4",
+            &[10, 2],
+            &[10, 4],
+        ),
+        (
+            "Conv1D",
+            "filters = 4, kernel_size = 3, dilation_rate = 4",
+            &[10, 2],
+            &[2, 4],
+        ),
         ("MaxPooling1D", "padding = \"valid\"", &[9, 3], &[4, 3]),
-        ("AveragePooling1D", "pool_size = 3, strides = 2, padding = \"same\"", &[9, 3], &[5, 3]),
-        ("Conv2D", "filters = 6, kernel_size = 3, dilation_rate = 2, groups = 3", &[9, 8, 3], &[5, 4, 6]),
-        ("Conv2DTranspose", "filters = 5, kernel_size = 3, strides = 2", &[4, 5, 3], &[9, 11, 5]),
-        ("Conv2DTranspose", "filters = 5, kernel_size = 3, strides = 2, padding = \"same\"", &[4, 5, 3], &[8, 10, 5]),
-        ("Conv2DTranspose", "filters = 5, kernel_size = 2, strides = 4", &[4, 5, 3], &[16, 20, 5]),
-        ("Conv1DTranspose", "filters = 2, kernel_size = 5, strides = 2, padding = \"same\", output_padding = 1", &[4, 3], &[8, 2]),
-        ("DepthwiseConv2D", "kernel_size = 3, depth_multiplier = 3", &[5, 6, 2], &[3, 4, 6]),
-        ("SeparableConv2D", "filters = 7, kernel_size = 3, strides = 2, padding = \"same\"", &[5, 6, 2], &[3, 3, 7]),
+        (
+            "AveragePooling1D",
+            "pool_size = 3, strides = 2, padding = \"same\"",
+            &[9, 3],
+            &[5, 3],
+        ),
+        (
+            "Conv2D",
+            "filters = 6, kernel_size = 3, dilation_rate = 2, groups = 3",
+            &[9, 8, 3],
+            &[5, 4, 6],
+        ),
+        (
+            "Conv2DTranspose",
+            "filters = 5, kernel_size = 3, strides = 2",
+            &[4, 5, 3],
+            &[9, 11, 5],
+        ),
+        (
+            "Conv2DTranspose",
+            "filters = 5, kernel_size = 3, strides = 2, padding = \"same\"",
+            &[4, 5, 3],
+            &[8, 10, 5],
+        ),
+        (
+            "Conv2DTranspose",
+            "filters = 5, kernel_size = 2, strides = 4",
+            &[4, 5, 3],
+            &[16, 20, 5],
+        ),
+        (
+            "Conv1DTranspose",
+            "filters = 2, kernel_size = 5, strides = 2, padding = \"same\", output_padding = 1",
+            &[4, 3],
+            &[8, 2],
+        ),
+        (
+            "DepthwiseConv2D",
+            "kernel_size = 3, depth_multiplier = 3",
+            &[5, 6, 2],
+            &[3, 4, 6],
+        ),
+        (
+            "SeparableConv2D",
+            "filters = 7, kernel_size = 3, strides = 2, padding = \"same\"",
+            &[5, 6, 2],
+            &[3, 3, 7],
+        ),
     ];
     for (class, args, input, want) in cases {
         let got = shape_of(class, args, input).unwrap();
         assert_eq!(got, *want, "{class}({args}) on {input:?}");
     }
+}
+
+/// A model config reads Conv1D's `causal` padding (other layers refuse it, naming the key).
+#[test]
+fn causal_conv1d_reads_from_a_model_config() {
+    let text = r#"layers = [{ type = "Input", shape = [6, 2] }, { type = "Conv1D", filters = 3, kernel_size = 3, padding = "causal", dilation_rate = 2 }]"#;
+    let spec = crate::model::ModelSpec::from_toml(&toml::from_str(text).unwrap()).unwrap();
+    assert_eq!(spec.output_shape().to_vec(), vec![6, 3]);
 }
 
 #[test]
@@ -143,8 +211,15 @@ fn conv2d_without_dilation_and_groups_writes_its_old_config_and_weights() {
     assert!(!config.contains_key("dilation_rate") && !config.contains_key("groups"));
     let specs = conv.weights(&[&[5, 5, 4]]);
     assert_eq!(specs[0].shape, [3, 3, 4, 8]);
-    assert_eq!(specs[0].storage, crate::model::params::Storage::Field(Field::ConvKernel));
-    let grouped = shape_of("Conv2D", "filters = 8, kernel_size = 3, groups = 2", &[5, 5, 4]);
+    assert_eq!(
+        specs[0].storage,
+        crate::model::params::Storage::Field(Field::ConvKernel)
+    );
+    let grouped = shape_of(
+        "Conv2D",
+        "filters = 8, kernel_size = 3, groups = 2",
+        &[5, 5, 4],
+    );
     assert_eq!(grouped.unwrap(), [3, 3, 8]);
     for alias in [
         "Convolution1D",
