@@ -26,6 +26,15 @@ pub(super) struct Window {
 pub(super) type Pads = [(usize, usize); 2];
 
 impl Window {
+    /// A 2-D window of Keras' `kernel_size`, `strides` and `dilation_rate`.
+    pub fn new(kernel: Pair, strides: Pair, dilation: Pair) -> Window {
+        Window {
+            kernel: kernel.0,
+            strides: strides.0,
+            dilation: dilation.0,
+        }
+    }
+
     /// A 1-D window (`[1, k]` over `[1, steps]`).
     pub fn one_d(kernel: usize, strides: usize, dilation: usize) -> Window {
         Window {
@@ -383,6 +392,19 @@ pub(super) fn onnx_conv(
     } else {
         y
     }
+}
+
+/// The initializer of the layer's `bias [n]` when it has one.
+pub(super) fn onnx_bias(
+    g: &mut OnnxGraph,
+    name: &str,
+    use_bias: bool,
+    n: usize,
+) -> Result<Option<String>, String> {
+    if !use_bias {
+        return Ok(None);
+    }
+    g.weight(&format!("{name}/bias"), &[n], &[n]).map(Some)
 }
 
 /// The ONNX setup of a transposed convolution over `input` (spatial `[h, w]`).

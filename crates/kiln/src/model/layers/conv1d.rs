@@ -126,10 +126,7 @@ impl Layer for Conv1D {
         let (k, cin, f) = (self.kernel_size, x.shape[1] / self.groups, self.filters);
         let values = g.weight_values(&format!("{name}/kernel"), &[k, cin, f])?;
         let kernel = OnnxKernel::from_keras(values, [1, k, cin, f]);
-        let bias = match self.use_bias {
-            true => Some(g.weight(&format!("{name}/bias"), &[f], &[f])?),
-            false => None,
-        };
+        let bias = conv::onnx_bias(g, name, self.use_bias, f)?;
         let (_, pads) = self.resolve(x.shape[0])?;
         let setup = OnnxConv {
             op: "Conv",

@@ -60,11 +60,7 @@ impl Conv2D {
     }
 
     fn window(&self) -> Window {
-        Window {
-            kernel: self.kernel_size.0,
-            strides: self.strides.0,
-            dilation: self.dilation_rate.0,
-        }
+        Window::new(self.kernel_size, self.strides, self.dilation_rate)
     }
 }
 
@@ -114,10 +110,7 @@ impl Layer for Conv2D {
         let ([kh, kw], cin, f) = (self.kernel_size.0, x.shape[2] / self.groups, self.filters);
         let hwio = g.weight_values(&format!("{name}/kernel"), &[kh, kw, cin, f])?;
         let kernel = OnnxKernel::from_keras(hwio, [kh, kw, cin, f]);
-        let bias = match self.use_bias {
-            true => Some(g.weight(&format!("{name}/bias"), &[f], &[f])?),
-            false => None,
-        };
+        let bias = conv::onnx_bias(g, name, self.use_bias, f)?;
         let window = self.window();
         let (_, pads) = window.resolve(self.padding, [x.shape[0], x.shape[1]])?;
         let setup = OnnxConv {

@@ -172,10 +172,7 @@ impl<S: SpatialSize> Layer for ConvTranspose<S> {
         let [kh, kw] = self.kernel_size.pair();
         let values = g.weight_values(&format!("{name}/kernel"), &self.kernel_shape(cin))?;
         let kernel = OnnxKernel::from_keras(values, [kh, kw, f, cin]);
-        let bias = match self.use_bias {
-            true => Some(g.weight(&format!("{name}/bias"), &[f], &[f])?),
-            false => None,
-        };
+        let bias = conv::onnx_bias(g, name, self.use_bias, f)?;
         let window = self.window();
         let geometry = self.geometry(spatial);
         let setup = conv::onnx_transposed(&window, spatial, geometry, kernel, bias);

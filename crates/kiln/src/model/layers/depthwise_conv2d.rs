@@ -56,11 +56,7 @@ impl DepthwiseConv2D {
     }
 
     fn window(&self) -> Window {
-        Window {
-            kernel: self.kernel_size.0,
-            strides: self.strides.0,
-            dilation: self.dilation_rate.0,
-        }
+        Window::new(self.kernel_size, self.strides, self.dilation_rate)
     }
 }
 
@@ -100,10 +96,7 @@ impl Layer for DepthwiseConv2D {
         let x = &inputs[0];
         let ([kh, kw], cin, dm) = (self.kernel_size.0, x.shape[2], self.depth_multiplier);
         let values = g.weight_values(&format!("{name}/kernel"), &[kh, kw, cin, dm])?.to_vec();
-        let bias = match self.use_bias {
-            true => Some(g.weight(&format!("{name}/bias"), &[cin * dm], &[cin * dm])?),
-            false => None,
-        };
+        let bias = conv::onnx_bias(g, name, self.use_bias, cin * dm)?;
         let window = self.window();
         let (_, pads) = window.resolve(self.padding, [x.shape[0], x.shape[1]])?;
         let setup = conv::onnx_depthwise(&values, [kh, kw, cin, dm], bias, pads);

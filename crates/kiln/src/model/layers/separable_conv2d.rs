@@ -60,11 +60,7 @@ impl SeparableConv2D {
     }
 
     fn window(&self) -> Window {
-        Window {
-            kernel: self.kernel_size.0,
-            strides: self.strides.0,
-            dilation: self.dilation_rate.0,
-        }
+        Window::new(self.kernel_size, self.strides, self.dilation_rate)
     }
 }
 
@@ -141,10 +137,7 @@ impl Layer for SeparableConv2D {
         let d = conv::onnx_conv(g, name, x, &window, setup, "depthwise_kernel");
         let pk = g.weight_values(&format!("{name}/pointwise_kernel"), &[1, 1, cin * dm, f])?;
         let kernel = OnnxKernel::from_keras(pk, [1, 1, cin * dm, f]);
-        let bias = match self.use_bias {
-            true => Some(g.weight(&format!("{name}/bias"), &[f], &[f])?),
-            false => None,
-        };
+        let bias = conv::onnx_bias(g, name, self.use_bias, f)?;
         let setup = OnnxConv {
             op: "Conv",
             kernel,

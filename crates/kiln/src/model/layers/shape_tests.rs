@@ -211,6 +211,11 @@ fn bad_arguments_and_shapes_are_one_line_errors_naming_the_layer_and_key() {
             "ZeroPadding1D expects a 2-D input (steps, features), got shape (None, 4)",
         ),
     ];
+    assert_errors(&cases);
+}
+
+/// Each `(layers, want)`: building `layers` fails with a one-line error containing `want`.
+pub(super) fn assert_errors(cases: &[(&str, &str)]) {
     let wrong: Vec<String> = cases
         .iter()
         .map(|(layers, want)| (layers, want, error(layers)))
