@@ -12,7 +12,8 @@
    Functional models `kiln predict` cannot run (two inputs; a text model of Embedding,
    PositionEmbedding, Add, TransformerEncoder, LayerNormalization, attention over another value,
    Cropping1D and BatchNormalization on sequences; the weightless shape, merge and pooling
-   layers) are checked with the `onnx_forward` example
+   layers; the 1-D, grouped, dilated, transposed, depthwise and separable convolutions and the
+   1-D pooling) are checked with the `onnx_forward` example
    instead: it exports the seeded model and prints kiln's forward pass on the same inputs.
    Together the models use every layer built into kiln (the Rust test
    `export::tests::the_onnx_interop_models_use_every_builtin_layer` checks that).
@@ -181,6 +182,32 @@ layers = [
 outputs = ["out"]
 """,
         lambda rng: {"image": rng.normal(size=(16, 6, 4, 2)), "vec": rng.normal(size=(16, 6))},
+    ),
+    # The convolutions and 1-D pooling: causal, dilated, grouped, strided and transposed
+    # windows on sequences and images, depthwise and separable convolutions.
+    "interop-convolutions": (
+        """
+layers = [
+  { type = "Input", shape = [12, 4], name = "seq" },
+  { type = "Input", shape = [6, 5, 4], name = "image" },
+  { type = "Conv1D", filters = 6, kernel_size = 3, padding = "causal", dilation_rate = 2, groups = 2, activation = "relu", inputs = "seq", name = "c1" },
+  { type = "MaxPooling1D", pool_size = 3, strides = 2, padding = "same", inputs = "c1", name = "mp1" },
+  { type = "Conv1DTranspose", filters = 3, kernel_size = 3, strides = 2, padding = "same", inputs = "mp1", name = "t1" },
+  { type = "AveragePooling1D", pool_size = 3, strides = 2, padding = "same", inputs = "t1", name = "ap1" },
+  { type = "Conv1D", filters = 4, kernel_size = 2, strides = 2, padding = "same", activation = "softmax", inputs = "ap1", name = "c1b" },
+  { type = "Flatten", inputs = "c1b", name = "seq_flat" },
+  { type = "Conv2D", filters = 6, kernel_size = 2, dilation_rate = 2, groups = 2, padding = "same", inputs = "image", name = "c2" },
+  { type = "DepthwiseConv2D", kernel_size = 3, depth_multiplier = 2, strides = 2, padding = "same", activation = "tanh", inputs = "c2", name = "dw" },
+  { type = "Conv2DTranspose", filters = 4, kernel_size = 3, strides = 2, padding = "same", output_padding = 1, inputs = "dw", name = "t2" },
+  { type = "Conv2DTranspose", filters = 2, kernel_size = 2, dilation_rate = 2, inputs = "t2", name = "t2d" },
+  { type = "SeparableConv2D", filters = 3, kernel_size = 3, strides = 2, depth_multiplier = 2, activation = "relu", inputs = "t2d", name = "sep" },
+  { type = "GlobalAveragePooling2D", inputs = "sep", name = "gap" },
+  { type = "Concatenate", inputs = ["seq_flat", "gap"], name = "both" },
+  { type = "Dense", units = 3, inputs = "both", name = "out" },
+]
+outputs = ["out"]
+""",
+        lambda rng: {"seq": rng.normal(size=(16, 12, 4)), "image": rng.normal(size=(16, 6, 5, 4))},
     ),
     # Every activation function, after a Dense (so that values reach every branch).
     "interop-activations": (

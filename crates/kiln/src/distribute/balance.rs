@@ -304,6 +304,8 @@ mod tests {
                 kernel_size: Pair([3, 3]),
                 strides: Pair([1, 1]),
                 padding: Padding::Valid,
+                dilation_rate: Pair([1, 1]),
+                groups: 1,
                 activation: Activation::Relu,
                 use_bias: true,
             }))

@@ -679,7 +679,7 @@ impl ModelSpec {
                 ));
             }
             if super::registry::is_builtin(&type_name) {
-                check_enum_args(&table, &key)?;
+                check_enum_args(&table, &key, &type_name)?;
             }
             let dtype = match table.remove("dtype") {
                 Some(toml::Value::String(s)) => {
@@ -992,12 +992,14 @@ impl ModelSpec {
 }
 
 /// Names the key of a built-in layer's enum-valued argument that is not one of its values
-/// (serde's message does not): `activation`, and `padding` given as a string.
-fn check_enum_args(table: &toml::Table, key: &str) -> Result<()> {
-    for (arg, allowed) in [
-        ("activation", Activation::names()),
-        ("padding", vec!["valid", "same"]),
-    ] {
+/// (serde's message does not): `activation`, and `padding` given as a string (Conv1D's may
+/// also be `causal`).
+fn check_enum_args(table: &toml::Table, key: &str, class: &str) -> Result<()> {
+    let mut paddings = vec!["valid", "same"];
+    if matches!(class, "Conv1D" | "Convolution1D") {
+        paddings.push("causal");
+    }
+    for (arg, allowed) in [("activation", Activation::names()), ("padding", paddings)] {
         let Some(v) = table.get(arg) else { continue };
         let padding_size = arg == "padding" && !v.is_str();
         if !padding_size && !v.as_str().is_some_and(|s| allowed.contains(&s)) {

@@ -1,23 +1,22 @@
-//! `keras.layers.Conv2D(filters, kernel_size, strides=1, padding="valid", activation=None,
-//! use_bias=True)` on `(height, width, channels)` inputs.
+//! `keras.layers.Conv2D(filters, kernel_size, strides=1, padding="valid", dilation_rate=1,
+//! groups=1, activation=None, use_bias=True)` on `(height, width, channels)` inputs.
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    activation_onnx, default_one, default_true, image_shape, onnx_pads, window,
-};
+use super::conv::{self, OnnxConv, OnnxKernel, Window};
+use super::{activation_onnx, default_one, default_true, image_shape};
 use crate::model::act::Act;
 use crate::model::args::{Activation, Padding, Pair};
 use crate::model::layer::{
     Field, ForwardContext, Layer, LayerConfig, Storage, WeightInit, WeightSpec, Weights,
 };
-use crate::model::weights::hwio_to_oihw;
-use crate::onnx::{Layout, OnnxGraph, OnnxValue, int, ints};
+use crate::onnx::{Layout, OnnxGraph, OnnxValue};
 
-/// `Conv2D(filters, kernel_size, strides, padding, activation, use_bias)`: `kernel [kh, kw,
-/// in, filters]` (`glorot_uniform`; held as Burn's `[filters, in, kh, kw]`), `bias [filters]`
-/// (zeros). Output `(out_h, out_w, filters)`; `same` padding puts the odd row/column at the
-/// end, as TensorFlow does. A ReLU is fused into the convolution.
+/// `Conv2D(filters, kernel_size, strides, padding, dilation_rate, groups, activation,
+/// use_bias)`: `kernel [kh, kw, in / groups, filters]` (`glorot_uniform`; held as Burn's
+/// `[filters, in / groups, kh, kw]`), `bias [filters]` (zeros). Output `(out_h, out_w,
+/// filters)`; `same` padding puts the odd row/column at the end, as TensorFlow does. A ReLU is
+/// fused into the convolution (kiln's own kernel without dilation and groups, Burn's with).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Conv2D {
@@ -31,6 +30,12 @@ pub struct Conv2D {
     /// `valid` or `same`.
     #[serde(default)]
     pub padding: Padding,
+    /// Spacing of the window's taps, an integer or `[h, w]` (not with `strides` > 1).
+    #[serde(default = "default_one", skip_serializing_if = "conv::is_one_pair")]
+    pub dilation_rate: Pair,
+    /// Channel groups: each group of `filters / groups` outputs sees `in / groups` inputs.
+    #[serde(default = "conv::one", skip_serializing_if = "conv::is_one")]
+    pub groups: usize,
     /// Applied after the convolution.
     #[serde(default)]
     pub activation: Activation,
@@ -47,29 +52,32 @@ impl Conv2D {
             kernel_size: Pair(kernel_size),
             strides: Pair([1, 1]),
             padding: Padding::Valid,
+            dilation_rate: Pair([1, 1]),
+            groups: 1,
             activation: Activation::Linear,
             use_bias: true,
         }
+    }
+
+    fn window(&self) -> Window {
+        Window::new(self.kernel_size, self.strides, self.dilation_rate)
     }
 }
 
 impl Layer for Conv2D {
     crate::serde_layer!();
     fn validate(&self) -> Result<(), String> {
-        super::positive("filters", self.filters)?;
-        let each = |name: &str, p: Pair| p.0.iter().try_for_each(|&v| super::positive(name, v));
-        each("kernel_size", self.kernel_size)?;
-        each("strides", self.strides)
+        conv::validate_groups(self.filters, self.groups)?;
+        conv::validate_window(&self.window(), false)
     }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
-        let [h, w, _] = image_shape(inputs[0], "Conv2D")?;
-        let [(kh, kw), (sh, sw)] = [self.kernel_size.0, self.strides.0].map(|p| (p[0], p[1]));
-        let oh = window(self.padding, h, kh, sh)?;
-        let ow = window(self.padding, w, kw, sw)?;
+        let [h, w, c] = image_shape(inputs[0], "Conv2D")?;
+        conv::check_channels("Conv2D", c, self.groups)?;
+        let ([oh, ow], _) = self.window().resolve(self.padding, [h, w])?;
         Ok(vec![oh, ow, self.filters])
     }
     fn weights(&self, inputs: &[&[usize]]) -> Vec<WeightSpec> {
-        let cin = inputs[0].last().copied().unwrap_or(0);
+        let cin = inputs[0].last().copied().unwrap_or(0) / self.groups;
         let [kh, kw] = self.kernel_size.0;
         let shape = vec![kh, kw, cin, self.filters];
         let kernel = WeightSpec::new("kernel", shape, WeightInit::GlorotUniform);
@@ -83,19 +91,14 @@ impl Layer for Conv2D {
     fn forward(&self, mut inputs: Vec<Act>, w: &Weights, ctx: ForwardContext) -> Act {
         let x = inputs.pop().expect("one input").into_image();
         let [_, _, h, width] = x.dims();
-        let pads = super::pads2(self.padding, [h, width], self.kernel_size.0, self.strides.0);
+        let window = self.window();
+        let (_, pads) = window.resolve(self.padding, [h, width]).expect("shape checked");
         // [kh, kw, in, out] -> Burn's [out, in, kh, kw]
         let kernel = w.get::<4>("kernel").permute([3, 2, 0, 1]);
         let bias = w.has("bias").then(|| w.get::<1>("bias"));
         let relu = self.activation == Activation::Relu;
-        let y = Act::Image(crate::ops::conv2d(
-            x,
-            kernel,
-            bias,
-            self.strides.0,
-            pads,
-            relu,
-        ));
+        let geometry = (&window, pads, self.groups);
+        let y = Act::Image(conv::convolve(x, kernel, bias, geometry, relu));
         if relu {
             return y;
         }
@@ -104,24 +107,21 @@ impl Layer for Conv2D {
     affine_activation!();
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let x = &inputs[0];
-        let ([kh, kw], cin, f) = (self.kernel_size.0, x.shape[2], self.filters);
+        let ([kh, kw], cin, f) = (self.kernel_size.0, x.shape[2] / self.groups, self.filters);
         let hwio = g.weight_values(&format!("{name}/kernel"), &[kh, kw, cin, f])?;
-        let oihw = hwio_to_oihw(hwio, [kh, kw, cin, f]);
-        let kernel = g.named_constant(&format!("{name}/kernel"), &[f, cin, kh, kw], &oihw);
-        let mut args = vec![x.name.clone(), kernel];
-        if self.use_bias {
-            args.push(g.weight(&format!("{name}/bias"), &[f], &[f])?);
-        }
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let pads = onnx_pads(self.padding, &x.shape, self.kernel_size.0, self.strides.0);
-        let attrs = vec![
-            ints("kernel_shape", &[kh as i64, kw as i64]),
-            ints("strides", &self.strides.0.map(|v| v as i64)),
-            ints("pads", &pads),
-            ints("dilations", &[1, 1]),
-            int("group", 1),
-        ];
-        let y = g.node(name, "Conv", &refs, attrs);
+        let kernel = OnnxKernel::from_keras(hwio, [kh, kw, cin, f]);
+        let bias = conv::onnx_bias(g, name, self.use_bias, f)?;
+        let window = self.window();
+        let (_, pads) = window.resolve(self.padding, [x.shape[0], x.shape[1]])?;
+        let setup = OnnxConv {
+            op: "Conv",
+            kernel,
+            bias,
+            group: self.groups,
+            pads,
+            output_padding: None,
+        };
+        let y = conv::onnx_conv(g, name, x, &window, setup, "kernel");
         Ok(activation_onnx(g, name, y, self.activation, Layout::Image))
     }
 }

@@ -71,10 +71,18 @@ builtin_layers! {
     masking => [Masking],
     dot => [Dot],
     time_distributed => [TimeDistributed],
+    conv1d => [Conv1D],
+    pooling1d => [MaxPooling1D, AveragePooling1D],
+    conv_transpose => [Conv1DTranspose, Conv2DTranspose],
+    depthwise_conv2d => [DepthwiseConv2D],
+    separable_conv2d => [SeparableConv2D],
 }
 
 // Code the layer files share (not layers).
 mod attention;
+mod conv;
+#[cfg(test)]
+mod conv_tests;
 mod global_pooling;
 mod keras_order;
 mod merge;
@@ -86,6 +94,10 @@ mod repeat;
 mod shape_tests;
 
 pub use bidirectional::{MergeMode, Wrapped};
+pub use conv::SpatialSize;
+pub use conv_transpose::ConvTranspose;
+pub use conv1d::Padding1D;
+pub use pooling1d::Pooling1D;
 pub use pooling2d::Pooling2D;
 pub use recurrent::Recurrent;
 
@@ -192,13 +204,6 @@ fn pads2(
     let (_, ph) = padding.resolve(h, k[0], s[0]).expect("shape checked");
     let (_, pw) = padding.resolve(w, k[1], s[1]).expect("shape checked");
     [ph, pw]
-}
-
-/// ONNX's `pads` (`[top, left, bottom, right]`) of a window over an image of Keras shape
-/// `shape` (`[h, w, c]`).
-fn onnx_pads(padding: Padding, shape: &[usize], k: [usize; 2], s: [usize; 2]) -> Vec<i64> {
-    let [(t, b), (l, r)] = pads2(padding, [shape[0], shape[1]], k, s);
-    [t, l, b, r].map(|v| v as i64).to_vec()
 }
 
 /// Values an activation after an affine map keeps for backward, per example: none for the

@@ -4,9 +4,10 @@
 
 use burn::tensor::module::avg_pool2d;
 use burn::tensor::ops::AvgPoolOptions;
+use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::{default_pool, image_shape, onnx_pads, pads2, window};
+use super::{default_pool, image_shape, pads2, window};
 use crate::model::act::Act;
 use crate::model::args::{Padding, Pair};
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
@@ -78,15 +79,7 @@ impl<const MAX: bool> Layer for Pooling2D<MAX> {
         let [_, _, h, w] = x.dims();
         let (k, s) = (self.pool_size.0, self.step());
         let pads = pads2(self.padding, [h, w], k, s);
-        Act::Image(if MAX {
-            crate::ops::max_pool2d(x, k, s, pads)
-        } else {
-            let options = AvgPoolOptions::new(k)
-                .with_stride(s)
-                .with_padding_pairs(pads)
-                .with_count_include_pad(false);
-            avg_pool2d(x, options)
-        })
+        Act::Image(pool(x, MAX, k, s, pads))
     }
     fn passes_values(&self) -> bool {
         MAX
@@ -94,18 +87,58 @@ impl<const MAX: bool> Layer for Pooling2D<MAX> {
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let x = &inputs[0];
         let (k, s) = (self.pool_size.0, self.step());
-        let mut attrs = vec![
-            ints("kernel_shape", &k.map(|v| v as i64)),
-            ints("strides", &s.map(|v| v as i64)),
-            ints("pads", &onnx_pads(self.padding, &x.shape, k, s)),
-        ];
-        let op = if MAX { "MaxPool" } else { "AveragePool" };
-        if !MAX {
-            // TensorFlow does not count padded positions in the average.
-            attrs.push(int("count_include_pad", 0));
-        }
-        Ok(g.node(name, op, &[&x.name], attrs))
+        let pads = pads2(self.padding, [x.shape[0], x.shape[1]], k, s);
+        Ok(pool_onnx(g, name, &x.name, MAX, (k, s, pads), false))
     }
+}
+
+/// The maximum (`max`) or mean (padded positions not counted, as in TensorFlow) of windows `k`
+/// with step `s` over NCHW `x` padded by `pads`.
+pub(super) fn pool(
+    x: Tensor<4>,
+    max: bool,
+    k: [usize; 2],
+    s: [usize; 2],
+    pads: [(usize, usize); 2],
+) -> Tensor<4> {
+    if max {
+        return crate::ops::max_pool2d(x, k, s, pads);
+    }
+    let options = AvgPoolOptions::new(k)
+        .with_stride(s)
+        .with_padding_pairs(pads)
+        .with_count_include_pad(false);
+    avg_pool2d(x, options)
+}
+
+/// Window, step and padding of a pooling over `[h, w]`.
+pub(super) type PoolWindow = ([usize; 2], [usize; 2], [(usize, usize); 2]);
+
+/// The ONNX `MaxPool` / `AveragePool` node of [`pool`] on `x`: NCHW, or `[batch, channels,
+/// steps]` when `one_d` (the window's height axis left out).
+pub(super) fn pool_onnx(
+    g: &mut OnnxGraph,
+    name: &str,
+    x: &str,
+    max: bool,
+    (k, s, pads): PoolWindow,
+    one_d: bool,
+) -> String {
+    let skip = usize::from(one_d);
+    let axes = |v: [usize; 2]| -> Vec<i64> { v[skip..].iter().map(|&x| x as i64).collect() };
+    let mut p = axes(pads.map(|(b, _)| b));
+    p.extend(axes(pads.map(|(_, e)| e)));
+    let mut attrs = vec![
+        ints("kernel_shape", &axes(k)),
+        ints("strides", &axes(s)),
+        ints("pads", &p),
+    ];
+    let op = if max { "MaxPool" } else { "AveragePool" };
+    if !max {
+        // TensorFlow does not count padded positions in the average.
+        attrs.push(int("count_include_pad", 0));
+    }
+    g.node(name, op, &[x], attrs)
 }
 
 impl LayerConfig for MaxPooling2D {
