@@ -242,7 +242,9 @@ layers = [
   { type = "Dot", axes = [1, 1], normalize = true, inputs = ["bi_rnn", "bi_gru"], name = "sim" },
   { type = "Flatten", inputs = "sim", name = "sim_flat" },
   { type = "Dot", axes = 1, inputs = ["last", "last"], name = "sq" },
-  { type = "Concatenate", inputs = ["last", "sim_flat", "sq"], name = "joined" },
+  { type = "TimeDistributed", layer = { type = "Dense", units = 2, activation = "tanh" }, inputs = "lstm", name = "per_step" },
+  { type = "Flatten", inputs = "per_step", name = "per_step_flat" },
+  { type = "Concatenate", inputs = ["last", "sim_flat", "sq", "per_step_flat"], name = "joined" },
   { type = "Dense", units = 3, activation = "softmax", inputs = "joined", name = "probs" },
 ]
 outputs = ["probs"]
