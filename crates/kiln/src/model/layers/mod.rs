@@ -66,6 +66,18 @@ builtin_layers! {
     upsampling2d => [UpSampling2D],
     zero_padding1d => [ZeroPadding1D],
     zero_padding2d => [ZeroPadding2D],
+    relu => [ReLU],
+    leaky_relu => [LeakyReLU],
+    elu => [ELU],
+    prelu => [PReLU],
+    softmax => [Softmax],
+    rescaling => [Rescaling],
+    unit_normalization => [UnitNormalization],
+    group_normalization => [GroupNormalization],
+    spatial_dropout1d => [SpatialDropout1D],
+    spatial_dropout2d => [SpatialDropout2D],
+    gaussian_noise => [GaussianNoise],
+    gaussian_dropout => [GaussianDropout],
 }
 
 // Code the layer files share (not layers).
@@ -73,6 +85,8 @@ mod attention;
 mod global_pooling;
 mod keras_order;
 mod merge;
+mod noise;
+mod pointwise;
 mod repeat;
 #[cfg(test)]
 mod shape_tests;

@@ -1,0 +1,46 @@
+//! `keras.layers.SpatialDropout1D(rate, seed=None)`: Dropout of whole feature channels of a
+//! sequence while training; the identity at inference.
+
+use serde::{Deserialize, Serialize};
+
+use super::noise::{drop_channels, noise_layer};
+use super::steps_features;
+use crate::model::act::Act;
+use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
+
+/// `SpatialDropout1D(rate, seed)` on `(steps, channels)`: each channel of each example is
+/// zeroed at every step with probability `rate`, the others scaled by `1 / (1 - rate)`.
+/// kiln draws from the run's seeded generator; `seed` is accepted for Keras configs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpatialDropout1D {
+    /// Fraction of channels dropped, in `[0, 1)`.
+    pub rate: f64,
+    /// Keras' seed (accepted; kiln's draws follow the run's seed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+impl Layer for SpatialDropout1D {
+    crate::serde_layer!();
+    noise_layer!(rate, unit_rate);
+    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+        steps_features(inputs[0], "SpatialDropout1D")?;
+        Ok(inputs[0].to_vec())
+    }
+    fn forward(&self, mut inputs: Vec<Act>, _: &Weights, ctx: ForwardContext) -> Act {
+        let x = inputs.pop().expect("one input");
+        match ctx.training && self.rate > 0.0 {
+            true => Act::Seq(drop_channels(x.into_seq(), 2, self.rate)),
+            false => x,
+        }
+    }
+    fn extra_kept(&self, inputs: &[&[usize]], _: &[usize]) -> f64 {
+        // The mask: one value per channel.
+        inputs[0].last().copied().unwrap_or(0) as f64
+    }
+}
+
+impl LayerConfig for SpatialDropout1D {
+    const CLASS_NAME: &'static str = "SpatialDropout1D";
+}
