@@ -90,6 +90,8 @@ mod pointwise;
 mod repeat;
 #[cfg(test)]
 mod shape_tests;
+#[cfg(test)]
+mod small_layers_tests;
 
 pub use pooling2d::Pooling2D;
 

@@ -66,7 +66,8 @@ impl Layer for PReLU {
         Ok(inputs[0].to_vec())
     }
     fn weights(&self, inputs: &[&[usize]]) -> Vec<WeightSpec> {
-        let shape = self.alpha_shape(inputs[0]).expect("shape checked");
+        // Model building asks for the weights before the shape check reports a bad axis.
+        let shape = self.alpha_shape(inputs[0]).unwrap_or_else(|_| inputs[0].to_vec());
         vec![WeightSpec::new("alpha", shape, WeightInit::Zeros)]
     }
     fn forward(&self, mut inputs: Vec<Act>, w: &Weights, _: ForwardContext) -> Act {

@@ -13,9 +13,9 @@ use crate::model::params::LayerParams;
 use crate::model::{ModelSpec, registry};
 
 #[derive(Deserialize)]
-struct Values {
-    shape: Vec<usize>,
-    values: Vec<f32>,
+pub(super) struct Values {
+    pub(super) shape: Vec<usize>,
+    pub(super) values: Vec<f32>,
 }
 
 #[derive(Deserialize)]
@@ -39,7 +39,7 @@ fn reference() -> Reference {
 }
 
 /// The layer of `args` (`type` and its arguments), through the registry as TOML builds it.
-fn build(args: &toml::Table) -> std::sync::Arc<dyn Layer> {
+pub(super) fn build(args: &toml::Table) -> std::sync::Arc<dyn Layer> {
     let mut table = args.clone();
     let class = table.remove("type").unwrap();
     let reg = registry::lookup(class.as_str().unwrap()).unwrap();
@@ -48,7 +48,7 @@ fn build(args: &toml::Table) -> std::sync::Arc<dyn Layer> {
 
 /// An input tracked by autodiff: the leaf in Keras' layout (images NHWC) and the batch kiln
 /// runs (images NCHW).
-fn input(v: &Values, device: &Device) -> (Act, Act) {
+pub(super) fn input(v: &Values, device: &Device) -> (Act, Act) {
     let data = |shape: &[usize]| TensorData::new(v.values.clone(), shape.to_vec());
     match v.shape.len() {
         2 => {
@@ -66,12 +66,12 @@ fn input(v: &Values, device: &Device) -> (Act, Act) {
     }
 }
 
-fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+pub(super) fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
 }
 
 /// The gradient of a leaf made by [`input`], in Keras' layout.
-fn grad(leaf: &Act, grads: &burn::tensor::Gradients) -> Vec<f32> {
+pub(super) fn grad(leaf: &Act, grads: &burn::tensor::Gradients) -> Vec<f32> {
     let missing = "no gradient for an input";
     match leaf {
         Act::Flat(t) => to_vec(t.grad(grads).expect(missing)),
@@ -80,7 +80,7 @@ fn grad(leaf: &Act, grads: &burn::tensor::Gradients) -> Vec<f32> {
     }
 }
 
-fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) {
+pub(super) fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{name} {what}: lengths");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert!(
