@@ -19,16 +19,47 @@ fn draw(layer: LayerKind, shape: &[usize], seed: u64) -> Vec<f32> {
     };
     device.seed(seed);
     let out = net.forward(&spec, x, true).output;
-    out.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
+    out.into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .unwrap()
 }
 
 #[test]
 fn the_same_seed_draws_the_same_masks_and_noise() {
     let layers: Vec<(LayerKind, Vec<usize>)> = vec![
-        (SpatialDropout1D { rate: 0.5, seed: None }.into(), vec![4, 6]),
-        (SpatialDropout2D { rate: 0.5, seed: Some(1) }.into(), vec![3, 2, 6]),
-        (GaussianNoise { stddev: 0.3, seed: None }.into(), vec![12]),
-        (GaussianDropout { rate: 0.4, seed: None }.into(), vec![12]),
+        (
+            SpatialDropout1D {
+                rate: 0.5,
+                seed: None,
+            }
+            .into(),
+            vec![4, 6],
+        ),
+        (
+            SpatialDropout2D {
+                rate: 0.5,
+                seed: Some(1),
+            }
+            .into(),
+            vec![3, 2, 6],
+        ),
+        (
+            GaussianNoise {
+                stddev: 0.3,
+                seed: None,
+            }
+            .into(),
+            vec![12],
+        ),
+        (
+            GaussianDropout {
+                rate: 0.4,
+                seed: None,
+            }
+            .into(),
+            vec![12],
+        ),
     ];
     for (layer, shape) in layers {
         let first = draw(layer.clone(), &shape, 7);

@@ -27,17 +27,7 @@ impl ElementWise for GaussianDropout {
 
 impl Layer for GaussianDropout {
     crate::serde_layer!();
-    noise_layer!(rate, unit_rate);
-    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
-        Ok(inputs[0].to_vec())
-    }
-    fn forward(&self, mut inputs: Vec<Act>, _: &Weights, ctx: ForwardContext) -> Act {
-        let x = inputs.pop().expect("one input");
-        match ctx.training && self.rate > 0.0 {
-            true => x.map(self.clone()),
-            false => x,
-        }
-    }
+    noise_layer!(elementwise rate, unit_rate);
     fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
         // The noise.
         super::size(output)

@@ -27,17 +27,7 @@ impl ElementWise for GaussianNoise {
 
 impl Layer for GaussianNoise {
     crate::serde_layer!();
-    noise_layer!(stddev, unit_interval);
-    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
-        Ok(inputs[0].to_vec())
-    }
-    fn forward(&self, mut inputs: Vec<Act>, _: &Weights, ctx: ForwardContext) -> Act {
-        let x = inputs.pop().expect("one input");
-        match ctx.training && self.stddev > 0.0 {
-            true => x.map(self.clone()),
-            false => x,
-        }
-    }
+    noise_layer!(elementwise stddev, unit_interval);
 }
 
 impl LayerConfig for GaussianNoise {

@@ -6,6 +6,9 @@
 use burn::prelude::*;
 use burn::tensor::Distribution;
 
+use crate::model::act::Act;
+use crate::model::layer::ForwardContext;
+
 /// A tensor of `dims` drawn from `dist`, on `like`'s device and in its dtype.
 fn draw<const D: usize>(like: &Tensor<D>, dims: [usize; D], dist: Distribution) -> Tensor<D> {
     Tensor::random(dims, dist, (&like.device(), like.dtype()))
@@ -37,9 +40,26 @@ pub(super) fn multiply_normal<const D: usize>(t: Tensor<D>, rate: f64) -> Tensor
     t * noise
 }
 
+/// `x` with whole channels dropped ([`drop_channels`]) while training: a sequence's last
+/// axis, an image's channel axis (axis 1 as kiln lays images out).
+pub(super) fn drop_channels_of(x: Act, rate: f64, ctx: ForwardContext) -> Act {
+    if !ctx.training || rate == 0.0 {
+        return x;
+    }
+    match x {
+        Act::Seq(t) => Act::Seq(drop_channels(t, 2, rate)),
+        Act::Image(t) => Act::Image(drop_channels(t, 1, rate)),
+        Act::Flat(t) => Act::Flat(drop_channels(t, 1, rate)),
+    }
+}
+
 /// The [`crate::model::layer::Layer`] methods the noise layers share: field `$rate` checked
-/// by `$check` (a function of `super::pointwise`), nothing of the input kept for backward, the identity in ONNX (an export is for
-/// inference, where the layers do nothing).
+/// by `$check` (a function of `super::pointwise`), nothing of the input kept for backward, the
+/// identity in ONNX (an export is for inference, where the layers do nothing). With
+/// `elementwise`, also the shape and a forward pass that maps the layer (its
+/// [`crate::model::act::ElementWise`]) over the input while training; with `channels`, the
+/// shape checked by `$shape` (`steps_features`, `image_shape`), the forward pass of
+/// [`drop_channels_of`] and its mask as what is kept.
 macro_rules! noise_layer {
     ($rate:ident, $check:ident) => {
         fn validate(&self) -> Result<(), String> {
@@ -55,6 +75,34 @@ macro_rules! noise_layer {
             _: &str,
         ) -> Result<String, String> {
             Ok(inputs[0].name.clone())
+        }
+    };
+    (elementwise $rate:ident, $check:ident) => {
+        noise_layer!($rate, $check);
+        fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+            Ok(inputs[0].to_vec())
+        }
+        fn forward(&self, mut inputs: Vec<Act>, _: &Weights, ctx: ForwardContext) -> Act {
+            let x = inputs.pop().expect("one input");
+            match ctx.training && self.$rate > 0.0 {
+                true => x.map(self.clone()),
+                false => x,
+            }
+        }
+    };
+    (channels $shape:ident) => {
+        noise_layer!(rate, unit_rate);
+        fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+            super::$shape(inputs[0], <Self as LayerConfig>::CLASS_NAME)?;
+            Ok(inputs[0].to_vec())
+        }
+        fn forward(&self, mut inputs: Vec<Act>, _: &Weights, ctx: ForwardContext) -> Act {
+            let x = inputs.pop().expect("one input");
+            super::noise::drop_channels_of(x, self.rate, ctx)
+        }
+        fn extra_kept(&self, inputs: &[&[usize]], _: &[usize]) -> f64 {
+            // The mask: one value per channel.
+            inputs[0].last().copied().unwrap_or(0) as f64
         }
     };
 }

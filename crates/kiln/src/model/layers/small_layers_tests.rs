@@ -37,8 +37,24 @@ fn weight_grad(params: &LayerParams, slot: Slot, grads: &burn::tensor::Gradients
     match slot {
         Slot::Vector(v) => to_vec(params.vectors[v].val().grad(grads).expect(missing)),
         Slot::Kernel(k, _) => to_vec(params.kernels[k].val().grad(grads).expect(missing)),
-        Slot::Field(Field::Gamma) => to_vec(params.gamma.as_ref().unwrap().val().grad(grads).expect(missing)),
-        Slot::Field(Field::Beta) => to_vec(params.beta.as_ref().unwrap().val().grad(grads).expect(missing)),
+        Slot::Field(Field::Gamma) => to_vec(
+            params
+                .gamma
+                .as_ref()
+                .unwrap()
+                .val()
+                .grad(grads)
+                .expect(missing),
+        ),
+        Slot::Field(Field::Beta) => to_vec(
+            params
+                .beta
+                .as_ref()
+                .unwrap()
+                .val()
+                .grad(grads)
+                .expect(missing),
+        ),
         Slot::Field(other) => panic!("no trainable {other:?} here"),
     }
 }
@@ -54,7 +70,11 @@ fn activation_and_normalization_layers_match_keras_values_and_gradients() {
     for (name, case) in &reference.cases {
         let layer = build(&case.layer);
         let shape = &case.input.shape[1..];
-        assert_eq!(layer.output_shape(&[shape]).unwrap(), shape, "{name}: shape");
+        assert_eq!(
+            layer.output_shape(&[shape]).unwrap(),
+            shape,
+            "{name}: shape"
+        );
         let specs = layer.weights(&[shape]);
         let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         let keras: Vec<&str> = case.weights.keys().map(String::as_str).collect();
@@ -74,10 +94,17 @@ fn activation_and_normalization_layers_match_keras_values_and_gradients() {
         let rows = into_rows(out);
         assert_close(name, "output", &to_vec(rows.clone()), &case.output);
         let [b, n] = rows.dims();
-        let r: Vec<f32> = (0..b * n).map(|i| (0.5 * i as f64 + 0.2).cos() as f32).collect();
+        let r: Vec<f32> = (0..b * n)
+            .map(|i| (0.5 * i as f64 + 0.2).cos() as f32)
+            .collect();
         let r = Tensor::<2>::from_data(TensorData::new(r, [b, n]), &device);
         let grads = (rows * r).sum().backward();
-        assert_close(name, "input gradient", &grad(&leaf, &grads), &case.input_grad);
+        assert_close(
+            name,
+            "input gradient",
+            &grad(&leaf, &grads),
+            &case.input_grad,
+        );
         let trainable = specs.iter().zip(&at).filter(|(s, _)| s.trainable);
         assert_eq!(trainable.clone().count(), case.weight_grads.len(), "{name}");
         for (spec, slot) in trainable {
@@ -91,7 +118,9 @@ fn activation_and_normalization_layers_match_keras_values_and_gradients() {
 /// The error of building `layers` (a TOML array's items), as one line.
 fn error(layers: &str) -> String {
     let table: toml::Table = toml::from_str(&format!("layers = [{layers}]")).unwrap();
-    let e = crate::model::ModelSpec::from_toml(&table).unwrap_err().to_string();
+    let e = crate::model::ModelSpec::from_toml(&table)
+        .unwrap_err()
+        .to_string();
     assert!(!e.contains('\n'), "one line: {e}");
     e
 }
@@ -100,20 +129,62 @@ fn error(layers: &str) -> String {
 fn bad_arguments_are_one_line_errors_naming_the_layer_and_key() {
     let seq = r#"{type="Input",shape=[3,4]}"#;
     let cases = [
-        (r#"{type="ReLU",max_value=-1.0}"#, "(ReLU): `max_value` must not be negative, got -1"),
-        (r#"{type="ReLU",threshold=-0.5}"#, "`threshold` must not be negative"),
-        (r#"{type="LeakyReLU",negative_slope=-0.1}"#, "`negative_slope` must not be negative"),
-        (r#"{type="PReLU",shared_axes=[3]}"#, "`shared_axes` holds 3, not an axis of input shape (None, 3, 4) (1 to 2)"),
-        (r#"{type="Softmax",axis=1}"#, "`axis` 1 is not the last axis of input shape (None, 3, 4); kiln supports only the last axis (-1 or 2) here"),
-        (r#"{type="UnitNormalization",axis=0}"#, "`axis` 0 is not the last axis"),
-        (r#"{type="GroupNormalization",groups=3}"#, "`groups` 3 does not divide the 4 channels"),
-        (r#"{type="GroupNormalization"}"#, "`groups` 32 does not divide the 4 channels"),
-        (r#"{type="GroupNormalization",groups=0}"#, "`groups` must be positive (or -1"),
-        (r#"{type="BatchNormalization",axis=1}"#, "(BatchNormalization): `axis` 1 is not the last axis"),
-        (r#"{type="SpatialDropout1D",rate=1.0}"#, "`rate` must be in [0, 1), got 1"),
-        (r#"{type="SpatialDropout2D",rate=0.5}"#, "SpatialDropout2D expects a 3-D input"),
-        (r#"{type="GaussianNoise",stddev=1.5}"#, "`stddev` must be in [0, 1], got 1.5"),
-        (r#"{type="GaussianDropout",rate=-0.1}"#, "`rate` must be in [0, 1), got -0.1"),
+        (
+            r#"{type="ReLU",max_value=-1.0}"#,
+            "(ReLU): `max_value` must not be negative, got -1",
+        ),
+        (
+            r#"{type="ReLU",threshold=-0.5}"#,
+            "`threshold` must not be negative",
+        ),
+        (
+            r#"{type="LeakyReLU",negative_slope=-0.1}"#,
+            "`negative_slope` must not be negative",
+        ),
+        (
+            r#"{type="PReLU",shared_axes=[3]}"#,
+            "`shared_axes` holds 3, not an axis of input shape (None, 3, 4) (1 to 2)",
+        ),
+        (
+            r#"{type="Softmax",axis=1}"#,
+            "`axis` 1 is not the last axis of input shape (None, 3, 4); kiln supports only the last axis (-1 or 2) here",
+        ),
+        (
+            r#"{type="UnitNormalization",axis=0}"#,
+            "`axis` 0 is not the last axis",
+        ),
+        (
+            r#"{type="GroupNormalization",groups=3}"#,
+            "`groups` 3 does not divide the 4 channels",
+        ),
+        (
+            r#"{type="GroupNormalization"}"#,
+            "`groups` 32 does not divide the 4 channels",
+        ),
+        (
+            r#"{type="GroupNormalization",groups=0}"#,
+            "`groups` must be positive (or -1",
+        ),
+        (
+            r#"{type="BatchNormalization",axis=1}"#,
+            "(BatchNormalization): `axis` 1 is not the last axis",
+        ),
+        (
+            r#"{type="SpatialDropout1D",rate=1.0}"#,
+            "`rate` must be in [0, 1), got 1",
+        ),
+        (
+            r#"{type="SpatialDropout2D",rate=0.5}"#,
+            "SpatialDropout2D expects a 3-D input",
+        ),
+        (
+            r#"{type="GaussianNoise",stddev=1.5}"#,
+            "`stddev` must be in [0, 1], got 1.5",
+        ),
+        (
+            r#"{type="GaussianDropout",rate=-0.1}"#,
+            "`rate` must be in [0, 1), got -0.1",
+        ),
         (r#"{type="Rescaling"}"#, "scale"),
     ];
     for (layer, want) in cases {
@@ -128,7 +199,11 @@ fn run(toml: &str, x: Act, training: bool) -> Vec<f32> {
     let layer = build(&toml::from_str(toml).unwrap());
     let params = LayerParams::empty();
     let w = Weights::new(Vec::new(), &params);
-    to_vec(into_rows(layer.forward(vec![x], &w, ForwardContext::new(training))))
+    to_vec(into_rows(layer.forward(
+        vec![x],
+        &w,
+        ForwardContext::new(training),
+    )))
 }
 
 /// `[batch, steps, channels]` of ones as a sequence, or `[batch, channels, h, w]` as an image.
@@ -147,7 +222,10 @@ fn spatial_dropout_zeroes_whole_channels_and_rescales_in_training_only() {
         (false, "type = \"SpatialDropout2D\"\nrate = 0.25", 6),
     ] {
         let out = run(toml, ones(seq, &device), true);
-        assert!(out.iter().all(|&v| v == 0.0 || (v - 4.0 / 3.0).abs() < 1e-6));
+        assert!(
+            out.iter()
+                .all(|&v| v == 0.0 || (v - 4.0 / 3.0).abs() < 1e-6)
+        );
         // Keras' channels-last rows: the channel of flat index i is i % 16, the example
         // i / (positions * 16); every value of one example's channel is alike.
         let mut dropped = 0;
@@ -155,13 +233,20 @@ fn spatial_dropout_zeroes_whole_channels_and_rescales_in_training_only() {
             for c in 0..16 {
                 let at = |p: usize| out[example * positions * 16 + p * 16 + c];
                 let first = at(0);
-                assert!((0..positions).all(|p| at(p) == first), "{toml}: a split channel");
+                assert!(
+                    (0..positions).all(|p| at(p) == first),
+                    "{toml}: a split channel"
+                );
                 dropped += usize::from(first == 0.0);
             }
         }
         let fraction = dropped as f64 / (64.0 * 16.0);
         assert!((fraction - 0.25).abs() < 0.06, "{toml}: dropped {fraction}");
-        assert!(run(toml, ones(seq, &device), false).iter().all(|&v| v == 1.0));
+        assert!(
+            run(toml, ones(seq, &device), false)
+                .iter()
+                .all(|&v| v == 1.0)
+        );
     }
 }
 
@@ -177,10 +262,16 @@ fn gaussian_layers_have_keras_moments_in_training_and_are_the_identity_at_infere
     };
     // x + normal(0, 0.5): mean 2, stddev 0.5.
     let (mean, std) = stats(&run("type = \"GaussianNoise\"\nstddev = 0.5", x(), true));
-    assert!((mean - 2.0).abs() < 0.03 && (std - 0.5).abs() < 0.03, "{mean} {std}");
+    assert!(
+        (mean - 2.0).abs() < 0.03 && (std - 0.5).abs() < 0.03,
+        "{mean} {std}"
+    );
     // x * normal(1, sqrt(0.2 / 0.8) = 0.5): mean 2, stddev 1.
     let (mean, std) = stats(&run("type = \"GaussianDropout\"\nrate = 0.2", x(), true));
-    assert!((mean - 2.0).abs() < 0.05 && (std - 1.0).abs() < 0.05, "{mean} {std}");
+    assert!(
+        (mean - 2.0).abs() < 0.05 && (std - 1.0).abs() < 0.05,
+        "{mean} {std}"
+    );
     for toml in [
         "type = \"GaussianNoise\"\nstddev = 0.5\nseed = 3",
         "type = \"GaussianDropout\"\nrate = 0.2",

@@ -3,8 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::noise::{drop_channels, noise_layer};
-use super::steps_features;
+use super::noise::noise_layer;
 use crate::model::act::Act;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
 
@@ -23,22 +22,7 @@ pub struct SpatialDropout1D {
 
 impl Layer for SpatialDropout1D {
     crate::serde_layer!();
-    noise_layer!(rate, unit_rate);
-    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
-        steps_features(inputs[0], "SpatialDropout1D")?;
-        Ok(inputs[0].to_vec())
-    }
-    fn forward(&self, mut inputs: Vec<Act>, _: &Weights, ctx: ForwardContext) -> Act {
-        let x = inputs.pop().expect("one input");
-        match ctx.training && self.rate > 0.0 {
-            true => Act::Seq(drop_channels(x.into_seq(), 2, self.rate)),
-            false => x,
-        }
-    }
-    fn extra_kept(&self, inputs: &[&[usize]], _: &[usize]) -> f64 {
-        // The mask: one value per channel.
-        inputs[0].last().copied().unwrap_or(0) as f64
-    }
+    noise_layer!(channels steps_features);
 }
 
 impl LayerConfig for SpatialDropout1D {

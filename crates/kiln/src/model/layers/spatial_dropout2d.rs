@@ -3,8 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::noise::{drop_channels, noise_layer};
-use super::image_shape;
+use super::noise::noise_layer;
 use crate::model::act::Act;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
 
@@ -23,22 +22,7 @@ pub struct SpatialDropout2D {
 
 impl Layer for SpatialDropout2D {
     crate::serde_layer!();
-    noise_layer!(rate, unit_rate);
-    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
-        image_shape(inputs[0], "SpatialDropout2D")?;
-        Ok(inputs[0].to_vec())
-    }
-    fn forward(&self, mut inputs: Vec<Act>, _: &Weights, ctx: ForwardContext) -> Act {
-        let x = inputs.pop().expect("one input");
-        match ctx.training && self.rate > 0.0 {
-            true => Act::Image(drop_channels(x.into_image(), 1, self.rate)),
-            false => x,
-        }
-    }
-    fn extra_kept(&self, inputs: &[&[usize]], _: &[usize]) -> f64 {
-        // The mask: one value per channel.
-        inputs[0].last().copied().unwrap_or(0) as f64
-    }
+    noise_layer!(channels image_shape);
 }
 
 impl LayerConfig for SpatialDropout2D {
