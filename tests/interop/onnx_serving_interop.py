@@ -250,6 +250,44 @@ layers = [
 outputs = ["probs"]
 """,
         lambda rng: {"series": rng.normal(size=(16, 7, 3))},
+    # The activation, normalization and noise layers (the noise layers are the identity at
+    # inference, as in an export); PReLU slopes start nonzero so that they matter.
+    "interop-small-layers": (
+        """
+layers = [
+  { type = "Input", shape = [4, 4, 4], name = "image" },
+  { type = "Input", shape = [5, 6], name = "seq" },
+  { type = "Rescaling", scale = 0.5, offset = -0.25, inputs = "image", name = "scaled" },
+  { type = "GroupNormalization", groups = 2, inputs = "scaled", name = "gn" },
+  { type = "PReLU", shared_axes = [1, 2], alpha_initializer = { class_name = "RandomUniform", minval = 0.1, maxval = 0.5 }, inputs = "gn", name = "prelu_img" },
+  { type = "PReLU", alpha_initializer = { class_name = "RandomUniform", minval = 0.1, maxval = 0.5 }, inputs = "gn", name = "prelu_full" },
+  { type = "Add", inputs = ["prelu_img", "prelu_full"], name = "img_sum" },
+  { type = "SpatialDropout2D", rate = 0.3, inputs = "img_sum", name = "sd2" },
+  { type = "BatchNormalization", center = false, inputs = "sd2", name = "bn" },
+  { type = "ReLU", max_value = 1.0, negative_slope = 0.1, threshold = 0.2, inputs = "bn", name = "relu_all" },
+  { type = "UnitNormalization", inputs = "relu_all", name = "unit_img" },
+  { type = "Flatten", inputs = "unit_img", name = "image_flat" },
+  { type = "SpatialDropout1D", rate = 0.3, inputs = "seq", name = "sd1" },
+  { type = "GroupNormalization", groups = -1, scale = false, inputs = "sd1", name = "inorm" },
+  { type = "ELU", alpha = 0.5, inputs = "inorm", name = "elu" },
+  { type = "LeakyReLU", inputs = "elu", name = "leaky" },
+  { type = "ReLU", threshold = 0.1, inputs = "leaky", name = "relu_cut" },
+  { type = "GaussianNoise", stddev = 0.1, inputs = "relu_cut", name = "noise" },
+  { type = "BatchNormalization", scale = false, inputs = "noise", name = "bn_seq" },
+  { type = "Softmax", inputs = "bn_seq", name = "seq_softmax" },
+  { type = "Flatten", inputs = "seq_softmax", name = "seq_flat" },
+  { type = "Concatenate", inputs = ["image_flat", "seq_flat"], name = "both" },
+  { type = "GaussianDropout", rate = 0.2, inputs = "both", name = "gdrop" },
+  { type = "ReLU", max_value = 6.0, inputs = "gdrop", name = "relu6" },
+  { type = "Dense", units = 8, inputs = "relu6", name = "hidden" },
+  { type = "PReLU", alpha_initializer = "ones", inputs = "hidden", name = "prelu_flat" },
+  { type = "UnitNormalization", inputs = "prelu_flat", name = "unit_flat" },
+  { type = "Dense", units = 3, inputs = "unit_flat", name = "logits" },
+  { type = "Softmax", inputs = "logits", name = "out" },
+]
+outputs = ["out"]
+""",
+        lambda rng: {"image": rng.normal(size=(16, 4, 4, 4)) * 2, "seq": rng.normal(size=(16, 5, 6))},
     ),
     # A shared tower (one Dense called on both inputs) and two outputs, each a graph output
     # named after its layer.

@@ -63,6 +63,7 @@ fn output_shapes_and_parameter_counts_equal_keras() {
     let bn = LayerKind::from(crate::model::layers::BatchNormalization {
         momentum: 0.99,
         epsilon: 1e-3,
+        ..Default::default()
     });
     // (layer, input shape, Keras output shape, Keras count_params())
     let cases: Vec<(LayerKind, Vec<usize>, Vec<usize>, usize)> = vec![
@@ -211,6 +212,7 @@ fn reference_cnn() -> ModelSpec {
             LayerKind::from(crate::model::layers::BatchNormalization {
                 momentum: 0.99,
                 epsilon: 1e-3,
+                ..Default::default()
             }),
         )
         .add(LayerKind::from(crate::model::layers::Flatten {}))
@@ -477,6 +479,7 @@ fn batch_normalization_moves_its_statistics_in_training_only() {
             LayerKind::from(crate::model::layers::BatchNormalization {
                 momentum: 0.9,
                 epsilon: 1e-3,
+                ..Default::default()
             }),
         )
         .build()

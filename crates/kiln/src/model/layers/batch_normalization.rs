@@ -1,5 +1,5 @@
-//! `keras.layers.BatchNormalization(momentum=0.99, epsilon=0.001)` over the last (channel)
-//! axis.
+//! `keras.layers.BatchNormalization(axis=-1, momentum=0.99, epsilon=0.001, center=True,
+//! scale=True)` over the last (channel) axis.
 
 use burn::prelude::*;
 use burn::tensor::module::{batch_norm, batch_norm_train};
@@ -17,9 +17,18 @@ fn default_momentum() -> f64 {
 fn default_epsilon() -> f64 {
     1e-3
 }
+fn default_axis() -> i64 {
+    -1
+}
+fn is_last(axis: &i64) -> bool {
+    *axis == -1
+}
+fn is_true(v: &bool) -> bool {
+    *v
+}
 
-/// `BatchNormalization(momentum, epsilon)`: `gamma` (ones), `beta` (zeros) and the
-/// non-trainable `moving_mean` (zeros) and `moving_variance` (ones), each `[channels]`.
+/// `BatchNormalization(axis, momentum, epsilon, center, scale)`: `gamma` (ones, only with
+/// `scale`), `beta` (zeros, only with `center`) and the non-trainable `moving_mean` (zeros) and `moving_variance` (ones), each `[channels]`.
 /// Training normalizes with the batch's statistics (across replicas under a synchronized
 /// strategy) and moves the moving ones: `moving = moving * momentum + batch * (1 - momentum)`,
 /// Keras' rule with the biased variance; inference, and a frozen layer (`trainable = false`,
@@ -33,6 +42,15 @@ pub struct BatchNormalization {
     /// Added to the variance before the square root.
     #[serde(default = "default_epsilon")]
     pub epsilon: f64,
+    /// The normalized axis, Keras counting the batch as 0: `-1` or the input's last.
+    #[serde(default = "default_axis", skip_serializing_if = "is_last")]
+    pub axis: i64,
+    /// Add the trainable offset `beta`.
+    #[serde(default = "super::default_true", skip_serializing_if = "is_true")]
+    pub center: bool,
+    /// Multiply by the trainable `gamma`.
+    #[serde(default = "super::default_true", skip_serializing_if = "is_true")]
+    pub scale: bool,
 }
 
 impl Default for BatchNormalization {
@@ -40,6 +58,9 @@ impl Default for BatchNormalization {
         BatchNormalization {
             momentum: default_momentum(),
             epsilon: default_epsilon(),
+            axis: default_axis(),
+            center: true,
+            scale: true,
         }
     }
 }
@@ -50,8 +71,8 @@ type Normalized<const D: usize> = (Tensor<D>, Option<(Tensor<1>, Tensor<1>)>);
 impl BatchNormalization {
     /// Burn's batch norm over axis 1 of `x` (`[batch, channels, ...]`).
     fn normalize<const D: usize>(&self, x: Tensor<D>, w: &Weights, train: bool) -> Normalized<D> {
-        let (gamma, beta) = (w.get::<1>("gamma"), w.get::<1>("beta"));
         let mean = w.get::<1>("moving_mean");
+        let (gamma, beta) = self.gamma_beta(w, &mean);
         let eps = self.epsilon;
         if train && crate::distribute::sync_bn::active() {
             // Sums shifted by the moving mean, which every replica holds alike.
@@ -64,6 +85,20 @@ impl BatchNormalization {
             let var = w.get::<1>("moving_variance");
             (batch_norm(x, gamma, beta, mean, var, eps), None)
         }
+    }
+
+    /// `gamma` and `beta`, or ones and zeros (shaped as `like`) for those `scale` and `center`
+    /// leave out.
+    fn gamma_beta(&self, w: &Weights, like: &Tensor<1>) -> (Tensor<1>, Tensor<1>) {
+        let gamma = match self.scale {
+            true => w.get::<1>("gamma"),
+            false => like.ones_like(),
+        };
+        let beta = match self.center {
+            true => w.get::<1>("beta"),
+            false => like.zeros_like(),
+        };
+        (gamma, beta)
     }
 
     /// Moves the moving statistics towards the batch's.
@@ -94,6 +129,7 @@ impl Layer for BatchNormalization {
         Ok(())
     }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+        super::pointwise::last_axis(self.axis, inputs[0])?;
         Ok(inputs[0].to_vec())
     }
     fn weights(&self, inputs: &[&[usize]]) -> Vec<WeightSpec> {
@@ -101,12 +137,13 @@ impl Layer for BatchNormalization {
         let w = |name: &str, init, field| {
             WeightSpec::new(name, vec![c], init).stored(Storage::Field(field))
         };
-        vec![
-            w("gamma", WeightInit::Ones, Field::Gamma),
-            w("beta", WeightInit::Zeros, Field::Beta),
+        let gamma = self.scale.then(|| w("gamma", WeightInit::Ones, Field::Gamma));
+        let beta = self.center.then(|| w("beta", WeightInit::Zeros, Field::Beta));
+        let moving = [
             w("moving_mean", WeightInit::Zeros, Field::MovingMean).frozen(),
             w("moving_variance", WeightInit::Ones, Field::MovingVariance).frozen(),
-        ]
+        ];
+        gamma.into_iter().chain(beta).chain(moving).collect()
     }
     fn forward(&self, mut inputs: Vec<Act>, w: &Weights, ctx: ForwardContext) -> Act {
         // Keras 3: a frozen BatchNormalization normalizes with its moving statistics.
@@ -136,8 +173,16 @@ impl Layer for BatchNormalization {
         let x = &inputs[0];
         let c = x.shape.last().copied().unwrap_or(0);
         let mut args = vec![x.name.clone()];
-        for part in ["gamma", "beta", "moving_mean", "moving_variance"] {
-            args.push(g.weight(&format!("{name}/{part}"), &[c], &[c])?);
+        for (part, on, fill) in [
+            ("gamma", self.scale, 1.0),
+            ("beta", self.center, 0.0),
+            ("moving_mean", true, 0.0),
+            ("moving_variance", true, 0.0),
+        ] {
+            args.push(match on {
+                true => g.weight(&format!("{name}/{part}"), &[c], &[c])?,
+                false => g.constant(name, &[c], &vec![fill; c]),
+            });
         }
         let attrs = vec![float("epsilon", self.epsilon as f32)];
         if x.layout() != Layout::Seq {

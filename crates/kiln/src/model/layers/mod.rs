@@ -76,6 +76,18 @@ builtin_layers! {
     conv_transpose => [Conv1DTranspose, Conv2DTranspose],
     depthwise_conv2d => [DepthwiseConv2D],
     separable_conv2d => [SeparableConv2D],
+    relu => [ReLU],
+    leaky_relu => [LeakyReLU],
+    elu => [ELU],
+    prelu => [PReLU],
+    softmax => [Softmax],
+    rescaling => [Rescaling],
+    unit_normalization => [UnitNormalization],
+    group_normalization => [GroupNormalization],
+    spatial_dropout1d => [SpatialDropout1D],
+    spatial_dropout2d => [SpatialDropout2D],
+    gaussian_noise => [GaussianNoise],
+    gaussian_dropout => [GaussianDropout],
 }
 
 // Code the layer files share (not layers).
@@ -89,9 +101,13 @@ mod merge;
 mod recurrent_onnx;
 #[cfg(test)]
 mod recurrent_tests;
+mod noise;
+mod pointwise;
 mod repeat;
 #[cfg(test)]
 mod shape_tests;
+#[cfg(test)]
+mod small_layers_tests;
 
 pub use bidirectional::{MergeMode, Wrapped};
 pub use conv::SpatialSize;

@@ -14,8 +14,8 @@ use crate::model::{ModelSpec, registry};
 
 #[derive(Deserialize)]
 pub(super) struct Values {
-    pub shape: Vec<usize>,
-    pub values: Vec<f32>,
+    pub(super) shape: Vec<usize>,
+    pub(super) values: Vec<f32>,
 }
 
 #[derive(Deserialize)]
