@@ -38,6 +38,9 @@ impl ElementWise for ELU {
 
 impl Layer for ELU {
     crate::serde_layer!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
     pointwise_layer!();
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let alpha = vec![float("alpha", self.alpha as f32)];

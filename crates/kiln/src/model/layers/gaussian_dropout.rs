@@ -27,6 +27,9 @@ impl ElementWise for GaussianDropout {
 
 impl Layer for GaussianDropout {
     crate::serde_layer!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
     noise_layer!(elementwise rate, unit_rate);
     fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
         // The noise.

@@ -27,6 +27,9 @@ impl ElementWise for GaussianNoise {
 
 impl Layer for GaussianNoise {
     crate::serde_layer!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
     noise_layer!(elementwise stddev, unit_interval);
 }
 

@@ -86,6 +86,9 @@ impl GroupNormalization {
 
 impl Layer for GroupNormalization {
     crate::serde_layer!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
     fn validate(&self) -> Result<(), String> {
         if self.groups <= 0 && self.groups != -1 {
             return Err(format!(

@@ -38,6 +38,9 @@ impl ElementWise for LeakyReLU {
 
 impl Layer for LeakyReLU {
     crate::serde_layer!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
     pointwise_layer!();
     fn validate(&self) -> Result<(), String> {
         non_negative("negative_slope", self.negative_slope)

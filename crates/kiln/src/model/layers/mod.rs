@@ -98,11 +98,11 @@ mod conv_tests;
 mod global_pooling;
 mod keras_order;
 mod merge;
+mod noise;
+mod pointwise;
 mod recurrent_onnx;
 #[cfg(test)]
 mod recurrent_tests;
-mod noise;
-mod pointwise;
 mod repeat;
 #[cfg(test)]
 mod shape_tests;

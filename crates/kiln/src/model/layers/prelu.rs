@@ -61,6 +61,9 @@ impl PReLU {
 
 impl Layer for PReLU {
     crate::serde_layer!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         self.alpha_shape(inputs[0])?;
         Ok(inputs[0].to_vec())

@@ -49,6 +49,9 @@ impl ElementWise for ReLU {
 
 impl Layer for ReLU {
     crate::serde_layer!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
     pointwise_layer!();
     fn validate(&self) -> Result<(), String> {
         non_negative("negative_slope", self.negative_slope)?;

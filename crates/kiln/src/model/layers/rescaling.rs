@@ -28,6 +28,9 @@ impl ElementWise for Rescaling {
 
 impl Layer for Rescaling {
     crate::serde_layer!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
     pointwise_layer!();
     fn validate(&self) -> Result<(), String> {
         match self.scale.is_finite() && self.offset.is_finite() {

@@ -38,6 +38,9 @@ const SOFTMAX: ActivationLayer = ActivationLayer {
 
 impl Layer for Softmax {
     crate::serde_layer!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         last_axis(self.axis, inputs[0])?;
         SOFTMAX.output_shape(inputs)

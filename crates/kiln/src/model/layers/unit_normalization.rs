@@ -42,6 +42,9 @@ fn unit<const D: usize>(t: Tensor<D>, dim: usize) -> Tensor<D> {
 
 impl Layer for UnitNormalization {
     crate::serde_layer!();
+    fn supports_masking(&self) -> bool {
+        true
+    }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         last_axis(self.axis, inputs[0])?;
         Ok(inputs[0].to_vec())
