@@ -35,7 +35,6 @@ mod model_checkpoint;
 mod monitor;
 mod path_format;
 mod reduce_lr_on_plateau;
-mod schedules;
 mod state;
 mod tensorboard;
 mod terminate_on_nan;
@@ -47,7 +46,7 @@ pub use model_checkpoint::ModelCheckpoint;
 pub use monitor::{Mode, Monitor};
 pub use path_format::{FormatValue, PathTemplate};
 pub use reduce_lr_on_plateau::ReduceLROnPlateau;
-pub use schedules::Schedule;
+pub use crate::compile::Schedule;
 pub use tensorboard::{TensorBoard, UpdateFreq};
 pub use terminate_on_nan::TerminateOnNaN;
 

@@ -7,6 +7,8 @@ mod gradients;
 mod loss;
 mod metrics;
 mod optimizer;
+mod optimizers;
+mod schedules;
 mod outputs;
 
 pub use adam::KerasAdam;
@@ -19,6 +21,8 @@ pub use gradients::GradientOptions;
 pub use loss::{Builtin, EPSILON, Family, LOSSES, Labels, LossArgs, LossDef, LossKind, LossSpec};
 pub use metrics::{MetricKind, MetricSpec, argmax, correct};
 pub use optimizer::OptimizerSpec;
+pub use optimizers::{KerasAdadelta, KerasAdagrad, KerasAdamax, KerasLion, KerasNadam, KerasRmsProp, SlotState};
+pub use schedules::{LearningRate, Schedule};
 pub use outputs::{OutputHead, RawOutputs, is_per_output};
 
 use crate::error::{KilnError, Result};

@@ -1,0 +1,72 @@
+//! Keras 3's other optimizers as Burn optimizers ([`burn::optim::Optimizer`]), each with the
+//! update of its `keras/src/optimizers/<name>.py` as tensor operations, so that
+//! [`burn::optim::ModuleOptimizer`] drives them over a model's parameters and records their
+//! state into checkpoints.
+//!
+//! Optimizers whose update needs the step count (Adamax, Nadam) keep Burn's
+//! [`burn::optim::AdaptiveMomentumState`] (step, two moments); the others keep a
+//! [`SlotState`] of up to three tensors named after their place (`first`, `second`, `third`),
+//! each optimizer's doc saying which Keras variable each holds.
+
+mod accumulators;
+mod moments;
+
+pub use accumulators::{KerasAdadelta, KerasAdagrad, KerasLion, KerasRmsProp};
+pub use moments::{KerasAdamax, KerasNadam};
+
+use burn::optim::{RecordState, StateSink, StateSource};
+use burn::prelude::*;
+
+/// Up to three per-parameter tensors (Keras' optimizer variables of one model variable),
+/// recorded as `first`, `second`, `third` (the absent ones not at all).
+#[derive(Clone, Debug)]
+pub struct SlotState<const D: usize> {
+    /// Always present.
+    pub first: Tensor<D>,
+    /// An optional second variable.
+    pub second: Option<Tensor<D>>,
+    /// An optional third variable.
+    pub third: Option<Tensor<D>>,
+}
+
+impl<const D: usize> SlotState<D> {
+    /// The state on `device`.
+    fn to_device(self, device: &Device) -> Self {
+        SlotState {
+            first: self.first.to_device(device),
+            second: self.second.map(|t| t.to_device(device)),
+            third: self.third.map(|t| t.to_device(device)),
+        }
+    }
+}
+
+impl<const D: usize> RecordState for SlotState<D> {
+    fn state_flatten(&self, prefix: &str, out: &mut StateSink) {
+        out.push_tensor(prefix, "first", self.first.clone().into_data());
+        for (leaf, slot) in [("second", &self.second), ("third", &self.third)] {
+            if let Some(t) = slot {
+                out.push_tensor(prefix, leaf, t.clone().into_data());
+            }
+        }
+    }
+
+    fn state_unflatten(prefix: &str, src: &mut StateSource, device: &Device) -> Option<Self> {
+        let mut take = |leaf| {
+            src.take_tensor(prefix, leaf)
+                .map(|data| Tensor::from_data(data, device))
+        };
+        Some(SlotState {
+            first: take("first")?,
+            second: take("second"),
+            third: take("third"),
+        })
+    }
+}
+
+/// `x * decay + y * (1 - decay)`: Keras' moving averages (`rho * v + (1 - rho) * g²`).
+fn blend<const D: usize>(x: Tensor<D>, y: Tensor<D>, decay: f64) -> Tensor<D> {
+    x.mul_scalar(decay) + y.mul_scalar(1.0 - decay)
+}
+
+#[cfg(test)]
+mod tests;
