@@ -82,7 +82,9 @@ fn bad_schedules_are_config_errors_naming_the_key() {
         ),
     ] {
         let path = config(&dir, "bad", optimizer, extra);
-        let o = train_command(&path, &dir.join("run"), &[]).output().unwrap();
+        let o = train_command(&path, &dir.join("run"), &[])
+            .output()
+            .unwrap();
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{optimizer}: {err}");
         assert!(err.contains(needle), "{optimizer}: {err}");

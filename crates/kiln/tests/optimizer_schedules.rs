@@ -86,7 +86,9 @@ const SCHEDULE: &str = "{ type = \"PolynomialDecay\", initial_learning_rate = 0.
 fn a_resumed_run_continues_the_optimizer_state_and_the_schedule() {
     let tmp = tempfile::tempdir().unwrap();
     for (i, optimizer) in [
-        format!("{{ type = \"RMSprop\", momentum = 0.9, centered = true, learning_rate = {SCHEDULE} }}"),
+        format!(
+            "{{ type = \"RMSprop\", momentum = 0.9, centered = true, learning_rate = {SCHEDULE} }}"
+        ),
         format!("{{ type = \"Nadam\", learning_rate = {SCHEDULE} }}"),
         format!("{{ type = \"Adam\", amsgrad = true, learning_rate = {SCHEDULE} }}"),
         "{ type = \"Adadelta\", learning_rate = 1.0 }".to_string(),
@@ -96,18 +98,36 @@ fn a_resumed_run_continues_the_optimizer_state_and_the_schedule() {
     {
         let whole = CheckpointDir::new(tmp.path().join(format!("whole{i}")), 3);
         let (mut a, mut rates_a) = (model(optimizer), Rates::default());
-        a.fit_with(&line_data(), None, &options(2, &whole, false), &mut [&mut rates_a])
-            .unwrap();
+        a.fit_with(
+            &line_data(),
+            None,
+            &options(2, &whole, false),
+            &mut [&mut rates_a],
+        )
+        .unwrap();
 
         let split = CheckpointDir::new(tmp.path().join(format!("split{i}")), 3);
         let mut b = model(optimizer);
         b.fit_with(&line_data(), None, &options(1, &split, false), &mut [])
             .unwrap();
         let (mut c, mut rates_c) = (model(optimizer), Rates::default());
-        c.fit_with(&line_data(), None, &options(2, &split, true), &mut [&mut rates_c])
-            .unwrap();
-        assert_eq!(weights(&c), weights(&a), "{optimizer}: resume changed the weights");
-        assert_eq!(rates_c.0, rates_a.0[6..], "{optimizer}: resume changed the rates");
+        c.fit_with(
+            &line_data(),
+            None,
+            &options(2, &split, true),
+            &mut [&mut rates_c],
+        )
+        .unwrap();
+        assert_eq!(
+            weights(&c),
+            weights(&a),
+            "{optimizer}: resume changed the weights"
+        );
+        assert_eq!(
+            rates_c.0,
+            rates_a.0[6..],
+            "{optimizer}: resume changed the rates"
+        );
 
         // The same weights without the optimizer's state (and step count) train otherwise.
         let path = tmp.path().join(format!("weights{i}.safetensors"));
@@ -134,7 +154,10 @@ fn each_step_uses_the_schedule_at_the_step_count() {
     for (step, rate) in rates.0 {
         // (0.05 - 0.005) (1 - min(s, 10) / 10)² + 0.005
         let s = step.min(10) as f64 / 10.0;
-        assert!((rate - (0.045 * (1.0 - s).powi(2) + 0.005)).abs() < 1e-15, "{step}: {rate}");
+        assert!(
+            (rate - (0.045 * (1.0 - s).powi(2) + 0.005)).abs() < 1e-15,
+            "{step}: {rate}"
+        );
     }
 }
 
@@ -158,7 +181,9 @@ impl Callback for SetsRate {
 
 #[test]
 fn setting_the_rate_of_a_scheduled_optimizer_is_a_config_error() {
-    let mut m = model(&format!("{{ type = \"Lion\", learning_rate = {SCHEDULE} }}"));
+    let mut m = model(&format!(
+        "{{ type = \"Lion\", learning_rate = {SCHEDULE} }}"
+    ));
     let e = m
         .fit(&line_data(), None, 3, &mut [&mut SetsRate])
         .unwrap_err()

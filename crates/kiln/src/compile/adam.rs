@@ -144,8 +144,7 @@ mod tests {
             let g = Tensor::<2>::from_data(TensorData::new(g.to_vec(), [2, 2]), &device);
             let (nw, ns) = opt.step(0.01, w, g.clone(), state);
             (w, state) = (nw, ns);
-            (w_ref, m_ref, v_ref, _) =
-                opt.tensor_update(w_ref, m_ref, v_ref, None, g, 0.01, i + 1);
+            (w_ref, m_ref, v_ref, _) = opt.tensor_update(w_ref, m_ref, v_ref, None, g, 0.01, i + 1);
         }
         let got = w.into_data().try_to_vec::<f32>().unwrap();
         let want = w_ref.into_data().try_to_vec::<f32>().unwrap();

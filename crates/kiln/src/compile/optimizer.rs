@@ -306,22 +306,66 @@ impl OptimizerSpec {
     /// Each hyperparameter with the range it must lie in.
     fn ranges(&self) -> Vec<(&'static str, f64, Range)> {
         use Range::*;
-        let adam = |b1, b2, eps| vec![("beta_1", b1, HalfOpen), ("beta_2", b2, HalfOpen), ("epsilon", eps, NonNegative)];
+        let adam = |b1, b2, eps| {
+            vec![
+                ("beta_1", b1, HalfOpen),
+                ("beta_2", b2, HalfOpen),
+                ("epsilon", eps, NonNegative),
+            ]
+        };
         match *self {
             OptimizerSpec::Sgd { momentum, .. } => vec![("momentum", momentum, Closed)],
-            OptimizerSpec::Adam { beta_1, beta_2, epsilon, .. }
-            | OptimizerSpec::Adamax { beta_1, beta_2, epsilon, .. }
-            | OptimizerSpec::Nadam { beta_1, beta_2, epsilon, .. } => adam(beta_1, beta_2, epsilon),
-            OptimizerSpec::AdamW { beta_1, beta_2, epsilon, weight_decay, .. } => {
+            OptimizerSpec::Adam {
+                beta_1,
+                beta_2,
+                epsilon,
+                ..
+            }
+            | OptimizerSpec::Adamax {
+                beta_1,
+                beta_2,
+                epsilon,
+                ..
+            }
+            | OptimizerSpec::Nadam {
+                beta_1,
+                beta_2,
+                epsilon,
+                ..
+            } => adam(beta_1, beta_2, epsilon),
+            OptimizerSpec::AdamW {
+                beta_1,
+                beta_2,
+                epsilon,
+                weight_decay,
+                ..
+            } => {
                 let mut r = adam(beta_1, beta_2, epsilon);
                 r.push(("weight_decay", weight_decay, NonNegative));
                 r
             }
-            OptimizerSpec::RmsProp { rho, momentum, epsilon, .. } => {
-                vec![("rho", rho, HalfOpen), ("momentum", momentum, Closed), ("epsilon", epsilon, NonNegative)]
+            OptimizerSpec::RmsProp {
+                rho,
+                momentum,
+                epsilon,
+                ..
+            } => {
+                vec![
+                    ("rho", rho, HalfOpen),
+                    ("momentum", momentum, Closed),
+                    ("epsilon", epsilon, NonNegative),
+                ]
             }
-            OptimizerSpec::Adagrad { initial_accumulator_value, epsilon, .. } => vec![
-                ("initial_accumulator_value", initial_accumulator_value, NonNegative),
+            OptimizerSpec::Adagrad {
+                initial_accumulator_value,
+                epsilon,
+                ..
+            } => vec![
+                (
+                    "initial_accumulator_value",
+                    initial_accumulator_value,
+                    NonNegative,
+                ),
                 ("epsilon", epsilon, NonNegative),
             ],
             OptimizerSpec::Adadelta { rho, epsilon, .. } => {
@@ -363,7 +407,9 @@ impl OptimizerSpec {
     /// others their `Keras*` optimizer.
     pub fn build(&self) -> ModuleOptimizer {
         match *self {
-            OptimizerSpec::Sgd { momentum, nesterov, .. } => {
+            OptimizerSpec::Sgd {
+                momentum, nesterov, ..
+            } => {
                 let m = (momentum > 0.0).then(|| {
                     MomentumConfig::new()
                         .with_momentum(momentum)
@@ -372,25 +418,80 @@ impl OptimizerSpec {
                 });
                 SgdConfig::new().with_momentum(m).init()
             }
-            OptimizerSpec::Adam { beta_1, beta_2, epsilon, amsgrad, .. } => {
-                KerasAdam { beta_1, beta_2, epsilon, weight_decay: 0.0, amsgrad }.into()
+            OptimizerSpec::Adam {
+                beta_1,
+                beta_2,
+                epsilon,
+                amsgrad,
+                ..
+            } => KerasAdam {
+                beta_1,
+                beta_2,
+                epsilon,
+                weight_decay: 0.0,
+                amsgrad,
             }
-            OptimizerSpec::AdamW { weight_decay, beta_1, beta_2, epsilon, amsgrad, .. } => {
-                KerasAdam { beta_1, beta_2, epsilon, weight_decay, amsgrad }.into()
+            .into(),
+            OptimizerSpec::AdamW {
+                weight_decay,
+                beta_1,
+                beta_2,
+                epsilon,
+                amsgrad,
+                ..
+            } => KerasAdam {
+                beta_1,
+                beta_2,
+                epsilon,
+                weight_decay,
+                amsgrad,
             }
-            OptimizerSpec::RmsProp { rho, momentum, epsilon, centered, .. } => {
-                KerasRmsProp { rho, momentum, epsilon, centered }.into()
+            .into(),
+            OptimizerSpec::RmsProp {
+                rho,
+                momentum,
+                epsilon,
+                centered,
+                ..
+            } => KerasRmsProp {
+                rho,
+                momentum,
+                epsilon,
+                centered,
             }
-            OptimizerSpec::Adagrad { initial_accumulator_value, epsilon, .. } => {
-                KerasAdagrad { initial_accumulator_value, epsilon }.into()
+            .into(),
+            OptimizerSpec::Adagrad {
+                initial_accumulator_value,
+                epsilon,
+                ..
+            } => KerasAdagrad {
+                initial_accumulator_value,
+                epsilon,
             }
+            .into(),
             OptimizerSpec::Adadelta { rho, epsilon, .. } => KerasAdadelta { rho, epsilon }.into(),
-            OptimizerSpec::Adamax { beta_1, beta_2, epsilon, .. } => {
-                KerasAdamax { beta_1, beta_2, epsilon }.into()
+            OptimizerSpec::Adamax {
+                beta_1,
+                beta_2,
+                epsilon,
+                ..
+            } => KerasAdamax {
+                beta_1,
+                beta_2,
+                epsilon,
             }
-            OptimizerSpec::Nadam { beta_1, beta_2, epsilon, .. } => {
-                KerasNadam { beta_1, beta_2, epsilon }.into()
+            .into(),
+            OptimizerSpec::Nadam {
+                beta_1,
+                beta_2,
+                epsilon,
+                ..
+            } => KerasNadam {
+                beta_1,
+                beta_2,
+                epsilon,
             }
+            .into(),
             OptimizerSpec::Lion { beta_1, beta_2, .. } => KerasLion { beta_1, beta_2 }.into(),
         }
     }
@@ -446,7 +547,10 @@ mod tests {
     #[test]
     fn unknown_names_and_fields_are_config_errors() {
         let e = OptimizerSpec::from_toml(&toml::Value::String("adabelief".into())).unwrap_err();
-        assert!(e.to_string().contains("unknown optimizer \"adabelief\""), "{e}");
+        assert!(
+            e.to_string().contains("unknown optimizer \"adabelief\""),
+            "{e}"
+        );
         assert!(e.to_string().contains("\"rmsprop\"") && e.to_string().contains("\"lion\""));
         let v: toml::Value = toml::from_str::<toml::Table>("o = { type = \"adam\", lr = 0.1 }")
             .unwrap()["o"]
@@ -540,7 +644,11 @@ mod tests {
             assert_eq!(lr(name).learning_rate(), 0.001);
             assert!(matches!(
                 lr(name).ranges()[..],
-                [("beta_1", 0.9, _), ("beta_2", 0.999, _), ("epsilon", 1e-7, _)]
+                [
+                    ("beta_1", 0.9, _),
+                    ("beta_2", 0.999, _),
+                    ("epsilon", 1e-7, _)
+                ]
             ));
         }
         let adam = parse("{ type = \"adam\", amsgrad = true, learning_rate = 1 }").unwrap();
@@ -557,7 +665,10 @@ mod tests {
         .unwrap();
         assert_eq!(s.learning_rate(), 0.1);
         assert!((s.rate().at(10) - 0.05).abs() < 1e-15);
-        assert!(matches!(s.schedule(), Some(Schedule::ExponentialDecay { .. })));
+        assert!(matches!(
+            s.schedule(),
+            Some(Schedule::ExponentialDecay { .. })
+        ));
         // The resolved config (to_toml) reads back the same.
         let back: OptimizerSpec = toml::Value::try_from(&s).unwrap().try_into().unwrap();
         assert_eq!(back, s);
@@ -586,7 +697,10 @@ mod tests {
                 "{ type = \"InverseTimeDecay\", initial_learning_rate = 0.1, decay_steps = 2 }",
                 "compile.optimizer.learning_rate: missing field `decay_rate`",
             ),
-            ("\"fast\"", "compile.optimizer.learning_rate: must be a number or a schedule table"),
+            (
+                "\"fast\"",
+                "compile.optimizer.learning_rate: must be a number or a schedule table",
+            ),
         ] {
             let e = parse(&format!("{{ type = \"sgd\", learning_rate = {lr} }}"))
                 .unwrap_err()
@@ -600,16 +714,25 @@ mod tests {
         for (table, key, got) in [
             ("{ type = \"rmsprop\", rho = 1.0 }", "rho", "1"),
             ("{ type = \"rmsprop\", momentum = 1.5 }", "momentum", "1.5"),
-            ("{ type = \"adagrad\", initial_accumulator_value = -1 }", "initial_accumulator_value", "-1"),
+            (
+                "{ type = \"adagrad\", initial_accumulator_value = -1 }",
+                "initial_accumulator_value",
+                "-1",
+            ),
             ("{ type = \"adadelta\", epsilon = -1.0 }", "epsilon", "-1"),
             ("{ type = \"adamax\", beta_2 = 1.0 }", "beta_2", "1"),
             ("{ type = \"nadam\", beta_1 = -0.5 }", "beta_1", "-0.5"),
             ("{ type = \"lion\", beta_1 = 0.0 }", "beta_1", "0"),
-            ("{ type = \"lion\", learning_rate = -1e-3 }", "learning_rate", "-0.001"),
+            (
+                "{ type = \"lion\", learning_rate = -1e-3 }",
+                "learning_rate",
+                "-0.001",
+            ),
         ] {
             let e = parse(table).unwrap_err().to_string();
             assert!(
-                e.contains(&format!("compile.optimizer.{key}")) && e.contains(&format!("got {got}")),
+                e.contains(&format!("compile.optimizer.{key}"))
+                    && e.contains(&format!("got {got}")),
                 "{table}: {e}"
             );
         }

@@ -169,14 +169,34 @@ impl Schedule {
     /// # Errors
     /// [`KilnError::Config`] naming `key.<argument>` and the value.
     pub fn validate_at(&self, key: &str) -> Result<()> {
-        let err = |arg: &str, message: String| Err(KilnError::config(format!("{key}.{arg}"), message));
+        let err =
+            |arg: &str, message: String| Err(KilnError::config(format!("{key}.{arg}"), message));
         let (steps, floats): (Vec<(&str, u64)>, Vec<(&str, f64)>) = match self {
-            Schedule::ExponentialDecay { initial_learning_rate, decay_steps, decay_rate, .. }
-            | Schedule::InverseTimeDecay { initial_learning_rate, decay_steps, decay_rate, .. } => (
+            Schedule::ExponentialDecay {
+                initial_learning_rate,
+                decay_steps,
+                decay_rate,
+                ..
+            }
+            | Schedule::InverseTimeDecay {
+                initial_learning_rate,
+                decay_steps,
+                decay_rate,
+                ..
+            } => (
                 vec![("decay_steps", *decay_steps)],
-                vec![("initial_learning_rate", *initial_learning_rate), ("decay_rate", *decay_rate)],
+                vec![
+                    ("initial_learning_rate", *initial_learning_rate),
+                    ("decay_rate", *decay_rate),
+                ],
             ),
-            Schedule::CosineDecay { initial_learning_rate, decay_steps, alpha, warmup_target, .. } => (
+            Schedule::CosineDecay {
+                initial_learning_rate,
+                decay_steps,
+                alpha,
+                warmup_target,
+                ..
+            } => (
                 vec![("decay_steps", *decay_steps)],
                 vec![
                     ("initial_learning_rate", *initial_learning_rate),
@@ -184,16 +204,33 @@ impl Schedule {
                     ("warmup_target", warmup_target.unwrap_or(0.0)),
                 ],
             ),
-            Schedule::CosineDecayRestarts { initial_learning_rate, first_decay_steps, t_mul, m_mul, alpha } => {
+            Schedule::CosineDecayRestarts {
+                initial_learning_rate,
+                first_decay_steps,
+                t_mul,
+                m_mul,
+                alpha,
+            } => {
                 if *t_mul <= 0.0 {
                     return err("t_mul", format!("must be positive, got {t_mul}"));
                 }
                 (
                     vec![("first_decay_steps", *first_decay_steps)],
-                    vec![("initial_learning_rate", *initial_learning_rate), ("t_mul", *t_mul), ("m_mul", *m_mul), ("alpha", *alpha)],
+                    vec![
+                        ("initial_learning_rate", *initial_learning_rate),
+                        ("t_mul", *t_mul),
+                        ("m_mul", *m_mul),
+                        ("alpha", *alpha),
+                    ],
                 )
             }
-            Schedule::PolynomialDecay { initial_learning_rate, decay_steps, end_learning_rate, power, .. } => (
+            Schedule::PolynomialDecay {
+                initial_learning_rate,
+                decay_steps,
+                end_learning_rate,
+                power,
+                ..
+            } => (
                 vec![("decay_steps", *decay_steps)],
                 vec![
                     ("initial_learning_rate", *initial_learning_rate),
@@ -201,9 +238,16 @@ impl Schedule {
                     ("power", *power),
                 ],
             ),
-            Schedule::StepDecay { initial_learning_rate, factor, step_size } => (
+            Schedule::StepDecay {
+                initial_learning_rate,
+                factor,
+                step_size,
+            } => (
                 vec![("step_size", *step_size)],
-                vec![("initial_learning_rate", *initial_learning_rate), ("factor", *factor)],
+                vec![
+                    ("initial_learning_rate", *initial_learning_rate),
+                    ("factor", *factor),
+                ],
             ),
             Schedule::PiecewiseConstantDecay { boundaries, values } => {
                 if boundaries.len() + 1 != values.len() {
@@ -217,14 +261,20 @@ impl Schedule {
                     );
                 }
                 if boundaries.windows(2).any(|w| w[0] >= w[1]) {
-                    return err("boundaries", format!("must increase strictly; got {boundaries:?}"));
+                    return err(
+                        "boundaries",
+                        format!("must increase strictly; got {boundaries:?}"),
+                    );
                 }
                 (Vec::new(), values.iter().map(|v| ("values", *v)).collect())
             }
         };
         for (arg, value) in steps {
             if value == 0 {
-                return err(arg, format!("must be positive, got 0 (Keras: \"Argument `{arg}` must be > 0\")"));
+                return err(
+                    arg,
+                    format!("must be positive, got 0 (Keras: \"Argument `{arg}` must be > 0\")"),
+                );
             }
         }
         for (arg, value) in floats {
@@ -245,13 +295,7 @@ impl Schedule {
                 decay_steps,
                 decay_rate,
                 staircase,
-            } => {
-                let mut p = s / *decay_steps as f64;
-                if *staircase {
-                    p = p.floor();
-                }
-                initial_learning_rate * decay_rate.powf(p)
-            }
+            } => initial_learning_rate * decay_rate.powf(fraction(s, *decay_steps, *staircase)),
             Schedule::CosineDecay {
                 initial_learning_rate,
                 decay_steps,
@@ -319,13 +363,7 @@ impl Schedule {
                 decay_steps,
                 decay_rate,
                 staircase,
-            } => {
-                let mut p = s / *decay_steps as f64;
-                if *staircase {
-                    p = p.floor();
-                }
-                initial_learning_rate / (1.0 + decay_rate * p)
-            }
+            } => initial_learning_rate / (1.0 + decay_rate * fraction(s, *decay_steps, *staircase)),
             Schedule::PiecewiseConstantDecay { boundaries, values } => {
                 let i = boundaries.iter().take_while(|&&b| step > b).count();
                 values.get(i).or(values.last()).copied().unwrap_or(0.0)
@@ -337,6 +375,12 @@ impl Schedule {
             } => initial_learning_rate * factor.powf((step / step_size) as f64),
         }
     }
+}
+
+/// `step / decay_steps`, floored when `staircase` (ExponentialDecay, InverseTimeDecay).
+fn fraction(step: f64, decay_steps: u64, staircase: bool) -> f64 {
+    let p = step / decay_steps as f64;
+    if staircase { p.floor() } else { p }
 }
 
 /// An optimizer's `learning_rate`: a number, or a schedule table evaluated at Keras'
@@ -384,11 +428,16 @@ mod tests {
     /// `tests/reference/keras_callbacks_reference.py` (and `optimizers_reference.py`), against
     /// kiln's float64 formula.
     fn assert_keras(schedule: &Schedule, keras: &[(u64, f64)]) {
+        assert_keras_within(schedule, keras, 2.5e-7);
+    }
+
+    /// [`assert_keras`] to `relative`.
+    fn assert_keras_within(schedule: &Schedule, keras: &[(u64, f64)], relative: f64) {
         schedule.validate().unwrap();
         for &(step, want) in keras {
             let got = schedule.at(step);
             assert!(
-                (got - want).abs() <= 2.5e-7 * want.abs(),
+                (got - want).abs() <= relative * want.abs(),
                 "{schedule:?} at {step}: {got} vs Keras {want}"
             );
         }
@@ -540,7 +589,9 @@ mod tests {
             m_mul: 0.9,
             alpha: 0.0,
         };
-        assert_keras(
+        // Near a period's end `1 + cos(πf)` cancels, and Keras' float32 keeps ~1e-6 of it (at
+        // step 7: 0.0038060190 against float64's 0.0038060234).
+        assert_keras_within(
             &equal,
             &[
                 (0, 0.10000000149011612),
@@ -551,6 +602,7 @@ mod tests {
                 (20, 0.04049999639391899),
                 (33, 0.06311286240816116),
             ],
+            2e-6,
         );
     }
 

@@ -307,7 +307,10 @@ pub(crate) fn check_scheduled_rate(values: &[toml::Value], scheduled: bool) -> R
         return Ok(());
     }
     for (i, value) in values.iter().enumerate() {
-        let ty = value.get("type").and_then(toml::Value::as_str).unwrap_or("");
+        let ty = value
+            .get("type")
+            .and_then(toml::Value::as_str)
+            .unwrap_or("");
         if matches!(ty, "LearningRateScheduler" | "ReduceLROnPlateau") {
             return Err(KilnError::config(
                 format!("callbacks[{i}].type"),

@@ -98,9 +98,9 @@ pub fn optimizer_slots(optimizer: &OptimizerSpec) -> u64 {
             momentum, centered, ..
         } => 1 + u64::from(*momentum > 0.0) + u64::from(*centered),
         OptimizerSpec::Adagrad { .. } | OptimizerSpec::Lion { .. } => 1,
-        OptimizerSpec::Adadelta { .. } | OptimizerSpec::Adamax { .. } | OptimizerSpec::Nadam { .. } => {
-            2
-        }
+        OptimizerSpec::Adadelta { .. }
+        | OptimizerSpec::Adamax { .. }
+        | OptimizerSpec::Nadam { .. } => 2,
     }
 }
 

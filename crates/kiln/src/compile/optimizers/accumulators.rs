@@ -1,7 +1,7 @@
 //! RMSprop, Adagrad, Adadelta and Lion (Keras 3, `keras/src/optimizers/`): optimizers whose
 //! update needs no step count, with their variables in a [`SlotState`].
 
-use burn::optim::{LearningRate, Optimizer};
+use burn::optim::LearningRate;
 use burn::prelude::*;
 
 use super::{SlotState, blend};
@@ -23,16 +23,14 @@ pub struct KerasRmsProp {
     pub centered: bool,
 }
 
-impl Optimizer for KerasRmsProp {
-    type State<const D: usize> = SlotState<D>;
-
-    fn step<const D: usize>(
+impl KerasRmsProp {
+    fn update<const D: usize>(
         &self,
         lr: LearningRate,
         w: Tensor<D>,
         g: Tensor<D>,
         state: Option<SlotState<D>>,
-    ) -> (Tensor<D>, Option<SlotState<D>>) {
+    ) -> (Tensor<D>, SlotState<D>) {
         let (v, m, a) = match state {
             Some(s) => (s.first, s.second, s.third),
             None => (g.zeros_like(), None, None),
@@ -47,21 +45,15 @@ impl Optimizer for KerasRmsProp {
         };
         let increment = g.clone().mul_scalar(lr) / denominator.sqrt();
         let (w, m) = if self.momentum > 0.0 {
-            let m = m.unwrap_or_else(|| g.zeros_like()).mul_scalar(self.momentum) + increment;
+            let m = m
+                .unwrap_or_else(|| g.zeros_like())
+                .mul_scalar(self.momentum)
+                + increment;
             (w - m.clone(), Some(m))
         } else {
             (w - increment, None)
         };
-        let state = SlotState {
-            first: v,
-            second: m,
-            third: a,
-        };
-        (w, Some(state))
-    }
-
-    fn to_device<const D: usize>(state: SlotState<D>, device: &Device) -> SlotState<D> {
-        state.to_device(device)
+        (w, SlotState::new(v, m, a))
     }
 }
 
@@ -75,32 +67,21 @@ pub struct KerasAdagrad {
     pub epsilon: f64,
 }
 
-impl Optimizer for KerasAdagrad {
-    type State<const D: usize> = SlotState<D>;
-
-    fn step<const D: usize>(
+impl KerasAdagrad {
+    fn update<const D: usize>(
         &self,
         lr: LearningRate,
         w: Tensor<D>,
         g: Tensor<D>,
         state: Option<SlotState<D>>,
-    ) -> (Tensor<D>, Option<SlotState<D>>) {
+    ) -> (Tensor<D>, SlotState<D>) {
         let acc = match state {
             Some(s) => s.first,
             None => g.full_like(self.initial_accumulator_value),
         };
         let acc = acc + g.clone().square();
         let w = w - g.mul_scalar(lr) / acc.clone().add_scalar(self.epsilon).sqrt();
-        let state = SlotState {
-            first: acc,
-            second: None,
-            third: None,
-        };
-        (w, Some(state))
-    }
-
-    fn to_device<const D: usize>(state: SlotState<D>, device: &Device) -> SlotState<D> {
-        state.to_device(device)
+        (w, SlotState::new(acc, None, None))
     }
 }
 
@@ -115,16 +96,14 @@ pub struct KerasAdadelta {
     pub epsilon: f64,
 }
 
-impl Optimizer for KerasAdadelta {
-    type State<const D: usize> = SlotState<D>;
-
-    fn step<const D: usize>(
+impl KerasAdadelta {
+    fn update<const D: usize>(
         &self,
         lr: LearningRate,
         w: Tensor<D>,
         g: Tensor<D>,
         state: Option<SlotState<D>>,
-    ) -> (Tensor<D>, Option<SlotState<D>>) {
+    ) -> (Tensor<D>, SlotState<D>) {
         let (grads, deltas) = match state {
             Some(s) => (s.first, s.second.unwrap_or_else(|| g.zeros_like())),
             None => (g.zeros_like(), g.zeros_like()),
@@ -133,16 +112,10 @@ impl Optimizer for KerasAdadelta {
         let grads = blend(grads, g.clone().square(), self.rho);
         let delta = (rms(deltas.clone()) * g / rms(grads.clone())).neg();
         let deltas = blend(deltas, delta.clone().square(), self.rho);
-        let state = SlotState {
-            first: grads,
-            second: Some(deltas),
-            third: None,
-        };
-        (w + delta.mul_scalar(lr), Some(state))
-    }
-
-    fn to_device<const D: usize>(state: SlotState<D>, device: &Device) -> SlotState<D> {
-        state.to_device(device)
+        (
+            w + delta.mul_scalar(lr),
+            SlotState::new(grads, Some(deltas), None),
+        )
     }
 }
 
@@ -156,27 +129,21 @@ pub struct KerasLion {
     pub beta_2: f64,
 }
 
-impl Optimizer for KerasLion {
-    type State<const D: usize> = SlotState<D>;
-
-    fn step<const D: usize>(
+impl KerasLion {
+    fn update<const D: usize>(
         &self,
         lr: LearningRate,
         w: Tensor<D>,
         g: Tensor<D>,
         state: Option<SlotState<D>>,
-    ) -> (Tensor<D>, Option<SlotState<D>>) {
+    ) -> (Tensor<D>, SlotState<D>) {
         let m = state.map_or_else(|| g.zeros_like(), |s| s.first);
         let direction = blend(m.clone(), g.clone(), self.beta_1).sign();
-        let state = SlotState {
-            first: blend(m, g, self.beta_2),
-            second: None,
-            third: None,
-        };
-        (w - direction.mul_scalar(lr), Some(state))
-    }
-
-    fn to_device<const D: usize>(state: SlotState<D>, device: &Device) -> SlotState<D> {
-        state.to_device(device)
+        (
+            w - direction.mul_scalar(lr),
+            SlotState::new(blend(m, g, self.beta_2), None, None),
+        )
     }
 }
+
+optimizer_impls!(SlotState: KerasRmsProp, KerasAdagrad, KerasAdadelta, KerasLion);

@@ -8,6 +8,31 @@
 //! [`SlotState`] of up to three tensors named after their place (`first`, `second`, `third`),
 //! each optimizer's doc saying which Keras variable each holds.
 
+/// `impl Optimizer` for optimizers whose inherent `update(&self, lr, w, g, state) -> (w,
+/// state)` does the step and whose state type (`$state<D>`) has a `to_device`.
+macro_rules! optimizer_impls {
+    ($state:ident: $($optimizer:ty),+) => {$(
+        impl burn::optim::Optimizer for $optimizer {
+            type State<const D: usize> = $state<D>;
+
+            fn step<const D: usize>(
+                &self,
+                lr: burn::optim::LearningRate,
+                w: Tensor<D>,
+                g: Tensor<D>,
+                state: Option<$state<D>>,
+            ) -> (Tensor<D>, Option<$state<D>>) {
+                let (w, state) = self.update(lr, w, g, state);
+                (w, Some(state))
+            }
+
+            fn to_device<const D: usize>(state: $state<D>, device: &Device) -> $state<D> {
+                state.to_device(device)
+            }
+        }
+    )+};
+}
+
 mod accumulators;
 mod moments;
 
@@ -30,6 +55,15 @@ pub struct SlotState<const D: usize> {
 }
 
 impl<const D: usize> SlotState<D> {
+    /// A state of these slots.
+    fn new(first: Tensor<D>, second: Option<Tensor<D>>, third: Option<Tensor<D>>) -> Self {
+        SlotState {
+            first,
+            second,
+            third,
+        }
+    }
+
     /// The state on `device`.
     fn to_device(self, device: &Device) -> Self {
         SlotState {

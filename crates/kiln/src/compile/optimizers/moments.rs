@@ -2,7 +2,7 @@
 //! whose update needs the step count `t` (Keras' `iterations + 1`); their state is Burn's
 //! [`AdaptiveMomentumState`] (`time`, `moment_1`, `moment_2`), as [`crate::compile::KerasAdam`]'s.
 
-use burn::optim::{AdaptiveMomentumState, LearningRate, Optimizer};
+use burn::optim::{AdaptiveMomentumState, LearningRate};
 use burn::prelude::*;
 
 /// The previous state's moments and the step number of this update (1 for the first).
@@ -33,26 +33,20 @@ pub struct KerasAdamax {
     pub epsilon: f64,
 }
 
-impl Optimizer for KerasAdamax {
-    type State<const D: usize> = AdaptiveMomentumState<D>;
-
-    fn step<const D: usize>(
+impl KerasAdamax {
+    fn update<const D: usize>(
         &self,
         lr: LearningRate,
         w: Tensor<D>,
         g: Tensor<D>,
-        state: Option<Self::State<D>>,
-    ) -> (Tensor<D>, Option<Self::State<D>>) {
+        state: Option<AdaptiveMomentumState<D>>,
+    ) -> (Tensor<D>, AdaptiveMomentumState<D>) {
         let (m, u, t) = moments(state, &g);
         let m = first_moment(m, g.clone(), self.beta_1);
         let u = u.mul_scalar(self.beta_2).max_pair(g.abs());
         let scale = 1.0 - self.beta_1.powi(t as i32);
         let w = w - m.clone().mul_scalar(lr) / u.clone().add_scalar(self.epsilon).mul_scalar(scale);
-        (w, Some(AdaptiveMomentumState::new(t, m, u)))
-    }
-
-    fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
-        state.to_device(device)
+        (w, AdaptiveMomentumState::new(t, m, u))
     }
 }
 
@@ -86,16 +80,14 @@ impl KerasNadam {
     }
 }
 
-impl Optimizer for KerasNadam {
-    type State<const D: usize> = AdaptiveMomentumState<D>;
-
-    fn step<const D: usize>(
+impl KerasNadam {
+    fn update<const D: usize>(
         &self,
         lr: LearningRate,
         w: Tensor<D>,
         g: Tensor<D>,
-        state: Option<Self::State<D>>,
-    ) -> (Tensor<D>, Option<Self::State<D>>) {
+        state: Option<AdaptiveMomentumState<D>>,
+    ) -> (Tensor<D>, AdaptiveMomentumState<D>) {
         let (m, v, t) = moments(state, &g);
         let (mu_t, mu_next, product) = (self.mu(t), self.mu(t + 1), self.u_product(t));
         let m = first_moment(m, g.clone(), self.beta_1);
@@ -104,10 +96,8 @@ impl Optimizer for KerasNadam {
             + g.mul_scalar((1.0 - mu_t) / (1.0 - product));
         let v_hat = v.clone().div_scalar(1.0 - self.beta_2.powi(t as i32));
         let w = w - m_hat.mul_scalar(lr) / v_hat.sqrt().add_scalar(self.epsilon);
-        (w, Some(AdaptiveMomentumState::new(t, m, v)))
-    }
-
-    fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
-        state.to_device(device)
+        (w, AdaptiveMomentumState::new(t, m, v))
     }
 }
+
+optimizer_impls!(AdaptiveMomentumState: KerasAdamax, KerasNadam);
