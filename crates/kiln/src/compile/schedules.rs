@@ -171,7 +171,7 @@ impl Schedule {
     pub fn validate_at(&self, key: &str) -> Result<()> {
         let err =
             |arg: &str, message: String| Err(KilnError::config(format!("{key}.{arg}"), message));
-        let (steps, floats): (Vec<(&str, u64)>, Vec<(&str, f64)>) = match self {
+        let (steps, floats): (Vec<Arg<u64>>, Vec<Arg<f64>>) = match self {
             Schedule::ExponentialDecay {
                 initial_learning_rate,
                 decay_steps,
@@ -376,6 +376,9 @@ impl Schedule {
         }
     }
 }
+
+/// An argument's name and value, for [`Schedule::validate_at`].
+type Arg<T> = (&'static str, T);
 
 /// `step / decay_steps`, floored when `staircase` (ExponentialDecay, InverseTimeDecay).
 fn fraction(step: f64, decay_steps: u64, staircase: bool) -> f64 {

@@ -64,7 +64,9 @@ impl<const D: usize> SlotState<D> {
         }
     }
 
-    /// The state on `device`.
+    /// The state on `device` (by value, as Burn's states' `to_device`, which the
+    /// `optimizer_impls` macro calls alike).
+    #[allow(clippy::wrong_self_convention)]
     fn to_device(self, device: &Device) -> Self {
         SlotState {
             first: self.first.to_device(device),
