@@ -88,6 +88,7 @@ fn train<M: Net>(
         beta_2: 0.999,
         epsilon: 1e-7,
         weight_decay: 0.004,
+        amsgrad: false,
     });
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     let mut order: Vec<usize> = (0..n).collect();

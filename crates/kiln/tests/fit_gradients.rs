@@ -51,11 +51,12 @@ fn model(optimizer: OptimizerSpec, gradients: GradientOptions) -> Model {
 
 fn adamw() -> OptimizerSpec {
     OptimizerSpec::AdamW {
-        learning_rate: 0.01,
+        learning_rate: 0.01.into(),
         weight_decay: 0.004,
         beta_1: 0.9,
         beta_2: 0.999,
         epsilon: 1e-7,
+        amsgrad: false,
     }
 }
 
@@ -132,7 +133,7 @@ fn global_clipnorm_bounds_each_sgd_update() {
     // lr * global_clipnorm when the gradient's norm is larger.
     let (x, y) = data(32);
     let sgd = OptimizerSpec::Sgd {
-        learning_rate: 1.0,
+        learning_rate: 1.0.into(),
         momentum: 0.0,
         nesterov: false,
     };

@@ -60,7 +60,7 @@ fn model(case: &Value, layers: &str, loss: LossSpec, metrics: &[&str]) -> Model 
 
 /// SGD(learning_rate=0.1), as the reference script's step.
 const SGD: OptimizerSpec = OptimizerSpec::Sgd {
-    learning_rate: 0.1,
+    learning_rate: kiln::compile::LearningRate::Constant(0.1),
     momentum: 0.0,
     nesterov: false,
 };

@@ -41,10 +41,11 @@ fn model(precision: Precision) -> Model {
     let compiled = Compiled::new(
         &spec,
         OptimizerSpec::Adam {
-            learning_rate: 0.01,
+            learning_rate: 0.01.into(),
             beta_1: 0.9,
             beta_2: 0.999,
             epsilon: 1e-7,
+            amsgrad: false,
         },
         LossSpec {
             kind: LossKind::SparseCategoricalCrossentropy,

@@ -1,8 +1,8 @@
 //! `LearningRateScheduler`: set the learning rate from a schedule
 //! (`keras/src/callbacks/learning_rate_scheduler.py`, Keras 3).
 
-use super::schedules::Schedule;
 use super::{as_keras_lr, set_keras_lr};
+use crate::compile::Schedule;
 use crate::error::Result;
 use crate::fit::{Callback, FitContext, Logs};
 

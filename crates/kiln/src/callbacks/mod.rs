@@ -35,11 +35,11 @@ mod model_checkpoint;
 mod monitor;
 mod path_format;
 mod reduce_lr_on_plateau;
-mod schedules;
 mod state;
 mod tensorboard;
 mod terminate_on_nan;
 
+pub use crate::compile::Schedule;
 pub use csv_logger::{CSVLogger, python_float_repr};
 pub use early_stopping::EarlyStopping;
 pub use learning_rate_scheduler::{LearningRateScheduler, ScheduleUnit};
@@ -47,7 +47,6 @@ pub use model_checkpoint::ModelCheckpoint;
 pub use monitor::{Mode, Monitor};
 pub use path_format::{FormatValue, PathTemplate};
 pub use reduce_lr_on_plateau::ReduceLROnPlateau;
-pub use schedules::Schedule;
 pub use tensorboard::{TensorBoard, UpdateFreq};
 pub use terminate_on_nan::TerminateOnNaN;
 

@@ -12,6 +12,9 @@ use burn::prelude::*;
 
 use crate::ops::{AdamArgs, KilnOps, fast_path};
 
+/// The weights, first and second moments, and AMSGrad's running maximum after an update.
+type AdamTensors<const D: usize> = (Tensor<D>, Tensor<D>, Tensor<D>, Option<Tensor<D>>);
+
 /// Adam (`weight_decay` 0) or AdamW with Keras' formulas.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct KerasAdam {
@@ -23,6 +26,9 @@ pub struct KerasAdam {
     pub epsilon: f64,
     /// Decoupled weight decay; 0 for Adam.
     pub weight_decay: f64,
+    /// AMSGrad (Reddi et al., 2018): divide by the running maximum of `v` (kept in the
+    /// state's `max_moment_2`) instead of `v`; runs as tensor operations.
+    pub amsgrad: bool,
 }
 
 impl Optimizer for KerasAdam {
@@ -35,10 +41,17 @@ impl Optimizer for KerasAdam {
         grad: Tensor<D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
-        let (m, v, step) = match state {
-            Some(s) => (s.moment_1, s.moment_2, s.time + 1),
-            None => (grad.zeros_like(), grad.zeros_like(), 1),
+        let (m, v, v_max, step) = match state {
+            Some(s) => (s.moment_1, s.moment_2, s.max_moment_2, s.time + 1),
+            None => (grad.zeros_like(), grad.zeros_like(), None, 1),
         };
+        if self.amsgrad {
+            let v_max = v_max.unwrap_or_else(|| grad.zeros_like());
+            let (w, m, v, v_max) = self.tensor_update(tensor, m, v, Some(v_max), grad, lr, step);
+            let mut state = AdaptiveMomentumState::new(step, m, v);
+            state.max_moment_2 = v_max;
+            return (w, Some(state));
+        }
         let args: AdamArgs = [
             lr,
             self.beta_1,
@@ -61,7 +74,8 @@ impl Optimizer for KerasAdam {
                 Tensor::from_dispatch(v),
             )
         } else {
-            self.tensor_update(tensor, m, v, grad, lr, step)
+            let (w, m, v, _) = self.tensor_update(tensor, m, v, None, grad, lr, step);
+            (w, m, v)
         };
         (w, Some(AdaptiveMomentumState::new(step, m, v)))
     }
@@ -72,23 +86,28 @@ impl Optimizer for KerasAdam {
 }
 
 impl KerasAdam {
-    /// The update as Burn tensor operations (GPU backends, other dtypes).
+    /// The update as Burn tensor operations (GPU backends, other dtypes, AMSGrad). With
+    /// `v_max` (AMSGrad), the denominator uses `max(v_max, v)`, returned as the new `v_max`.
+    #[allow(clippy::too_many_arguments)]
     fn tensor_update<const D: usize>(
         &self,
         w: Tensor<D>,
         m: Tensor<D>,
         v: Tensor<D>,
+        v_max: Option<Tensor<D>>,
         g: Tensor<D>,
         lr: f64,
         step: usize,
-    ) -> (Tensor<D>, Tensor<D>, Tensor<D>) {
+    ) -> AdamTensors<D> {
         let t = step as i32;
         let alpha = lr * (1.0 - self.beta_2.powi(t)).sqrt() / (1.0 - self.beta_1.powi(t));
         let m = m.clone() + (g.clone() - m).mul_scalar(1.0 - self.beta_1);
         let v = v.clone() + (g.powi_scalar(2) - v).mul_scalar(1.0 - self.beta_2);
+        let v_max = v_max.map(|x| x.max_pair(v.clone()));
+        let denominator = v_max.clone().unwrap_or_else(|| v.clone());
         let w = w.mul_scalar(1.0 - lr * self.weight_decay)
-            - (m.clone() / (v.clone().sqrt().add_scalar(self.epsilon))).mul_scalar(alpha);
-        (w, m, v)
+            - (m.clone() / (denominator.sqrt().add_scalar(self.epsilon))).mul_scalar(alpha);
+        (w, m, v, v_max)
     }
 }
 
@@ -108,6 +127,7 @@ mod tests {
             beta_2: 0.999,
             epsilon: 1e-7,
             weight_decay: 0.004,
+            amsgrad: false,
         };
         let w0 = Tensor::<2>::from_data(
             TensorData::new(vec![0.5f32, -1.25, 2.0, 0.0], [2, 2]),
@@ -124,7 +144,7 @@ mod tests {
             let g = Tensor::<2>::from_data(TensorData::new(g.to_vec(), [2, 2]), &device);
             let (nw, ns) = opt.step(0.01, w, g.clone(), state);
             (w, state) = (nw, ns);
-            (w_ref, m_ref, v_ref) = opt.tensor_update(w_ref, m_ref, v_ref, g, 0.01, i + 1);
+            (w_ref, m_ref, v_ref, _) = opt.tensor_update(w_ref, m_ref, v_ref, None, g, 0.01, i + 1);
         }
         let got = w.into_data().try_to_vec::<f32>().unwrap();
         let want = w_ref.into_data().try_to_vec::<f32>().unwrap();

@@ -7,7 +7,9 @@ mod gradients;
 mod loss;
 mod metrics;
 mod optimizer;
+mod optimizers;
 mod outputs;
+mod schedules;
 
 pub use adam::KerasAdam;
 pub use clipping::{Clipping, global_norm};
@@ -19,7 +21,11 @@ pub use gradients::GradientOptions;
 pub use loss::{Builtin, EPSILON, Family, LOSSES, Labels, LossArgs, LossDef, LossKind, LossSpec};
 pub use metrics::{MetricKind, MetricSpec, argmax, correct};
 pub use optimizer::OptimizerSpec;
+pub use optimizers::{
+    KerasAdadelta, KerasAdagrad, KerasAdamax, KerasLion, KerasNadam, KerasRmsProp, SlotState,
+};
 pub use outputs::{OutputHead, RawOutputs, is_per_output};
+pub use schedules::{LearningRate, Schedule};
 
 use crate::error::{KilnError, Result};
 

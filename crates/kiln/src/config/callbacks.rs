@@ -296,6 +296,35 @@ fn parse<T: DeserializeOwned>(table: &toml::Table, key: &str, ty: &str) -> Resul
     Err(KilnError::config(format!("{key} ({ty})"), message))
 }
 
+/// Keras cannot set the rate of an optimizer whose `learning_rate` is a schedule (it raises a
+/// `TypeError` when a callback tries): with `scheduled`, a `LearningRateScheduler` or
+/// `ReduceLROnPlateau` among `values` is a config error, before training starts.
+///
+/// # Errors
+/// [`KilnError::Config`] naming `callbacks[i].type`.
+pub(crate) fn check_scheduled_rate(values: &[toml::Value], scheduled: bool) -> Result<()> {
+    if !scheduled {
+        return Ok(());
+    }
+    for (i, value) in values.iter().enumerate() {
+        let ty = value
+            .get("type")
+            .and_then(toml::Value::as_str)
+            .unwrap_or("");
+        if matches!(ty, "LearningRateScheduler" | "ReduceLROnPlateau") {
+            return Err(KilnError::config(
+                format!("callbacks[{i}].type"),
+                format!(
+                    "{ty} sets the learning rate, but compile.optimizer.learning_rate is a \
+                     schedule, whose rate cannot be set (Keras raises a TypeError); give the \
+                     optimizer a number as learning_rate, or drop the callback"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A builder's `Config` error (`ReduceLROnPlateau.factor`, `CosineDecay.decay_steps`)
 /// re-keyed under `key` (`callbacks[2].factor`).
 fn rekey(e: KilnError, key: &str) -> KilnError {

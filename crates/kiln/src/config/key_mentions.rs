@@ -168,6 +168,12 @@ fn schema() -> (BTreeSet<String>, BTreeSet<String>) {
     ] {
         keys.extend(list);
     }
+    for optimizer in [
+        "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Lion",
+    ] {
+        let context = format!("type = \"{optimizer}\"");
+        keys.extend(fields::<crate::compile::OptimizerSpec>(&context));
+    }
     let mut values = ops;
     values.extend(variants::<Source>());
     values.extend(variants::<StrategyKind>());

@@ -251,6 +251,7 @@ impl RunConfig {
         }
         data.validate()?;
         let (callbacks, backup) = callbacks::read(&raw.callbacks)?;
+        callbacks::check_scheduled_rate(&raw.callbacks, compile.optimizer.schedule().is_some())?;
         // Whether each key fits the strategy is checked after command-line overrides (kiln
         // train --strategy), when the strategy is built.
         raw.distribute.validate_values()?;

@@ -91,7 +91,16 @@ pub struct Estimate {
 pub fn optimizer_slots(optimizer: &OptimizerSpec) -> u64 {
     match optimizer {
         OptimizerSpec::Sgd { momentum, .. } => u64::from(*momentum != 0.0),
-        OptimizerSpec::Adam { .. } | OptimizerSpec::AdamW { .. } => 2,
+        OptimizerSpec::Adam { amsgrad, .. } | OptimizerSpec::AdamW { amsgrad, .. } => {
+            2 + u64::from(*amsgrad)
+        }
+        OptimizerSpec::RmsProp {
+            momentum, centered, ..
+        } => 1 + u64::from(*momentum > 0.0) + u64::from(*centered),
+        OptimizerSpec::Adagrad { .. } | OptimizerSpec::Lion { .. } => 1,
+        OptimizerSpec::Adadelta { .. }
+        | OptimizerSpec::Adamax { .. }
+        | OptimizerSpec::Nadam { .. } => 2,
     }
 }
 

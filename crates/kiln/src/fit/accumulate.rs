@@ -452,6 +452,7 @@ mod tests {
             beta_2: 0.999,
             epsilon: 1e-7,
             weight_decay: 0.004,
+            amsgrad: false,
         });
         let micro = [
             [0.1, -0.2, 0.3, 0.0],

@@ -153,7 +153,7 @@ fn gradients_that_underflow_in_float16_survive_with_loss_scaling() {
         let compiled = Compiled::new(
             &spec,
             OptimizerSpec::Sgd {
-                learning_rate: 1e6,
+                learning_rate: 1e6.into(),
                 momentum: 0.0,
                 nesterov: false,
             },

@@ -150,11 +150,43 @@ fn columns(rows: &[f32], units: usize, start: usize, width: usize) -> Vec<f32> {
 /// batch count.
 #[derive(Debug)]
 struct Control {
+    /// The constant learning rate (unused while `schedule` sets the rate).
     learning_rate: f64,
+    /// `compile.optimizer.learning_rate` when it is a schedule: the rate of each step is the
+    /// schedule at `iterations`, and callbacks may not set it.
+    schedule: Option<crate::compile::Schedule>,
+    /// A callback tried to set the rate of a scheduled optimizer (see [`Control::refusal`]).
+    set_refused: bool,
     stop_training: bool,
     iterations: u64,
     /// The records the input skipped in the epoch that just ended.
     skipped: SkippedInput,
+}
+
+impl Control {
+    /// The rate of the next optimizer step: Keras' `optimizer.learning_rate`, the schedule at
+    /// `optimizer.iterations` when there is one.
+    fn rate(&self) -> f64 {
+        self.schedule
+            .as_ref()
+            .map_or(self.learning_rate, |s| s.at(self.iterations))
+    }
+
+    /// Keras refuses to set the learning rate of an optimizer created with a schedule
+    /// (`TypeError: This optimizer was created with a LearningRateSchedule object as its
+    /// learning_rate constructor argument, hence its learning rate is not settable`); kiln
+    /// stops `fit` with a config error after the callback that tried.
+    fn refusal(&mut self) -> Result<()> {
+        if !std::mem::take(&mut self.set_refused) {
+            return Ok(());
+        }
+        Err(crate::KilnError::config(
+            "compile.optimizer.learning_rate",
+            "is a schedule, and a callback (LearningRateScheduler, ReduceLROnPlateau, ...) tried \
+             to set the learning rate; as in Keras, a scheduled rate cannot be set. Give the \
+             optimizer a number as learning_rate to use such a callback, or drop the callback",
+        ))
+    }
 }
 
 /// [`FitContext`] for `Model::fit`: snapshots are clones of the Burn network (its tensors are
@@ -168,10 +200,14 @@ struct LoopContext<'a> {
 
 impl FitContext for LoopContext<'_> {
     fn learning_rate(&self) -> f64 {
-        self.control.learning_rate
+        self.control.rate()
     }
     fn set_learning_rate(&mut self, lr: f64) {
-        self.control.learning_rate = lr;
+        if self.control.schedule.is_some() {
+            self.control.set_refused = true;
+        } else {
+            self.control.learning_rate = lr;
+        }
     }
     fn stop_training(&self) -> bool {
         self.control.stop_training
@@ -399,6 +435,8 @@ impl Model {
         };
         let mut control = Control {
             learning_rate: self.compiled.optimizer.learning_rate(),
+            schedule: self.compiled.optimizer.schedule().cloned(),
+            set_refused: false,
             stop_training: false,
             iterations: 0,
             skipped: SkippedInput::default(),
@@ -430,6 +468,7 @@ impl Model {
                         spec: &self.spec,
                     };
                     $call?;
+                    $ctx.control.refusal()?;
                 }
             };
         }
@@ -579,7 +618,7 @@ impl Model {
                     &self.spec,
                     &self.compiled,
                     b,
-                    control.learning_rate,
+                    control.rate(),
                     guarded,
                     profile.as_mut(),
                 )?;
@@ -659,7 +698,7 @@ impl Model {
                     break 'epochs;
                 }
             }
-            let lr = control.learning_rate;
+            let lr = control.rate();
             accumulation.flush(
                 &mut self.net,
                 &mut self.optim,
@@ -739,7 +778,7 @@ impl Model {
                 break;
             }
         }
-        let lr = control.learning_rate;
+        let lr = control.rate();
         accumulation.flush(
             &mut self.net,
             &mut self.optim,

@@ -191,7 +191,7 @@ impl Model {
              run) with learning rate {}",
             state.epoch + 1,
             control.iterations,
-            super::logs::short(control.learning_rate)
+            super::logs::short(control.rate())
         );
         if opts.on_nan == OnNan::SkipStep {
             state.skipped_nan_steps += 1;
@@ -238,8 +238,14 @@ impl Model {
                     ckpt.path.display(),
                     state.epoch + 1,
                     state.acc.batches,
-                    super::logs::short(control.learning_rate)
+                    super::logs::short(control.rate())
                 );
+                if control.schedule.is_some() {
+                    eprintln!(
+                        "note: compile.optimizer.learning_rate is a schedule; its rates are not \
+                         lowered by the rollback"
+                    );
+                }
                 input.reposition(position)?;
                 Ok(NanAction::Restart)
             }
@@ -263,7 +269,7 @@ impl Model {
         let info = super::nan_report::StepInfo {
             epoch: state.epoch,
             step,
-            learning_rate: control.learning_rate,
+            learning_rate: control.rate(),
             recent_grad_norms: state.recent_grad_norms.clone(),
             global_clipnorm: self.compiled.gradients.global_clipnorm,
         };

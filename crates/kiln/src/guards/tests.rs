@@ -161,7 +161,7 @@ fn classifier(classes: usize, loss: LossKind) -> (ModelSpec, Compiled) {
     let compiled = Compiled::new(
         &spec,
         OptimizerSpec::Sgd {
-            learning_rate: 0.01,
+            learning_rate: 0.01.into(),
             momentum: 0.0,
             nesterov: false,
         },

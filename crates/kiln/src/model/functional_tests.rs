@@ -359,10 +359,11 @@ fn classifier(spec: ModelSpec, lr: f64) -> Model {
     let compiled = Compiled::new(
         &spec,
         OptimizerSpec::Adam {
-            learning_rate: lr,
+            learning_rate: lr.into(),
             beta_1: 0.9,
             beta_2: 0.999,
             epsilon: 1e-7,
+            amsgrad: false,
         },
         LossSpec {
             kind: LossKind::SparseCategoricalCrossentropy,

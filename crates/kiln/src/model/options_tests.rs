@@ -277,7 +277,7 @@ fn model(spec: ModelSpec, optimizer: OptimizerSpec) -> Model {
 
 fn sgd(learning_rate: f64) -> OptimizerSpec {
     OptimizerSpec::Sgd {
-        learning_rate,
+        learning_rate: learning_rate.into(),
         momentum: 0.0,
         nesterov: false,
     }
@@ -389,10 +389,11 @@ fn frozen_layers_keep_their_weights_and_count_as_non_trainable() {
     // Keras: Dense(4->8) 40 + BN 16 + 16 frozen, BN 16 + 16 moving, Dense(8->3) 27.
     assert_eq!(spec.param_count(), (16 + 27, 40 + 32 + 16));
     let adam = OptimizerSpec::Adam {
-        learning_rate: 0.05,
+        learning_rate: 0.05.into(),
         beta_1: 0.9,
         beta_2: 0.999,
         epsilon: 1e-7,
+        amsgrad: false,
     };
     let mut m = model(spec, adam);
     let summary = m.summary();

@@ -156,7 +156,7 @@ fn shared_weights_are_listed_once_in_files_summary_and_estimate() {
     assert_eq!(table.matches("tower").count(), 1, "{table}");
     assert!(table.contains("Total params: 25 (100.00 B)"), "{table}");
     let sgd = OptimizerSpec::Sgd {
-        learning_rate: 0.1,
+        learning_rate: 0.1.into(),
         momentum: 0.0,
         nesterov: false,
     };
@@ -184,7 +184,7 @@ fn trained_one_step(spec: ModelSpec) -> (Model, f64) {
     let path = dir.path().join("w.safetensors");
     super::weights::save(&spec, &keras_network(&spec, &device), &path).unwrap();
     let sgd = OptimizerSpec::Sgd {
-        learning_rate: 0.1,
+        learning_rate: 0.1.into(),
         momentum: 0.0,
         nesterov: false,
     };

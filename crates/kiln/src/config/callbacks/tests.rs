@@ -261,7 +261,7 @@ fn errors_name_the_entry_and_the_argument() {
         ),
         (
             "[[callbacks]]\ntype = \"LearningRateScheduler\"\nschedule = { type = \"CosineDecay\", initial_learning_rate = 0.1, decay_steps = 0 }",
-            "callbacks[0].schedule.decay_steps: must be > 0",
+            "callbacks[0].schedule.decay_steps: must be positive, got 0",
         ),
         (
             "[[callbacks]]\ntype = \"LearningRateScheduler\"\nschedule = { type = \"CosineDecay\", initial_learning_rate = 0.1, decay_step = 10 }",

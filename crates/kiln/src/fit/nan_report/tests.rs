@@ -25,7 +25,7 @@ fn model(from_logits: bool) -> (ModelSpec, Compiled) {
     let compiled = Compiled::new(
         &spec,
         OptimizerSpec::Sgd {
-            learning_rate: 0.5,
+            learning_rate: 0.5.into(),
             momentum: 0.0,
             nesterov: false,
         },
