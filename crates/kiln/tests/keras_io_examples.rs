@@ -225,3 +225,84 @@ fn multi_label_classification_trains_on_multi_hot_targets() {
     );
     train("multi_label_classification.toml", Some(dir.path()), 1, 2);
 }
+
+#[test]
+fn autoencoder_learns_to_reconstruct_fashion_mnist() {
+    let losses = train("autoencoder.toml", None, 2, 6);
+    assert!(losses[1] < losses[0], "{losses:?}");
+}
+
+#[test]
+fn text_classification_trains_with_strided_conv1d() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(6);
+    let n = 64;
+    let x = uniform(&mut rng, n * 500, 20_000);
+    let y = uniform(&mut rng, n, 2);
+    write(
+        dir.path(),
+        vec![
+            ("reviews-x.npy", vec![n, 500], x),
+            ("reviews-y.npy", vec![n, 1], y),
+        ],
+        &[],
+    );
+    train(
+        "text_classification_from_scratch.toml",
+        Some(dir.path()),
+        1,
+        2,
+    );
+}
+
+#[test]
+fn timeseries_classification_trains_and_validates() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(7);
+    let n = 2900;
+    let x: Vec<f32> = (0..n * 500).map(|_| rng.random_range(-2.0..2.0)).collect();
+    let y = uniform(&mut rng, n, 2);
+    write(
+        dir.path(),
+        vec![
+            ("forda-x.npy", vec![n, 500, 1], x),
+            ("forda-y.npy", vec![n], y),
+        ],
+        &["forda-y.npy"],
+    );
+    train(
+        "timeseries_classification_from_scratch.toml",
+        Some(dir.path()),
+        1,
+        2,
+    );
+}
+
+#[test]
+fn oxford_pets_unet_has_keras_parameter_count_and_trains() {
+    let cfg = RunConfig::load(&example("oxford_pets_image_segmentation.toml")).unwrap();
+    // keras.Model(...).count_params() of the example's get_model((160, 160), 3).
+    assert_eq!(cfg.model.param_count(), (2_055_203, 3_776));
+    assert_eq!(cfg.model.output_shape(), &[160, 160, 3]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(8);
+    let n = 4;
+    let x: Vec<f32> = (0..n * 160 * 160 * 3)
+        .map(|_| rng.random_range(0.0..1.0))
+        .collect();
+    let y = uniform(&mut rng, n * 160 * 160, 3);
+    write(
+        dir.path(),
+        vec![
+            ("pets-x.npy", vec![n, 160, 160, 3], x),
+            ("pets-y.npy", vec![n, 160, 160], y),
+        ],
+        &["pets-y.npy"],
+    );
+    train(
+        "oxford_pets_image_segmentation.toml",
+        Some(dir.path()),
+        1,
+        1,
+    );
+}
