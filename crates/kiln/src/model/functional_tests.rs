@@ -79,6 +79,8 @@ fn single_layer_parameter_counts_match_keras() {
             num_heads: heads,
             key_dim,
             value_dim: None,
+            dropout: 0.0,
+            use_causal_mask: false,
             use_bias: true,
         })
     };
@@ -90,6 +92,7 @@ fn single_layer_parameter_counts_match_keras() {
         num_heads: 16,
         activation: Activation::Gelu,
         layer_norm_epsilon: 1e-12,
+        dropout: 0.0,
     });
     assert_eq!(count(enc, &[seq]), (12_596_224, 0));
     let pad = LayerKind::from(layers::ZeroPadding2D {

@@ -72,6 +72,7 @@ pub(super) fn forward(
     w: &Weights,
     prefix: &str,
     heads: usize,
+    opts: &Attend,
 ) -> Tensor<3> {
     let [n, sq, _] = query.dims();
     let sv = value.dims()[1];
@@ -89,7 +90,24 @@ pub(super) fn forward(
     let k = split(k, sv, kd);
     let v = split(v, sv, vd);
     let scores = q.matmul(k.swap_dims(2, 3)); // [n, heads, sq, sv]
-    let weights = activation::softmax(scores, 3);
+    let weights = match &opts.mask {
+        // Keras' masked softmax: masked scores become -1e9, and masked weights 0 (a query
+        // that may attend to nothing gets zeros, not a uniform average).
+        Some(m) => {
+            let m = m.clone().unsqueeze_dim::<4>(1); // [n, 1, sq | 1, sv]
+            let masked = scores * m.clone() + (m.clone() - 1.0) * 1e9;
+            activation::softmax(masked, 3) * m
+        }
+        None => activation::softmax(scores, 3),
+    };
+    let weights = match opts.training && opts.dropout > 0.0 {
+        true => {
+            let keep = 1.0 - opts.dropout;
+            let drop = weights.random_like(burn::tensor::Distribution::Bernoulli(keep));
+            weights * drop / keep
+        }
+        false => weights,
+    };
     let context = weights
         .matmul(v)
         .swap_dims(1, 2)
@@ -99,6 +117,51 @@ pub(super) fn forward(
 
 /// `(values kept for backward, largest tensor)` per example of an attention with `dims` over
 /// `sq` query and `sv` value steps: the projections, the scores and their softmax.
+/// How attention runs besides its inputs: Keras' attention mask and the dropout of the
+/// attention weights (training only).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Attend {
+    /// `[batch, query steps (or 1), value steps]`, 1 where a query may attend to a value.
+    pub mask: Option<Tensor<3>>,
+    /// Fraction of attention weights dropped while training.
+    pub dropout: f64,
+    /// Training (dropout applies).
+    pub training: bool,
+}
+
+/// Keras' attention mask (`MultiHeadAttention._compute_attention_mask`): the query's mask
+/// `[batch, sq, 1]` and the value's `[batch, 1, sv]` and, with `causal`, the lower triangle
+/// (query step `i` sees value steps `j <= i`), combined by AND; `None` when there is none.
+pub(super) fn attention_mask(
+    query: Option<Tensor<2>>,
+    value: Option<Tensor<2>>,
+    causal: bool,
+    [sq, sv]: [usize; 2],
+    device: &Device,
+) -> Option<Tensor<3>> {
+    let parts = [
+        query.map(|m| m.unsqueeze_dim::<3>(2)),
+        value.map(|m| m.unsqueeze_dim::<3>(1)),
+        causal.then(|| causal_mask(sq, sv, device)),
+    ];
+    parts.into_iter().flatten().reduce(|a, b| a * b)
+}
+
+/// `[1, sq, sv]`: 1 where value step `j <= i` for query step `i`.
+fn causal_mask(sq: usize, sv: usize, device: &Device) -> Tensor<3> {
+    let values: Vec<f32> = (0..sq * sv)
+        .map(|k| if k % sv <= k / sv { 1.0 } else { 0.0 })
+        .collect();
+    Tensor::<3>::from_data(TensorData::new(values, [1, sq, sv]), device)
+}
+
+/// The additive causal bias for ONNX: 0 where value step `j <= i`, -1e9 elsewhere.
+fn causal_bias(sq: usize, sv: usize) -> Vec<f32> {
+    (0..sq * sv)
+        .map(|k| if k % sv <= k / sv { 0.0 } else { -1e9 })
+        .collect()
+}
+
 pub(super) fn kept(dims: Dims, sq: f64, sv: f64) -> (f64, f64) {
     let [_, _, h, k, v] = dims.map(|d| d as f64);
     let projections = 1.1 * (sq * h * k + sv * h * k + sv * h * v + sq * h * v);
@@ -120,6 +183,7 @@ pub(super) fn onnx(
     [query, value]: [&str; 2],
     dims: Dims,
     bias: bool,
+    causal: Option<[usize; 2]>,
 ) -> Result<String, String> {
     let [f, fv, h, kd, vd] = dims;
     let layer = prefix.trim_end_matches('/');
@@ -145,7 +209,11 @@ pub(super) fn onnx(
     let q = g.node(layer, "Mul", &[&q, &scale], vec![]);
     let k = g.transpose(layer, &k, &[0, 2, 3, 1]); // [n, h, kd, sv]
     let v = g.transpose(layer, &v, &[0, 2, 1, 3]); // [n, h, sv, vd]
-    let scores = g.node(layer, "MatMul", &[&q, &k], vec![]);
+    let mut scores = g.node(layer, "MatMul", &[&q, &k], vec![]);
+    if let Some([sq, sv]) = causal {
+        let bias = g.constant(layer, &[sq, sv], &causal_bias(sq, sv));
+        scores = g.node(layer, "Add", &[&scores, &bias], vec![]);
+    }
     let weights = g.node(layer, "Softmax", &[&scores], vec![int("axis", 3)]);
     let context = g.node(layer, "MatMul", &[&weights, &v], vec![]);
     let context = g.transpose(layer, &context, &[0, 2, 1, 3]); // [n, sq, h, vd]

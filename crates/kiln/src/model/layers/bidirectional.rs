@@ -74,14 +74,17 @@ impl TryFrom<toml::Table> for Wrapped {
             Some(toml::Value::String(t)) => t,
             _ => return Err("`layer` needs `type = \"LSTM\"`, \"GRU\" or \"SimpleRNN\"".into()),
         };
-        match ty.as_str() {
+        let parsed = match ty.as_str() {
             "LSTM" => parse(table).map(Wrapped::LSTM),
             "GRU" => parse(table).map(Wrapped::GRU),
             "SimpleRNN" => parse(table).map(Wrapped::SimpleRNN),
-            other => Err(format!(
-                "`layer` must be a recurrent layer (LSTM, GRU or SimpleRNN), got \"{other}\""
-            )),
-        }
+            other => {
+                return Err(format!(
+                    "`layer` must be a recurrent layer (LSTM, GRU or SimpleRNN), got \"{other}\""
+                ));
+            }
+        };
+        parsed.map_err(|e| format!("`layer` ({ty}): {e}"))
     }
 }
 
@@ -160,13 +163,12 @@ impl Layer for Bidirectional {
     }
     fn forward_masked(
         &self,
-        mut inputs: Vec<Act>,
+        inputs: Vec<Act>,
         masks: &[Option<Tensor<2>>],
         w: &Weights,
         ctx: ForwardContext,
     ) -> Act {
-        let x = inputs.pop().expect("one input").into_seq();
-        let mask = masks.first().cloned().flatten();
+        let (x, mask) = super::recurrent::sequence_and_mask(inputs, masks);
         let [fw, bw] = self.prefixes();
         let rnn = self.layer.rnn();
         let run = Run {

@@ -92,6 +92,8 @@ builtin_layers! {
 
 // Code the layer files share (not layers).
 mod attention;
+#[cfg(test)]
+mod attention_tests;
 mod conv;
 #[cfg(test)]
 mod conv_tests;
@@ -167,6 +169,15 @@ fn positive(name: &str, v: usize) -> Result<(), String> {
         Err(format!("`{name}` must be positive, got 0"))
     } else {
         Ok(())
+    }
+}
+
+/// A rate argument in `[0, 1)` (dropout).
+fn rate(name: &str, v: f64) -> Result<(), String> {
+    if (0.0..1.0).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("`{name}` must be in [0, 1), got {v}"))
     }
 }
 

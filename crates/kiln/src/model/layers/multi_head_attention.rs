@@ -1,5 +1,7 @@
-//! `keras.layers.MultiHeadAttention(num_heads, key_dim, value_dim=None, use_bias=True)`.
+//! `keras.layers.MultiHeadAttention(num_heads, key_dim, value_dim=None, dropout=0.0,
+//! use_bias=True)`, with the call's `use_causal_mask` as a layer argument.
 
+use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::attention::{self, Dims};
@@ -10,7 +12,10 @@ use crate::onnx::{OnnxGraph, OnnxValue};
 
 /// `MultiHeadAttention(num_heads, key_dim, value_dim, use_bias)` called as `layer(query,
 /// value)`: `inputs = [query]` is self-attention, `inputs = [query, value]` uses `value` as key
-/// and value. Inputs `(steps, features)`; output the query's shape. No mask, no dropout.
+/// and value. Inputs `(steps, features)`; output the query's shape. The Keras masks of the
+/// query and value (from `Embedding(mask_zero)` or `Masking`) and `use_causal_mask` restrict
+/// which value steps each query step attends to; `dropout` drops attention weights while
+/// training.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MultiHeadAttention {
@@ -21,9 +26,20 @@ pub struct MultiHeadAttention {
     /// Size of each head's value; `key_dim` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value_dim: Option<usize>,
+    /// Fraction of the attention weights dropped while training, in `[0, 1)`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropout: f64,
+    /// Query step `i` attends only to value steps `j <= i` (Keras' call argument
+    /// `use_causal_mask`, here fixed per layer).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub use_causal_mask: bool,
     /// Biases in the four projections.
     #[serde(default = "default_true")]
     pub use_bias: bool,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 impl MultiHeadAttention {
@@ -43,7 +59,8 @@ impl Layer for MultiHeadAttention {
     fn validate(&self) -> Result<(), String> {
         super::positive("num_heads", self.num_heads)?;
         super::positive("key_dim", self.key_dim)?;
-        super::positive("value_dim", self.value_dim.unwrap_or(1))
+        super::positive("value_dim", self.value_dim.unwrap_or(1))?;
+        super::rate("dropout", self.dropout)
     }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         let [s, f] = steps_features(inputs[0], "MultiHeadAttention")?;
@@ -55,11 +72,41 @@ impl Layer for MultiHeadAttention {
     fn weights(&self, inputs: &[&[usize]]) -> Vec<WeightSpec> {
         attention::weights("", self.dims(inputs), self.use_bias)
     }
-    fn forward(&self, mut inputs: Vec<Act>, w: &Weights, _: ForwardContext) -> Act {
+    fn forward(&self, inputs: Vec<Act>, w: &Weights, ctx: ForwardContext) -> Act {
+        self.forward_masked(inputs, &[], w, ctx)
+    }
+    fn forward_masked(
+        &self,
+        mut inputs: Vec<Act>,
+        masks: &[Option<Tensor<2>>],
+        w: &Weights,
+        ctx: ForwardContext,
+    ) -> Act {
         let value = (inputs.len() == 2).then(|| inputs.pop().expect("two inputs").into_seq());
         let query = inputs.pop().expect("a query").into_seq();
         let value = value.unwrap_or_else(|| query.clone());
-        Act::Seq(attention::forward(query, value, w, "", self.num_heads))
+        let query_mask = masks.first().cloned().flatten();
+        // Self-attention's value is the query, with its mask.
+        let value_mask = match masks.len() {
+            2 => masks[1].clone(),
+            _ => query_mask.clone(),
+        };
+        let steps = [query.dims()[1], value.dims()[1]];
+        let opts = attention::Attend {
+            mask: attention::attention_mask(
+                query_mask,
+                value_mask,
+                self.use_causal_mask,
+                steps,
+                &query.device(),
+            ),
+            dropout: self.dropout,
+            training: ctx.training,
+        };
+        Act::Seq(attention::forward(query, value, w, "", self.num_heads, &opts))
+    }
+    fn supports_masking(&self) -> bool {
+        true
     }
     fn extra_kept(&self, inputs: &[&[usize]], _: &[usize]) -> f64 {
         self.kept(inputs).0
@@ -81,6 +128,8 @@ impl Layer for MultiHeadAttention {
             pair,
             self.dims(&shapes),
             self.use_bias,
+            self.use_causal_mask
+                .then(|| [inputs[0].shape[0], value.shape[0]]),
         )
     }
 }

@@ -41,13 +41,7 @@ pub(super) fn last_axis(axis: i64, input: &[usize]) -> Result<(), String> {
 }
 
 /// A `rate` (or other fraction) argument in `[0, 1)`.
-pub(super) fn unit_rate(name: &str, v: f64) -> Result<(), String> {
-    if (0.0..1.0).contains(&v) {
-        Ok(())
-    } else {
-        Err(format!("`{name}` must be in [0, 1), got {v}"))
-    }
-}
+pub(super) use super::rate as unit_rate;
 
 /// A fraction argument in `[0, 1]`.
 pub(super) fn unit_interval(name: &str, v: f64) -> Result<(), String> {

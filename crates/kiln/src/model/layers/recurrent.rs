@@ -21,7 +21,7 @@ use burn::prelude::*;
 use burn::tensor::Distribution;
 use serde::{Deserialize, Serialize};
 
-use super::{default_true, positive, steps_features};
+use super::{default_true, positive, rate, steps_features};
 use crate::model::act::{Act, ElementWise};
 use crate::model::args::Activation;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights};
@@ -168,14 +168,6 @@ impl<const CELL: u8> Recurrent<CELL> {
     }
 }
 
-/// A rate in `[0, 1)`.
-fn rate(name: &str, v: f64) -> Result<(), String> {
-    if (0.0..1.0).contains(&v) {
-        Ok(())
-    } else {
-        Err(format!("`{name}` must be in [0, 1), got {v}"))
-    }
-}
 
 /// What a recurrent layer offers the layers that wrap it ([`super::Bidirectional`]), whatever
 /// its cell.
@@ -450,6 +442,15 @@ impl<const CELL: u8> Rnn for Recurrent<CELL> {
     }
 }
 
+/// A recurrent layer's one `(steps, features)` input and its mask.
+pub(super) fn sequence_and_mask(
+    mut inputs: Vec<Act>,
+    masks: &[Option<Tensor<2>>],
+) -> (Tensor<3>, Option<Tensor<2>>) {
+    let x = inputs.pop().expect("one input").into_seq();
+    (x, masks.first().cloned().flatten())
+}
+
 /// Per example: the gates and the state of every step kept for backward.
 fn kept_per_step(input: &[usize], gates: usize, units: usize) -> f64 {
     let steps = input.first().copied().unwrap_or(1) as f64;
@@ -475,13 +476,12 @@ where
     }
     fn forward_masked(
         &self,
-        mut inputs: Vec<Act>,
+        inputs: Vec<Act>,
         masks: &[Option<Tensor<2>>],
         w: &Weights,
         ctx: ForwardContext,
     ) -> Act {
-        let x = inputs.pop().expect("one input").into_seq();
-        let mask = masks.first().cloned().flatten();
+        let (x, mask) = sequence_and_mask(inputs, masks);
         let run = Run {
             training: ctx.training,
             zero_masked: false,

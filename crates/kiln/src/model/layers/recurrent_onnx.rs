@@ -106,8 +106,13 @@ impl<const CELL: u8> Recurrent<CELL> {
     ) -> Result<(Option<String>, Values), String> {
         let (u, n) = (self.units, self.gates() * self.units);
         let rk_key = key("recurrent_kernel");
-        let recurrent_kernel = g.weight(&rk_key, &[u, n], &[u, n])?;
-        let split_kernel = match CELL == GRU_CELL && !self.resets_after() {
+        let split = CELL == GRU_CELL && !self.resets_after();
+        // A GRU without reset_after reads the kernel in two parts, not whole.
+        let recurrent_kernel = match split {
+            true => String::new(),
+            false => g.weight(&rk_key, &[u, n], &[u, n])?,
+        };
+        let split_kernel = match split {
             true => {
                 let rk = g.weight_values(&rk_key, &[u, n])?.to_vec();
                 let cols = |from: usize, to: usize| -> Vec<f32> {

@@ -237,7 +237,7 @@ fn bad_recurrent_arguments_are_one_line_errors() {
         ),
         (
             "{ type = \"Bidirectional\", layer = { type = \"GRU\", units = 0 } }",
-            "`units` must be positive",
+            "(Bidirectional): `layer` (GRU): `units` must be positive",
         ),
         (
             "{ type = \"Flatten\" }, { type = \"LSTM\", units = 2 }",

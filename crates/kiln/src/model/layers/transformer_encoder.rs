@@ -1,6 +1,9 @@
-//! `keras_hub.layers.TransformerEncoder(intermediate_dim, num_heads, activation="relu",
-//! layer_norm_epsilon=1e-5, normalize_first=False)`: BERT's block.
+//! `keras_hub.layers.TransformerEncoder(intermediate_dim, num_heads, dropout=0.0,
+//! activation="relu", layer_norm_epsilon=1e-5)`: BERT's block. A Keras mask on its input (a
+//! padding mask from `Embedding(mask_zero)`) keeps every step from attending to padding, as
+//! keras_hub's `padding_mask`.
 
+use burn::prelude::*;
 use burn::tensor::module::layer_norm;
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +42,24 @@ pub struct TransformerEncoder {
     /// Epsilon of both LayerNormalizations.
     #[serde(default = "default_epsilon")]
     pub layer_norm_epsilon: f64,
+    /// keras_hub's `dropout`: of the attention weights, of the attention block's output and of
+    /// the feed-forward block's output, while training; in `[0, 1)`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropout: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// Dropout of `rate` on `x` while `training`.
+fn dropped(x: Tensor<3>, rate: f64, training: bool) -> Tensor<3> {
+    if !training || rate == 0.0 {
+        return x;
+    }
+    let keep = 1.0 - rate;
+    let mask = x.random_like(burn::tensor::Distribution::Bernoulli(keep));
+    x * mask / keep
 }
 
 const ATTENTION: &str = "self_attention_layer/";
@@ -56,7 +77,8 @@ impl Layer for TransformerEncoder {
     fn validate(&self) -> Result<(), String> {
         super::positive("intermediate_dim", self.intermediate_dim)?;
         super::positive("num_heads", self.num_heads)?;
-        super::positive_epsilon("layer_norm_epsilon", self.layer_norm_epsilon)
+        super::positive_epsilon("layer_norm_epsilon", self.layer_norm_epsilon)?;
+        super::rate("dropout", self.dropout)
     }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         let [s, f] = steps_features(inputs[0], "TransformerEncoder")?;
@@ -104,8 +126,27 @@ impl Layer for TransformerEncoder {
         kernels.extend(vectors);
         kernels
     }
-    fn forward(&self, mut inputs: Vec<Act>, w: &Weights, _: ForwardContext) -> Act {
+    fn forward(&self, inputs: Vec<Act>, w: &Weights, ctx: ForwardContext) -> Act {
+        self.forward_masked(inputs, &[], w, ctx)
+    }
+    fn supports_masking(&self) -> bool {
+        true
+    }
+    fn forward_masked(
+        &self,
+        mut inputs: Vec<Act>,
+        masks: &[Option<Tensor<2>>],
+        w: &Weights,
+        ctx: ForwardContext,
+    ) -> Act {
         let x = inputs.pop().expect("one input").into_seq();
+        let steps = x.dims()[1];
+        let padding = masks.first().cloned().flatten();
+        let opts = attention::Attend {
+            mask: attention::attention_mask(None, padding, false, [steps, steps], &x.device()),
+            dropout: self.dropout,
+            training: ctx.training,
+        };
         let eps = self.layer_norm_epsilon;
         let norm = |t, part: &str| {
             let gamma = w.get::<1>(&format!("{part}/gamma"));
@@ -116,11 +157,13 @@ impl Layer for TransformerEncoder {
             let kernel = w.get::<2>(&format!("{part}/kernel"));
             dense3(t, kernel, Some(w.get::<1>(&format!("{part}/bias"))))
         };
-        let a = attention::forward(x.clone(), x.clone(), w, ATTENTION, self.num_heads);
+        let a = attention::forward(x.clone(), x.clone(), w, ATTENTION, self.num_heads, &opts);
+        let a = dropped(a, self.dropout, ctx.training);
         let x = norm(x + a, "self_attention_layer_norm");
         let h = dense(x.clone(), "feedforward_intermediate_dense");
         let h = Act::Seq(h).activated(self.activation).into_seq();
         let f = dense(h, "feedforward_output_dense");
+        let f = dropped(f, self.dropout, ctx.training);
         Act::Seq(norm(x + f, "feedforward_layer_norm"))
     }
     fn extra_kept(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
@@ -138,7 +181,7 @@ impl Layer for TransformerEncoder {
         let (f, i, eps) = (dims[0], self.intermediate_dim, self.layer_norm_epsilon);
         let prefix = |part: &str| format!("{name}/{part}/");
         let pair = [x.name.as_str(), x.name.as_str()];
-        let a = attention::onnx(g, &prefix("self_attention_layer"), pair, dims, true)?;
+        let a = attention::onnx(g, &prefix("self_attention_layer"), pair, dims, true, None)?;
         let r = g.node(name, "Add", &[&x.name, &a], vec![]);
         let x1 = g.layer_norm(&prefix("self_attention_layer_norm"), &r, f, eps)?;
         let ff = prefix("feedforward_intermediate_dense");
