@@ -250,6 +250,7 @@ layers = [
 outputs = ["probs"]
 """,
         lambda rng: {"series": rng.normal(size=(16, 7, 3))},
+    ),
     # The activation, normalization and noise layers (the noise layers are the identity at
     # inference, as in an export); PReLU slopes start nonzero so that they matter.
     "interop-small-layers": (
