@@ -4,24 +4,13 @@
 use super::{Logs, add_sums, set_metrics, widths};
 use crate::compile::{LossKind, MetricSpec, batch_sums};
 
-fn spec(text: &str) -> MetricSpec {
-    let v: toml::Table = toml::from_str(&format!("m = {text}")).unwrap();
-    MetricSpec::from_toml_at(
-        &v["m"],
-        "compile.metrics[0]",
-        LossKind::BinaryCrossentropy,
-        2,
-    )
-    .unwrap()
+fn spec(name: &str) -> MetricSpec {
+    MetricSpec::parse(name, 0, LossKind::BinaryCrossentropy, 2).unwrap()
 }
 
 #[test]
 fn streaming_sums_sit_between_one_sum_metrics() {
-    let metrics = [
-        spec("\"binary_accuracy\""),
-        spec("\"f1_score\""),
-        spec("\"precision\""),
-    ];
+    let metrics = [spec("binary_accuracy"), spec("f1_score"), spec("precision")];
     assert_eq!(widths(&metrics, 2), 1 + 8 + 3);
     let mut slots = vec![0.0; widths(&metrics, 2)];
     // Two batches of two rows, sums per batch; sequence positions would divide them all.
