@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 use super::loss::{Family, LossKind};
 use crate::error::{KilnError, Result};
 
+mod streaming;
+pub use streaming::Streaming;
+
 /// A metric, named as the user wrote it (that name is the key in logs and `history.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetricSpec {
@@ -41,11 +44,14 @@ pub enum MetricKind {
     /// A count over every unit of the epoch: `output > threshold` against a nonzero target
     /// (Keras' `TruePositives`, `FalsePositives`, `TrueNegatives`, `FalseNegatives`).
     Confusion(Confusion, Threshold),
+    /// A ratio of several sums kept over the epoch (Keras' `Precision`, `Recall`, `AUC`,
+    /// `F1Score`, `FBetaScore`, `R2Score`).
+    Streaming(Streaming),
     /// A metric registered with [`super::register_metric`].
     Custom(super::CustomMetric),
 }
 
-const NAMES: &str = "accuracy, sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, mae (mean_absolute_error), mse (mean_squared_error), root_mean_squared_error (rmse), mean_absolute_percentage_error (mape), cosine_similarity, true_positives, false_positives, true_negatives, false_negatives";
+const NAMES: &str = "accuracy, sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, mae (mean_absolute_error), mse (mean_squared_error), root_mean_squared_error (rmse), mean_absolute_percentage_error (mape), cosine_similarity, true_positives, false_positives, true_negatives, false_negatives, precision, recall, auc, f1_score, fbeta_score, r2_score";
 
 impl MetricSpec {
     /// Resolves a Keras metric name. `accuracy` becomes the accuracy that fits the loss, as in
@@ -79,8 +85,9 @@ impl MetricSpec {
     ) -> Result<MetricSpec> {
         let (mut table, name) = super::named_table(value, key, NAMES)?;
         table.remove("type");
+        let streaming = Streaming::parse(&name, &mut table, key, units).transpose()?;
         let logged = match table.remove("name") {
-            None => name.clone(),
+            None => streaming.map_or(name.clone(), |s| s.default_name().to_string()),
             Some(toml::Value::String(s)) if !s.is_empty() => s,
             Some(other) => {
                 return Err(KilnError::config(
@@ -89,7 +96,10 @@ impl MetricSpec {
                 ));
             }
         };
-        let mut kind = Self::kind(&name, key, loss, units)?;
+        let mut kind = match streaming {
+            Some(s) => MetricKind::Streaming(s),
+            None => Self::kind(&name, key, loss, units)?,
+        };
         if let MetricKind::TopK(k) = &mut kind
             && let Some(v) = table.remove("k")
         {
@@ -117,8 +127,15 @@ impl MetricSpec {
     /// another name in the logs or a `k` other than Keras' 5.
     pub fn to_toml(&self) -> toml::Value {
         let mut t = toml::Table::new();
-        if self.name != self.given {
+        let logged = match self.kind {
+            MetricKind::Streaming(s) => s.default_name(),
+            _ => &self.given,
+        };
+        if self.name != logged {
             t.insert("name".into(), self.name.clone().into());
+        }
+        if let MetricKind::Streaming(s) = self.kind {
+            s.to_toml(&mut t);
         }
         if let MetricKind::TopK(k) = self.kind
             && k != 5
@@ -255,6 +272,51 @@ impl MetricKind {
             _ => sum / examples,
         }
     }
+
+    /// How many sums the metric keeps over an epoch for outputs of `units` units: several
+    /// for a [`Streaming`] metric, one otherwise.
+    pub fn width(self, units: usize) -> usize {
+        match self {
+            MetricKind::Streaming(s) => s.width(units),
+            _ => 1,
+        }
+    }
+
+    /// The epoch's value(s) from its [`MetricKind::width`] `sums` over `examples`: one, or
+    /// one per class for `F1Score` without `average`.
+    pub fn values(self, sums: &[f64], examples: f64) -> Vec<f64> {
+        match self {
+            MetricKind::Streaming(s) => s.result(sums),
+            _ => vec![self.result(sums[0], examples)],
+        }
+    }
+}
+
+/// A batch's [`MetricKind::width`] sums (see [`correct`] for the arguments). Streaming metrics
+/// read dense targets; for sparse labels they are the one-hot rows of `classes`.
+pub fn batch_sums(
+    kind: MetricKind,
+    outputs: &[f32],
+    units: usize,
+    classes: &[i64],
+    targets: &[f32],
+) -> Vec<f64> {
+    let MetricKind::Streaming(s) = kind else {
+        return vec![correct(kind, outputs, units, classes, targets)];
+    };
+    let mut sums = vec![0.0; s.width(units)];
+    if targets.len() == outputs.len() {
+        s.update(outputs, targets, units, &mut sums);
+    } else {
+        let mut dense = vec![0.0; outputs.len()];
+        for (row, &c) in dense.chunks_exact_mut(units.max(1)).zip(classes) {
+            if let Some(v) = row.get_mut(c as usize) {
+                *v = 1.0;
+            }
+        }
+        s.update(outputs, &dense, units, &mut sums);
+    }
+    sums
 }
 
 /// A metric's sum over the rows of a batch (divide by the row count for its mean): correct
@@ -312,6 +374,8 @@ pub fn correct(
             .zip(targets)
             .filter(|&(&p, &t)| cell.counts(p > at, t != 0.0))
             .count() as f64,
+        // Several sums per batch: see `batch_sums`.
+        MetricKind::Streaming(_) => 0.0,
         MetricKind::Custom(m) => m.update(&super::MetricBatch {
             outputs,
             units,

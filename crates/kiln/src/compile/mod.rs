@@ -19,7 +19,7 @@ pub use custom::{
 };
 pub use gradients::GradientOptions;
 pub use loss::{Builtin, EPSILON, Family, LOSSES, Labels, LossArgs, LossDef, LossKind, LossSpec};
-pub use metrics::{MetricKind, MetricSpec, argmax, correct};
+pub use metrics::{MetricKind, MetricSpec, argmax, batch_sums, correct};
 pub use optimizer::OptimizerSpec;
 pub use optimizers::{
     KerasAdadelta, KerasAdagrad, KerasAdamax, KerasLion, KerasNadam, KerasRmsProp, SlotState,

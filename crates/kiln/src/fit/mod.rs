@@ -40,7 +40,7 @@ use burn::prelude::*;
 use kiln_data::{Cardinality, Dataset};
 
 use crate::batch::to_device_guarded;
-use crate::compile::{Compiled, correct};
+use crate::compile::{Compiled, MetricSpec, batch_sums};
 use crate::error::Result;
 use crate::guards::{CheckNumerics, DataSplit, NumericsGuard};
 use crate::model::{ModelSpec, Network, summary, weights};
@@ -81,8 +81,9 @@ impl Accumulator {
         size: usize,
         units: usize,
     ) {
-        if self.correct.len() != compiled.metrics.len() {
-            self.correct = vec![0.0; compiled.metrics.len()];
+        let width = widths(&compiled.metrics, units);
+        if self.correct.len() != width {
+            self.correct = vec![0.0; width];
         }
         self.examples += size as f64;
         self.batches += 1;
@@ -91,9 +92,9 @@ impl Accumulator {
         let rows = out.outputs.len() / units.max(1);
         let positions = (rows / size.max(1)).max(1) as f64;
         let (classes, targets) = (&labels.labels.classes, &labels.labels.targets);
-        for (sum, m) in self.correct.iter_mut().zip(&compiled.metrics) {
-            *sum += correct(m.kind, &out.outputs, units, classes, targets) / positions;
-        }
+        add_sums(&mut self.correct, &compiled.metrics, positions, |m| {
+            batch_sums(m.kind, &out.outputs, units, classes, targets)
+        });
         if compiled.outputs.is_empty() {
             return;
         }
@@ -101,7 +102,7 @@ impl Accumulator {
             self.per_output = compiled
                 .outputs
                 .iter()
-                .map(|h| (0.0, vec![0.0; h.metrics.len()]))
+                .map(|h| (0.0, vec![0.0; widths(&h.metrics, h.units)]))
                 .collect();
         }
         let mut start = 0;
@@ -113,28 +114,76 @@ impl Accumulator {
             let Some(l) = labels.outputs.get(k) else {
                 continue;
             };
-            for (sum, m) in sums.iter_mut().zip(&head.metrics) {
-                *sum += correct(m.kind, &part, head.units, &l.classes, &l.targets) / positions;
-            }
+            add_sums(sums, &head.metrics, positions, |m| {
+                batch_sums(m.kind, &part, head.units, &l.classes, &l.targets)
+            });
         }
     }
 
     /// Keras' logs: `loss` and the metrics; for a model with several outputs also
     /// `<output>_loss` and `<output>_<metric>` per output.
-    fn logs(&self, compiled: &Compiled) -> Logs {
+    fn logs(&self, compiled: &Compiled, units: usize) -> Logs {
         let n = self.examples.max(1.0);
         let mut logs = Logs::default();
         logs.set("loss", self.loss / n);
-        for (sum, m) in self.correct.iter().zip(&compiled.metrics) {
-            logs.set(m.name.clone(), m.kind.result(*sum, n));
-        }
+        set_metrics(&mut logs, "", (&compiled.metrics, units), &self.correct, n);
         for (head, (loss, sums)) in compiled.outputs.iter().zip(&self.per_output) {
             logs.set(format!("{}_loss", head.name), loss / n);
-            for (sum, m) in sums.iter().zip(&head.metrics) {
-                logs.set(format!("{}_{}", head.name, m.name), m.kind.result(*sum, n));
-            }
+            let metrics = (&head.metrics[..], head.units);
+            set_metrics(&mut logs, &format!("{}_", head.name), metrics, sums, n);
         }
         logs
+    }
+}
+
+/// The sums `metrics` keep for outputs of `units` units, laid end to end.
+fn widths(metrics: &[MetricSpec], units: usize) -> usize {
+    metrics.iter().map(|m| m.kind.width(units)).sum()
+}
+
+/// Adds each metric's batch sums (per example: divided by its `positions`) to its slots.
+fn add_sums(
+    slots: &mut [f64],
+    metrics: &[MetricSpec],
+    positions: f64,
+    batch: impl Fn(&MetricSpec) -> Vec<f64>,
+) {
+    let mut start = 0;
+    for m in metrics {
+        let sums = batch(m);
+        for (slot, s) in slots[start..].iter_mut().zip(&sums) {
+            *slot += s / positions;
+        }
+        start += sums.len();
+    }
+}
+
+/// Logs each metric's value from its slots as `<prefix><name>`; a metric with one value per
+/// class (`F1Score` without `average`) as `<prefix><name>_<class>`.
+/// `metrics` read outputs of `units` units; nothing is logged before the first batch.
+fn set_metrics(
+    logs: &mut Logs,
+    prefix: &str,
+    (metrics, units): (&[MetricSpec], usize),
+    slots: &[f64],
+    n: f64,
+) {
+    if slots.len() != widths(metrics, units) {
+        return;
+    }
+    let mut start = 0;
+    for m in metrics {
+        let width = m.kind.width(units);
+        let values = m.kind.values(&slots[start..start + width], n);
+        start += width;
+        for (i, v) in values.iter().enumerate() {
+            let key = if values.len() == 1 {
+                format!("{prefix}{}", m.name)
+            } else {
+                format!("{prefix}{}_{i}", m.name)
+            };
+            logs.set(key, *v);
+        }
     }
 }
 
@@ -656,7 +705,7 @@ impl Model {
                 if let Some(p) = profile.as_mut() {
                     p.metrics_s += clock.elapsed().as_secs_f64();
                 }
-                let mut logs = state.acc.logs(&self.compiled);
+                let mut logs = state.acc.logs(&self.compiled, units);
                 if let Some(ls) = state.loss_scale {
                     logs.set(LOSS_SCALE, ls.scale);
                 }
@@ -712,7 +761,7 @@ impl Model {
             let train_skips = input.take_skips();
             skips::check_not_all_skipped(train_skips.as_ref(), state.acc.batches, epoch)?;
             let train_time = started.elapsed().as_secs_f64();
-            let mut logs = state.acc.logs(&self.compiled);
+            let mut logs = state.acc.logs(&self.compiled, units);
             if let Some(ls) = state.loss_scale {
                 logs.set(LOSS_SCALE, ls.scale);
             }
@@ -828,7 +877,7 @@ impl Model {
             };
             acc.add(&self.compiled, &out, labels, size, units);
         }
-        let mut logs = acc.logs(&self.compiled);
+        let mut logs = acc.logs(&self.compiled, units);
         guard.report(&mut logs);
         Ok((logs, batches.skip_stats()))
     }
@@ -857,3 +906,6 @@ impl Model {
         Ok((all, units))
     }
 }
+
+#[cfg(test)]
+mod metric_slots_tests;
