@@ -90,12 +90,12 @@ fn errors_name_the_key_and_the_allowed_values() {
         e,
         "model.layers[1] (Conv2D): Conv2D expects a 3-D input (height, width, channels), got shape (None, 4)"
     );
-    let bad_metric = minimal("").replace("[\"accuracy\"]", "[\"auc\"]");
+    let bad_metric = minimal("").replace("[\"accuracy\"]", "[\"auroc\"]");
     let e = RunConfig::from_toml_str(&bad_metric)
         .unwrap_err()
         .to_string();
     assert!(
-        e.starts_with("compile.metrics[0]: unknown metric \"auc\""),
+        e.starts_with("compile.metrics[0]: unknown metric \"auroc\""),
         "{e}"
     );
 }
