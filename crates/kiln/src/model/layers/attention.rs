@@ -100,14 +100,7 @@ pub(super) fn forward(
         }
         None => activation::softmax(scores, 3),
     };
-    let weights = match opts.training && opts.dropout > 0.0 {
-        true => {
-            let keep = 1.0 - opts.dropout;
-            let drop = weights.random_like(burn::tensor::Distribution::Bernoulli(keep));
-            weights * drop / keep
-        }
-        false => weights,
-    };
+    let weights = super::dropout::dropped(weights, opts.dropout, opts.training);
     let context = weights
         .matmul(v)
         .swap_dims(1, 2)

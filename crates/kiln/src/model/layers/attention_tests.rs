@@ -8,6 +8,7 @@ use burn::prelude::*;
 use serde::Deserialize;
 
 use super::MultiHeadAttention;
+use super::shape_tests::to_vec;
 use crate::model::act::Act;
 use crate::model::layer::{ForwardContext, Layer, Weights};
 use crate::model::params::{LayerParams, slots};
@@ -31,10 +32,6 @@ struct Reference {
     x: Vec<f32>,
     mask: Vec<f32>,
     cases: Vec<Case>,
-}
-
-fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
 }
 
 fn layer(causal: bool, dropout: f64) -> MultiHeadAttention {

@@ -115,10 +115,7 @@ impl Layer for Conv1D {
         let window = self.window();
         let y = conv::convolve(x, kernel, bias, (&window, pads, self.groups), relu);
         let y = Act::Seq(conv::image_as_seq(y));
-        if relu {
-            return y;
-        }
-        super::activate(y, self.activation, ctx)
+        super::finish_affine(y, self.activation, ctx)
     }
     affine_activation!();
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {

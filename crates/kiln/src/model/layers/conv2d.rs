@@ -99,10 +99,7 @@ impl Layer for Conv2D {
         let relu = self.activation == Activation::Relu;
         let geometry = (&window, pads, self.groups);
         let y = Act::Image(conv::convolve(x, kernel, bias, geometry, relu));
-        if relu {
-            return y;
-        }
-        super::activate(y, self.activation, ctx)
+        super::finish_affine(y, self.activation, ctx)
     }
     affine_activation!();
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {

@@ -18,8 +18,18 @@ pub struct Dropout {
 }
 
 /// Keeps each value with probability `keep` and scales the kept ones by `1 / keep`.
-struct Drop {
-    keep: f64,
+pub(super) struct Drop {
+    /// The fraction kept.
+    pub(super) keep: f64,
+}
+
+/// `x` with a fraction `rate` of its values dropped (the rest scaled by `1 / (1 - rate)`)
+/// while `training`; `x` itself otherwise.
+pub(super) fn dropped<const D: usize>(x: Tensor<D>, rate: f64, training: bool) -> Tensor<D> {
+    match training && rate > 0.0 {
+        true => Drop { keep: 1.0 - rate }.apply(x),
+        false => x,
+    }
 }
 
 impl ElementWise for Drop {
@@ -32,11 +42,7 @@ impl ElementWise for Drop {
 impl Layer for Dropout {
     crate::serde_layer!();
     fn validate(&self) -> Result<(), String> {
-        if (0.0..1.0).contains(&self.rate) {
-            Ok(())
-        } else {
-            Err(format!("`rate` must be in [0, 1), got {}", self.rate))
-        }
+        super::rate("rate", self.rate)
     }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         Ok(inputs[0].to_vec())

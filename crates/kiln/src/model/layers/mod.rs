@@ -141,6 +141,15 @@ fn activate(y: Act, a: Activation, ctx: ForwardContext) -> Act {
     }
 }
 
+/// The end of an affine layer whose convolution or product fused a ReLU exactly when
+/// `a` is ReLU: `y` as it is then, else [`activate`].
+fn finish_affine(y: Act, a: Activation, ctx: ForwardContext) -> Act {
+    match a {
+        Activation::Relu => y,
+        _ => activate(y, a, ctx),
+    }
+}
+
 /// `[steps, features]` of a rank-2 Keras input, or the message naming `class` and the shape.
 fn steps_features(input: &[usize], class: &str) -> Result<[usize; 2], String> {
     match input {
@@ -179,6 +188,11 @@ fn rate(name: &str, v: f64) -> Result<(), String> {
     } else {
         Err(format!("`{name}` must be in [0, 1), got {v}"))
     }
+}
+
+/// Whether an `f64` argument is 0 (its default, left out of the written config).
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// A positive `epsilon`-like argument.

@@ -27,7 +27,7 @@ pub struct MultiHeadAttention {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value_dim: Option<usize>,
     /// Fraction of the attention weights dropped while training, in `[0, 1)`.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "super::is_zero")]
     pub dropout: f64,
     /// Query step `i` attends only to value steps `j <= i` (Keras' call argument
     /// `use_causal_mask`, here fixed per layer).
@@ -38,9 +38,6 @@ pub struct MultiHeadAttention {
     pub use_bias: bool,
 }
 
-fn is_zero(v: &f64) -> bool {
-    *v == 0.0
-}
 
 impl MultiHeadAttention {
     fn dims(&self, inputs: &[&[usize]]) -> Dims {

@@ -203,7 +203,9 @@ pub(crate) trait Rnn: std::fmt::Debug + Send + Sync {
 pub(crate) struct Run {
     /// Training: dropout applies.
     pub training: bool,
-    /// Masked steps output zeros (Keras' `zero_output_for_mask`).
+    /// Masked steps output zeros in a returned sequence (Keras' `zero_output_for_mask`,
+    /// which `Bidirectional` sets exactly when it returns sequences); the last output is the
+    /// final state either way.
     pub zero_masked: bool,
 }
 
@@ -387,8 +389,6 @@ impl<const CELL: u8> Rnn for Recurrent<CELL> {
             s = next;
             if self.return_sequences {
                 outputs.push(out);
-            } else if step + 1 == t {
-                return Act::Flat(out);
             }
         }
         match self.return_sequences {

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use burn::prelude::*;
 use serde::Deserialize;
 
+use super::shape_tests::to_vec;
 use crate::model::act::Act;
 use crate::model::layer::{ForwardContext, Layer, Weights};
 use crate::model::params::{LayerParams, Slot, slots};
@@ -44,10 +45,6 @@ fn build(args: &serde_json::Value) -> std::sync::Arc<dyn Layer> {
     let class = table.remove("type").unwrap();
     let reg = registry::lookup(class.as_str().unwrap()).unwrap();
     (reg.build)(table).unwrap()
-}
-
-fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
 }
 
 fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) {

@@ -109,10 +109,7 @@ impl Layer for SeparableConv2D {
         let relu = self.activation == Activation::Relu;
         let geometry = (&POINTWISE, [(0, 0); 2], 1);
         let y = Act::Image(conv::convolve(depthwise, pointwise, bias, geometry, relu));
-        if relu {
-            return y;
-        }
-        super::activate(y, self.activation, ctx)
+        super::finish_affine(y, self.activation, ctx)
     }
     fn keeps_output(&self) -> bool {
         self.activation == Activation::Relu

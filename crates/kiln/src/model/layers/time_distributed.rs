@@ -6,20 +6,16 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::model::act::Act;
-use crate::model::layer::{ForwardContext, Layer, LayerConfig, WeightSpec, Weights};
+use crate::model::layer::{
+    DeclaredLayer, ForwardContext, Layer, LayerConfig, WeightSpec, Weights,
+};
 use crate::model::registry;
 use crate::onnx::{OnnxGraph, OnnxValue};
 
 /// The wrapped layer, written in TOML as a layer table (`layer = { type = "Dense", units = 8
 /// }`); any registered layer that takes one `(features,)` input.
-#[derive(Debug, Clone)]
-pub struct Inner(pub Arc<dyn Layer>);
-
-impl PartialEq for Inner {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.class_name() == other.0.class_name() && self.0.config() == other.0.config()
-    }
-}
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inner(pub DeclaredLayer);
 
 impl Serialize for Inner {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -41,7 +37,7 @@ impl<'de> Deserialize<'de> for Inner {
         })?;
         let layer = (reg.build)(table)
             .map_err(|e| serde::de::Error::custom(format!("`layer` ({ty}): {e}")))?;
-        Ok(Inner(layer))
+        Ok(Inner(DeclaredLayer(layer)))
     }
 }
 
@@ -58,7 +54,7 @@ impl TimeDistributed {
     /// `TimeDistributed(layer)`.
     pub fn new(layer: impl Layer) -> TimeDistributed {
         TimeDistributed {
-            layer: Inner(Arc::new(layer)),
+            layer: Inner(DeclaredLayer(Arc::new(layer))),
         }
     }
 }

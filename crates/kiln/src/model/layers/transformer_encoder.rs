@@ -44,23 +44,10 @@ pub struct TransformerEncoder {
     pub layer_norm_epsilon: f64,
     /// keras_hub's `dropout`: of the attention weights, of the attention block's output and of
     /// the feed-forward block's output, while training; in `[0, 1)`.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "super::is_zero")]
     pub dropout: f64,
 }
 
-fn is_zero(v: &f64) -> bool {
-    *v == 0.0
-}
-
-/// Dropout of `rate` on `x` while `training`.
-fn dropped(x: Tensor<3>, rate: f64, training: bool) -> Tensor<3> {
-    if !training || rate == 0.0 {
-        return x;
-    }
-    let keep = 1.0 - rate;
-    let mask = x.random_like(burn::tensor::Distribution::Bernoulli(keep));
-    x * mask / keep
-}
 
 const ATTENTION: &str = "self_attention_layer/";
 
@@ -158,12 +145,12 @@ impl Layer for TransformerEncoder {
             dense3(t, kernel, Some(w.get::<1>(&format!("{part}/bias"))))
         };
         let a = attention::forward(x.clone(), x.clone(), w, ATTENTION, self.num_heads, &opts);
-        let a = dropped(a, self.dropout, ctx.training);
+        let a = super::dropout::dropped(a, self.dropout, ctx.training);
         let x = norm(x + a, "self_attention_layer_norm");
         let h = dense(x.clone(), "feedforward_intermediate_dense");
         let h = Act::Seq(h).activated(self.activation).into_seq();
         let f = dense(h, "feedforward_output_dense");
-        let f = dropped(f, self.dropout, ctx.training);
+        let f = super::dropout::dropped(f, self.dropout, ctx.training);
         Act::Seq(norm(x + f, "feedforward_layer_norm"))
     }
     fn extra_kept(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
