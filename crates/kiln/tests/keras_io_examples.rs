@@ -306,3 +306,53 @@ fn oxford_pets_unet_has_keras_parameter_count_and_trains() {
         1,
     );
 }
+
+/// One-hot rows of `classes` for `n` random labels.
+fn one_hot(rng: &mut StdRng, n: usize, classes: usize) -> Vec<f32> {
+    let mut y = vec![0.0; n * classes];
+    for row in y.chunks_mut(classes) {
+        row[rng.random_range(0..classes)] = 1.0;
+    }
+    y
+}
+
+#[test]
+fn eeg_signal_classification_trains() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(5);
+    let n = 128;
+    let x: Vec<f32> = (0..n * 512).map(|_| rng.random_range(0.0..1.0)).collect();
+    let y = one_hot(&mut rng, n, 5);
+    write(
+        dir.path(),
+        vec![
+            ("eeg-x.npy", vec![n, 512, 1], x),
+            ("eeg-y.npy", vec![n, 5], y),
+        ],
+        &[],
+    );
+    train("eeg_signal_classification.toml", Some(dir.path()), 1, 2);
+}
+
+#[test]
+fn pointnet_has_keras_parameter_count_and_trains() {
+    let cfg = RunConfig::load(&example("pointnet.toml")).unwrap();
+    // Keras 3.15's count for the example's model (trainable, non-trainable).
+    assert_eq!(cfg.model.param_count(), (742_899, 6_080));
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(6);
+    let n = 96;
+    let x: Vec<f32> = (0..n * 2048 * 3)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
+    let y = uniform(&mut rng, n, 10);
+    write(
+        dir.path(),
+        vec![
+            ("modelnet10-x.npy", vec![n, 2048, 3], x),
+            ("modelnet10-y.npy", vec![n], y),
+        ],
+        &["modelnet10-y.npy"],
+    );
+    train("pointnet.toml", Some(dir.path()), 1, 1);
+}

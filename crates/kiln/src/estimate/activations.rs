@@ -94,6 +94,9 @@ pub fn per_layer(spec: &ModelSpec) -> (Vec<LayerActivations>, f64) {
                 match view_source(spec, *r) {
                     NodeRef::Input(k) => kept_in[k] = true,
                     NodeRef::Layer(j) => kept_out[j] = true,
+                    // A recurrent layer's final state: `[batch, units]`, counted in its
+                    // `extra_kept` (every step's state is kept).
+                    NodeRef::State(..) => {}
                 }
             }
         }
@@ -101,7 +104,7 @@ pub fn per_layer(spec: &ModelSpec) -> (Vec<LayerActivations>, f64) {
     let output = spec.output_layer();
     match view_source(spec, NodeRef::Layer(output)) {
         NodeRef::Input(k) => kept_in[k] = true,
-        NodeRef::Layer(j) => kept_out[j] = true,
+        NodeRef::Layer(j) | NodeRef::State(j, _) => kept_out[j] = true,
     }
     let mut layers = Vec::with_capacity(n);
     for (i, kept) in kept_out.iter().enumerate() {

@@ -107,24 +107,31 @@ fn layer_values(
 ) -> Result<Vec<OnnxValue>> {
     let mut values: Vec<OnnxValue> = Vec::with_capacity(spec.layers().len());
     for (i, layer) in spec.layers().iter().enumerate() {
-        let xs: Vec<OnnxValue> = layer
+        let xs: std::result::Result<Vec<OnnxValue>, String> = layer
             .inputs
             .iter()
             .map(|r| match *r {
-                NodeRef::Input(k) => inputs[k].clone(),
-                NodeRef::Layer(j) => values[j].clone(),
+                NodeRef::Input(k) => Ok(inputs[k].clone()),
+                NodeRef::Layer(j) => Ok(values[j].clone()),
+                NodeRef::State(..) => Err(format!(
+                    "it reads \"{}\", a state of a layer with `return_state = true`, which \
+                     kiln's ONNX export does not write",
+                    spec.node_name(*r)
+                )),
             })
             .collect();
-        let name = layer_onnx(g, spec, i, &xs).map_err(|why| {
-            KilnError::config(
-                format!("model.layers[{}]", i + spec.inputs().len()),
-                format!(
-                    "layer `{}` ({}) cannot be exported to ONNX because {why}",
-                    layer.name,
-                    layer.kind.class_name()
-                ),
-            )
-        })?;
+        let name = xs
+            .and_then(|xs| layer_onnx(g, spec, i, &xs))
+            .map_err(|why| {
+                KilnError::config(
+                    format!("model.layers[{}]", i + spec.inputs().len()),
+                    format!(
+                        "layer `{}` ({}) cannot be exported to ONNX because {why}",
+                        layer.name,
+                        layer.kind.class_name()
+                    ),
+                )
+            })?;
         values.push(OnnxValue {
             name,
             shape: spec.shape_after(i).to_vec(),

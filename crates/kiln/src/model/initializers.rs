@@ -156,6 +156,15 @@ pub enum Initializer {
         /// The value of every element.
         value: f64,
     },
+    /// `keras.initializers.Constant(value=[...])`: an array `value` (flat, row-major)
+    /// broadcast to the weight's shape as Keras' `value * ones(shape)` does: either the
+    /// weight's size, or the size of its last axis (repeated over the others). keras.io's
+    /// PointNet starts a `Dense` bias at a flattened identity matrix this way.
+    #[serde(rename = "Constant")]
+    ConstantArray {
+        /// The values.
+        value: Vec<f64>,
+    },
     /// `keras.initializers.Identity(gain=1.0)`: `gain` times the (rectangular) identity
     /// matrix; rank-2 weights only.
     Identity {
@@ -188,11 +197,26 @@ pub fn compute_fans(shape: &[usize]) -> (usize, usize) {
 /// How values are drawn, once an initializer and a shape are known.
 enum Plan {
     Fill(f32),
-    Normal { mean: f64, stddev: f64 },
-    Truncated { mean: f64, stddev: f64 },
-    Uniform { min: f32, max: f32 },
-    Orthogonal { gain: f64 },
-    Identity { gain: f32 },
+    /// These values, repeated to fill the weight.
+    Repeat(Vec<f32>),
+    Normal {
+        mean: f64,
+        stddev: f64,
+    },
+    Truncated {
+        mean: f64,
+        stddev: f64,
+    },
+    Uniform {
+        min: f32,
+        max: f32,
+    },
+    Orthogonal {
+        gain: f64,
+    },
+    Identity {
+        gain: f32,
+    },
 }
 
 impl Initializer {
@@ -212,7 +236,7 @@ impl Initializer {
             Initializer::TruncatedNormal { .. } => "truncated_normal",
             Initializer::Zeros => "zeros",
             Initializer::Ones => "ones",
-            Initializer::Constant { .. } => "constant",
+            Initializer::Constant { .. } | Initializer::ConstantArray { .. } => "constant",
             Initializer::Identity { .. } => "identity",
         }
     }
@@ -234,6 +258,7 @@ impl Initializer {
             Initializer::Zeros
             | Initializer::Ones
             | Initializer::Constant { .. }
+            | Initializer::ConstantArray { .. }
             | Initializer::Identity { .. } => None,
         }
     }
@@ -285,6 +310,7 @@ impl Initializer {
         })?;
         match self.plan(shape)? {
             Plan::Fill(v) => out.resize(n, v),
+            Plan::Repeat(v) => out.extend(v.iter().cycle().take(n)),
             Plan::Uniform { min, max } => out.extend((0..n).map(|_| rng.random_range(min..=max))),
             Plan::Normal { mean, stddev } => {
                 let mut g = Gaussian::default();
@@ -335,6 +361,12 @@ impl Initializer {
             Initializer::Zeros => Plan::Fill(0.0),
             Initializer::Ones => Plan::Fill(1.0),
             Initializer::Constant { value } => Plan::Fill(value as f32),
+            Initializer::ConstantArray { ref value } => {
+                if let Some(why) = self.unfit(shape) {
+                    return Err(self.shape_error(shape, &why));
+                }
+                Plan::Repeat(value.iter().map(|&v| v as f32).collect())
+            }
             Initializer::RandomNormal { mean, stddev, .. } => Plan::Normal { mean, stddev },
             Initializer::TruncatedNormal { mean, stddev, .. } => Plan::Truncated { mean, stddev },
             Initializer::RandomUniform { minval, maxval, .. } => Plan::Uniform {
@@ -352,6 +384,23 @@ impl Initializer {
                 return Err(self.shape_error(shape, "works on rank-2 weights (matrices) only"));
             }
             _ => unreachable!("the VarianceScaling family is planned above"),
+        })
+    }
+
+    /// Why this initializer cannot fill a weight of `shape` (an array `Constant` whose size
+    /// is neither the weight's nor its last axis'), or `None`.
+    pub(super) fn unfit(&self, shape: &[usize]) -> Option<String> {
+        let Initializer::ConstantArray { value } = self else {
+            return None;
+        };
+        let size: usize = shape.iter().product();
+        let last = shape.last().copied().unwrap_or(1);
+        (value.len() != size && value.len() != last).then(|| {
+            format!(
+                "has {} values, which fit neither the weight's {size} values nor its last \
+                 axis of {last}",
+                value.len()
+            )
         })
     }
 
@@ -428,10 +477,18 @@ const INITIALIZERS: &[(&str, Build)] = &[
     ("RandomUniform", read_uniform),
     ("Zeros", |_| Ok(Initializer::Zeros)),
     ("Ones", |_| Ok(Initializer::Ones)),
-    ("Constant", |o| {
-        Ok(Initializer::Constant {
-            value: o.number("value", 0.0)?,
-        })
+    ("Constant", |o| match o.take("value") {
+        Some(toml::Value::Array(items)) => Ok(Initializer::ConstantArray {
+            value: o.numbers("value", items)?,
+        }),
+        other => {
+            if let Some(v) = other {
+                o.args.insert("value".into(), v);
+            }
+            Ok(Initializer::Constant {
+                value: o.number("value", 0.0)?,
+            })
+        }
     }),
     ("Identity", |o| {
         Ok(Initializer::Identity {
@@ -739,6 +796,21 @@ impl<'k> KerasObject<'k> {
             return Err(self.error(field, format!("must be a finite number, got {v}")));
         }
         Ok(v)
+    }
+
+    /// The finite numbers of an array `field` (at least one).
+    fn numbers(&self, field: &'static str, items: Vec<toml::Value>) -> Result<Vec<f64>> {
+        if items.is_empty() {
+            return Err(self.error(field, "must hold at least one number"));
+        }
+        items
+            .into_iter()
+            .map(|v| match v {
+                toml::Value::Float(f) if f.is_finite() => Ok(f),
+                toml::Value::Integer(i) => Ok(i as f64),
+                other => Err(self.error(field, format!("expected finite numbers, got {other}"))),
+            })
+            .collect()
     }
 
     /// A number that is at least 0.

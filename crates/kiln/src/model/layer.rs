@@ -215,6 +215,26 @@ pub trait Layer: Debug + Send + Sync + 'static {
         self.forward(inputs, weights, ctx)
     }
 
+    /// The shapes of the tensors it returns after its output (Keras' `return_state`: a
+    /// recurrent layer's final states), which later layers take as `"name:1"`, `"name:2"`, ...;
+    /// none by default.
+    fn state_shapes(&self, inputs: &[&[usize]]) -> Vec<Vec<usize>> {
+        let _ = inputs;
+        Vec::new()
+    }
+
+    /// Runs the layer and returns its output and the tensors of [`Layer::state_shapes`], in
+    /// that order. By default [`Layer::forward_masked`] and no states.
+    fn forward_states(
+        &self,
+        inputs: Vec<Act>,
+        masks: &[Option<Tensor<2>>],
+        weights: &Weights,
+        ctx: ForwardContext,
+    ) -> (Act, Vec<Act>) {
+        (self.forward_masked(inputs, masks, weights, ctx), Vec::new())
+    }
+
     /// Whether the layer passes a mask on (Keras' `supports_masking`): with the default
     /// [`Layer::compute_mask`], its output carries its first input's mask.
     fn supports_masking(&self) -> bool {

@@ -16,6 +16,7 @@ mod regularize;
 pub mod regularizers;
 mod shared;
 mod spec;
+mod states;
 mod summary;
 pub mod weights;
 

@@ -179,11 +179,14 @@ impl Network {
         // Remaining consumers of each input and layer output.
         let mut uses_in = vec![0usize; spec.inputs().len()];
         let mut uses = vec![0usize; n];
+        // Remaining consumers of each layer's states (`return_state`), by state index - 1.
+        let mut uses_st: Vec<Vec<usize>> = (0..n).map(|i| vec![0; spec.state_count(i)]).collect();
         for l in spec.layers() {
             for r in &l.inputs {
                 match r {
                     NodeRef::Input(k) => uses_in[*k] += 1,
                     NodeRef::Layer(j) => uses[*j] += 1,
+                    NodeRef::State(j, k) => uses_st[*j][k - 1] += 1,
                 }
             }
         }
@@ -193,6 +196,7 @@ impl Network {
         }
         let mut values_in: Vec<Option<Act>> = inputs.into_iter().map(Some).collect();
         let mut values: Vec<Option<Act>> = (0..n).map(|_| None).collect();
+        let mut states: Vec<Vec<Option<Act>>> = (0..n).map(|_| Vec::new()).collect();
         // Keras' masks (`[batch, steps]`, 1 keeps a step) of the inputs and layer outputs.
         let mut masks: Vec<Option<Tensor<2>>> = vec![None; n];
         // Mixed precision (crate::precision::round): the 16-bit type each layer's output is
@@ -209,7 +213,7 @@ impl Network {
                 .inputs
                 .iter()
                 .map(|r| match r {
-                    NodeRef::Input(_) => None,
+                    NodeRef::Input(_) | NodeRef::State(..) => None,
                     NodeRef::Layer(j) => masks[*j].clone(),
                 })
                 .collect();
@@ -217,6 +221,7 @@ impl Network {
                 let (slot, left, was) = match r {
                     NodeRef::Input(k) => (&mut values_in[*k], &mut uses_in[*k], None),
                     NodeRef::Layer(j) => (&mut values[*j], &mut uses[*j], rounded[*j]),
+                    NodeRef::State(j, k) => (&mut states[*j][k - 1], &mut uses_st[*j][k - 1], None),
                 };
                 *left -= 1;
                 let v = if *left == 0 {
@@ -264,7 +269,8 @@ impl Network {
                         .collect();
                     let refs: Vec<&Act> = xs.iter().collect();
                     masks[i] = l.compute_mask(&refs, &in_masks);
-                    let y = l.forward_masked(xs, &in_masks, &weights, ctx);
+                    let (y, extra) = l.forward_states(xs, &in_masks, &weights, ctx);
+                    states[i] = extra.into_iter().map(Some).collect();
                     updates.extend(
                         weights
                             .updates

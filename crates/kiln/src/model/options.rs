@@ -262,7 +262,10 @@ fn check_initializer(init: &Initializer, shape: &[usize], key: &str) -> Result<(
     let unfit = match init {
         Initializer::Orthogonal { .. } if shape.len() < 2 => "needs a weight of rank 2 or more",
         Initializer::Identity { .. } if shape.len() != 2 => "works on rank-2 weights only",
-        _ => return Ok(()),
+        _ => match init.unfit(shape) {
+            Some(why) => return Err(KilnError::config(key, format!("{} {why}", init.name()))),
+            None => return Ok(()),
+        },
     };
     Err(KilnError::config(
         key,

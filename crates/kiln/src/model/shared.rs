@@ -84,7 +84,8 @@ pub(super) fn shared_owner(
 ) -> Result<usize> {
     let key = format!("model.layers[{i}].shares");
     match by_name.get(owner) {
-        None => Err(KilnError::config(
+        // `by_name` holds layers and inputs, never states.
+        None | Some(NodeRef::State(..)) => Err(KilnError::config(
             key,
             format!(
                 "\"{owner}\" is not the name of an earlier layer; declare the shared layer \

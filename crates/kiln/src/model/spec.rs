@@ -75,8 +75,8 @@ fn parse_kind(
         })
 }
 
-/// The argument whose value made `reg` refuse `table` with the type error `message` (serde's
-/// messages do not name it): the one whose removal lets the layer build, or leaves it
+/// The argument whose value made `reg` refuse `table` with the type error or unknown enum
+/// value `message` (serde's messages do not name it): the one whose removal lets the layer build, or leaves it
 /// missing. `None` for messages that name their argument already (unknown or missing
 /// fields, range checks).
 fn refused_argument(
@@ -84,7 +84,9 @@ fn refused_argument(
     reg: super::layer::Registration,
     message: &str,
 ) -> Option<String> {
-    let type_error = message.starts_with("invalid ") || message.starts_with("expected ");
+    let type_error = ["invalid ", "expected ", "unknown variant "]
+        .iter()
+        .any(|start| message.starts_with(start));
     if !type_error {
         return None;
     }
@@ -225,6 +227,9 @@ pub enum NodeRef {
     Input(usize),
     /// The output of layer `i` (an index into [`ModelSpec::layers`]).
     Layer(usize),
+    /// The `k`-th extra tensor (`k >= 1`) of layer `i`: a recurrent layer's final state with
+    /// `return_state = true`, named `"name:k"` in `inputs` (Keras' `outputs, h, c = lstm(x)`).
+    State(usize, usize),
 }
 
 /// A named layer.
@@ -255,6 +260,8 @@ pub struct ModelSpec {
     inputs: Vec<(String, Vec<usize>)>,
     layers: Vec<LayerSpec>,
     shapes: Vec<Vec<usize>>,
+    /// Per layer, the shapes of its extra tensors ([`NodeRef::State`]); mostly empty.
+    states: Vec<Vec<Vec<usize>>>,
     /// The global dtype policy (see [`crate::precision`]).
     precision: Precision,
     /// Per-layer dtype policies (Keras' `dtype=` layer argument), by layer name.
@@ -389,6 +396,7 @@ impl ModelSpec {
         let mut inputs: Vec<(String, Vec<usize>)> = Vec::new();
         let mut layers: Vec<LayerSpec> = Vec::new();
         let mut shapes: Vec<Vec<usize>> = Vec::new();
+        let mut states: Vec<Vec<Vec<usize>>> = Vec::new();
         let mut previous: Option<NodeRef> = None;
         if !matches!(
             nodes.first().map(|n| &n.kind),
@@ -433,11 +441,11 @@ impl ModelSpec {
                     name
                 }
             };
-            if name.is_empty() || name.contains(['/', ' ']) {
+            if name.is_empty() || name.contains(['/', ' ', ':']) {
                 return Err(KilnError::config(
                     format!("model.layers[{i}].name"),
                     format!(
-                        "\"{name}\" is not a valid layer name: use letters, digits, '_' or '-' (no '/', which separates layer and weight names)"
+                        "\"{name}\" is not a valid layer name: use letters, digits, '_' or '-' (no '/', which separates layer and weight names, nor ':', which picks one of a layer's tensors)"
                     ),
                 ));
             }
@@ -468,19 +476,16 @@ impl ModelSpec {
                 continue;
             }
             let refs: Vec<NodeRef> = match wanted {
-                None => vec![previous.expect("entry 0 is an Input")],
+                None => {
+                    let r = previous.expect("entry 0 is an Input");
+                    let single = super::states::single_output(r, &layers, &states);
+                    vec![single.map_err(|m| KilnError::config(format!("model.layers[{i}]"), m))?]
+                }
                 Some(names) => names
                     .iter()
                     .map(|n| {
-                        by_name.get(n).copied().ok_or_else(|| {
-                            KilnError::config(
-                                format!("model.layers[{i}].inputs"),
-                                format!(
-                                    "\"{n}\" is not the name of an earlier layer; list layers so \
-                                     that each comes after its inputs"
-                                ),
-                            )
-                        })
+                        super::states::resolve(n, &by_name, &layers, &states)
+                            .map_err(|m| KilnError::config(format!("model.layers[{i}].inputs"), m))
                     })
                     .collect::<Result<_>>()?,
             };
@@ -502,22 +507,14 @@ impl ModelSpec {
                     ),
                 ));
             }
-            let in_shapes: Vec<&[usize]> = refs
-                .iter()
-                .map(|r| match r {
-                    NodeRef::Input(k) => inputs[*k].1.as_slice(),
-                    NodeRef::Layer(j) => shapes[*j].as_slice(),
-                })
-                .collect();
+            let shape_of = |r: &NodeRef| match *r {
+                NodeRef::Input(k) => inputs[k].1.as_slice(),
+                NodeRef::Layer(j) => shapes[j].as_slice(),
+                NodeRef::State(j, k) => states[j][k - 1].as_slice(),
+            };
+            let in_shapes: Vec<&[usize]> = refs.iter().map(shape_of).collect();
             if let Some(o) = shares {
-                let owner_shapes: Vec<&[usize]> = layers[o]
-                    .inputs
-                    .iter()
-                    .map(|r| match r {
-                        NodeRef::Input(k) => inputs[*k].1.as_slice(),
-                        NodeRef::Layer(j) => shapes[*j].as_slice(),
-                    })
-                    .collect();
+                let owner_shapes: Vec<&[usize]> = layers[o].inputs.iter().map(shape_of).collect();
                 check_shared_weights(&kind, &layers[o].name, &owner_shapes, &in_shapes)
                     .map_err(|m| KilnError::config(format!("model.layers[{i}].shares"), m))?;
             }
@@ -539,6 +536,10 @@ impl ModelSpec {
             let node = NodeRef::Layer(layers.len());
             by_name.insert(name.clone(), node);
             previous = Some(node);
+            states.push(match &kind {
+                LayerKind::Declared(l) => l.state_shapes(&in_shapes),
+                LayerKind::Input { .. } => Vec::new(),
+            });
             layers.push(LayerSpec {
                 name,
                 kind,
@@ -555,11 +556,13 @@ impl ModelSpec {
             ));
         }
         let outputs = output_layers(outputs, &by_name, layers.len())?;
+        super::states::check_outputs(&outputs, &layers, &states)?;
         check_output_positions(&outputs, &layers, &shapes)?;
         let spec = ModelSpec {
             inputs,
             layers,
             shapes,
+            states,
             outputs,
             precision: Precision::default(),
             layer_dtypes: Default::default(),
@@ -583,7 +586,7 @@ impl ModelSpec {
             for r in &self.layers[j].inputs {
                 match r {
                     NodeRef::Input(k) => used_inputs[*k] = true,
-                    NodeRef::Layer(i) => used[*i] = true,
+                    NodeRef::Layer(i) | NodeRef::State(i, _) => used[*i] = true,
                 }
             }
         }
@@ -728,6 +731,7 @@ impl ModelSpec {
     pub fn is_sequential(&self) -> bool {
         self.inputs.len() == 1
             && self.outputs == [self.layers.len() - 1]
+            && self.states.iter().all(Vec::is_empty)
             && self.layers.iter().enumerate().all(|(j, l)| {
                 l.shares.is_none()
                     && l.inputs
@@ -771,7 +775,7 @@ impl ModelSpec {
                     let names = layer
                         .inputs
                         .iter()
-                        .map(|r| toml::Value::String(self.node_name(*r).to_string()))
+                        .map(|r| toml::Value::String(self.node_name(*r)))
                         .collect();
                     t.insert("inputs".into(), toml::Value::Array(names));
                 }
@@ -846,20 +850,28 @@ impl ModelSpec {
             .unwrap_or(self.precision)
     }
 
-    /// The name of an input or layer.
-    pub fn node_name(&self, r: NodeRef) -> &str {
+    /// The name of an input or layer, as `inputs` writes it (`"lstm:1"` for a state).
+    pub fn node_name(&self, r: NodeRef) -> String {
         match r {
-            NodeRef::Input(k) => &self.inputs[k].0,
-            NodeRef::Layer(j) => &self.layers[j].name,
+            NodeRef::Input(k) => self.inputs[k].0.clone(),
+            NodeRef::Layer(j) if self.states[j].is_empty() => self.layers[j].name.clone(),
+            NodeRef::Layer(j) => format!("{}:0", self.layers[j].name),
+            NodeRef::State(j, k) => format!("{}:{k}", self.layers[j].name),
         }
     }
 
-    /// Shape of an input or of a layer's output (no batch axis).
+    /// Shape of an input or of a layer's output or state (no batch axis).
     pub fn node_shape(&self, r: NodeRef) -> &[usize] {
         match r {
             NodeRef::Input(k) => &self.inputs[k].1,
             NodeRef::Layer(j) => &self.shapes[j],
+            NodeRef::State(j, k) => &self.states[j][k - 1],
         }
+    }
+
+    /// How many extra tensors ([`NodeRef::State`]) layer `i` returns.
+    pub fn state_count(&self, i: usize) -> usize {
+        self.states[i].len()
     }
 
     /// The model's `Input`s: `(name, shape of one example)`.

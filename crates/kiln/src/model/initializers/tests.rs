@@ -172,6 +172,22 @@ fn constants_are_exact() {
         0,
     );
     assert_eq!(eye, [2.0, 0.0, 0.0, 0.0, 2.0, 0.0]);
+    // An array value: the weight's values (keras.io PointNet's identity bias), or its last
+    // axis repeated (Keras broadcasts `value * ones(shape)`); other sizes are refused.
+    let identity = parse("{ class_name = \"Constant\", value = [1, 0, 0, 1] }").unwrap();
+    assert_eq!(draw(&identity, &[4], 0), [1.0, 0.0, 0.0, 1.0]);
+    let row = parse("{ class_name = \"Constant\", value = [0.5, -2] }").unwrap();
+    assert_eq!(draw(&row, &[3, 2], 0), [0.5, -2.0, 0.5, -2.0, 0.5, -2.0]);
+    let e = identity
+        .sample(&[3, 3], &mut StdRng::seed_from_u64(0))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("has 4 values, which fit neither the weight's 9 values nor its last axis of 3"),
+        "{e}"
+    );
+    let written = toml::Value::try_from(&identity).unwrap();
+    assert_eq!(Initializer::from_toml(&written, "k").unwrap(), identity);
 }
 
 /// max |W'^T W' - gain^2 I| with W' the weight as a [rows, cols] matrix, transposed first
@@ -489,6 +505,16 @@ fn bad_values_name_the_key() {
             "{ class_name = \"Constant\", value = \"x\" }",
             ".value",
             "expected a number",
+        ),
+        (
+            "{ class_name = \"Constant\", value = [] }",
+            ".value",
+            "at least one number",
+        ),
+        (
+            "{ class_name = \"Constant\", value = [1, \"x\"] }",
+            ".value",
+            "expected finite numbers",
         ),
         (
             "{ class_name = \"HeNormal\", scale = 2.0 }",

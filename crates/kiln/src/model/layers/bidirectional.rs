@@ -142,7 +142,15 @@ impl Bidirectional {
 impl Layer for Bidirectional {
     crate::serde_layer!();
     fn validate(&self) -> Result<(), String> {
-        self.layer.rnn().check()
+        let rnn = self.layer.rnn();
+        rnn.check()?;
+        match rnn.returns_state() {
+            true => Err("`return_state = true` inside Bidirectional is not supported; wrap a \
+                         layer without it, or run two recurrent layers (one with go_backwards) \
+                         that return their states"
+                .into()),
+            false => Ok(()),
+        }
     }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         let mut shape = self.layer.rnn().shape(inputs[0])?;

@@ -104,6 +104,8 @@ mod noise;
 mod pointwise;
 mod recurrent_onnx;
 #[cfg(test)]
+mod recurrent_state_tests;
+#[cfg(test)]
 mod recurrent_tests;
 mod repeat;
 #[cfg(test)]

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::{default_true, positive, rate, steps_features};
 use crate::model::act::{Act, ElementWise};
 use crate::model::args::Activation;
+use crate::model::keras_shape;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights};
 use crate::onnx::{OnnxGraph, OnnxValue};
 
@@ -85,7 +86,8 @@ pub struct Recurrent<const CELL: u8> {
     /// Return the output of every step, `(steps, units)`, rather than the last one.
     #[serde(default)]
     pub return_sequences: bool,
-    /// Also return the final states (needs a layer with several outputs: refused).
+    /// Also return the final states (`h`; an LSTM's `h` and `c`), which later layers name
+    /// `"name:1"` (and `"name:2"`); the output is `"name:0"`.
     #[serde(default)]
     pub return_state: bool,
     /// Process the sequence from its end; the returned sequence is in that reversed order.
@@ -146,6 +148,14 @@ impl<const CELL: u8> Recurrent<CELL> {
         self.recurrent_activation.unwrap_or(Activation::Sigmoid)
     }
 
+    /// How many state tensors the cell carries: `h`, and an LSTM's carry `c`.
+    fn state_count(&self) -> usize {
+        match CELL {
+            LSTM_CELL => 2,
+            _ => 1,
+        }
+    }
+
     pub(super) fn resets_after(&self) -> bool {
         CELL == GRU_CELL && self.reset_after.unwrap_or(true)
     }
@@ -184,6 +194,8 @@ pub(crate) trait Rnn: std::fmt::Debug + Send + Sync {
     -> Act;
     /// Checks the arguments.
     fn check(&self) -> Result<(), String>;
+    /// Whether it returns its final states too (`return_state`).
+    fn returns_state(&self) -> bool;
     /// Values per example kept for backward besides input and output, for `(steps, features)`.
     fn kept(&self, input: &[usize]) -> f64;
     /// Writes the layer into an ONNX graph (see [`Recurrent::export`]).
@@ -336,6 +348,63 @@ impl<const CELL: u8> Rnn for Recurrent<CELL> {
         prefix: &str,
         ctx: Run,
     ) -> Act {
+        self.run_from(x, mask, None, w, prefix, ctx).0
+    }
+    fn check(&self) -> Result<(), String> {
+        positive("units", self.units)?;
+        rate("dropout", self.dropout)?;
+        rate("recurrent_dropout", self.recurrent_dropout)?;
+        for (name, given, takes) in self.cell_arguments() {
+            if given && !takes {
+                return Err(format!("{} has no argument `{name}`", self.class()));
+            }
+        }
+        if self.stateful {
+            return Err(
+                "`stateful = true` is not supported: kiln's batches are independent".into(),
+            );
+        }
+        Ok(())
+    }
+    fn returns_state(&self) -> bool {
+        self.return_state
+    }
+    fn kept(&self, input: &[usize]) -> f64 {
+        kept_per_step(input, self.gates(), self.units)
+    }
+    fn export_onnx(
+        &self,
+        g: &mut OnnxGraph,
+        x: &OnnxValue,
+        name: &str,
+        prefix: &str,
+    ) -> Result<String, String> {
+        self.export(g, x, name, prefix)
+    }
+    fn shape(&self, input: &[usize]) -> Result<Vec<usize>, String> {
+        let [steps, _] = steps_features(input, self.class())?;
+        if steps == 0 {
+            return Err(format!("{} needs at least one step, got 0", self.class()));
+        }
+        Ok(match self.return_sequences {
+            true => vec![steps, self.units],
+            false => vec![self.units],
+        })
+    }
+}
+
+impl<const CELL: u8> Recurrent<CELL> {
+    /// [`Rnn::run`] from the state `initial` (`h`, and an LSTM's `c`; zeros when `None`,
+    /// Keras' `initial_state`), returning the output and the final state.
+    fn run_from(
+        &self,
+        x: Tensor<3>,
+        mask: Option<Tensor<2>>,
+        initial: Option<State>,
+        w: &Weights,
+        prefix: &str,
+        ctx: Run,
+    ) -> (Act, State) {
         let [b, t, f] = x.dims();
         let (u, n) = (self.units, self.gates() * self.units);
         let (x, mask) = match self.go_backwards {
@@ -362,10 +431,10 @@ impl<const CELL: u8> Rnn for Recurrent<CELL> {
         let zeros = Tensor::<2>::zeros([b, u], &proj.device());
         let rec_mask = (ctx.training && self.recurrent_dropout > 0.0)
             .then(|| keep_mask(&zeros, [b, u], self.recurrent_dropout));
-        let mut s = State {
+        let mut s = initial.unwrap_or_else(|| State {
             c: (CELL == LSTM_CELL).then(|| zeros.clone()),
             h: zeros,
-        };
+        });
         let mut outputs = Vec::with_capacity(if self.return_sequences { t } else { 0 });
         for step in 0..t {
             let xt = proj.clone().narrow(1, step, 1).reshape([b, n]);
@@ -391,54 +460,25 @@ impl<const CELL: u8> Rnn for Recurrent<CELL> {
                 outputs.push(out);
             }
         }
-        match self.return_sequences {
+        let out = match self.return_sequences {
             true => Act::Seq(Tensor::stack(outputs, 1)),
-            false => Act::Flat(s.h),
-        }
+            false => Act::Flat(s.h.clone()),
+        };
+        (out, s)
     }
-    fn check(&self) -> Result<(), String> {
-        positive("units", self.units)?;
-        rate("dropout", self.dropout)?;
-        rate("recurrent_dropout", self.recurrent_dropout)?;
-        for (name, given, takes) in self.cell_arguments() {
-            if given && !takes {
-                return Err(format!("{} has no argument `{name}`", self.class()));
-            }
+
+    /// The inputs after the sequence (Keras' `initial_state`) must each be `(units,)`.
+    fn check_initial_state(&self, states: &[&[usize]]) -> Result<(), String> {
+        match states.iter().find(|s| **s != [self.units]) {
+            Some(s) => Err(format!(
+                "its inputs after the sequence are its initial state ({} tensor(s) of shape \
+                 (None, {})), got {}",
+                self.state_count(),
+                self.units,
+                keras_shape(s)
+            )),
+            None => Ok(()),
         }
-        if self.return_state {
-            return Err("`return_state = true` is not supported: a kiln layer has one output \
-                        (use return_sequences, or the last output, which equals the final \
-                        state h)"
-                .into());
-        }
-        if self.stateful {
-            return Err(
-                "`stateful = true` is not supported: kiln's batches are independent".into(),
-            );
-        }
-        Ok(())
-    }
-    fn kept(&self, input: &[usize]) -> f64 {
-        kept_per_step(input, self.gates(), self.units)
-    }
-    fn export_onnx(
-        &self,
-        g: &mut OnnxGraph,
-        x: &OnnxValue,
-        name: &str,
-        prefix: &str,
-    ) -> Result<String, String> {
-        self.export(g, x, name, prefix)
-    }
-    fn shape(&self, input: &[usize]) -> Result<Vec<usize>, String> {
-        let [steps, _] = steps_features(input, self.class())?;
-        if steps == 0 {
-            return Err(format!("{} needs at least one step, got 0", self.class()));
-        }
-        Ok(match self.return_sequences {
-            true => vec![steps, self.units],
-            false => vec![self.units],
-        })
     }
 }
 
@@ -465,8 +505,30 @@ where
     fn validate(&self) -> Result<(), String> {
         self.check()
     }
+    fn arity(&self) -> (usize, usize) {
+        // The sequence, then optionally its initial state (`initial_state`).
+        (1, 1 + self.state_count())
+    }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+        if inputs.len() > 1 {
+            if inputs.len() != 1 + self.state_count() {
+                return Err(format!(
+                    "{} takes its sequence, or its sequence and {} initial state tensor(s), \
+                     got {} inputs",
+                    self.class(),
+                    self.state_count(),
+                    inputs.len()
+                ));
+            }
+            self.check_initial_state(&inputs[1..])?;
+        }
         self.shape(inputs[0])
+    }
+    fn state_shapes(&self, _: &[&[usize]]) -> Vec<Vec<usize>> {
+        match self.return_state {
+            true => vec![vec![self.units]; self.state_count()],
+            false => Vec::new(),
+        }
     }
     fn weights(&self, inputs: &[&[usize]]) -> Vec<WeightSpec> {
         self.weights_named(inputs[0], "")
@@ -481,12 +543,30 @@ where
         w: &Weights,
         ctx: ForwardContext,
     ) -> Act {
-        let (x, mask) = sequence_and_mask(inputs, masks);
+        self.forward_states(inputs, masks, w, ctx).0
+    }
+    fn forward_states(
+        &self,
+        inputs: Vec<Act>,
+        masks: &[Option<Tensor<2>>],
+        w: &Weights,
+        ctx: ForwardContext,
+    ) -> (Act, Vec<Act>) {
+        let mut inputs = inputs.into_iter();
+        let x = inputs.next().expect("a sequence").into_seq();
+        let mut given = inputs.map(Act::into_flat);
+        let initial = given.next().map(|h| State { h, c: given.next() });
         let run = Run {
             training: ctx.training,
             zero_masked: false,
         };
-        self.run(x, mask, w, "", run)
+        let mask = masks.first().cloned().flatten();
+        let (y, s) = self.run_from(x, mask, initial, w, "", run);
+        let states = match self.return_state {
+            true => std::iter::once(s.h).chain(s.c).map(Act::Flat).collect(),
+            false => Vec::new(),
+        };
+        (y, states)
     }
     fn supports_masking(&self) -> bool {
         true
@@ -506,6 +586,11 @@ where
         2.0 * trainable as f64 * steps as f64
     }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
+        if inputs.len() > 1 {
+            return Err("it starts from a given initial state, which kiln's ONNX export of \
+                        recurrent layers does not write"
+                .into());
+        }
         self.export(g, &inputs[0], name, "")
     }
 }
