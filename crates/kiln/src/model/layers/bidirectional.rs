@@ -142,15 +142,7 @@ impl Bidirectional {
 impl Layer for Bidirectional {
     crate::serde_layer!();
     fn validate(&self) -> Result<(), String> {
-        let rnn = self.layer.rnn();
-        rnn.check()?;
-        match rnn.returns_state() {
-            true => Err("`return_state = true` inside Bidirectional is not supported; wrap a \
-                         layer without it, or run two recurrent layers (one with go_backwards) \
-                         that return their states"
-                .into()),
-            false => Ok(()),
-        }
+        self.layer.rnn().check()
     }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         let mut shape = self.layer.rnn().shape(inputs[0])?;
@@ -169,6 +161,11 @@ impl Layer for Bidirectional {
     fn forward(&self, inputs: Vec<Act>, w: &Weights, ctx: ForwardContext) -> Act {
         self.forward_masked(inputs, &[None], w, ctx)
     }
+    fn state_shapes(&self, _: &[&[usize]]) -> Vec<Vec<usize>> {
+        // Keras: `[output] + forward states + backward states`.
+        let states = self.layer.rnn().returned_states();
+        [states.clone(), states].concat()
+    }
     fn forward_masked(
         &self,
         inputs: Vec<Act>,
@@ -176,6 +173,15 @@ impl Layer for Bidirectional {
         w: &Weights,
         ctx: ForwardContext,
     ) -> Act {
+        self.forward_states(inputs, masks, w, ctx).0
+    }
+    fn forward_states(
+        &self,
+        inputs: Vec<Act>,
+        masks: &[Option<Tensor<2>>],
+        w: &Weights,
+        ctx: ForwardContext,
+    ) -> (Act, Vec<Act>) {
         let (x, mask) = super::recurrent::sequence_and_mask(inputs, masks);
         let [fw, bw] = self.prefixes();
         let rnn = self.layer.rnn();
@@ -183,13 +189,18 @@ impl Layer for Bidirectional {
             training: ctx.training,
             zero_masked: rnn.returns_sequences(),
         };
-        let y = rnn.run(x.clone(), mask.clone(), w, &fw, run);
-        let y_rev = rnn.reversed().run(x, mask, w, &bw, run);
-        match (y, y_rev) {
+        let (y, mut states) = rnn.run(x.clone(), mask.clone(), w, &fw, run);
+        let (y_rev, states_rev) = rnn.reversed().run(x, mask, w, &bw, run);
+        let y = match (y, y_rev) {
             (Act::Seq(a), Act::Seq(b)) => Act::Seq(self.merge(a, b.flip([1]))),
             (Act::Flat(a), Act::Flat(b)) => Act::Flat(self.merge(a, b)),
             (a, b) => panic!("both directions return alike, got {a:?} and {b:?}"),
+        };
+        if !rnn.returns_state() {
+            return (y, Vec::new());
         }
+        states.extend(states_rev);
+        (y, states.into_iter().map(Act::Flat).collect())
     }
     fn supports_masking(&self) -> bool {
         true

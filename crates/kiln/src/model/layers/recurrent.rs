@@ -189,13 +189,22 @@ pub(crate) trait Rnn: std::fmt::Debug + Send + Sync {
     /// The weights for `(steps, features)` inputs, named `<prefix><Keras name>`.
     fn weights_named(&self, input: &[usize], prefix: &str) -> Vec<WeightSpec>;
     /// Runs the layer on `[batch, steps, features]` with an optional `[batch, steps]` mask
-    /// (1 keeps a step); masked outputs are zeros when `zero_masked`.
-    fn run(&self, x: Tensor<3>, mask: Option<Tensor<2>>, w: &Weights, prefix: &str, ctx: Run)
-    -> Act;
+    /// (1 keeps a step); masked outputs are zeros when `zero_masked`. Returns the output and
+    /// the final states (`h`, and an LSTM's `c`).
+    fn run(
+        &self,
+        x: Tensor<3>,
+        mask: Option<Tensor<2>>,
+        w: &Weights,
+        prefix: &str,
+        ctx: Run,
+    ) -> (Act, Vec<Tensor<2>>);
     /// Checks the arguments.
     fn check(&self) -> Result<(), String>;
     /// Whether it returns its final states too (`return_state`).
     fn returns_state(&self) -> bool;
+    /// The shapes of the states it returns (none without `return_state`).
+    fn returned_states(&self) -> Vec<Vec<usize>>;
     /// Values per example kept for backward besides input and output, for `(steps, features)`.
     fn kept(&self, input: &[usize]) -> f64;
     /// Writes the layer into an ONNX graph (see [`Recurrent::export`]).
@@ -347,8 +356,9 @@ impl<const CELL: u8> Rnn for Recurrent<CELL> {
         w: &Weights,
         prefix: &str,
         ctx: Run,
-    ) -> Act {
-        self.run_from(x, mask, None, w, prefix, ctx).0
+    ) -> (Act, Vec<Tensor<2>>) {
+        let (y, s) = self.run_from(x, mask, None, w, prefix, ctx);
+        (y, std::iter::once(s.h).chain(s.c).collect())
     }
     fn check(&self) -> Result<(), String> {
         positive("units", self.units)?;
@@ -368,6 +378,12 @@ impl<const CELL: u8> Rnn for Recurrent<CELL> {
     }
     fn returns_state(&self) -> bool {
         self.return_state
+    }
+    fn returned_states(&self) -> Vec<Vec<usize>> {
+        match self.return_state {
+            true => vec![vec![self.units]; self.state_count()],
+            false => Vec::new(),
+        }
     }
     fn kept(&self, input: &[usize]) -> f64 {
         kept_per_step(input, self.gates(), self.units)
@@ -525,10 +541,7 @@ where
         self.shape(inputs[0])
     }
     fn state_shapes(&self, _: &[&[usize]]) -> Vec<Vec<usize>> {
-        match self.return_state {
-            true => vec![vec![self.units]; self.state_count()],
-            false => Vec::new(),
-        }
+        self.returned_states()
     }
     fn weights(&self, inputs: &[&[usize]]) -> Vec<WeightSpec> {
         self.weights_named(inputs[0], "")

@@ -1,8 +1,9 @@
 //! `return_state` and `initial_state` against Keras 3
 //! (`tests/reference/recurrent_state_reference.py`, numbers in
 //! `tests/data/recurrent_state_reference.json`): an encoder LSTM hands its final `h` and `c` to
-//! a decoder LSTM as its initial state, a backwards GRU's state starts a SimpleRNN, and the
-//! carry `c` and the GRU's output join the head. Output, input gradient and every recurrent
+//! a decoder LSTM as its initial state, a backwards GRU's state starts a SimpleRNN, a
+//! Bidirectional GRU returns both directions' states, and the carry `c`, the GRU's output and
+//! the Bidirectional's tensors join the head. Output, input gradient and every recurrent
 //! weight's gradient match; so do the states, read where they are concatenated. Bad uses of a
 //! layer with states are one-line errors.
 
@@ -43,7 +44,8 @@ const MODEL: &str = r#"
     { type = "LSTM", name = "dec", units = 3, inputs = ["enc:0", "enc:1", "enc:2"] },
     { type = "GRU", name = "g", units = 3, return_state = true, go_backwards = true, inputs = ["x"] },
     { type = "SimpleRNN", name = "s", units = 3, inputs = ["enc:0", "g:1"] },
-    { type = "Concatenate", name = "joined", inputs = ["dec", "s", "enc:2", "g:0"] },
+    { type = "Bidirectional", name = "bi", merge_mode = "sum", layer = { type = "GRU", units = 2, return_state = true }, inputs = ["x"] },
+    { type = "Concatenate", name = "joined", inputs = ["dec", "s", "enc:2", "g:0", "bi:0", "bi:1", "bi:2"] },
     { type = "Dense", name = "out", units = 2 },
 "#;
 
@@ -80,11 +82,17 @@ fn states_returned_and_given_match_keras_values_and_gradients() {
         }
     });
     close(&to_vec(out.output.clone()), &floats(&r["output"]), "output");
-    // `joined` is [dec (3), s (3), enc's carry c (3), g's output = its state (3)] per row.
-    for (state, at) in [("enc:2", 6), ("g:1", 9)] {
+    // `joined` is, per row: dec (3), s (3), enc's carry c (3), g's output = its state (3),
+    // bi's summed output (2), bi's forward state (2), bi's backward state (2).
+    for (state, at, n) in [
+        ("enc:2", 6, 3),
+        ("g:1", 9, 3),
+        ("bi:1", 14, 2),
+        ("bi:2", 16, 2),
+    ] {
         let got: Vec<f32> = seen
-            .chunks(12)
-            .flat_map(|row| row[at..at + 3].to_vec())
+            .chunks(18)
+            .flat_map(|row| row[at..at + n].to_vec())
             .collect();
         close(&got, &floats(&r["states"][state]), state);
     }
@@ -181,8 +189,8 @@ fn bad_uses_of_states_are_one_line_errors() {
             "LSTM takes its sequence, or its sequence and 2 initial state tensor(s), got 2 inputs",
         ),
         (
-            r#"{ type = "Bidirectional", layer = { type = "GRU", units = 2, return_state = true } }"#.into(),
-            "`return_state = true` inside Bidirectional is not supported",
+            r#"{ type = "Bidirectional", layer = { type = "LSTM", units = 2, return_state = true } }, { type = "Dense", units = 1 }"#.into(),
+            "layer \"bidirectional\" returns 5 tensors (return_state = true)",
         ),
         // An unknown enum value names its argument.
         (
