@@ -13,7 +13,7 @@
    PositionEmbedding, Add, TransformerEncoder, LayerNormalization, attention over another value,
    Cropping1D and BatchNormalization on sequences; the weightless shape, merge and pooling
    layers; the 1-D, grouped, dilated, transposed, depthwise and separable convolutions and the
-   1-D pooling) are checked with the `onnx_forward` example
+   1-D pooling; the image preprocessing layers) are checked with the `onnx_forward` example
    instead: it exports the seeded model and prints kiln's forward pass on the same inputs.
    Together the models use every layer built into kiln (the Rust test
    `export::tests::the_onnx_interop_models_use_every_builtin_layer` checks that).

@@ -306,3 +306,27 @@ fn oxford_pets_unet_has_keras_parameter_count_and_trains() {
         1,
     );
 }
+
+#[test]
+fn convmixer_has_keras_parameter_count_and_trains_with_augmentation_layers() {
+    let cfg = RunConfig::load(&example("convmixer.toml")).unwrap();
+    // keras.Model(...).count_params() of the example's get_conv_mixer_256_8().
+    assert_eq!(cfg.model.param_count(), (594_186, 8_704));
+    assert_eq!(cfg.model.output_shape(), &[10]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    let n = 8;
+    let x: Vec<f32> = (0..n * 32 * 32 * 3)
+        .map(|_| rng.random_range(0.0..255.0))
+        .collect();
+    let y = uniform(&mut rng, n, 10);
+    write(
+        dir.path(),
+        vec![
+            ("cifar10-x.npy", vec![n, 32, 32, 3], x),
+            ("cifar10-y.npy", vec![n], y),
+        ],
+        &["cifar10-y.npy"],
+    );
+    train("convmixer.toml", Some(dir.path()), 1, 1);
+}

@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 use crate::model::act::Act;
 use crate::model::layer::ForwardContext;
 
+/// A range `(lower, upper)` that a draw comes from.
+pub(super) type Range = (f64, f64);
+
 /// A Keras factor: a number `f` (the range `[-f, f]`, clipped to the layer's bounds) or a
 /// pair `[lower, upper]`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -6,7 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::image_ops::{
-    Affine, Factor, FillMode, Interpolation, affine_in_training, affine_layer, fill_of, uniform,
+    Affine, Factor, FillMode, Interpolation, Range, affine_in_training, affine_layer, fill_of,
+    uniform,
 };
 use crate::model::act::Act;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
@@ -38,7 +39,7 @@ pub struct RandomZoom {
 
 impl RandomZoom {
     /// The ranges of the vertical and (when given) horizontal factors.
-    fn ranges(&self) -> Result<((f64, f64), Option<(f64, f64)>), String> {
+    fn ranges(&self) -> Result<(Range, Option<Range>), String> {
         let h = self.height_factor.symmetric("height_factor", true)?;
         let w = match self.width_factor {
             Some(f) => Some(f.symmetric("width_factor", true)?),
