@@ -298,7 +298,7 @@ outputs = ["out"]
         """
 layers = [
   { type = "Input", shape = [6, 8, 3], name = "pixels" },
-  { type = "Normalization", mean = [1.0, 2.0, 3.0], variance = [4.0, 1.0, 0.25], inputs = "pixels", name = "norm" },
+  { type = "Normalization", mean = [1.0, 2.0, 3.0], variance = [4.0, 9.0, 2.25], inputs = "pixels", name = "norm" },
   { type = "Normalization", axis = [], mean = 0.5, variance = 2.0, invert = true, inputs = "norm", name = "denorm" },
   { type = "RandomFlip", inputs = "denorm", name = "flip" },
   { type = "RandomRotation", factor = 0.1, inputs = "flip", name = "rot" },
@@ -323,7 +323,7 @@ layers = [
 ]
 outputs = ["out"]
 """,
-        lambda rng: {"pixels": rng.normal(size=(16, 6, 8, 3)) * 2},
+        lambda rng: {"pixels": rng.normal(size=(16, 6, 8, 3)) + 2},
     ),
     # A shared tower (one Dense called on both inputs) and two outputs, each a graph output
     # named after its layer.

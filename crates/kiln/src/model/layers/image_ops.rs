@@ -394,8 +394,8 @@ fn string_attr(name: &str, value: &str) -> crate::onnx::proto::AttributeProto {
 }
 
 /// ONNX `Resize` of the NCHW value `x` to `[out_h, out_w]` as TensorFlow's half-pixel resize
-/// computes it (`half_pixel` linear; `tf_half_pixel_for_nn` nearest rounding down); the sizes
-/// take the batch and channels from `Shape(x)`.
+/// computes it (`half_pixel`: linear, or nearest rounding halves up); the sizes take the batch
+/// and channels from `Shape(x)`.
 pub(super) fn onnx_resize(
     g: &mut crate::onnx::OnnxGraph,
     name: &str,
@@ -412,16 +412,14 @@ pub(super) fn onnx_resize(
         &[&nc, &hw],
         vec![crate::onnx::int("axis", 0)],
     );
-    let (mode, transform) = match interpolation {
-        Interpolation::Bilinear => ("linear", "half_pixel"),
-        Interpolation::Nearest => ("nearest", "tf_half_pixel_for_nn"),
-    };
-    let mut attrs = vec![
-        string_attr("mode", mode),
-        string_attr("coordinate_transformation_mode", transform),
-    ];
-    if interpolation == Interpolation::Nearest {
-        attrs.push(string_attr("nearest_mode", "floor"));
+    let mut attrs = vec![string_attr("coordinate_transformation_mode", "half_pixel")];
+    match interpolation {
+        Interpolation::Bilinear => attrs.push(string_attr("mode", "linear")),
+        // round_prefer_ceil(x - 0.5) = floor(x): TensorFlow's floor((o + 0.5) * scale).
+        Interpolation::Nearest => attrs.extend([
+            string_attr("mode", "nearest"),
+            string_attr("nearest_mode", "round_prefer_ceil"),
+        ]),
     }
     g.node(name, "Resize", &[x, "", "", &sizes], attrs)
 }
@@ -522,3 +520,41 @@ pub(super) fn per_example(like: &Tensor<4>, values: Vec<f32>) -> Tensor<4> {
     let b = values.len();
     Tensor::from_data(TensorData::new(values, [b, 1, 1, 1]), &like.device())
 }
+
+/// The [`crate::model::layer::Layer`] methods of a layer with `height` and `width` fields
+/// whose output is `(height, width, channels)` (Resizing, CenterCrop, RandomCrop).
+macro_rules! sized_output {
+    () => {
+        fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+            let class = <Self as LayerConfig>::CLASS_NAME;
+            let [_, _, c] = super::image_shape(inputs[0], class)?;
+            Ok(vec![self.height, self.width, c])
+        }
+        fn validate(&self) -> Result<(), String> {
+            super::positive("height", self.height)?;
+            super::positive("width", self.width)
+        }
+    };
+}
+pub(super) use sized_output;
+
+/// The [`crate::model::layer::Layer`] methods of RandomContrast and RandomBrightness: the
+/// image shape kept, `value_range` and the factor's `range()` checked, `adjust` applied while
+/// training, the identity at inference.
+macro_rules! pixel_adjustment {
+    () => {
+        fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+            super::image_shape(inputs[0], <Self as LayerConfig>::CLASS_NAME)?;
+            Ok(inputs[0].to_vec())
+        }
+        fn validate(&self) -> Result<(), String> {
+            super::image_ops::value_range(self.value_range)?;
+            self.range().map(|_| ())
+        }
+        fn forward(&self, mut inputs: Vec<Act>, _: &Weights, ctx: ForwardContext) -> Act {
+            super::image_ops::in_training(inputs.remove(0), ctx, |t| self.adjust(t))
+        }
+        super::image_ops::identity_at_inference!();
+    };
+}
+pub(super) use pixel_adjustment;

@@ -6,7 +6,7 @@
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::image_ops::{Factor, identity_at_inference, in_training, per_example, uniform, value_range};
+use super::image_ops::{Factor, per_example, pixel_adjustment, uniform};
 use crate::model::act::Act;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
 
@@ -46,18 +46,7 @@ impl RandomContrast {
 
 impl Layer for RandomContrast {
     crate::serde_layer!();
-    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
-        super::image_shape(inputs[0], "RandomContrast")?;
-        Ok(inputs[0].to_vec())
-    }
-    fn validate(&self) -> Result<(), String> {
-        value_range(self.value_range)?;
-        self.range().map(|_| ())
-    }
-    fn forward(&self, mut inputs: Vec<Act>, _: &Weights, ctx: ForwardContext) -> Act {
-        in_training(inputs.remove(0), ctx, |t| self.adjust(t))
-    }
-    identity_at_inference!();
+    pixel_adjustment!();
 }
 
 impl LayerConfig for RandomContrast {

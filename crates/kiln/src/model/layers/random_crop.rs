@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::image_ops::{
+use super::image_ops::{sized_output, 
     CropBox, Interpolation, aspect_crop, crop_resize, onnx_crop_resize, spatial, uniform,
 };
 use crate::model::act::Act;
@@ -44,14 +44,7 @@ impl RandomCrop {
 
 impl Layer for RandomCrop {
     crate::serde_layer!();
-    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
-        let [_, _, c] = super::image_shape(inputs[0], "RandomCrop")?;
-        Ok(vec![self.height, self.width, c])
-    }
-    fn validate(&self) -> Result<(), String> {
-        super::positive("height", self.height)?;
-        super::positive("width", self.width)
-    }
+    sized_output!();
     fn forward(&self, mut inputs: Vec<Act>, _: &Weights, ctx: ForwardContext) -> Act {
         let t = inputs.remove(0).into_image();
         let [h, w] = spatial(&t);

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::image_ops::{
+use super::image_ops::{sized_output, 
     CropBox, Interpolation, aspect_crop, crop_resize, onnx_crop_resize, spatial,
 };
 use crate::model::act::Act;
@@ -41,14 +41,7 @@ impl Resizing {
 
 impl Layer for Resizing {
     crate::serde_layer!();
-    fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
-        let [_, _, c] = super::image_shape(inputs[0], "Resizing")?;
-        Ok(vec![self.height, self.width, c])
-    }
-    fn validate(&self) -> Result<(), String> {
-        super::positive("height", self.height)?;
-        super::positive("width", self.width)
-    }
+    sized_output!();
     fn forward(&self, mut inputs: Vec<Act>, _: &Weights, _: ForwardContext) -> Act {
         let t = inputs.remove(0).into_image();
         let b = self.crop_box(spatial(&t));
