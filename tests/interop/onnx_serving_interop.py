@@ -13,7 +13,7 @@
    PositionEmbedding, Add, TransformerEncoder, LayerNormalization, attention over another value,
    Cropping1D and BatchNormalization on sequences; the weightless shape, merge and pooling
    layers; the 1-D, grouped, dilated, transposed, depthwise and separable convolutions and the
-   1-D pooling) are checked with the `onnx_forward` example
+   1-D pooling; the image preprocessing layers) are checked with the `onnx_forward` example
    instead: it exports the seeded model and prints kiln's forward pass on the same inputs.
    Together the models use every layer built into kiln (the Rust test
    `export::tests::the_onnx_interop_models_use_every_builtin_layer` checks that).
@@ -289,6 +289,41 @@ layers = [
 outputs = ["out"]
 """,
         lambda rng: {"image": rng.normal(size=(16, 4, 4, 4)) * 2, "seq": rng.normal(size=(16, 5, 6))},
+    ),
+    # The image preprocessing layers: Normalization (Sub/Div, Mul/Add inverted), Resizing
+    # (Resize, bilinear and nearest, after a crop to the aspect ratio), CenterCrop (Slice, and
+    # Resize for an image smaller than the box), RandomCrop's inference box, and the random
+    # layers, which are the identity at inference as in an export.
+    "interop-image-preprocessing": (
+        """
+layers = [
+  { type = "Input", shape = [6, 8, 3], name = "pixels" },
+  { type = "Normalization", mean = [1.0, 2.0, 3.0], variance = [4.0, 9.0, 2.25], inputs = "pixels", name = "norm" },
+  { type = "Normalization", axis = [], mean = 0.5, variance = 2.0, invert = true, inputs = "norm", name = "denorm" },
+  { type = "RandomFlip", inputs = "denorm", name = "flip" },
+  { type = "RandomRotation", factor = 0.1, inputs = "flip", name = "rot" },
+  { type = "RandomZoom", height_factor = 0.2, inputs = "rot", name = "zoom" },
+  { type = "RandomTranslation", height_factor = 0.1, width_factor = 0.1, inputs = "zoom", name = "shift" },
+  { type = "RandomContrast", factor = 0.2, inputs = "shift", name = "contrast" },
+  { type = "RandomBrightness", factor = 0.2, inputs = "contrast", name = "bright" },
+  { type = "Resizing", height = 4, width = 5, inputs = "bright", name = "small" },
+  { type = "Resizing", height = 9, width = 7, interpolation = "nearest", inputs = "bright", name = "big" },
+  { type = "Resizing", height = 5, width = 5, crop_to_aspect_ratio = true, inputs = "bright", name = "square" },
+  { type = "CenterCrop", height = 4, width = 6, inputs = "bright", name = "center" },
+  { type = "CenterCrop", height = 7, width = 4, inputs = "bright", name = "center_big" },
+  { type = "RandomCrop", height = 5, width = 5, inputs = "bright", name = "crop" },
+  { type = "Flatten", inputs = "small", name = "f1" },
+  { type = "Flatten", inputs = "big", name = "f2" },
+  { type = "Flatten", inputs = "square", name = "f3" },
+  { type = "Flatten", inputs = "center", name = "f4" },
+  { type = "Flatten", inputs = "center_big", name = "f5" },
+  { type = "Flatten", inputs = "crop", name = "f6" },
+  { type = "Concatenate", inputs = ["f1", "f2", "f3", "f4", "f5", "f6"], name = "all" },
+  { type = "Dense", units = 3, inputs = "all", name = "out" },
+]
+outputs = ["out"]
+""",
+        lambda rng: {"pixels": rng.normal(size=(16, 6, 8, 3)) + 2},
     ),
     # A shared tower (one Dense called on both inputs) and two outputs, each a graph output
     # named after its layer.

@@ -749,6 +749,7 @@ pub fn adapt(cfg: &RunConfig) -> Result<RunConfig> {
             *op = op.adapted(n);
         }
     }
+    model_adapt::adapt_layers(&mut out)?;
     Ok(out)
 }
 
@@ -892,5 +893,6 @@ pub fn bench_epochs(
     Ok(reports)
 }
 
+mod model_adapt;
 #[cfg(test)]
 mod tests;

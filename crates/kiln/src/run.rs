@@ -782,6 +782,9 @@ fn input_datasets(cfg: &RunConfig) -> Result<Inputs> {
         };
         Ok((resolved, inputs, train, validation, test))
     } else {
+        // A model Normalization with adapt = true needs [data.train] as a pipeline: adapt
+        // says so (and leaves other configs as they are).
+        pipelines::adapt(cfg)?;
         let (train, validation, test) = array_pipelines(cfg)?;
         Ok((cfg.clone(), cfg.clone(), train, validation, Some(test)))
     }

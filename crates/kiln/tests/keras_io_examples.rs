@@ -356,3 +356,77 @@ fn pointnet_has_keras_parameter_count_and_trains() {
     );
     train("pointnet.toml", Some(dir.path()), 1, 1);
 }
+
+#[test]
+fn convmixer_has_keras_parameter_count_and_trains_with_augmentation_layers() {
+    let cfg = RunConfig::load(&example("convmixer.toml")).unwrap();
+    // keras.Model(...).count_params() of the example's get_conv_mixer_256_8().
+    assert_eq!(cfg.model.param_count(), (594_186, 8_704));
+    assert_eq!(cfg.model.output_shape(), &[10]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    let n = 8;
+    let x: Vec<f32> = (0..n * 32 * 32 * 3)
+        .map(|_| rng.random_range(0.0..255.0))
+        .collect();
+    let y = uniform(&mut rng, n, 10);
+    write(
+        dir.path(),
+        vec![
+            ("cifar10-x.npy", vec![n, 32, 32, 3], x),
+            ("cifar10-y.npy", vec![n], y),
+        ],
+        &["cifar10-y.npy"],
+    );
+    train("convmixer.toml", Some(dir.path()), 1, 1);
+}
+
+#[test]
+fn vision_transformer_has_keras_parameter_count_and_trains_with_adapted_normalization() {
+    let cfg = RunConfig::load(&example(
+        "image_classification_with_vision_transformer.toml",
+    ))
+    .unwrap();
+    // Keras 3.15's count of the example's model (the Normalization's mean, variance and
+    // count are its 7 non-trainable values).
+    assert_eq!(cfg.model.param_count(), (21_759_012, 7));
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(10);
+    let n = 16;
+    let x: Vec<f32> = (0..n * 32 * 32 * 3)
+        .map(|_| rng.random_range(0.0..255.0))
+        .collect();
+    let y = uniform(&mut rng, n, 100);
+    write(
+        dir.path(),
+        vec![
+            ("cifar100-x.npy", vec![n, 32, 32, 3], x),
+            ("cifar100-y.npy", vec![n], y),
+        ],
+        &["cifar100-y.npy"],
+    );
+    let mut cfg = cfg;
+    cfg.data.data_dir = dir.path().to_path_buf();
+    for table in [&mut cfg.data.train, &mut cfg.data.validation] {
+        let table = table.as_mut().unwrap();
+        table.take = table.take.map(|_| 12);
+        table.skip = table.skip.map(|_| 12);
+        table.batch_size = Some(4);
+    }
+    cfg.fit.epochs = 1;
+    cfg.fit.steps_per_epoch = Some(2);
+    let run_dir = tempfile::tempdir().unwrap();
+    let report = kiln::run::train(&cfg, run_dir.path(), Device::flex(), &mut [], |_| {}).unwrap();
+    assert!(report.history.history["loss"][0].is_finite());
+    // The run records the statistics adapted on the 12 training images (uniform on [0, 255):
+    // means near 127.5), one per channel.
+    let saved = RunConfig::load(&run_dir.path().join("config.toml")).unwrap();
+    let table = saved.model.to_toml();
+    let layers = table["layers"].as_array().unwrap();
+    let norm = layers.iter().find(|l| l["type"].as_str() == Some("Normalization"));
+    let mean = norm.unwrap()["mean"].as_array().unwrap();
+    assert_eq!(mean.len(), 3);
+    for m in mean {
+        assert!((m.as_float().unwrap() - 127.5).abs() < 10.0, "{mean:?}");
+    }
+}

@@ -841,6 +841,33 @@ impl ModelSpec {
         Ok(self)
     }
 
+    /// The model with layer `i`'s arguments replaced by `layer` of the same class and output
+    /// shape (what `adapt` writes: statistics computed from the training data). Its calls
+    /// (shared entries) take the new arguments too.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming the layer when `layer` is another class or changes the
+    /// output shape.
+    pub fn with_layer_replaced(mut self, i: usize, layer: LayerKind) -> Result<ModelSpec> {
+        let at = format!("model.layers[{}]", i + self.inputs.len());
+        let shape = layer.output_shape_of(&self.shapes_before(i)).ok();
+        let same = layer.class_name() == self.layers[i].kind.class_name()
+            && shape.as_ref() == Some(&self.shapes[i]);
+        if !same {
+            return Err(KilnError::config(
+                at,
+                "the replacement has another class or output shape",
+            ));
+        }
+        for l in &mut self.layers {
+            if l.shares == Some(i) {
+                l.kind = layer.clone();
+            }
+        }
+        self.layers[i].kind = layer;
+        Ok(self)
+    }
+
     /// The dtype policy layer `i` (index into [`Self::layers`]) computes with: its own
     /// `dtype`, else the global policy.
     pub fn layer_precision(&self, i: usize) -> Precision {

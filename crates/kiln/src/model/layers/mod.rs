@@ -88,6 +88,16 @@ builtin_layers! {
     spatial_dropout2d => [SpatialDropout2D],
     gaussian_noise => [GaussianNoise],
     gaussian_dropout => [GaussianDropout],
+    normalization => [Normalization],
+    resizing => [Resizing],
+    center_crop => [CenterCrop],
+    random_crop => [RandomCrop],
+    random_flip => [RandomFlip],
+    random_rotation => [RandomRotation],
+    random_zoom => [RandomZoom],
+    random_translation => [RandomTranslation],
+    random_contrast => [RandomContrast],
+    random_brightness => [RandomBrightness],
 }
 
 // Code the layer files share (not layers).
@@ -98,6 +108,9 @@ mod conv;
 #[cfg(test)]
 mod conv_tests;
 mod global_pooling;
+mod image_ops;
+#[cfg(test)]
+mod image_preprocessing_tests;
 mod keras_order;
 mod merge;
 mod noise;
@@ -117,8 +130,11 @@ pub use bidirectional::{MergeMode, Wrapped};
 pub use conv::SpatialSize;
 pub use conv_transpose::ConvTranspose;
 pub use conv1d::Padding1D;
+pub use image_ops::{Factor, FillMode, Interpolation};
+pub use normalization::OneOrList;
 pub use pooling1d::Pooling1D;
 pub use pooling2d::Pooling2D;
+pub use random_flip::FlipAxes;
 pub use recurrent::Recurrent;
 
 use super::act::Act;
