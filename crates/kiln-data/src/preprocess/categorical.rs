@@ -211,7 +211,8 @@ impl Discretization {
     pub fn apply(&self, x: &Array) -> Result<Array> {
         if self.output_mode == OutputMode::TfIdf {
             return Err(DataError::InvalidArgument(
-                "Discretization's output_mode is int, one_hot, multi_hot or count".into(),
+                "Discretization's output_mode is \"int\", \"one_hot\", \"multi_hot\" or \"count\""
+                    .into(),
             ));
         }
         let values = numeric_values(x, "discretization")?;

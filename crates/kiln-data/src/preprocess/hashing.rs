@@ -296,7 +296,7 @@ impl Hashing {
     pub fn apply(&self, x: &Array) -> Result<Array> {
         if self.num_bins == 0 || self.output_mode == OutputMode::TfIdf {
             return Err(DataError::InvalidArgument(
-                "Hashing needs num_bins >= 1 and output_mode int, one_hot, multi_hot or count"
+                "Hashing needs num_bins >= 1 and output_mode \"int\", \"one_hot\", \"multi_hot\" or \"count\""
                     .into(),
             ));
         }
