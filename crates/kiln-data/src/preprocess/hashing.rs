@@ -122,6 +122,39 @@ fn weak32(s: &[u8], i: usize, a: u64, b: u64) -> (u64, u64) {
     (a.wrapping_add(z), b.wrapping_add(c))
 }
 
+/// The state of [`fingerprint64`]'s 64-byte loop: `x, y, z, v, w`.
+type FarmState = (u64, u64, u64, (u64, u64), (u64, u64));
+
+/// One 64-byte block of [`fingerprint64`] at `pos`: the loop's body with `mul = K1, k = 1`,
+/// the last block's with the final `mul` and `k = 9`.
+fn farm_round(s: &[u8], pos: usize, mul: u64, k: u64, state: FarmState) -> FarmState {
+    let (mut x, mut y, mut z, mut v, mut w) = state;
+    x = x
+        .wrapping_add(y)
+        .wrapping_add(v.0)
+        .wrapping_add(fetch64(s, pos + 8))
+        .rotate_right(37)
+        .wrapping_mul(mul);
+    y = y
+        .wrapping_add(v.1)
+        .wrapping_add(fetch64(s, pos + 48))
+        .rotate_right(42)
+        .wrapping_mul(mul);
+    x ^= w.1.wrapping_mul(k);
+    y = y
+        .wrapping_add(v.0.wrapping_mul(k))
+        .wrapping_add(fetch64(s, pos + 40));
+    z = z.wrapping_add(w.0).rotate_right(33).wrapping_mul(mul);
+    v = weak32(s, pos, v.1.wrapping_mul(mul), x.wrapping_add(w.0));
+    w = weak32(
+        s,
+        pos + 32,
+        z.wrapping_add(w.1),
+        y.wrapping_add(fetch64(s, pos + 16)),
+    );
+    (z, y, x, v, w)
+}
+
 /// FarmHash's `Fingerprint64` (`farmhashna::Hash64`): the hash TensorFlow's
 /// `tf.strings.to_hash_bucket_fast` and `tf.fingerprint` use. Stable across platforms.
 pub fn fingerprint64(s: &[u8]) -> u64 {
@@ -136,72 +169,26 @@ pub fn fingerprint64(s: &[u8]) -> u64 {
         return hash_len33to64(s);
     }
     let seed: u64 = 81;
-    let mut x = seed;
-    let mut y = seed.wrapping_mul(K1).wrapping_add(113);
-    let mut z = shift_mix(y.wrapping_mul(K2).wrapping_add(113)).wrapping_mul(K2);
-    let mut v = (0u64, 0u64);
-    let mut w = (0u64, 0u64);
-    x = x.wrapping_mul(K2).wrapping_add(fetch64(s, 0));
+    let y = seed.wrapping_mul(K1).wrapping_add(113);
+    let z = shift_mix(y.wrapping_mul(K2).wrapping_add(113)).wrapping_mul(K2);
+    let x = seed.wrapping_mul(K2).wrapping_add(fetch64(s, 0));
     let end = ((len - 1) / 64) * 64;
     let last64 = end + ((len - 1) & 63) - 63;
+    let mut state = (x, y, z, (0, 0), (0, 0));
     let mut pos = 0;
     loop {
-        x = x
-            .wrapping_add(y)
-            .wrapping_add(v.0)
-            .wrapping_add(fetch64(s, pos + 8))
-            .rotate_right(37)
-            .wrapping_mul(K1);
-        y = y
-            .wrapping_add(v.1)
-            .wrapping_add(fetch64(s, pos + 48))
-            .rotate_right(42)
-            .wrapping_mul(K1);
-        x ^= w.1;
-        y = y.wrapping_add(v.0).wrapping_add(fetch64(s, pos + 40));
-        z = z.wrapping_add(w.0).rotate_right(33).wrapping_mul(K1);
-        v = weak32(s, pos, v.1.wrapping_mul(K1), x.wrapping_add(w.0));
-        w = weak32(
-            s,
-            pos + 32,
-            z.wrapping_add(w.1),
-            y.wrapping_add(fetch64(s, pos + 16)),
-        );
-        std::mem::swap(&mut z, &mut x);
+        state = farm_round(s, pos, K1, 1, state);
         pos += 64;
         if pos == end {
             break;
         }
     }
+    let (x, y, z, mut v, mut w) = state;
     let mul = K1.wrapping_add((z & 0xff) << 1);
-    pos = last64;
     w.0 = w.0.wrapping_add(((len - 1) & 63) as u64);
     v.0 = v.0.wrapping_add(w.0);
     w.0 = w.0.wrapping_add(v.0);
-    x = x
-        .wrapping_add(y)
-        .wrapping_add(v.0)
-        .wrapping_add(fetch64(s, pos + 8))
-        .rotate_right(37)
-        .wrapping_mul(mul);
-    y = y
-        .wrapping_add(v.1)
-        .wrapping_add(fetch64(s, pos + 48))
-        .rotate_right(42)
-        .wrapping_mul(mul);
-    x ^= w.1.wrapping_mul(9);
-    y = y
-        .wrapping_add(v.0.wrapping_mul(9))
-        .wrapping_add(fetch64(s, pos + 40));
-    z = z.wrapping_add(w.0).rotate_right(33).wrapping_mul(mul);
-    v = weak32(s, pos, v.1.wrapping_mul(mul), x.wrapping_add(w.0));
-    w = weak32(
-        s,
-        pos + 32,
-        z.wrapping_add(w.1),
-        y.wrapping_add(fetch64(s, pos + 16)),
-    );
-    std::mem::swap(&mut z, &mut x);
+    let (x, y, z, v, w) = farm_round(s, last64, mul, 9, (x, y, z, v, w));
     hash_len16(
         hash_len16(v.0, w.0, mul)
             .wrapping_add(shift_mix(y).wrapping_mul(K0))

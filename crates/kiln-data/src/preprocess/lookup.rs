@@ -17,6 +17,9 @@ pub enum TokenKind {
     Integer,
 }
 
+/// What [`LookupOptions::adapt`] learns: the vocabulary and, for `tf_idf`, its weights.
+pub type Adapted = (Vec<Vec<u8>>, Option<Vec<f64>>);
+
 /// The arguments of `StringLookup` / `IntegerLookup` other than the vocabulary.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LookupOptions {
@@ -65,10 +68,7 @@ impl LookupOptions {
     ///
     /// # Errors
     /// The first document's error; [`DataError::InvalidArgument`] when there are no tokens.
-    pub fn adapt(
-        &self,
-        documents: impl Iterator<Item = Result<Vec<Vec<u8>>>>,
-    ) -> Result<(Vec<Vec<u8>>, Option<Vec<f64>>)> {
+    pub fn adapt(&self, documents: impl Iterator<Item = Result<Vec<Vec<u8>>>>) -> Result<Adapted> {
         let mut counts: HashMap<Vec<u8>, (u64, u64)> = HashMap::new();
         let mut num_documents = 0u64;
         for doc in documents {

@@ -212,7 +212,7 @@ pub(crate) fn check_discretization(
     output_mode(key, mode, &ALL_MODES[..4])?;
     match (bin_boundaries, num_bins, adapt) {
         (Some(b), None, false) => {
-            if b.windows(2).any(|w| !(w[0] < w[1])) || b.iter().any(|v| !v.is_finite()) {
+            if b.iter().any(|v| !v.is_finite()) || b.windows(2).any(|w| w[0] >= w[1]) {
                 return bad(
                     key,
                     "bin_boundaries",
