@@ -12,11 +12,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use kiln_data::sources::{ColorMode, ImageFolderOptions, MakeCsvOptions, RecordDefault};
+use kiln_data::sources::{
+    ColorMode, ImageFolderOptions, LabelMode, MakeCsvOptions, RecordDefault, TextFolderOptions,
+};
 use kiln_data::tfrecord::{ExampleSpec, FeatureDType, FeatureSpec, FeatureValues};
 use kiln_data::{
     AUTOTUNE, Array, BufferSize, CacheTarget, Cardinality, Compression, DType, DataError, Dataset,
-    Element, Normalization, Parallelism, PipelineStats, Preprocess,
+    Element, Parallelism, PipelineStats, Preprocess,
 };
 
 use crate::batch::{FEATURES, LABELS};
@@ -434,6 +436,26 @@ fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str, shard: Option<Shard>) 
             };
             Dataset::image_dataset_from_directory(&dir, options)?
         }
+        Source::TextFolder => {
+            let dir = resolve_files(cfg, p, key)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| KilnError::config(format!("{key}.files"), "no directory given"))?;
+            let label_mode = match &p.label_mode {
+                Some(m) => m.parse().map_err(|e: DataError| {
+                    KilnError::config(format!("{key}.label_mode"), e.to_string())
+                })?,
+                None => LabelMode::Int,
+            };
+            let options = TextFolderOptions {
+                class_names: p.class_names.clone(),
+                label_mode,
+                max_length: p.max_length,
+                include_hidden: p.include_hidden,
+                ..TextFolderOptions::default()
+            };
+            Dataset::text_dataset_from_directory(&dir, options)?
+        }
     })
 }
 
@@ -678,7 +700,11 @@ pub fn first_example(cfg: &RunConfig, split: Split) -> Result<Option<Element>> {
         ..Parts::default()
     };
     let ds = build_with(cfg, split, parts)?;
-    let first = ds.iter().next().transpose()?;
+    let first = ds
+        .iter()
+        .next()
+        .transpose()
+        .map_err(|e| op_error(cfg, split, e))?;
     Ok(first.map(|batch| {
         // The batch of one (or more) elements: keep its first row.
         let mut out = Element::new();
@@ -689,42 +715,70 @@ pub fn first_example(cfg: &RunConfig, split: Split) -> Result<Option<Element>> {
     }))
 }
 
-/// A copy of `cfg` whose `normalize` ops with `adapt = true` hold the statistics of the
-/// training data (Keras' `layer.adapt(train_ds)`): each is computed over `[data.train]` up to
-/// that op (source, `skip`, `take`, the ops before it). Validation and test ops with
-/// `adapt = true` take the statistics of the training op on the same component, since Keras
-/// adapts once, on the training data. The copy is what the run directory records, so
-/// `evaluate` and `predict` normalize with the same numbers.
+/// A `map` op's error on the first example (strings given to a numeric op, numbers to a
+/// string op, values that do not fit) as a config error at the op's key, `data.train.map[2]`:
+/// the fix is in the config. Other errors pass through.
+fn op_error(cfg: &RunConfig, split: Split, e: DataError) -> KilnError {
+    let DataError::Preprocess {
+        op,
+        component,
+        message,
+    } = &e
+    else {
+        return e.into();
+    };
+    let Some(p) = split.table(cfg) else {
+        return e.into();
+    };
+    let at = p
+        .map
+        .iter()
+        .position(|o| o.name() == op && o.component().unwrap_or(p.x_name()) == component.as_str());
+    match at {
+        Some(i) => KilnError::config(
+            format!("{}.map[{i}]", split.key()),
+            format!("{op} on component \"{component}\": {message}"),
+        ),
+        None => e.into(),
+    }
+}
+
+/// A copy of `cfg` whose ops with `adapt = true` hold what they learned from the training
+/// data (Keras' `layer.adapt(train_ds)`): `normalize` its statistics, `discretization` its bin
+/// boundaries, `string_lookup`, `integer_lookup` and `text_vectorization` their vocabularies
+/// (and `tf_idf` weights). Each is computed over `[data.train]` up to that op (source, `skip`,
+/// `take`, the ops before it). Validation and test ops with `adapt = true` take what the
+/// training op of the same name on the same component learned, since Keras adapts once, on
+/// the training data. Vocabulary files (`vocabulary = "words.txt"`, under `data.data_dir`) are
+/// read here into lists. The copy is what the run directory records, so `evaluate`, `predict`
+/// and `serve` apply the same numbers and vocabularies.
 ///
 /// # Errors
-/// As [`build`]; [`KilnError::Config`] for a validation / test op with `adapt = true` and no
-/// adapted training op on that component; data errors met while adapting.
+/// As [`build`]; [`KilnError::Config`] for a vocabulary file that cannot be read, an adapt
+/// over no data (naming the op's key), or a validation / test op with `adapt = true` and no
+/// adapted training op like it; data errors met while adapting.
 pub fn adapt(cfg: &RunConfig) -> Result<RunConfig> {
     let mut out = cfg.clone();
-    // (component, statistics) of each adapted training op, in order.
-    let mut adapted: Vec<(String, Normalization)> = Vec::new();
+    read_vocabulary_files(&mut out)?;
+    // (component, op name, adapted op) of each adapted training op, in order.
+    let mut adapted: Vec<(String, &'static str, OpConfig)> = Vec::new();
     let ops = cfg.data.train.as_ref().map_or(0, |p| p.map.len());
     for i in 0..ops {
         let train = out.data.train.as_ref().expect("counted above");
         let op = &train.map[i];
-        let OpConfig::Normalize {
-            axis, adapt: true, ..
-        } = op
-        else {
+        if !op.needs_adapt() {
             continue;
-        };
+        }
         let component = op.component().unwrap_or(train.x_name()).to_string();
         let parts = Parts {
             ops_only: Some(i),
             ..Parts::default()
         };
         let ds = build_with(&out, Split::Train, parts)?;
-        let n = Normalization::adapt(&ds, &component, axis.to_vec()).map_err(|e| {
-            KilnError::config(format!("data.train.map[{i}]"), format!("adapt: {e}"))
-        })?;
+        let learned = op.adapt_over(&format!("data.train.map[{i}]"), &ds, &component)?;
         let train = out.data.train.as_mut().expect("counted above");
-        train.map[i] = train.map[i].adapted(&n);
-        adapted.push((component, n));
+        train.map[i] = learned.clone();
+        adapted.push((component, learned.name(), learned));
     }
     for split in [Split::Validation, Split::Test] {
         let key = split.key();
@@ -737,20 +791,51 @@ pub fn adapt(cfg: &RunConfig) -> Result<RunConfig> {
                 continue;
             }
             let component = op.component().unwrap_or(&x).to_string();
-            let Some((_, n)) = adapted.iter().rev().find(|(c, _)| *c == component) else {
+            let name = op.name();
+            let Some((_, _, learned)) = adapted
+                .iter()
+                .rev()
+                .find(|(c, n, _)| *c == component && *n == name)
+            else {
                 return Err(KilnError::config(
                     format!("{key}.map[{i}].adapt"),
                     format!(
-                        "statistics come from the training data, but data.train has no \
-                         normalize op with adapt = true on component \"{component}\""
+                        "{} come from the training data, but data.train has no {name} op with \
+                         adapt = true on component \"{component}\"",
+                        match name {
+                            "normalize" => "statistics",
+                            "discretization" => "bin boundaries",
+                            _ => "vocabularies",
+                        }
                     ),
                 ));
             };
-            *op = op.adapted(n);
+            *op = learned.with_component(op.component().map(str::to_string));
         }
     }
     model_adapt::adapt_layers(&mut out)?;
     Ok(out)
+}
+
+/// Replaces each `vocabulary = "file"` of every pipeline by the file's tokens (one per line;
+/// relative paths inside `data.data_dir`).
+fn read_vocabulary_files(cfg: &mut RunConfig) -> Result<()> {
+    let data_dir = cfg.data.data_dir.clone();
+    for split in [Split::Train, Split::Validation, Split::Test] {
+        let key = split.key();
+        let Some(p) = split.table_mut(cfg) else {
+            continue;
+        };
+        for (i, op) in p.map.iter_mut().enumerate() {
+            let (Some(file), Some(kind)) = (op.vocabulary_file(), op.token_kind()) else {
+                continue;
+            };
+            let path = data_dir.join(file);
+            let tokens = crate::config::read_vocabulary(&format!("{key}.map[{i}]"), &path, kind)?;
+            *op = op.with_vocabulary(tokens);
+        }
+    }
+    Ok(())
 }
 
 /// `predict`'s pipeline for the features `x` (`[examples, ...]`): the `map` ops of the test

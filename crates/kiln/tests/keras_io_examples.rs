@@ -201,28 +201,45 @@ fn imbalanced_classification_trains_with_class_weight() {
     train("imbalanced_classification.toml", Some(dir.path()), 1, 2);
 }
 
+/// `n` generated sentences of 4 to 11 words drawn from `words`, the word picked by `pick`.
+fn sentences(rng: &mut StdRng, n: usize, words: &[&str]) -> Vec<String> {
+    (0..n)
+        .map(|_| {
+            let len = rng.random_range(4..12);
+            let w: Vec<&str> = (0..len)
+                .map(|_| words[rng.random_range(0..words.len())])
+                .collect();
+            w.join(" ")
+        })
+        .collect()
+}
+
+const WORDS: [&str; 12] = [
+    "the",
+    "model",
+    "learns",
+    "Graph",
+    "neural,",
+    "networks",
+    "vision",
+    "language!",
+    "robust",
+    "data",
+    "training",
+    "of",
+];
+
 #[test]
-fn multi_label_classification_trains_on_multi_hot_targets() {
+fn multi_label_classification_trains_on_tf_idf_bigrams_and_multi_hot_terms() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(5);
-    let n = 256;
-    let x: Vec<f32> = (0..n * 20_000)
-        .map(|_| match rng.random_range(0..200) {
-            0 => rng.random_range(0.5..3.0),
-            _ => 0.0,
-        })
-        .collect();
-    let y: Vec<f32> = (0..n * 153)
-        .map(|_| (rng.random_range(0..50) == 0) as u8 as f32)
-        .collect();
-    write(
-        dir.path(),
-        vec![
-            ("abstracts-x.npy", vec![n, 20_000], x),
-            ("abstracts-y.npy", vec![n, 153], y),
-        ],
-        &[],
-    );
+    let terms = ["cs.LG", "cs.AI", "cs.CV", "stat.ML", "cs.CL"];
+    let mut csv = String::from("titles,summaries,terms\n");
+    for (i, text) in sentences(&mut rng, 96, &WORDS).iter().enumerate() {
+        let t = format!("{} {}", terms[i % 5], terms[(i / 5) % 5]);
+        csv.push_str(&format!("title {i},\"{text}\",{t}\n"));
+    }
+    std::fs::write(dir.path().join("arxiv_data.csv"), csv).unwrap();
     train("multi_label_classification.toml", Some(dir.path()), 1, 2);
 }
 
@@ -233,22 +250,55 @@ fn autoencoder_learns_to_reconstruct_fashion_mnist() {
 }
 
 #[test]
-fn text_classification_trains_with_strided_conv1d() {
+fn text_classification_trains_from_a_text_folder_with_text_vectorization() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(6);
-    let n = 64;
-    let x = uniform(&mut rng, n * 500, 20_000);
-    let y = uniform(&mut rng, n, 2);
-    write(
-        dir.path(),
-        vec![
-            ("reviews-x.npy", vec![n, 500], x),
-            ("reviews-y.npy", vec![n, 1], y),
-        ],
-        &[],
-    );
+    for class in ["neg", "pos"] {
+        let folder = dir.path().join("aclImdb/train").join(class);
+        std::fs::create_dir_all(&folder).unwrap();
+        for (i, text) in sentences(&mut rng, 32, &WORDS).iter().enumerate() {
+            std::fs::write(folder.join(format!("{i}_7.txt")), text).unwrap();
+        }
+    }
     train(
         "text_classification_from_scratch.toml",
+        Some(dir.path()),
+        1,
+        2,
+    );
+}
+
+#[test]
+fn structured_data_classification_trains_on_a_heart_disease_shaped_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(8);
+    let mut csv = String::from(
+        "age,sex,cp,trestbps,chol,fbs,restecg,thalach,exang,oldpeak,slope,ca,thal,target\n",
+    );
+    let thal = ["fixed", "normal", "reversible"];
+    for _ in 0..96 {
+        let row = format!(
+            "{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{}\n",
+            rng.random_range(29..78),
+            rng.random_range(0..2),
+            rng.random_range(0..5),
+            rng.random_range(94..200),
+            rng.random_range(126..564),
+            rng.random_range(0..2),
+            rng.random_range(0..3),
+            rng.random_range(71..202),
+            rng.random_range(0..2),
+            rng.random_range(0.0..6.2),
+            rng.random_range(1..4),
+            rng.random_range(0..4),
+            thal[rng.random_range(0..3)],
+            rng.random_range(0..2),
+        );
+        csv.push_str(&row);
+    }
+    std::fs::write(dir.path().join("heart.csv"), csv).unwrap();
+    train(
+        "structured_data_classification_from_scratch.toml",
         Some(dir.path()),
         1,
         2,

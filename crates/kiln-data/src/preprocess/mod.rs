@@ -13,6 +13,15 @@
 //! | [`crop`] (random) | `keras.layers.RandomCrop(height, width)` | image | same dtype |
 //! | [`resize_bilinear`] | `keras.layers.Resizing(h, w)` / `tf.image.resize(bilinear)` | image | `float32 [h, w, c]` |
 //! | [`stack`] | `tf.stack([tf.cast(c, float32) for c in cols], axis=-1)` | same-shaped numerics | `float32 [..., k]` |
+//! | [`category_encoding`] | `keras.layers.CategoryEncoding(num_tokens, output_mode)` | integer | `float32 [..., num_tokens]` |
+//! | [`Hashing`] | `keras.layers.Hashing(num_bins, mask_value, salt, output_mode)` | string or integer | `int64` bins or `float32` encoding |
+//! | [`Discretization`] | `keras.layers.Discretization(bin_boundaries, output_mode)` + `adapt` | numeric | `int64` bins or `float32` encoding |
+//! | [`Lookup`] | `keras.layers.StringLookup` / `IntegerLookup` + `adapt` | string / integer | `int64` indices, `float32` encoding, or tokens (`invert`) |
+//! | [`TextVectorization`] | `keras.layers.TextVectorization` + `adapt` | `string` `[]` | `int64 [output_sequence_length]` or `float32 [tokens]` |
+//!
+//! The string ops run here, on the host, before the model: Burn tensors hold numbers, so
+//! Keras' lookup and text layers become pipeline ops — what keras.io recommends for
+//! `TextVectorization` anyway (`dataset.map(vectorize_layer)`).
 //!
 //! An *image* is `[height, width, channels]` (Keras' channels-last) or `[height, width]` (one
 //! channel, as IDX files hold MNIST), of any numeric dtype.
@@ -30,17 +39,23 @@
 //! first axis, `-1` its last).
 
 mod cast;
+mod categorical;
 mod decode_raw;
+mod hashing;
 mod image;
+mod lookup;
 mod normalize;
 mod one_hot;
 mod random_map;
 mod rescale;
 mod reshape;
 mod stack;
+mod text;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod text_tests;
 
 pub use cast::cast;
 pub use decode_raw::decode_raw;
@@ -50,6 +65,11 @@ pub use one_hot::one_hot;
 pub use rescale::rescale;
 pub use reshape::reshape;
 pub use stack::stack;
+
+pub use categorical::{Discretization, OutputMode, category_encoding, encode};
+pub use hashing::{HashValue, Hashing, fingerprint64, siphash24};
+pub use lookup::{Lookup, LookupOptions, TokenKind};
+pub use text::{SplitMode, Standardize, TextVectorization, Tokenizer};
 
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -145,6 +165,43 @@ pub enum Preprocess {
         /// Name of the stacked component (replaced if present).
         output: String,
     },
+    /// [`category_encoding`]: integer indices to `one_hot` / `multi_hot` / `count` vectors.
+    CategoryEncoding {
+        /// Component to transform.
+        component: String,
+        /// Number of classes.
+        num_tokens: usize,
+        /// `one_hot`, `multi_hot` or `count`.
+        output_mode: OutputMode,
+    },
+    /// [`Hashing::apply`]: values to hash bins.
+    Hashing {
+        /// Component to transform.
+        component: String,
+        /// The layer.
+        hashing: Hashing,
+    },
+    /// [`Discretization::apply`]: numbers to bins.
+    Discretization {
+        /// Component to transform.
+        component: String,
+        /// The layer (boundaries given or adapted).
+        discretization: Discretization,
+    },
+    /// [`Lookup::apply`]: `string_lookup` / `integer_lookup`.
+    Lookup {
+        /// Component to transform.
+        component: String,
+        /// The layer (vocabulary given or adapted).
+        lookup: Lookup,
+    },
+    /// [`TextVectorization::apply`].
+    TextVectorization {
+        /// Component to transform (a string per example).
+        component: String,
+        /// The layer (vocabulary given or adapted).
+        text: TextVectorization,
+    },
 }
 
 impl Preprocess {
@@ -162,6 +219,14 @@ impl Preprocess {
             Preprocess::RandomCrop { .. } => "random_crop",
             Preprocess::Resize { .. } => "resize",
             Preprocess::Stack { .. } => "stack",
+            Preprocess::CategoryEncoding { .. } => "category_encoding",
+            Preprocess::Hashing { .. } => "hashing",
+            Preprocess::Discretization { .. } => "discretization",
+            Preprocess::Lookup { lookup, .. } => match lookup.options().kind {
+                TokenKind::String => "string_lookup",
+                TokenKind::Integer => "integer_lookup",
+            },
+            Preprocess::TextVectorization { .. } => "text_vectorization",
         }
     }
 
@@ -176,7 +241,12 @@ impl Preprocess {
             | Preprocess::Reshape { component, .. }
             | Preprocess::RandomFlip { component, .. }
             | Preprocess::RandomCrop { component, .. }
-            | Preprocess::Resize { component, .. } => component,
+            | Preprocess::Resize { component, .. }
+            | Preprocess::CategoryEncoding { component, .. }
+            | Preprocess::Hashing { component, .. }
+            | Preprocess::Discretization { component, .. }
+            | Preprocess::Lookup { component, .. }
+            | Preprocess::TextVectorization { component, .. } => component,
             Preprocess::Stack { output, .. } => output,
         }
     }
@@ -259,6 +329,15 @@ impl Preprocess {
                 })
             }
             Preprocess::Resize { height, width, .. } => resize_bilinear(&x, *height, *width),
+            Preprocess::CategoryEncoding {
+                num_tokens,
+                output_mode,
+                ..
+            } => category_encoding(&x, *num_tokens, *output_mode),
+            Preprocess::Hashing { hashing, .. } => hashing.apply(&x),
+            Preprocess::Discretization { discretization, .. } => discretization.apply(&x),
+            Preprocess::Lookup { lookup, .. } => lookup.apply(&x),
+            Preprocess::TextVectorization { text, .. } => text.apply(&x),
             Preprocess::Stack { .. } => unreachable!("handled above"),
         }
         .map_err(|e| self.error(e))?;

@@ -108,7 +108,7 @@ pub const IMAGE_COMPONENT: &str = "image";
 /// See [`IMAGE_COMPONENT`].
 pub const LABEL_COMPONENT: &str = "label";
 
-fn io_error(path: &Path, source: std::io::Error) -> DataError {
+pub(crate) fn io_error(path: &Path, source: std::io::Error) -> DataError {
     DataError::Io {
         path: path.to_path_buf(),
         source,
@@ -192,6 +192,17 @@ fn object_classes(
 /// `iter_valid_files` over `os.walk`; hidden files and folders are left out (not entered)
 /// unless `include_hidden`.
 fn image_files(dir: &Path, follow_links: bool, include_hidden: bool) -> Result<Vec<PathBuf>> {
+    class_files(dir, follow_links, include_hidden, is_image_name)
+}
+
+/// Files under `dir` whose names `accept` takes, recursively, in [`image_files`]' order and
+/// with its rules for hidden names and links (shared with the text-folder source).
+pub(crate) fn class_files(
+    dir: &Path,
+    follow_links: bool,
+    include_hidden: bool,
+    accept: fn(&str) -> bool,
+) -> Result<Vec<PathBuf>> {
     let mut found: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(current) = pending.pop() {
@@ -217,7 +228,7 @@ fn image_files(dir: &Path, follow_links: bool, include_hidden: bool) -> Result<V
             if is_dir {
                 pending.push(path);
             } else {
-                if is_image_name(&name.to_string_lossy()) {
+                if accept(&name.to_string_lossy()) {
                     found.push((path_bytes(&current), name.as_encoded_bytes().to_vec()));
                 }
             }

@@ -26,6 +26,7 @@ mod image_folder;
 mod list_files;
 mod make_csv;
 mod range;
+mod text_folder;
 mod text_line;
 
 use std::path::Path;
@@ -41,6 +42,7 @@ pub use list_files::{LIST_FILES_COMPONENT, matching_files, matching_files_with};
 pub use make_csv::MakeCsvOptions;
 pub(crate) use make_csv::infer_type;
 pub use range::RANGE_COMPONENT;
+pub use text_folder::{LabelMode, TEXT_COMPONENT, TextFolderOptions};
 pub use text_line::TEXT_LINE_COMPONENT;
 
 /// Opens `path` — a local path, `file://` URL or `s3://` URL ([`crate::storage`]) — for

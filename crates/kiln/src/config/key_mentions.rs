@@ -32,12 +32,13 @@ use super::{
 const SCANNED: [&str; 3] = ["../kiln-data/src", "src/config", "src/pipeline.rs"];
 
 /// `snake_case` words in those messages that are not config keys, and why that is right.
-const NOT_KEYS: [(&str, &str); 19] = [
+const NOT_KEYS: [(&str, &str); 20] = [
     (
         "make_csv_dataset",
         "a function name, the prefix of its argument errors",
     ),
     ("image_dataset_from_directory", "a function name (Keras')"),
+    ("text_dataset_from_directory", "a function name (Keras')"),
     ("from_tensor_slices", "a function name"),
     ("parse_example", "a function name"),
     ("parse_single_example", "a TensorFlow function name"),

@@ -29,6 +29,8 @@ mod fit;
 pub mod limits;
 pub mod paths;
 mod pipeline;
+mod text_ops;
+pub(crate) use text_ops::read_vocabulary;
 
 pub use backup::BackupSpec;
 pub use callbacks::{
@@ -39,8 +41,8 @@ pub use data::{ARRAY_FORM_KEYS, DataConfig, PIPELINE_KEYS};
 pub use distribute::{AutoShardPolicy, DEFAULT_PIPELINE_STAGES, DistributeConfig, StrategyKind};
 pub use fit::{AUTO_BATCH_SIZE, FitConfig, OnNanConfig};
 pub use pipeline::{
-    AxisConfig, ColumnRef, FeatureConfig, OneOrMany, OpConfig, PipelineConfig, ShuffleConfig,
-    Source,
+    AxisConfig, ColumnRef, FeatureConfig, LookupConfig, OneOrMany, OpConfig, PipelineConfig,
+    ShuffleConfig, Source, TextVectorizationConfig,
 };
 
 use std::path::{Path, PathBuf};

@@ -24,7 +24,10 @@ use kiln_data::{DType, Normalization, Parallelism, Preprocess};
 use serde::{Deserialize, Serialize};
 
 use super::data::{parse_tunable, ser_tunable};
+use super::text_ops;
+pub use super::text_ops::{LookupConfig, TextVectorizationConfig};
 use crate::error::{KilnError, Result};
+use kiln_data::preprocess::TokenKind;
 
 /// One value or a list, as TOML lets a key hold either (`files = "a.csv"` or `files = [...]`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -74,6 +77,9 @@ pub enum Source {
     /// A folder with one subfolder of images per class (`image_dataset_from_directory`):
     /// elements `{"image": uint8 [h, w, c], "label": int64}`.
     ImageFolder,
+    /// A folder with one subfolder of `.txt` files per class (`text_dataset_from_directory`):
+    /// elements `{"text": string, "label": ...}` (see `label_mode`).
+    TextFolder,
 }
 
 impl Source {
@@ -86,6 +92,7 @@ impl Source {
             Source::Tfrecord => "tfrecord",
             Source::Text => "text",
             Source::ImageFolder => "image_folder",
+            Source::TextFolder => "text_folder",
         }
     }
 }
@@ -139,6 +146,18 @@ fn last_axis() -> AxisConfig {
 
 fn default_flip() -> String {
     FlipMode::default().name().into()
+}
+
+fn multi_hot_mode() -> String {
+    "multi_hot".into()
+}
+
+fn int_output_mode() -> String {
+    "int".into()
+}
+
+fn default_epsilon() -> f64 {
+    0.01
 }
 
 /// One entry of `map`: a preprocessing op on one component (`component` defaults to the
@@ -251,6 +270,61 @@ pub enum OpConfig {
         /// Name of the stacked component.
         output: String,
     },
+    /// `CategoryEncoding(num_tokens, output_mode)`: integer indices to vectors.
+    CategoryEncoding {
+        /// Component (default: the pipeline's `x`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        component: Option<String>,
+        /// Number of classes.
+        num_tokens: usize,
+        /// `"multi_hot"` (default), `"one_hot"` or `"count"`.
+        #[serde(default = "multi_hot_mode")]
+        output_mode: String,
+    },
+    /// `Hashing(num_bins, mask_value, salt, output_mode)`: strings or integers to bins.
+    Hashing {
+        /// Component (default: the pipeline's `x`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        component: Option<String>,
+        /// Number of bins.
+        num_bins: usize,
+        /// The value sent to bin 0 (a string or an integer).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mask_value: Option<toml::Value>,
+        /// SipHash key: one integer or two (default: FarmHash, no key).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        salt: Option<OneOrMany<u64>>,
+        /// `"int"` (default), `"one_hot"`, `"multi_hot"` or `"count"`.
+        #[serde(default = "int_output_mode")]
+        output_mode: String,
+    },
+    /// `Discretization(bin_boundaries | num_bins + adapt, epsilon, output_mode)`.
+    Discretization {
+        /// Component (default: the pipeline's `x`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        component: Option<String>,
+        /// Increasing boundaries (`adapt` writes them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bin_boundaries: Option<Vec<f64>>,
+        /// Number of bins `adapt` makes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        num_bins: Option<usize>,
+        /// Error tolerance of `adapt`'s quantiles (default 0.01).
+        #[serde(default = "default_epsilon")]
+        epsilon: f64,
+        /// `"int"` (default), `"one_hot"`, `"multi_hot"` or `"count"`.
+        #[serde(default = "int_output_mode")]
+        output_mode: String,
+        /// Compute the boundaries from the training data.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        adapt: bool,
+    },
+    /// `StringLookup(...)`: strings to indices (or back, with `invert`).
+    StringLookup(LookupConfig),
+    /// `IntegerLookup(...)`: integers to indices (or back, with `invert`).
+    IntegerLookup(LookupConfig),
+    /// `TextVectorization(...)`: strings to token indices or vectors.
+    TextVectorization(TextVectorizationConfig),
 }
 
 /// The dtype named `name` for `cast`.
@@ -279,6 +353,12 @@ impl OpConfig {
             OpConfig::RandomCrop { .. } => "random_crop",
             OpConfig::Resize { .. } => "resize",
             OpConfig::Stack { .. } => "stack",
+            OpConfig::CategoryEncoding { .. } => "category_encoding",
+            OpConfig::Hashing { .. } => "hashing",
+            OpConfig::Discretization { .. } => "discretization",
+            OpConfig::StringLookup(_) => "string_lookup",
+            OpConfig::IntegerLookup(_) => "integer_lookup",
+            OpConfig::TextVectorization(_) => "text_vectorization",
         }
     }
 
@@ -293,14 +373,138 @@ impl OpConfig {
             | OpConfig::Reshape { component, .. }
             | OpConfig::RandomFlip { component, .. }
             | OpConfig::RandomCrop { component, .. }
-            | OpConfig::Resize { component, .. } => component.as_deref(),
+            | OpConfig::Resize { component, .. }
+            | OpConfig::CategoryEncoding { component, .. }
+            | OpConfig::Hashing { component, .. }
+            | OpConfig::Discretization { component, .. } => component.as_deref(),
+            OpConfig::StringLookup(c) | OpConfig::IntegerLookup(c) => c.component.as_deref(),
+            OpConfig::TextVectorization(c) => c.component.as_deref(),
             OpConfig::Stack { output, .. } => Some(output),
         }
     }
 
-    /// True for a `normalize` op still waiting for `adapt`.
+    /// True for an op still waiting for `adapt` (`normalize`, `discretization`, the lookups,
+    /// `text_vectorization`).
     pub fn needs_adapt(&self) -> bool {
-        matches!(self, OpConfig::Normalize { adapt: true, .. })
+        match self {
+            OpConfig::StringLookup(c) | OpConfig::IntegerLookup(c) => c.adapt,
+            OpConfig::TextVectorization(c) => c.adapt,
+            _ => matches!(
+                self,
+                OpConfig::Normalize { adapt: true, .. }
+                    | OpConfig::Discretization { adapt: true, .. }
+            ),
+        }
+    }
+
+    /// The token kind of a lookup op (`None` for other ops).
+    pub fn token_kind(&self) -> Option<TokenKind> {
+        match self {
+            OpConfig::StringLookup(_) | OpConfig::TextVectorization(_) => Some(TokenKind::String),
+            OpConfig::IntegerLookup(_) => Some(TokenKind::Integer),
+            _ => None,
+        }
+    }
+
+    /// The vocabulary file path of a lookup or `text_vectorization` op, if it names one.
+    pub fn vocabulary_file(&self) -> Option<&str> {
+        let v = match self {
+            OpConfig::StringLookup(c) | OpConfig::IntegerLookup(c) => c.vocabulary.as_ref(),
+            OpConfig::TextVectorization(c) => c.vocabulary.as_ref(),
+            _ => None,
+        };
+        v.and_then(toml::Value::as_str)
+    }
+
+    /// The op with its vocabulary file replaced by the file's tokens (`vocabulary`).
+    pub fn with_vocabulary(&self, vocabulary: toml::Value) -> OpConfig {
+        let mut out = self.clone();
+        match &mut out {
+            OpConfig::StringLookup(c) | OpConfig::IntegerLookup(c) => {
+                c.vocabulary = Some(vocabulary)
+            }
+            OpConfig::TextVectorization(c) => c.vocabulary = Some(vocabulary),
+            _ => {}
+        }
+        out
+    }
+
+    /// The op with `component` in place of its own (an adapted training op copied to the
+    /// validation or test pipeline).
+    pub fn with_component(&self, component: Option<String>) -> OpConfig {
+        let mut out = self.clone();
+        match &mut out {
+            OpConfig::Rescale { component: c, .. }
+            | OpConfig::Normalize { component: c, .. }
+            | OpConfig::OneHot { component: c, .. }
+            | OpConfig::Cast { component: c, .. }
+            | OpConfig::DecodeRaw { component: c, .. }
+            | OpConfig::Reshape { component: c, .. }
+            | OpConfig::RandomFlip { component: c, .. }
+            | OpConfig::RandomCrop { component: c, .. }
+            | OpConfig::Resize { component: c, .. }
+            | OpConfig::CategoryEncoding { component: c, .. }
+            | OpConfig::Hashing { component: c, .. }
+            | OpConfig::Discretization { component: c, .. } => *c = component,
+            OpConfig::StringLookup(l) | OpConfig::IntegerLookup(l) => l.component = component,
+            OpConfig::TextVectorization(t) => t.component = component,
+            OpConfig::Stack { .. } => {}
+        }
+        out
+    }
+
+    /// Adapts the op over `component` of `ds` (Keras' `layer.adapt`): the op with what it
+    /// learned recorded (statistics, bin boundaries or vocabulary) and `adapt = false`.
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] at `key.adapt` with the data error (an empty dataset, strings
+    /// where numbers are needed, ...).
+    pub fn adapt_over(
+        &self,
+        key: &str,
+        ds: &kiln_data::Dataset,
+        component: &str,
+    ) -> Result<OpConfig> {
+        Ok(match self {
+            OpConfig::Normalize { axis, .. } => {
+                let n = Normalization::adapt(ds, component, axis.to_vec())
+                    .map_err(|e| text_ops::adapt_error(key, e))?;
+                self.adapted(&n)
+            }
+            OpConfig::Discretization {
+                component: c,
+                num_bins,
+                epsilon,
+                output_mode,
+                ..
+            } => {
+                let b = kiln_data::preprocess::Discretization::adapt(
+                    ds,
+                    component,
+                    num_bins.unwrap_or(1),
+                    *epsilon,
+                )
+                .map_err(|e| text_ops::adapt_error(key, e))?;
+                OpConfig::Discretization {
+                    component: c.clone(),
+                    bin_boundaries: Some(b),
+                    num_bins: None,
+                    epsilon: *epsilon,
+                    output_mode: output_mode.clone(),
+                    adapt: false,
+                }
+            }
+            OpConfig::StringLookup(c) => {
+                OpConfig::StringLookup(c.adapted(key, TokenKind::String, ds, component)?)
+            }
+            OpConfig::IntegerLookup(c) => {
+                OpConfig::IntegerLookup(c.adapted(key, TokenKind::Integer, ds, component)?)
+            }
+            OpConfig::TextVectorization(c) => {
+                OpConfig::TextVectorization(c.adapted(key, ds, component)?)
+            }
+            other => other.clone(),
+        })
     }
 
     /// Checks the arguments; `key` is the op's dotted config path (`data.train.map[2]`).
@@ -391,6 +595,27 @@ impl OpConfig {
                     );
                 }
             }
+            OpConfig::CategoryEncoding { .. } | OpConfig::Hashing { .. } => {
+                self.to_preprocess("x", key)?;
+            }
+            OpConfig::Discretization {
+                bin_boundaries,
+                num_bins,
+                epsilon,
+                output_mode,
+                adapt,
+                ..
+            } => text_ops::check_discretization(
+                key,
+                bin_boundaries.as_deref(),
+                *num_bins,
+                *epsilon,
+                *adapt,
+                output_mode,
+            )?,
+            OpConfig::StringLookup(c) => c.validate(key, TokenKind::String)?,
+            OpConfig::IntegerLookup(c) => c.validate(key, TokenKind::Integer)?,
+            OpConfig::TextVectorization(c) => c.validate(key)?,
         }
         Ok(())
     }
@@ -480,6 +705,33 @@ impl OpConfig {
                 components: components.clone(),
                 output: output.clone(),
             },
+            OpConfig::CategoryEncoding {
+                num_tokens,
+                output_mode,
+                ..
+            } => text_ops::category_encoding(key, component, *num_tokens, output_mode)?,
+            OpConfig::Hashing {
+                num_bins,
+                mask_value,
+                salt,
+                output_mode,
+                ..
+            } => text_ops::hashing(
+                key,
+                component,
+                *num_bins,
+                mask_value.as_ref(),
+                salt.as_ref(),
+                output_mode,
+            )?,
+            OpConfig::Discretization {
+                bin_boundaries,
+                output_mode,
+                ..
+            } => text_ops::discretization(key, component, bin_boundaries.as_deref(), output_mode)?,
+            OpConfig::StringLookup(c) => c.to_preprocess(key, component, TokenKind::String)?,
+            OpConfig::IntegerLookup(c) => c.to_preprocess(key, component, TokenKind::Integer)?,
+            OpConfig::TextVectorization(c) => c.to_preprocess(key, component)?,
         })
     }
 
@@ -548,9 +800,16 @@ pub struct PipelineConfig {
     /// image_folder: `"grayscale"`, `"rgb"` (default) or `"rgba"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub color_mode: Option<String>,
-    /// image_folder: the classes in label order (default: the sorted subfolders).
+    /// image_folder, text_folder: the classes in label order (default: the sorted
+    /// subfolders).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_names: Option<Vec<String>>,
+    /// text_folder: `"int"` (default), `"categorical"` or `"binary"` (Keras' `label_mode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_mode: Option<String>,
+    /// text_folder: keep at most this many bytes of each file (Keras' `max_length`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<usize>,
     /// tf.data's `ignore_errors`: drop an example whose reading, decoding, parsing or `map`
     /// ops fail (a corrupt image, a bad CSV row, a damaged TFRecord record) instead of
     /// stopping the run; the epoch log counts and lists them (default `false`: strict).
@@ -628,6 +887,7 @@ impl PipelineConfig {
         match (&self.x, self.source) {
             (Some(x), _) => x,
             (None, Source::ImageFolder) => kiln_data::sources::IMAGE_COMPONENT,
+            (None, Source::TextFolder) => kiln_data::sources::TEXT_COMPONENT,
             (None, _) => crate::batch::FEATURES,
         }
     }
@@ -636,7 +896,9 @@ impl PipelineConfig {
     pub fn y_name(&self) -> &str {
         match (&self.y, self.source, &self.label_name) {
             (Some(y), _, _) => y,
-            (None, Source::ImageFolder, _) => kiln_data::sources::LABEL_COMPONENT,
+            (None, Source::ImageFolder | Source::TextFolder, _) => {
+                kiln_data::sources::LABEL_COMPONENT
+            }
             (None, Source::Csv, Some(label)) => label,
             (None, _, _) => crate::batch::LABELS,
         }
@@ -677,7 +939,7 @@ impl PipelineConfig {
             return err("files", "give at least one path or glob pattern".into());
         }
         // Keys that belong to one source only.
-        let only: [(&str, bool, &[Source]); 13] = [
+        let only: [(&str, bool, &[Source]); 15] = [
             (
                 "components",
                 self.components.is_some(),
@@ -713,7 +975,17 @@ impl PipelineConfig {
             (
                 "class_names",
                 self.class_names.is_some(),
-                &[Source::ImageFolder],
+                &[Source::ImageFolder, Source::TextFolder],
+            ),
+            (
+                "label_mode",
+                self.label_mode.is_some(),
+                &[Source::TextFolder],
+            ),
+            (
+                "max_length",
+                self.max_length.is_some(),
+                &[Source::TextFolder],
             ),
         ];
         for (name, given, sources) in only {
@@ -809,6 +1081,22 @@ impl PipelineConfig {
                 }
             }
             Source::Text => {}
+            Source::TextFolder => {
+                if files.len() != 1 {
+                    return err(
+                        "files",
+                        "source = \"text_folder\" takes one directory".into(),
+                    );
+                }
+                if let Some(mode) = &self.label_mode
+                    && let Err(e) = mode.parse::<kiln_data::sources::LabelMode>()
+                {
+                    return err(
+                        "label_mode",
+                        e.to_string().replace("invalid argument: ", ""),
+                    );
+                }
+            }
         }
         if let Some(c) = &self.compression_type {
             crate::pipeline::compression(c)
