@@ -12,6 +12,7 @@
 //! | [`flip`] (random) | `keras.layers.RandomFlip(mode)` | image | same dtype |
 //! | [`crop`] (random) | `keras.layers.RandomCrop(height, width)` | image | same dtype |
 //! | [`resize_bilinear`] | `keras.layers.Resizing(h, w)` / `tf.image.resize(bilinear)` | image | `float32 [h, w, c]` |
+//! | [`pad_sequences`] | `keras.utils.pad_sequences([x], maxlen, padding, truncating, value)` | `[length, ...]` | `[maxlen, ...]`, same dtype |
 //! | [`stack`] | `tf.stack([tf.cast(c, float32) for c in cols], axis=-1)` | same-shaped numerics | `float32 [..., k]` |
 //!
 //! An *image* is `[height, width, channels]` (Keras' channels-last) or `[height, width]` (one
@@ -32,8 +33,10 @@
 mod cast;
 mod decode_raw;
 mod image;
+mod mix;
 mod normalize;
 mod one_hot;
+mod pad_sequences;
 mod random_map;
 mod rescale;
 mod reshape;
@@ -45,8 +48,10 @@ mod tests;
 pub use cast::cast;
 pub use decode_raw::decode_raw;
 pub use image::{FlipMode, crop, flip, resize_bilinear};
+pub use mix::{CutBox, MixOptions, cut_mix, mix_up, sample_beta};
 pub use normalize::Normalization;
 pub use one_hot::one_hot;
+pub use pad_sequences::{Side, pad_sequences};
 pub use rescale::rescale;
 pub use reshape::reshape;
 pub use stack::stack;
@@ -145,6 +150,19 @@ pub enum Preprocess {
         /// Name of the stacked component (replaced if present).
         output: String,
     },
+    /// [`pad_sequences`] to `maxlen` steps.
+    PadSequences {
+        /// Component to transform (a sequence `[length, ...]`).
+        component: String,
+        /// Steps of the result.
+        maxlen: usize,
+        /// Where short sequences are padded.
+        padding: Side,
+        /// Where long sequences are cut.
+        truncating: Side,
+        /// The padding value.
+        value: f64,
+    },
 }
 
 impl Preprocess {
@@ -162,6 +180,7 @@ impl Preprocess {
             Preprocess::RandomCrop { .. } => "random_crop",
             Preprocess::Resize { .. } => "resize",
             Preprocess::Stack { .. } => "stack",
+            Preprocess::PadSequences { .. } => "pad_sequences",
         }
     }
 
@@ -176,7 +195,8 @@ impl Preprocess {
             | Preprocess::Reshape { component, .. }
             | Preprocess::RandomFlip { component, .. }
             | Preprocess::RandomCrop { component, .. }
-            | Preprocess::Resize { component, .. } => component,
+            | Preprocess::Resize { component, .. }
+            | Preprocess::PadSequences { component, .. } => component,
             Preprocess::Stack { output, .. } => output,
         }
     }
@@ -259,6 +279,13 @@ impl Preprocess {
                 })
             }
             Preprocess::Resize { height, width, .. } => resize_bilinear(&x, *height, *width),
+            Preprocess::PadSequences {
+                maxlen,
+                padding,
+                truncating,
+                value,
+                ..
+            } => pad_sequences(&x, *maxlen, *padding, *truncating, *value),
             Preprocess::Stack { .. } => unreachable!("handled above"),
         }
         .map_err(|e| self.error(e))?;

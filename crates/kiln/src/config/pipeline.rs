@@ -74,6 +74,9 @@ pub enum Source {
     /// A folder with one subfolder of images per class (`image_dataset_from_directory`):
     /// elements `{"image": uint8 [h, w, c], "label": int64}`.
     ImageFolder,
+    /// Sliding windows over a time series in a `.npy` file `[time, …]`, with an optional
+    /// `.npy` file of targets (`keras.utils.timeseries_dataset_from_array`).
+    Timeseries,
 }
 
 impl Source {
@@ -86,6 +89,7 @@ impl Source {
             Source::Tfrecord => "tfrecord",
             Source::Text => "text",
             Source::ImageFolder => "image_folder",
+            Source::Timeseries => "timeseries",
         }
     }
 }
@@ -251,6 +255,27 @@ pub enum OpConfig {
         /// Name of the stacked component.
         output: String,
     },
+    /// `keras.utils.pad_sequences(maxlen, padding, truncating, value)` of one sequence.
+    PadSequences {
+        /// Component (default: the pipeline's `x`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        component: Option<String>,
+        /// Steps of every sequence after padding or truncating.
+        maxlen: usize,
+        /// `"pre"` (Keras' default) or `"post"`: where short sequences are padded.
+        #[serde(default = "pre")]
+        padding: String,
+        /// `"pre"` (Keras' default) or `"post"`: where long sequences are cut.
+        #[serde(default = "pre")]
+        truncating: String,
+        /// The padding value (default 0).
+        #[serde(default)]
+        value: f64,
+    },
+}
+
+fn pre() -> String {
+    "pre".into()
 }
 
 /// The dtype named `name` for `cast`.
@@ -279,6 +304,7 @@ impl OpConfig {
             OpConfig::RandomCrop { .. } => "random_crop",
             OpConfig::Resize { .. } => "resize",
             OpConfig::Stack { .. } => "stack",
+            OpConfig::PadSequences { .. } => "pad_sequences",
         }
     }
 
@@ -293,7 +319,8 @@ impl OpConfig {
             | OpConfig::Reshape { component, .. }
             | OpConfig::RandomFlip { component, .. }
             | OpConfig::RandomCrop { component, .. }
-            | OpConfig::Resize { component, .. } => component.as_deref(),
+            | OpConfig::Resize { component, .. }
+            | OpConfig::PadSequences { component, .. } => component.as_deref(),
             OpConfig::Stack { output, .. } => Some(output),
         }
     }
@@ -391,6 +418,9 @@ impl OpConfig {
                     );
                 }
             }
+            OpConfig::PadSequences { .. } => {
+                self.to_preprocess("x", key)?;
+            }
         }
         Ok(())
     }
@@ -480,6 +510,15 @@ impl OpConfig {
                 components: components.clone(),
                 output: output.clone(),
             },
+            OpConfig::PadSequences {
+                maxlen,
+                padding,
+                truncating,
+                value,
+                ..
+            } => super::data_utils::pad_sequences(
+                component, *maxlen, padding, truncating, *value, key,
+            )?,
         })
     }
 
@@ -542,6 +581,21 @@ pub struct PipelineConfig {
     /// csv: a field equal to this counts as empty (default `""`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub na_value: Option<String>,
+    /// timeseries: time steps per window (`sequence_length`, required).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence_length: Option<usize>,
+    /// timeseries: steps between the starts of two windows (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence_stride: Option<usize>,
+    /// timeseries: steps between two time steps of a window (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_rate: Option<usize>,
+    /// timeseries: the first time step used (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_index: Option<usize>,
+    /// timeseries: time steps from this one on are not used (default: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_index: Option<usize>,
     /// image_folder: resize every image to `[height, width]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_size: Option<[usize; 2]>,
@@ -596,6 +650,16 @@ pub struct PipelineConfig {
     /// Drop the last, smaller batch.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drop_remainder: bool,
+    /// `Dataset.padded_batch` instead of `batch`: `true`, or `{ padded_shapes,
+    /// padding_values }` by component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub padded_batch: Option<super::data_utils::PaddedBatchConfig>,
+    /// keras.io's MixUp on each training batch: `{ alpha = 0.2, seed }`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mix_up: Option<super::data_utils::MixConfig>,
+    /// keras.io's CutMix on each training batch: `{ alpha = 0.25, seed }`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_mix: Option<super::data_utils::MixConfig>,
     /// Batches prepared ahead (`"AUTOTUNE"` = 2, the default).
     #[serde(
         default,
@@ -681,7 +745,7 @@ impl PipelineConfig {
             (
                 "components",
                 self.components.is_some(),
-                &[Source::Idx, Source::Npy],
+                &[Source::Idx, Source::Npy, Source::Timeseries],
             ),
             (
                 "compression_type",
@@ -732,8 +796,10 @@ impl PipelineConfig {
                 );
             }
         }
+        self.validate_timeseries(key, files.len())?;
+        self.validate_batching(key)?;
         match self.source {
-            Source::Idx | Source::Npy => {
+            Source::Idx | Source::Npy | Source::Timeseries => {
                 let names = self.component_names();
                 if names.len() != files.len() {
                     return err(
