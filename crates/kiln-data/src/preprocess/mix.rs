@@ -128,14 +128,23 @@ fn put(batch: &mut Element, name: &str, shape: Vec<usize>, v: Vec<f32>) -> Resul
     Ok(())
 }
 
-/// Checks that `partner` and the per-example values fit a batch of `rows`.
-fn check_pairs(rows: usize, partner: &[usize], values: usize) -> Result<()> {
+/// The features and labels of `batch` (shape, float values), checked to fit `partner` and
+/// `values` per-example mixing values.
+fn operands(
+    batch: &Element,
+    x: &str,
+    y: &str,
+    partner: &[usize],
+    values: usize,
+) -> Result<[(Vec<usize>, Vec<f32>); 2]> {
+    let (features, labels) = (floats(batch, x, false)?, floats(batch, y, true)?);
+    let rows = labels.0[0];
     if partner.len() != rows || values != rows || partner.iter().any(|&p| p >= rows) {
         return Err(DataError::InvalidArgument(format!(
             "a batch of {rows} needs {rows} partners in 0..{rows} and {rows} mixing values"
         )));
     }
-    Ok(())
+    Ok([features, labels])
 }
 
 /// keras.io's `mix_up` on a batch: example `i` becomes `λ_i x_i + (1 - λ_i) x_p(i)` and its
@@ -152,10 +161,8 @@ pub fn mix_up(
     partner: &[usize],
     lambda: &[f64],
 ) -> Result<Element> {
-    let (xs, xv) = floats(&batch, x, false)?;
-    let (ys, yv) = floats(&batch, y, true)?;
+    let [(xs, xv), (ys, yv)] = operands(&batch, x, y, partner, lambda.len())?;
     let rows = ys[0];
-    check_pairs(rows, partner, lambda.len())?;
     put(&mut batch, x, xs, blend(&xv, rows, partner, lambda))?;
     put(&mut batch, y, ys, blend(&yv, rows, partner, lambda))?;
     Ok(batch)
@@ -174,10 +181,8 @@ pub fn cut_mix(
     partner: &[usize],
     boxes: &[CutBox],
 ) -> Result<Element> {
-    let (xs, xv) = floats(&batch, x, false)?;
-    let (ys, yv) = floats(&batch, y, true)?;
+    let [(xs, xv), (ys, yv)] = operands(&batch, x, y, partner, boxes.len())?;
     let rows = ys[0];
-    check_pairs(rows, partner, boxes.len())?;
     let (h, w) = image_size(&xs)?;
     let channels: usize = xs[3..].iter().product();
     let mut out = xv.clone();

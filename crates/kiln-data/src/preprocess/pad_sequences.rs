@@ -72,13 +72,15 @@ pub fn pad_sequences(
     let row: usize = x.shape()[1..].iter().product();
     let pad = filled(x.data(), (maxlen - kept) * row, value);
     let body = x.data().slice(first * row, (first + kept) * row);
-    let (a, b) = match padding {
+    let (mut data, tail) = match padding {
         Side::Pre => (pad, body),
         Side::Post => (body, pad),
     };
+    // Both are of x's dtype (`filled` gives it).
+    data.extend_from(&tail);
     let mut shape = x.shape().to_vec();
     shape[0] = maxlen;
-    Array::new(shape, concat(a, b))
+    Array::new(shape, data)
 }
 
 /// `n` copies of `value` in the dtype of `like`.
@@ -90,37 +92,6 @@ fn filled(like: &Buffer, n: usize, value: f64) -> Buffer {
         Buffer::F32(_) => Buffer::F32(vec![value as f32; n]),
         Buffer::F64(_) => Buffer::F64(vec![value; n]),
         Buffer::String(_) => Buffer::String(vec![Vec::new(); n]),
-    }
-}
-
-/// `a` then `b` (same dtype).
-fn concat(a: Buffer, b: Buffer) -> Buffer {
-    match (a, b) {
-        (Buffer::U8(mut a), Buffer::U8(b)) => {
-            a.extend(b);
-            Buffer::U8(a)
-        }
-        (Buffer::I32(mut a), Buffer::I32(b)) => {
-            a.extend(b);
-            Buffer::I32(a)
-        }
-        (Buffer::I64(mut a), Buffer::I64(b)) => {
-            a.extend(b);
-            Buffer::I64(a)
-        }
-        (Buffer::F32(mut a), Buffer::F32(b)) => {
-            a.extend(b);
-            Buffer::F32(a)
-        }
-        (Buffer::F64(mut a), Buffer::F64(b)) => {
-            a.extend(b);
-            Buffer::F64(a)
-        }
-        (Buffer::String(mut a), Buffer::String(b)) => {
-            a.extend(b);
-            Buffer::String(a)
-        }
-        _ => unreachable!("filled() gives the dtype of the sequence"),
     }
 }
 

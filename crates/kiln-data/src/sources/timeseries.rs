@@ -216,10 +216,11 @@ mod tests {
     #[test]
     fn bad_windows_are_one_line_errors_naming_the_argument() {
         let err = |o: TimeseriesOptions| {
-            Dataset::timeseries_dataset_from_array(series(5), None, ("x", "y"), o)
-                .err()
-                .expect("an error")
-                .to_string()
+            let Err(e) = Dataset::timeseries_dataset_from_array(series(5), None, ("x", "y"), o)
+            else {
+                panic!("{o:?} gives windows");
+            };
+            e.to_string()
         };
         // Keras yields no windows here; kiln says why.
         let e = err(options(6, 1, 1));
