@@ -134,3 +134,32 @@ for name, m in [("precision", M.Precision()), ("recall", M.Recall()),
     first = float(m.result())
     m.update_state(BINARY[2:], PROBS[2:])
     print(f"{name}: {first!r} {float(m.result())!r}")
+
+# `reduction` (every Keras loss takes it): the sum, and "mean" (= sum_over_batch_size in
+# Keras 3), on rank-2 and rank-3 outputs. Pasted at the end of keras::CASES.
+import json
+
+REDUCTION = [
+    ("categorical_crossentropy", L.CategoricalCrossentropy(reduction="sum"), "ONEHOT", "PROBS",
+     'reduction = "sum"', (4, 3)),
+    ("mse", L.MeanSquaredError(reduction="sum"), "REG_Y", "REG_P", 'reduction = "sum"',
+     (2, 3, 2)),
+    ("huber", L.Huber(delta=0.5, reduction="mean"), "REG_Y", "REG_P",
+     'delta = 0.5, reduction = "mean"', (4, 3)),
+    ("binary_focal_crossentropy", L.BinaryFocalCrossentropy(from_logits=True, reduction="sum"),
+     "BINARY", "LOGITS", 'from_logits = true, reduction = "sum"', (4, 3)),
+    ("kl_divergence", L.KLDivergence(reduction="sum_over_batch_size"), "SOFT", "PROBS",
+     'reduction = "sum_over_batch_size"', (2, 3, 2)),
+]
+print("// Reduction cases")
+for name, loss, y, p, args, shape in REDUCTION:
+    yv, pv = globals()[y].reshape(shape), globals()[p].reshape(shape)
+    value, grad = value_and_grad(loss, yv, pv)
+    rows = int(np.prod(shape[:-1]))
+    print(f"    Case {{ loss: {json.dumps(name)}, args: {json.dumps(args)}, y: &{y}, p: &{p}, "
+          f"rows: {rows}, value: {value!r}, grad: &{lit(grad)} }},")
+# The sum with sample weights (Σ w l), for super::tests (labels: classes [0, 2, 1, 1] one-hot,
+# as gradient_reference.py's "losses with sample_weight").
+cce = L.CategoricalCrossentropy(from_logits=True, reduction="sum")
+classes = np.eye(3, dtype="float32")[[0, 2, 1, 1]]
+print("cce sum weighted:", float(cce(classes, LOGITS, sample_weight=f32([1.0, 2.0, 0.5, 0.0]))))

@@ -69,3 +69,22 @@ for name, metric in CASES:
     print(f"{name}: {values}  (mean of batches: {np.mean(per_batch, axis=0).tolist()})")
 print("names:", [m.name for _, m in CASES[:1]], M.AUC().name, M.F1Score().name,
       M.FBetaScore().name, M.R2Score().name, M.Recall().name)
+
+# MeanIoU over the same three batches: class ids from the argmax of PROBS and LABELS (the
+# first largest), and as sparse ids; ignore_class; a class never seen.
+PRED_IDS = np.argmax(PROBS, axis=1)
+TRUE_IDS = np.array([0, 1, 0, 2, 0, 1, 2, 0])
+IOU_CASES = [
+    ("mean_iou_dense_pred", dict(num_classes=3, sparse_y_pred=False), PROBS, TRUE_IDS),
+    ("mean_iou_ignore1", dict(num_classes=3, sparse_y_pred=False, ignore_class=1), PROBS, TRUE_IDS),
+    ("mean_iou_sparse_4", dict(num_classes=4), PRED_IDS.astype("float32"), TRUE_IDS),
+    ("mean_iou_dense_true", dict(num_classes=3, sparse_y_true=False, sparse_y_pred=False),
+     PROBS, np.eye(3, dtype="float32")[TRUE_IDS]),
+]
+for name, kw, p, y in IOU_CASES:
+    m = keras.metrics.MeanIoU(**kw)
+    out = []
+    for a, b in BATCHES:
+        m.update_state(y[a:b], p[a:b])
+        out.append(float(m.result()))
+    print(name, m.name, out)

@@ -138,7 +138,7 @@ impl Buffer {
     }
 
     /// Appends `other`, which must have the same dtype (checked by the caller).
-    fn extend_from(&mut self, other: &Buffer) -> bool {
+    pub(crate) fn extend_from(&mut self, other: &Buffer) -> bool {
         match (self, other) {
             (Buffer::U8(a), Buffer::U8(b)) => a.extend_from_slice(b),
             (Buffer::I32(a), Buffer::I32(b)) => a.extend_from_slice(b),

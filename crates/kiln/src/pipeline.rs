@@ -456,6 +456,7 @@ fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str, shard: Option<Shard>) 
             };
             Dataset::text_dataset_from_directory(&dir, options)?
         }
+        Source::Timeseries => data_utils::timeseries_source(cfg, p, key)?,
     })
 }
 
@@ -643,9 +644,11 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
         // A batch larger than the data is the whole data (and allocates no more).
         batch_size = batch_size.min(n.max(1) as usize);
     }
-    Ok(ds
-        .batch(batch_size, p.drop_remainder)
-        .prefetch(p.prefetch.map_or(BufferSize::Autotune, BufferSize::Fixed)))
+    ds = data_utils::batch(ds, p, key, batch_size)?;
+    if training && !parts.no_cache_no_shuffle {
+        ds = data_utils::mix(ds, cfg, p, key)?;
+    }
+    Ok(ds.prefetch(p.prefetch.map_or(BufferSize::Autotune, BufferSize::Fixed)))
 }
 
 /// The batched pipeline of `split`, as `fit` / `evaluate` consume it (components `x`, `y`).
@@ -978,6 +981,8 @@ pub fn bench_epochs(
     Ok(reports)
 }
 
+mod data_utils;
 mod model_adapt;
+
 #[cfg(test)]
 mod tests;

@@ -473,10 +473,40 @@ fn vision_transformer_has_keras_parameter_count_and_trains_with_adapted_normaliz
     let saved = RunConfig::load(&run_dir.path().join("config.toml")).unwrap();
     let table = saved.model.to_toml();
     let layers = table["layers"].as_array().unwrap();
-    let norm = layers.iter().find(|l| l["type"].as_str() == Some("Normalization"));
+    let norm = layers
+        .iter()
+        .find(|l| l["type"].as_str() == Some("Normalization"));
     let mean = norm.unwrap()["mean"].as_array().unwrap();
     assert_eq!(mean.len(), 3);
     for m in mean {
         assert!((m.as_float().unwrap() - 127.5).abs() < 10.0, "{mean:?}");
     }
+}
+
+#[test]
+fn mixup_trains_on_fashion_mnist_with_mixed_batches() {
+    let losses = train("mixup.toml", None, 2, 4);
+    // Mixed one-hot labels: the cross-entropy of a fresh 10-class model is near ln 10.
+    assert!(losses[0] > 1.0, "{losses:?}");
+}
+
+#[test]
+fn cutmix_resnet20_trains_on_cifar10_shaped_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let n = 64;
+    for split in ["train", "test"] {
+        let x = uniform(&mut rng, n * 32 * 32 * 3, 256);
+        let y = uniform(&mut rng, n, 10);
+        let (xf, yf) = (format!("x_{split}.npy"), format!("y_{split}.npy"));
+        write(
+            dir.path(),
+            vec![
+                (xf.as_str(), vec![n, 32, 32, 3], x),
+                (yf.as_str(), vec![n], y),
+            ],
+            &[yf.as_str()],
+        );
+    }
+    train("cutmix.toml", Some(dir.path()), 1, 2);
 }

@@ -12,6 +12,7 @@
 //! | [`flip`] (random) | `keras.layers.RandomFlip(mode)` | image | same dtype |
 //! | [`crop`] (random) | `keras.layers.RandomCrop(height, width)` | image | same dtype |
 //! | [`resize_bilinear`] | `keras.layers.Resizing(h, w)` / `tf.image.resize(bilinear)` | image | `float32 [h, w, c]` |
+//! | [`pad_sequences`] | `keras.utils.pad_sequences([x], maxlen, padding, truncating, value)` | `[length, ...]` | `[maxlen, ...]`, same dtype |
 //! | [`stack`] | `tf.stack([tf.cast(c, float32) for c in cols], axis=-1)` | same-shaped numerics | `float32 [..., k]` |
 //! | [`category_encoding`] | `keras.layers.CategoryEncoding(num_tokens, output_mode)` | integer | `float32 [..., num_tokens]` |
 //! | [`Hashing`] | `keras.layers.Hashing(num_bins, mask_value, salt, output_mode)` | string or integer | `int64` bins or `float32` encoding |
@@ -44,8 +45,10 @@ mod decode_raw;
 mod hashing;
 mod image;
 mod lookup;
+mod mix;
 mod normalize;
 mod one_hot;
+mod pad_sequences;
 mod random_map;
 mod rescale;
 mod reshape;
@@ -60,8 +63,10 @@ mod text_tests;
 pub use cast::cast;
 pub use decode_raw::decode_raw;
 pub use image::{FlipMode, crop, flip, resize_bilinear};
+pub use mix::{CutBox, MixOptions, cut_mix, mix_up, sample_beta};
 pub use normalize::Normalization;
 pub use one_hot::one_hot;
+pub use pad_sequences::{Side, pad_sequences};
 pub use rescale::rescale;
 pub use reshape::reshape;
 pub use stack::stack;
@@ -201,6 +206,18 @@ pub enum Preprocess {
         component: String,
         /// The layer (vocabulary given or adapted).
         text: TextVectorization,
+    /// [`pad_sequences`] to `maxlen` steps.
+    PadSequences {
+        /// Component to transform (a sequence `[length, ...]`).
+        component: String,
+        /// Steps of the result.
+        maxlen: usize,
+        /// Where short sequences are padded.
+        padding: Side,
+        /// Where long sequences are cut.
+        truncating: Side,
+        /// The padding value.
+        value: f64,
     },
 }
 
@@ -227,6 +244,7 @@ impl Preprocess {
                 TokenKind::Integer => "integer_lookup",
             },
             Preprocess::TextVectorization { .. } => "text_vectorization",
+            Preprocess::PadSequences { .. } => "pad_sequences",
         }
     }
 
@@ -247,6 +265,7 @@ impl Preprocess {
             | Preprocess::Discretization { component, .. }
             | Preprocess::Lookup { component, .. }
             | Preprocess::TextVectorization { component, .. } => component,
+            | Preprocess::PadSequences { component, .. } => component,
             Preprocess::Stack { output, .. } => output,
         }
     }
@@ -338,6 +357,13 @@ impl Preprocess {
             Preprocess::Discretization { discretization, .. } => discretization.apply(&x),
             Preprocess::Lookup { lookup, .. } => lookup.apply(&x),
             Preprocess::TextVectorization { text, .. } => text.apply(&x),
+            Preprocess::PadSequences {
+                maxlen,
+                padding,
+                truncating,
+                value,
+                ..
+            } => pad_sequences(&x, *maxlen, *padding, *truncating, *value),
             Preprocess::Stack { .. } => unreachable!("handled above"),
         }
         .map_err(|e| self.error(e))?;

@@ -7,6 +7,7 @@
 //! | [`Dataset::csv_dataset`](crate::Dataset::csv_dataset) (`csv_dataset.rs`) | `tf.data.experimental.CsvDataset` | one scalar per selected column |
 //! | [`Dataset::make_csv_dataset`](crate::Dataset::make_csv_dataset) (`make_csv.rs`) | `tf.data.experimental.make_csv_dataset` | batches: features by column name, then the label |
 //! | [`Dataset::list_files`](crate::Dataset::list_files), [`matching_files`] (`list_files.rs`) | `tf.data.Dataset.list_files`, `tf.io.matching_files` | `{"filename": string []}` |
+//! | [`Dataset::timeseries_dataset_from_array`](crate::Dataset::timeseries_dataset_from_array) (`timeseries.rs`) | `keras.utils.timeseries_dataset_from_array` | windows `[sequence_length, …]` and their targets |
 //! | [`Dataset::image_dataset_from_directory`](crate::Dataset::image_dataset_from_directory) (`image_folder.rs`) | `keras.utils.image_dataset_from_directory` | `{"image": uint8 [h, w, c], "label": int64 []}` |
 //!
 //! File names may be local paths, `file://` URLs or `s3://bucket/key` URLs
@@ -28,6 +29,7 @@ mod make_csv;
 mod range;
 mod text_folder;
 mod text_line;
+mod timeseries;
 
 use std::path::Path;
 
@@ -44,6 +46,7 @@ pub(crate) use make_csv::infer_type;
 pub use range::RANGE_COMPONENT;
 pub use text_folder::{LabelMode, TEXT_COMPONENT, TextFolderOptions};
 pub use text_line::TEXT_LINE_COMPONENT;
+pub use timeseries::TimeseriesOptions;
 
 /// Opens `path` — a local path, `file://` URL or `s3://` URL ([`crate::storage`]) — for
 /// reading, mapping failure to [`DataError::Io`].

@@ -38,6 +38,7 @@ const UP: &[&str] = &[
     "cosine_similarity",
     "iou",
     "mean_iou",
+    "mean_io_u",
 ];
 
 /// Metric names that Keras 3 marks as improving downwards.

@@ -8,7 +8,7 @@ use crate::error::{KilnError, Result};
 
 mod table;
 
-pub use table::{Family, LOSSES, LossArgs, LossDef};
+pub use table::{Family, LOSSES, LossArgs, LossDef, Reduction};
 
 /// Keras clips probabilities to `[EPSILON, 1 - EPSILON]` before taking logs
 /// (`keras.config.epsilon()`).
@@ -183,6 +183,9 @@ impl LossSpec {
         for k in b.def.args {
             t.insert((*k).into(), b.args.get(k));
         }
+        if b.args.reduction != Reduction::default() {
+            t.insert("reduction".into(), b.args.reduction.name().into());
+        }
         t
     }
     /// The mean loss over the batch, a `[1]` tensor.
@@ -204,7 +207,7 @@ impl LossSpec {
     /// `[1]` tensor: Keras' default reduction `sum_over_batch_size`,
     /// `Σ_i weight_i * loss_i / batch` (`keras/src/losses/loss.py`, `reduce_weighted_values`):
     /// the sum is divided by the batch size, not by the sum of the weights. Without weights,
-    /// the mean of the per-example losses.
+    /// the mean of the per-example losses. With `reduction = "sum"`, the sum itself.
     pub fn compute_weighted(
         &self,
         output: Tensor<2>,
@@ -213,9 +216,13 @@ impl LossSpec {
         sample_weight: Option<&Tensor<1>>,
     ) -> Tensor<1> {
         let per_example = self.per_example(output, logits, labels);
-        match sample_weight {
-            Some(w) => (per_example * w.clone()).mean(),
-            None => per_example.mean(),
+        let weighted = match sample_weight {
+            Some(w) => per_example * w.clone(),
+            None => per_example,
+        };
+        match self.kind {
+            LossKind::Builtin(b) if b.args.reduction == Reduction::Sum => weighted.sum(),
+            _ => weighted.mean(),
         }
     }
 
@@ -246,22 +253,31 @@ impl LossSpec {
 }
 
 /// The arguments of `def` from `table` (without `type` and `from_logits`).
-fn loss_args(def: &LossDef, table: toml::Table, key: &str) -> Result<LossArgs> {
+fn loss_args(def: &LossDef, mut table: toml::Table, key: &str) -> Result<LossArgs> {
+    // Every built-in loss takes `reduction` (Keras' `Loss` base class).
+    let reduction = match table.remove("reduction") {
+        None => Reduction::default(),
+        Some(v) => Reduction::parse(&v).map_err(|m| {
+            KilnError::config(format!("{key}.reduction"), format!("{}: {m}", def.name))
+        })?,
+    };
     if let Some(k) = table.keys().find(|k| !def.args.contains(&k.as_str())) {
         let takes = match def.args {
-            [] => "no arguments".to_string(),
-            a => a.join(", "),
+            [] => "only reduction".to_string(),
+            a => format!("{}, reduction", a.join(", ")),
         };
         return Err(KilnError::config(
             format!("{key}.{k}"),
             format!("{} has no argument \"{k}\"; it takes {takes}", def.name),
         ));
     }
-    let args: LossArgs = toml::Value::Table(table)
-        .try_into()
-        .map_err(|e: toml::de::Error| {
-            KilnError::config(key, crate::error::humanize(e.message()))
-        })?;
+    let mut args: LossArgs =
+        toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| {
+                KilnError::config(key, crate::error::humanize(e.message()))
+            })?;
+    args.reduction = reduction;
     if let Some((k, v, range)) = args.out_of_range() {
         return Err(KilnError::config(
             format!("{key}.{k}"),
@@ -410,5 +426,59 @@ mod tests {
             loss(scce, logits, &sparse, Some(&[1.0, 3.0, 1.0, 1.0])),
             1.0059974193572998,
         );
+    }
+
+    fn parsed(text: &str) -> Result<LossSpec> {
+        let t: toml::Table = toml::from_str(&format!("loss = {text}")).unwrap();
+        LossSpec::from_toml(&t["loss"])
+    }
+
+    #[test]
+    #[allow(clippy::excessive_precision)]
+    fn reduction_sum_adds_the_weighted_losses_as_keras() {
+        // keras.losses.CategoricalCrossentropy(from_logits=True, reduction="sum")(y, logits,
+        // sample_weight) (tests/reference/losses_reference.py).
+        let mut onehot = [0.0f32; 12];
+        for (i, &c) in CLASSES.iter().enumerate() {
+            onehot[i * 3 + c as usize] = 1.0;
+        }
+        let text =
+            "{ type = \"categorical_crossentropy\", from_logits = true, reduction = \"sum\" }";
+        let sum = parsed(text).unwrap();
+        let got = sum
+            .compute_weighted(
+                t2(&LOGITS, [4, 3]),
+                None,
+                &Labels::Dense(t2(&onehot, [4, 3])),
+                Some(&t1(&SW)),
+            )
+            .into_scalar::<f32>() as f64;
+        assert!((got - 2.274754047393799).abs() <= 1e-5, "{got}");
+        // Written back only when not the default, and read back the same.
+        assert_eq!(sum.to_toml()["reduction"].as_str(), Some("sum"));
+        assert_eq!(LossSpec::from_toml(&sum.to_toml()).unwrap(), sum);
+        let default = parsed("\"categorical_crossentropy\"").unwrap();
+        assert!(default.to_toml().get("reduction").is_none());
+        let mean = parsed("{ type = \"mae\", reduction = \"sum_over_batch_size\" }").unwrap();
+        assert_eq!(mean, parsed("\"mae\"").unwrap());
+    }
+
+    #[test]
+    fn reduction_none_and_unknown_names_are_refused_naming_the_key() {
+        let e = parsed("{ type = \"huber\", reduction = \"none\" }")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("compile.loss.reduction: huber: \"none\" keeps one loss per example"),
+            "{e}"
+        );
+        let e = parsed("{ type = \"mse\", reduction = \"average\" }")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("compile.loss.reduction: mean_squared_error: unknown reduction"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
     }
 }

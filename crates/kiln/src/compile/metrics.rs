@@ -51,7 +51,7 @@ pub enum MetricKind {
     Custom(super::CustomMetric),
 }
 
-const NAMES: &str = "accuracy, sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, mae (mean_absolute_error), mse (mean_squared_error), root_mean_squared_error (rmse), mean_absolute_percentage_error (mape), cosine_similarity, true_positives, false_positives, true_negatives, false_negatives, precision, recall, auc, f1_score, fbeta_score, r2_score";
+const NAMES: &str = "accuracy, sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, mae (mean_absolute_error), mse (mean_squared_error), root_mean_squared_error (rmse), mean_absolute_percentage_error (mape), cosine_similarity, true_positives, false_positives, true_negatives, false_negatives, precision, recall, auc, f1_score, fbeta_score, r2_score, mean_io_u (MeanIoU)";
 
 impl MetricSpec {
     /// Resolves a Keras metric name. `accuracy` becomes the accuracy that fits the loss, as in

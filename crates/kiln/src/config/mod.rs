@@ -24,6 +24,7 @@
 mod backup;
 mod callbacks;
 mod data;
+mod data_utils;
 mod distribute;
 mod fit;
 pub mod limits;
@@ -38,6 +39,7 @@ pub use callbacks::{
     ModelCheckpointSpec, ReduceLROnPlateauSpec, TensorBoardSpec, TerminateOnNaNSpec,
 };
 pub use data::{ARRAY_FORM_KEYS, DataConfig, PIPELINE_KEYS};
+pub use data_utils::{MixConfig, PaddedBatchConfig, PaddedBatchOptions};
 pub use distribute::{AutoShardPolicy, DEFAULT_PIPELINE_STAGES, DistributeConfig, StrategyKind};
 pub use fit::{AUTO_BATCH_SIZE, FitConfig, OnNanConfig};
 pub use pipeline::{

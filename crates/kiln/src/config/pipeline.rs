@@ -80,6 +80,9 @@ pub enum Source {
     /// A folder with one subfolder of `.txt` files per class (`text_dataset_from_directory`):
     /// elements `{"text": string, "label": ...}` (see `label_mode`).
     TextFolder,
+    /// Sliding windows over a time series in a `.npy` file `[time, …]`, with an optional
+    /// `.npy` file of targets (`keras.utils.timeseries_dataset_from_array`).
+    Timeseries,
 }
 
 impl Source {
@@ -93,6 +96,7 @@ impl Source {
             Source::Text => "text",
             Source::ImageFolder => "image_folder",
             Source::TextFolder => "text_folder",
+            Source::Timeseries => "timeseries",
         }
     }
 }
@@ -325,6 +329,27 @@ pub enum OpConfig {
     IntegerLookup(LookupConfig),
     /// `TextVectorization(...)`: strings to token indices or vectors.
     TextVectorization(TextVectorizationConfig),
+    /// `keras.utils.pad_sequences(maxlen, padding, truncating, value)` of one sequence.
+    PadSequences {
+        /// Component (default: the pipeline's `x`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        component: Option<String>,
+        /// Steps of every sequence after padding or truncating.
+        maxlen: usize,
+        /// `"pre"` (Keras' default) or `"post"`: where short sequences are padded.
+        #[serde(default = "pre")]
+        padding: String,
+        /// `"pre"` (Keras' default) or `"post"`: where long sequences are cut.
+        #[serde(default = "pre")]
+        truncating: String,
+        /// The padding value (default 0).
+        #[serde(default)]
+        value: f64,
+    },
+}
+
+fn pre() -> String {
+    "pre".into()
 }
 
 /// The dtype named `name` for `cast`.
@@ -359,6 +384,7 @@ impl OpConfig {
             OpConfig::StringLookup(_) => "string_lookup",
             OpConfig::IntegerLookup(_) => "integer_lookup",
             OpConfig::TextVectorization(_) => "text_vectorization",
+            OpConfig::PadSequences { .. } => "pad_sequences",
         }
     }
 
@@ -379,6 +405,7 @@ impl OpConfig {
             | OpConfig::Discretization { component, .. } => component.as_deref(),
             OpConfig::StringLookup(c) | OpConfig::IntegerLookup(c) => c.component.as_deref(),
             OpConfig::TextVectorization(c) => c.component.as_deref(),
+            OpConfig::PadSequences { component, .. } => component.as_deref(),
             OpConfig::Stack { output, .. } => Some(output),
         }
     }
@@ -616,6 +643,9 @@ impl OpConfig {
             OpConfig::StringLookup(c) => c.validate(key, TokenKind::String)?,
             OpConfig::IntegerLookup(c) => c.validate(key, TokenKind::Integer)?,
             OpConfig::TextVectorization(c) => c.validate(key)?,
+            OpConfig::PadSequences { .. } => {
+                self.to_preprocess("x", key)?;
+            }
         }
         Ok(())
     }
@@ -732,6 +762,15 @@ impl OpConfig {
             OpConfig::StringLookup(c) => c.to_preprocess(key, component, TokenKind::String)?,
             OpConfig::IntegerLookup(c) => c.to_preprocess(key, component, TokenKind::Integer)?,
             OpConfig::TextVectorization(c) => c.to_preprocess(key, component)?,
+            OpConfig::PadSequences {
+                maxlen,
+                padding,
+                truncating,
+                value,
+                ..
+            } => super::data_utils::pad_sequences(
+                component, *maxlen, padding, truncating, *value, key,
+            )?,
         })
     }
 
@@ -794,6 +833,21 @@ pub struct PipelineConfig {
     /// csv: a field equal to this counts as empty (default `""`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub na_value: Option<String>,
+    /// timeseries: time steps per window (`sequence_length`, required).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence_length: Option<usize>,
+    /// timeseries: steps between the starts of two windows (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence_stride: Option<usize>,
+    /// timeseries: steps between two time steps of a window (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_rate: Option<usize>,
+    /// timeseries: the first time step used (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_index: Option<usize>,
+    /// timeseries: time steps from this one on are not used (default: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_index: Option<usize>,
     /// image_folder: resize every image to `[height, width]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_size: Option<[usize; 2]>,
@@ -855,6 +909,16 @@ pub struct PipelineConfig {
     /// Drop the last, smaller batch.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drop_remainder: bool,
+    /// `Dataset.padded_batch` instead of `batch`: `true`, or `{ padded_shapes,
+    /// padding_values }` by component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub padded_batch: Option<super::data_utils::PaddedBatchConfig>,
+    /// keras.io's MixUp on each training batch: `{ alpha = 0.2, seed }`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mix_up: Option<super::data_utils::MixConfig>,
+    /// keras.io's CutMix on each training batch: `{ alpha = 0.25, seed }`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_mix: Option<super::data_utils::MixConfig>,
     /// Batches prepared ahead (`"AUTOTUNE"` = 2, the default).
     #[serde(
         default,
@@ -943,7 +1007,7 @@ impl PipelineConfig {
             (
                 "components",
                 self.components.is_some(),
-                &[Source::Idx, Source::Npy],
+                &[Source::Idx, Source::Npy, Source::Timeseries],
             ),
             (
                 "compression_type",
@@ -1004,8 +1068,10 @@ impl PipelineConfig {
                 );
             }
         }
+        self.validate_timeseries(key, files.len())?;
+        self.validate_batching(key)?;
         match self.source {
-            Source::Idx | Source::Npy => {
+            Source::Idx | Source::Npy | Source::Timeseries => {
                 let names = self.component_names();
                 if names.len() != files.len() {
                     return err(

@@ -762,3 +762,193 @@ fn csv_column_names_and_headerless_files() {
         "{e}"
     );
 }
+
+/// `data.npy`: 20 time steps of 2 features (`2 t`, `2 t + 1`); `targets.npy`: `10 t`.
+fn write_series(dir: &Path) {
+    let data = Array::new(
+        vec![20, 2],
+        Buffer::F32((0..40).map(|v| v as f32).collect()),
+    )
+    .unwrap();
+    let targets = Array::new(vec![20], Buffer::I64((0..200).step_by(10).collect())).unwrap();
+    kiln_data::npy::write_npy(&dir.join("data.npy"), &data).unwrap();
+    kiln_data::npy::write_npy(&dir.join("targets.npy"), &targets).unwrap();
+}
+
+const SERIES: &str = "[data.train]\nsource = \"timeseries\"\nfiles = [\"data.npy\", \"targets.npy\"]\nbatch_size = 2\n";
+
+#[test]
+fn timeseries_source_cuts_windows_as_keras() {
+    let s = Scratch::new("timeseries");
+    write_series(&s.0);
+    // Keras: starts 0, 4, 8, 12 (20 - 2 * 2 = 16 windows before the stride), target
+    // targets[start].
+    let cfg = config(
+        &s.0,
+        &format!("{SERIES}sequence_length = 3\nsampling_rate = 2\nsequence_stride = 4\n"),
+    );
+    let b = batches(&build(&cfg, Split::Train).unwrap());
+    assert_eq!(b.len(), 2);
+    let x = b[0].get("x").unwrap();
+    assert_eq!(x.shape(), &[2, 3, 2]);
+    assert_eq!(
+        f32s(x),
+        [
+            0.0, 1.0, 4.0, 5.0, 8.0, 9.0, 8.0, 9.0, 12.0, 13.0, 16.0, 17.0
+        ]
+    );
+    assert_eq!(b[0].get("y").unwrap().data(), &Buffer::I64(vec![0, 40]));
+    assert_eq!(b[1].get("y").unwrap().data(), &Buffer::I64(vec![80, 120]));
+    // Without targets, and windows past the data: an error naming the key.
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"timeseries\"\nfiles = \"data.npy\"\nsequence_length = 30\n",
+    );
+    let e = build(&cfg, Split::Train).unwrap_err().to_string();
+    assert!(
+        e.starts_with("data.train.sequence_length: sequence_length 30 at sampling_rate 1 spans 30"),
+        "{e}"
+    );
+    assert!(!e.contains('\n'), "{e}");
+}
+
+fn config_error(data: &str) -> String {
+    let text = format!(
+        "name = \"t\"\n[data]\n{data}\n[model]\nlayers = [{{ type = \"Input\", shape = [4] }}, {{ type = \"Dense\", units = 2 }}]\n[compile]\noptimizer = \"sgd\"\nloss = \"categorical_crossentropy\"\n"
+    );
+    let e = RunConfig::from_toml_str(&text).unwrap_err().to_string();
+    assert!(!e.contains('\n'), "{e}");
+    e
+}
+
+#[test]
+fn data_utility_keys_are_checked_naming_the_key() {
+    let cases = [
+        (
+            format!("{SERIES}sequence_length = 3\nsequence_stride = 0\n"),
+            "data.train.sequence_stride: must be at least 1",
+        ),
+        (
+            SERIES.to_string(),
+            "data.train.sequence_length: source = \"timeseries\" needs sequence_length",
+        ),
+        (
+            "[data.train]\nsource = \"npy\"\nfiles = \"x.npy\"\nsequence_length = 3\n".into(),
+            "data.train.sequence_length: applies to source = \"timeseries\" only, not \"npy\"",
+        ),
+        (
+            format!(
+                "{SERIES}sequence_length = 3\nmap = [{{ op = \"pad_sequences\", maxlen = 0 }}]\n"
+            ),
+            "data.train.map[0].maxlen: must be at least 1",
+        ),
+        (
+            format!(
+                "{SERIES}sequence_length = 3\nmap = [{{ op = \"pad_sequences\", maxlen = 4, padding = \"both\" }}]\n"
+            ),
+            "data.train.map[0].padding: \"both\" is not a side",
+        ),
+        (
+            format!(
+                "{SERIES}sequence_length = 3\npadded_batch = {{ padded_shapes = {{ x = [-2] }} }}\n"
+            ),
+            "data.train.padded_batch.padded_shapes.x: -2 is not a size",
+        ),
+        (
+            format!("{SERIES}sequence_length = 3\nmix_up = {{ alpha = 0.0 }}\n"),
+            "data.train.mix_up.alpha: must be > 0",
+        ),
+        (
+            format!("{SERIES}sequence_length = 3\nmix_up = {{}}\ncut_mix = {{}}\n"),
+            "data.train.cut_mix: give mix_up or cut_mix, not both",
+        ),
+        (
+            format!(
+                "{SERIES}sequence_length = 3\n{}sequence_length = 3\ncut_mix = {{}}\n",
+                SERIES.replace("train", "validation")
+            ),
+            "data.validation.cut_mix: cut_mix augments training batches",
+        ),
+    ];
+    for (data, want) in cases {
+        let e = config_error(&data);
+        assert!(e.contains(want), "{data}\n{e}");
+    }
+}
+
+#[test]
+fn var_len_sequences_are_padded_per_example_or_per_batch() {
+    use kiln_data::tfrecord::{Example, Feature, TfRecordWriter};
+    let s = Scratch::new("padding");
+    let mut w = TfRecordWriter::create(s.0.join("t.tfrecord"), Compression::None).unwrap();
+    for tokens in [vec![1, 2, 3], vec![4, 5], vec![6, 7, 8, 9, 10], vec![11]] {
+        let e = Example::new()
+            .with("tokens", Feature::int64(tokens))
+            .with("label", Feature::int64(vec![1]));
+        w.write(&e.to_bytes()).unwrap();
+    }
+    w.finish().unwrap();
+    let table = "[data.train]\nsource = \"tfrecord\"\nfiles = \"t.tfrecord\"\nx = \"tokens\"\ny = \"label\"\nbatch_size = 4\n";
+    let features = "[data.train.features]\ntokens = { type = \"VarLenFeature\", dtype = \"int64\" }\nlabel = { dtype = \"int64\" }\n";
+    // keras.utils.pad_sequences(maxlen=4, truncating="post") (tests/reference/timeseries_reference.py).
+    let cfg = config(
+        &s.0,
+        &format!(
+            "{table}map = [{{ op = \"pad_sequences\", maxlen = 4, truncating = \"post\" }}]\n{features}"
+        ),
+    );
+    let b = batches(&build(&cfg, Split::Train).unwrap());
+    assert_eq!(b[0].get("x").unwrap().shape(), &[4, 4]);
+    assert_eq!(
+        b[0].get("x").unwrap().data(),
+        &Buffer::I64(vec![0, 1, 2, 3, 0, 0, 4, 5, 6, 7, 8, 9, 0, 0, 0, 11])
+    );
+    // padded_batch: to the longest in the batch, with -1.
+    let cfg = config(
+        &s.0,
+        &format!("{table}padded_batch = {{ padding_values = {{ x = -1 }} }}\n{features}"),
+    );
+    let b = batches(&build(&cfg, Split::Train).unwrap());
+    assert_eq!(b[0].get("x").unwrap().shape(), &[4, 5]);
+    assert_eq!(
+        b[0].get("x").unwrap().data().to_i64()[..10],
+        [1, 2, 3, -1, -1, 4, 5, -1, -1, -1]
+    );
+}
+
+#[test]
+fn mix_up_and_cut_mix_mix_training_batches_reproducibly() {
+    let s = Scratch::new("mix");
+    let x = Array::new(vec![8, 4, 4, 1], Buffer::U8((0..128).collect())).unwrap();
+    let y = Array::new(vec![8], Buffer::I64((0..8).map(|i| i % 2).collect())).unwrap();
+    kiln_data::npy::write_npy(&s.0.join("x.npy"), &x).unwrap();
+    kiln_data::npy::write_npy(&s.0.join("y.npy"), &y).unwrap();
+    let table = "[data.train]\nsource = \"npy\"\nfiles = [\"x.npy\", \"y.npy\"]\nbatch_size = 4\nmap = [{ op = \"one_hot\", component = \"y\", depth = 2 }]\n";
+    for mix in ["mix_up = { alpha = 0.4 }", "cut_mix = { seed = 9 }"] {
+        let cfg = config(&s.0, &format!("{table}{mix}\n"));
+        let run = || batches(&build(&cfg, Split::Train).unwrap());
+        let (a, b) = (run(), run());
+        assert_eq!(a, b, "{mix}: same seed, same batches");
+        let plain = batches(&build(&config(&s.0, table), Split::Train).unwrap());
+        assert_ne!(a, plain, "{mix} changes the batches");
+        for batch in &a {
+            let y = f32s(batch.get("y").unwrap());
+            for pair in y.chunks(2) {
+                assert!((pair[0] + pair[1] - 1.0).abs() < 1e-6, "{mix}: {y:?}");
+            }
+        }
+    }
+    // Integer labels: the error names the fix.
+    let cfg = config(
+        &s.0,
+        "[data.train]\nsource = \"npy\"\nfiles = [\"x.npy\", \"y.npy\"]\nbatch_size = 4\nmix_up = {}\n",
+    );
+    let e = build(&cfg, Split::Train)
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("one-hot float labels"), "{e}");
+}

@@ -2,8 +2,8 @@
 //! label form and formula, `keras/src/losses/losses.py`), in [`LOSSES`].
 //!
 //! Each formula gives the loss of every row `[rows, 1]` (a row is one position of an output of
-//! any rank: its last axis); [`super::LossSpec`] reduces the rows as Keras'
-//! `sum_over_batch_size`.
+//! any rank: its last axis); [`super::LossSpec`] reduces the rows by the loss's `reduction`
+//! (Keras' default `sum_over_batch_size`).
 
 use burn::prelude::*;
 use burn::tensor::activation::{log_sigmoid, log_softmax, sigmoid, softmax, softplus};
@@ -57,6 +57,55 @@ pub struct LossArgs {
     pub gamma: f64,
     /// `binary_focal_crossentropy`'s `apply_class_balancing` (weights by `alpha`).
     pub apply_class_balancing: bool,
+    /// Keras' `reduction`, which every built-in loss takes (read apart from the others, see
+    /// [`Reduction::parse`]).
+    #[serde(skip)]
+    pub reduction: Reduction,
+}
+
+/// Keras' `reduction` of a loss's per-position values to the batch's loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reduction {
+    /// `"sum_over_batch_size"` (Keras' default): the sum divided by the number of values.
+    #[default]
+    SumOverBatchSize,
+    /// `"mean"`: in Keras 3, the same as `sum_over_batch_size`.
+    Mean,
+    /// `"sum"`: the sum of the (weighted) values.
+    Sum,
+}
+
+impl Reduction {
+    /// Keras' name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reduction::SumOverBatchSize => "sum_over_batch_size",
+            Reduction::Mean => "mean",
+            Reduction::Sum => "sum",
+        }
+    }
+
+    /// The reduction written `value`.
+    ///
+    /// # Errors
+    /// A message for `"none"` (no scalar loss to train on), names kiln does not take, and
+    /// values that are not strings.
+    pub fn parse(value: &toml::Value) -> std::result::Result<Reduction, String> {
+        let allowed = "allowed: \"sum_over_batch_size\" (default), \"sum\", \"mean\"";
+        match value.as_str() {
+            Some("sum_over_batch_size") => Ok(Reduction::SumOverBatchSize),
+            Some("mean") => Ok(Reduction::Mean),
+            Some("sum") => Ok(Reduction::Sum),
+            Some("none") => Err(format!(
+                "\"none\" keeps one loss per example, which fit cannot minimize (Keras uses it \
+                 when calling a loss by hand); {allowed}"
+            )),
+            Some("mean_with_sample_weight") => Err(format!(
+                "\"mean_with_sample_weight\" is not supported by kiln; {allowed}"
+            )),
+            _ => Err(format!("unknown reduction {value}; {allowed}")),
+        }
+    }
 }
 
 impl LossArgs {
@@ -67,6 +116,7 @@ impl LossArgs {
         alpha: 0.25,
         gamma: 2.0,
         apply_class_balancing: false,
+        reduction: Reduction::SumOverBatchSize,
     };
 
     /// The argument out of its range, and the range, if any.

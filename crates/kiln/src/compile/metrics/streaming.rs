@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 use super::Threshold;
 use crate::error::{KilnError, Result};
 
+mod iou;
+
+pub use iou::MeanIou;
+
 /// Keras' `backend.epsilon()`.
 const EPSILON: f64 = 1e-7;
 /// Keras' `NEG_INF`: the score `top_k` gives the outputs it drops.
@@ -27,6 +31,8 @@ pub enum Streaming {
     Auc(Auc),
     /// Keras' `R2Score`.
     R2(R2),
+    /// Keras' `MeanIoU`.
+    MeanIou(MeanIou),
 }
 
 /// `Precision` / `Recall` arguments.
@@ -118,6 +124,9 @@ impl Streaming {
             "f_beta_score" | "fbeta_score" | "FBetaScore" => fbeta(table, key, name, true),
             "auc" | "AUC" => auc(table, key),
             "r2_score" | "R2Score" => r2(table, key),
+            "mean_io_u" | "mean_iou" | "MeanIoU" => {
+                MeanIou::parse(table, key, units).map(Streaming::MeanIou)
+            }
             _ => return None,
         };
         Some(parsed)
@@ -132,6 +141,7 @@ impl Streaming {
             Streaming::FBeta(_) => "f1_score",
             Streaming::Auc(_) => "auc",
             Streaming::R2(_) => "r2_score",
+            Streaming::MeanIou(_) => "mean_io_u",
         }
     }
 
@@ -188,6 +198,7 @@ impl Streaming {
                     put("class_aggregation", "variance_weighted_average".into());
                 }
             }
+            Streaming::MeanIou(m) => m.to_toml(&mut put),
         }
     }
 
@@ -199,6 +210,7 @@ impl Streaming {
             Streaming::FBeta(_) => 4 * units,
             Streaming::Auc(a) => 2 * a.num_thresholds * if a.multi_label { units } else { 1 },
             Streaming::R2(_) => 3 * units + 1,
+            Streaming::MeanIou(m) => m.width(),
         }
     }
 
@@ -213,6 +225,7 @@ impl Streaming {
             Streaming::FBeta(f) => f.update(outputs, targets, units, sums),
             Streaming::Auc(a) => a.update(outputs, targets, units, sums),
             Streaming::R2(_) => r2_update(outputs, targets, units, sums),
+            Streaming::MeanIou(m) => m.update(outputs, targets, units, sums),
         }
     }
 
@@ -224,6 +237,7 @@ impl Streaming {
             Streaming::FBeta(f) => f.result(sums),
             Streaming::Auc(a) => vec![a.result(sums)],
             Streaming::R2(r) => vec![r.result(sums)],
+            Streaming::MeanIou(m) => vec![m.result(sums)],
         }
     }
 }
@@ -495,6 +509,14 @@ fn flag(table: &mut toml::Table, key: &str, arg: &str) -> Result<bool> {
             format!("{arg} must be true or false, got {v}"),
         )),
     }
+}
+
+/// A boolean (`default` when absent), or an error naming `key.arg`.
+fn flag_default(table: &mut toml::Table, key: &str, arg: &str, default: bool) -> Result<bool> {
+    if !table.contains_key(arg) {
+        return Ok(default);
+    }
+    flag(table, key, arg)
 }
 
 /// One of `allowed` (its index), or an error naming `key.arg`.

@@ -289,3 +289,84 @@ fn bad_arguments_are_one_line_errors_naming_the_key() {
         assert_eq!(error(text), message, "{text}");
     }
 }
+
+/// Class ids of the MeanIoU cases (`TRUE_IDS` in tests/reference/metrics_reference.py).
+const TRUE_IDS: [usize; 8] = [0, 1, 0, 2, 0, 1, 2, 0];
+
+fn one_hot_ids() -> Vec<f32> {
+    let mut y = vec![0.0; 24];
+    for (i, &c) in TRUE_IDS.iter().enumerate() {
+        y[i * 3 + c] = 1.0;
+    }
+    y
+}
+
+#[test]
+#[allow(clippy::excessive_precision)]
+fn mean_iou_streams_like_keras() {
+    let dense = [0.4999999701976776, 0.3888889253139496, 0.29999998211860657];
+    let cases: [(&str, [f64; 3]); 3] = [
+        (
+            "{ type = \"MeanIoU\", num_classes = 3, sparse_y_pred = false }",
+            dense,
+        ),
+        (
+            "{ type = \"mean_io_u\", num_classes = 3, sparse_y_pred = false, ignore_class = 1 }",
+            [0.25, 0.2222222238779068, 0.13333334028720856],
+        ),
+        (
+            "{ type = \"MeanIoU\", num_classes = 3, sparse_y_true = false, sparse_y_pred = false }",
+            dense,
+        ),
+    ];
+    for (text, keras) in cases {
+        let m = metric(text);
+        assert_eq!(m.name, "mean_io_u");
+        let got = streamed(m.kind, &PROBS, &one_hot_ids());
+        assert_keras(text, &got, &[&keras[..1], &keras[1..2], &keras[2..]]);
+        assert_eq!(metric(&m.to_toml().to_string()), m, "{text}");
+    }
+    // Sparse predictions: one output unit holding the class id (4 classes, one never seen).
+    let text: toml::Table = toml::from_str("m = { type = \"MeanIoU\", num_classes = 4 }").unwrap();
+    let m = MetricSpec::from_toml_at(
+        &text["m"],
+        "compile.metrics[0]",
+        LossKind::MeanSquaredError,
+        1,
+    )
+    .unwrap();
+    let pred: Vec<f32> = [0, 1, 2, 1, 0, 1, 0, 1].map(|c| c as f32).to_vec();
+    let truth: Vec<f32> = TRUE_IDS.map(|c| c as f32).to_vec();
+    let mut sums = vec![0.0; m.kind.width(1)];
+    let mut got = Vec::new();
+    for (a, b) in BATCHES {
+        let batch = batch_sums(m.kind, &pred[a..b], 1, &[], &truth[a..b]);
+        for (s, x) in sums.iter_mut().zip(batch) {
+            *s += x;
+        }
+        got.push(m.kind.values(&sums, b as f64));
+    }
+    assert_keras(
+        "sparse MeanIoU",
+        &got,
+        &[&dense[..1], &dense[1..2], &dense[2..]],
+    );
+}
+
+#[test]
+fn mean_iou_arguments_are_checked() {
+    assert_eq!(
+        error("{ type = \"MeanIoU\", num_classes = 3 }"),
+        "compile.metrics[1].sparse_y_pred: MeanIoU with sparse_y_pred = true (Keras' default) \
+         reads each output as a class id, but the output has 3 units; set sparse_y_pred = false \
+         to take the argmax of each row"
+    );
+    assert_eq!(
+        error("{ type = \"MeanIoU\", sparse_y_pred = false }"),
+        "compile.metrics[1].num_classes: MeanIoU needs num_classes, the number of classes"
+    );
+    assert_eq!(
+        error("{ type = \"MeanIoU\", num_classes = 0, sparse_y_pred = false }"),
+        "compile.metrics[1].num_classes: num_classes must be an integer >= 1, got 0"
+    );
+}
