@@ -206,6 +206,7 @@ pub enum Preprocess {
         component: String,
         /// The layer (vocabulary given or adapted).
         text: TextVectorization,
+    },
     /// [`pad_sequences`] to `maxlen` steps.
     PadSequences {
         /// Component to transform (a sequence `[length, ...]`).
@@ -265,7 +266,7 @@ impl Preprocess {
             | Preprocess::Discretization { component, .. }
             | Preprocess::Lookup { component, .. }
             | Preprocess::TextVectorization { component, .. } => component,
-            | Preprocess::PadSequences { component, .. } => component,
+            Preprocess::PadSequences { component, .. } => component,
             Preprocess::Stack { output, .. } => output,
         }
     }

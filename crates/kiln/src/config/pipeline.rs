@@ -472,7 +472,8 @@ impl OpConfig {
             | OpConfig::Resize { component: c, .. }
             | OpConfig::CategoryEncoding { component: c, .. }
             | OpConfig::Hashing { component: c, .. }
-            | OpConfig::Discretization { component: c, .. } => *c = component,
+            | OpConfig::Discretization { component: c, .. }
+            | OpConfig::PadSequences { component: c, .. } => *c = component,
             OpConfig::StringLookup(l) | OpConfig::IntegerLookup(l) => l.component = component,
             OpConfig::TextVectorization(t) => t.component = component,
             OpConfig::Stack { .. } => {}
