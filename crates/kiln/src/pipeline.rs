@@ -21,7 +21,7 @@ use kiln_data::{
     Element, Parallelism, PipelineStats, Preprocess,
 };
 
-use crate::batch::{FEATURES, LABELS};
+use crate::batch::{FEATURES, LABELS, SAMPLE_WEIGHT};
 use crate::config::{ColumnRef, FeatureConfig, OpConfig, PipelineConfig, RunConfig, Source};
 use crate::error::{KilnError, Result};
 
@@ -631,6 +631,10 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
                     out = out.with(name.as_str(), v);
                 }
             }
+        }
+        // Keras' `(x, y, sample_weight)`: a component of that name weighs each example's loss.
+        if let Some(w) = e.remove(SAMPLE_WEIGHT) {
+            out = out.with(SAMPLE_WEIGHT, w);
         }
         Ok(out)
     };

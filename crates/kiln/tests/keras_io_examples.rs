@@ -510,3 +510,45 @@ fn cutmix_resnet20_trains_on_cifar10_shaped_data() {
     }
     train("cutmix.toml", Some(dir.path()), 1, 2);
 }
+
+/// Rows of the UCI Adult CSV's layout (no header), values drawn from small per-column sets.
+fn adult_rows(rng: &mut StdRng, n: usize) -> String {
+    let pick =
+        |rng: &mut StdRng, values: &[&str]| values[rng.random_range(0..values.len())].to_string();
+    let mut csv = String::new();
+    for _ in 0..n {
+        let row = [
+            rng.random_range(17..90).to_string(),
+            pick(rng, &[" Private", " State-gov", " ?"]),
+            rng.random_range(20_000..400_000).to_string(),
+            pick(rng, &[" Bachelors", " HS-grad", " Masters", " 11th"]),
+            rng.random_range(1..16).to_string(),
+            pick(rng, &[" Never-married", " Divorced", " Married-civ-spouse"]),
+            pick(rng, &[" Sales", " Tech-support", " Exec-managerial"]),
+            pick(rng, &[" Husband", " Wife", " Own-child"]),
+            pick(rng, &[" White", " Black", " Other"]),
+            pick(rng, &[" Male", " Female"]),
+            rng.random_range(0..5000).to_string(),
+            rng.random_range(0..2000).to_string(),
+            rng.random_range(1..99).to_string(),
+            pick(rng, &[" United-States", " Mexico", " India"]),
+            pick(rng, &[" <=50K", " >50K"]),
+        ];
+        csv.push_str(&row.join(","));
+        csv.push('\n');
+    }
+    csv
+}
+
+#[test]
+fn tabtransformer_has_keras_parameter_count_and_trains_on_an_adult_shaped_csv() {
+    let cfg = RunConfig::load(&example("tabtransformer.toml")).unwrap();
+    // Keras 3.15's count of the example's model with its vocabulary sizes (one
+    // BatchNormalization per MLP layer, see the config's header).
+    assert_eq!(cfg.model.param_count(), (87_745, 798));
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(12);
+    std::fs::write(dir.path().join("adult.data"), adult_rows(&mut rng, 96)).unwrap();
+    std::fs::write(dir.path().join("adult.test"), adult_rows(&mut rng, 32)).unwrap();
+    train("tabtransformer.toml", Some(dir.path()), 1, 2);
+}
