@@ -22,7 +22,7 @@ fn reference() -> Value {
     serde_json::from_str(include_str!("../../tests/data/shared_layer_reference.json")).unwrap()
 }
 
-fn floats(v: &Value) -> Vec<f32> {
+pub(super) fn floats(v: &Value) -> Vec<f32> {
     v["values"]
         .as_array()
         .unwrap()

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::recurrent_tests::weight_grad;
 use super::shape_tests::to_vec;
 use crate::error::KilnError;
+use crate::model::shared_tests::floats;
 use crate::model::weights::load_with;
 use crate::model::{Act, ModelSpec};
 
@@ -21,15 +22,6 @@ fn reference() -> Value {
         "../../../tests/data/recurrent_state_reference.json"
     ))
     .unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
 }
 
 fn parse(layers: &str) -> crate::Result<ModelSpec> {
