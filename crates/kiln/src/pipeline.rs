@@ -454,7 +454,8 @@ fn source(cfg: &RunConfig, p: &PipelineConfig, key: &str, shard: Option<Shard>) 
                 include_hidden: p.include_hidden,
                 ..TextFolderOptions::default()
             };
-            Dataset::text_dataset_from_directory(&dir, options)?
+            Dataset::text_dataset_from_directory(&dir, options)
+                .map_err(|e| KilnError::config(format!("{key}.files"), e.to_string()))?
         }
         Source::Timeseries => data_utils::timeseries_source(cfg, p, key)?,
     })

@@ -178,4 +178,10 @@ fn bad_text_ops_name_their_key() {
         e.starts_with("data.train.map[1].adapt: the dataset has no tokens"),
         "{e}"
     );
+    // A folder without .txt files names the source's `files` key.
+    let bare = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(bare.path().join("reviews/pos")).unwrap();
+    let e = train_error(bare.path(), VECTORIZE);
+    assert!(e.starts_with("data.train.files: "), "{e}");
+    assert!(e.contains("no .txt files"), "{e}");
 }

@@ -316,7 +316,7 @@ fn bad_layers_losses_and_metrics_are_one_line_errors_with_exit_code_2_and_write_
             "\"top2_accuracy\"",
             "\"top3_accuracy\"",
             "compile.metrics[1]: unknown metric \"top3_accuracy\"; allowed: accuracy, … \
-             r2_score, top2_accuracy",
+             mean_io_u (MeanIoU), top2_accuracy",
         ),
     ];
     for (i, (from, layer, expected)) in cases.into_iter().enumerate() {

@@ -115,7 +115,7 @@ fn layer_values(
                 NodeRef::Layer(j) => Ok(values[j].clone()),
                 NodeRef::State(..) => Err(format!(
                     "it reads \"{}\", a state of a layer with `return_state = true`, which \
-                     kiln's ONNX export does not write",
+                     kiln's ONNX export does not write; export with --format safetensors",
                     spec.node_name(*r)
                 )),
             })

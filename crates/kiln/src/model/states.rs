@@ -42,7 +42,7 @@ pub(super) fn resolve(
         format!("\"{written}\": the part after ':' must be a tensor index 0..={count}")
     })?;
     match r {
-        NodeRef::Layer(_) if k == 0 => Ok(r),
+        NodeRef::Layer(_) | NodeRef::Input(_) if k == 0 => Ok(r),
         NodeRef::Layer(j) if k <= count => Ok(NodeRef::State(j, k)),
         _ => Err(format!(
             "\"{written}\": \"{name}\" returns {} tensor(s), so its indices are 0..={count}",

@@ -129,6 +129,12 @@ fn states_have_their_shapes_and_round_trip_through_toml() {
     )
     .unwrap();
     assert!(!stack.is_sequential());
+    // "x:0" names the Input itself.
+    let input_zero = parse(r#"{ type = "LSTM", units = 2, inputs = ["x:0"] }"#).unwrap();
+    assert_eq!(
+        input_zero.layers()[0].inputs,
+        [crate::model::NodeRef::Input(0)]
+    );
     assert_eq!(ModelSpec::from_toml(&stack.to_toml()).unwrap(), stack);
 }
 
@@ -183,6 +189,11 @@ fn bad_uses_of_states_are_one_line_errors() {
         (
             r#"{ type = "Bidirectional", layer = { type = "LSTM", units = 2, return_state = true } }, { type = "Dense", units = 1 }"#.into(),
             "layer \"bidirectional\" returns 5 tensors (return_state = true)",
+        ),
+        // An Input's only tensor is its index 0.
+        (
+            r#"{ type = "Dense", units = 2, inputs = ["x:1"] }"#.into(),
+            "\"x:1\": \"x\" returns 1 tensor(s), so its indices are 0..=0",
         ),
         // An unknown enum value names its argument.
         (

@@ -21,6 +21,9 @@ pub struct MeanIou {
     pub sparse_y_pred: bool,
 }
 
+/// The most classes a `MeanIoU` counts: its confusion matrix then holds 2^26 counts (512 MiB).
+const MAX_CLASSES: usize = 8192;
+
 impl MeanIou {
     /// Reads the arguments from `table` for outputs of `units` units.
     pub(super) fn parse(table: &mut toml::Table, key: &str, units: usize) -> Result<MeanIou> {
@@ -31,6 +34,16 @@ impl MeanIou {
                 "MeanIoU needs num_classes, the number of classes".into(),
             ));
         };
+        if num_classes > MAX_CLASSES {
+            return Err(bad(
+                key,
+                "num_classes",
+                format!(
+                    "MeanIoU keeps a num_classes x num_classes confusion matrix; {num_classes} \
+                     classes is more than kiln's limit of {MAX_CLASSES}"
+                ),
+            ));
+        }
         let ignore_class = match table.remove("ignore_class") {
             None => None,
             Some(v) => Some(v.as_integer().ok_or_else(|| {

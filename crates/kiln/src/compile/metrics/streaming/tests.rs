@@ -369,4 +369,10 @@ fn mean_iou_arguments_are_checked() {
         error("{ type = \"MeanIoU\", num_classes = 0, sparse_y_pred = false }"),
         "compile.metrics[1].num_classes: num_classes must be an integer >= 1, got 0"
     );
+    // A confusion matrix the machine cannot hold is refused at load, not met mid-epoch.
+    assert_eq!(
+        error("{ type = \"MeanIoU\", num_classes = 10000000000, sparse_y_pred = false }"),
+        "compile.metrics[1].num_classes: MeanIoU keeps a num_classes x num_classes confusion \
+         matrix; 10000000000 classes is more than kiln's limit of 8192"
+    );
 }
