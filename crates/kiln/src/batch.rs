@@ -14,13 +14,7 @@ use crate::error::{KilnError, Result};
 use crate::guards::{BatchOrigin, NumericsGuard};
 use crate::model::{Act, ModelSpec, keras_shape};
 
-/// Name of the features component of a batch.
-pub const FEATURES: &str = "x";
-/// Name of the labels component of a batch.
-pub const LABELS: &str = "y";
-/// Name of the optional per-example loss weights of a batch (`[batch]` or `[batch, 1]`,
-/// numeric): Keras' `sample_weight`, the third item of an `(x, y, sample_weight)` element.
-pub const SAMPLE_WEIGHT: &str = "sample_weight";
+pub use crate::names::{FEATURES, LABELS, SAMPLE_WEIGHT};
 
 /// The batch components that feed a model with several `Input`s: the Inputs' names, in
 /// order (Keras' dict inputs); `None` for a model with one Input, which takes [`FEATURES`].

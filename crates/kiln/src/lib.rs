@@ -10,6 +10,31 @@
 //! [`summary`], crash-safe training checkpoints (BackupAndRestore, resume) in [`checkpoint`],
 //! ONNX export and the version directories `kiln serve` loads in [`export`].
 //!
+//! ## Layers
+//! The modules stand in layers, the bottom first; a module uses only modules of the lines above
+//! its own (never one on its line or below), so no import circle can form. The test
+//! `tests/module_layers.rs` reads this list and checks every `crate::` path of the crate's
+//! non-test code against it.
+//!
+//! 1. `names`, `logs`: batch component names; Keras' logs, `History`, log keys, step profiles.
+//! 2. `error`: [`KilnError`] and the records its variants carry.
+//! 3. `files`, `device`, `kernels`, `replica`, `summary`: atomic writes, devices, CPU kernels,
+//!    the current replica group of a synchronized step, TensorBoard event files.
+//! 4. `ops`: kiln's custom autodiff operations.
+//! 5. `precision`, `onnx`: 16-bit rounding and loss scaling; the ONNX protobuf writer.
+//! 6. `model`: layers, specs and networks.
+//! 7. `compile`: optimizers, losses, metrics, schedules.
+//! 8. `guards`, `run_dir`: input checks; run directories and their locks.
+//! 9. `batch`, `checkpoint`: host batches into device tensors; training checkpoints.
+//! 10. `step`: one training or evaluation step.
+//! 11. `distribute`: strategies, which run the step on replicas.
+//! 12. `fit`: the training loop.
+//! 13. `callbacks`: Keras' callbacks.
+//! 14. `config`: the TOML config, checked and resolved.
+//! 15. `pipeline`: tf.data pipelines from a config.
+//! 16. `input`, `estimate`, `export`: prediction input, memory estimates, exports.
+//! 17. `run`: a whole run, as the `kiln` command does it.
+//!
 //! ## Cargo features
 //! - `vulkan`: GPUs through Burn's wgpu backend with SPIR-V kernels (`--device gpu`).
 //! - `cuda`: NVIDIA GPUs through Burn's CUDA backend (its build downloads LLVM: not in CI).
@@ -28,17 +53,22 @@ pub mod distribute;
 pub mod error;
 pub mod estimate;
 pub mod export;
+pub mod files;
 pub mod fit;
 pub mod guards;
 pub mod input;
 pub mod kernels;
+pub mod logs;
 pub mod model;
+pub mod names;
 pub mod onnx;
 pub mod ops;
 pub mod pipeline;
 pub mod precision;
+pub mod replica;
 pub mod run;
 pub mod run_dir;
+pub mod step;
 pub mod summary;
 
 pub use compile::Compiled;

@@ -148,7 +148,7 @@ impl Monitor {
 /// Prints `warning: <message> Available metrics are: <keys of logs>` once (`*warned` keeps
 /// track), as Keras' callbacks warn when their monitored value is missing from the logs
 /// (`warnings.warn`, shown once per place): a mistyped `monitor` must not go unnoticed.
-pub fn warn_missing_once(warned: &mut bool, message: &str, logs: &crate::fit::Logs) {
+pub fn warn_missing_once(warned: &mut bool, message: &str, logs: &crate::logs::Logs) {
     if *warned {
         return;
     }

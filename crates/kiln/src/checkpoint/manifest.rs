@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fit::History;
+use crate::logs::History;
 
 /// The manifest format this kiln writes and reads.
 pub const FORMAT: u32 = 1;

@@ -152,8 +152,7 @@ impl<'de> Deserialize<'de> for AutoShardPolicy {
     }
 }
 
-/// Stages of `strategy = "pipeline"` without a `stages` key.
-pub const DEFAULT_PIPELINE_STAGES: usize = 2;
+pub use crate::distribute::DEFAULT_PIPELINE_STAGES;
 
 impl DistributeConfig {
     /// True for the default (`one_device`, nothing else set): the resolved config then

@@ -214,7 +214,7 @@ impl FitConfig {
             return Err(KilnError::config("fit.batch_size", "must be at least 1"));
         }
         if let Some(m) = &self.memory_budget {
-            crate::estimate::parse_bytes(m, "fit.memory_budget")?;
+            super::bytes::parse_bytes(m, "fit.memory_budget")?;
         }
         if !(0.0..1.0).contains(&self.validation_split) {
             return Err(KilnError::config(

@@ -22,14 +22,17 @@
 //! ```
 
 mod backup;
+pub mod bytes;
 mod callbacks;
 mod data;
 mod data_utils;
 mod distribute;
 mod fit;
 pub mod limits;
+mod overrides;
 pub mod paths;
 mod pipeline;
+pub(crate) mod pipeline_values;
 mod text_ops;
 pub(crate) use text_ops::read_vocabulary;
 
@@ -42,6 +45,7 @@ pub use data::{ARRAY_FORM_KEYS, DataConfig, PIPELINE_KEYS};
 pub use data_utils::{MixConfig, PaddedBatchConfig, PaddedBatchOptions};
 pub use distribute::{AutoShardPolicy, DEFAULT_PIPELINE_STAGES, DistributeConfig, StrategyKind};
 pub use fit::{AUTO_BATCH_SIZE, FitConfig, OnNanConfig};
+pub use overrides::Overrides;
 pub use pipeline::{
     AxisConfig, ColumnRef, FeatureConfig, LookupConfig, OneOrMany, OpConfig, PipelineConfig,
     ShuffleConfig, Source, TextVectorizationConfig,

@@ -1108,7 +1108,7 @@ impl PipelineConfig {
                     return err("features", "name at least one feature".into());
                 }
                 for (name, f) in features {
-                    crate::pipeline::feature_spec(f)
+                    super::pipeline_values::feature_spec(f)
                         .map_err(|m| KilnError::config(format!("{key}.features.{name}"), m))?;
                 }
             }
@@ -1124,7 +1124,7 @@ impl PipelineConfig {
                 self.validate_column_names(key)?;
                 if let Some(defaults) = &self.column_defaults {
                     for (i, v) in defaults.iter().enumerate() {
-                        crate::pipeline::record_default(v).map_err(|m| {
+                        super::pipeline_values::record_default(v).map_err(|m| {
                             KilnError::config(format!("{key}.column_defaults[{i}]"), m)
                         })?;
                     }
@@ -1143,7 +1143,7 @@ impl PipelineConfig {
                     return err("image_size", "height and width must be at least 1".into());
                 }
                 if let Some(mode) = &self.color_mode {
-                    crate::pipeline::color_mode(mode)
+                    super::pipeline_values::color_mode(mode)
                         .map_err(|m| KilnError::config(format!("{key}.color_mode"), m))?;
                 }
             }
@@ -1166,7 +1166,7 @@ impl PipelineConfig {
             }
         }
         if let Some(c) = &self.compression_type {
-            crate::pipeline::compression(c)
+            super::pipeline_values::compression(c)
                 .map_err(|m| KilnError::config(format!("{key}.compression_type"), m))?;
         }
         if let Some(n) = self.repeat

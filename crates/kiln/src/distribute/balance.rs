@@ -196,7 +196,7 @@ pub fn plan(spec: &ModelSpec, stages: &Stages, by: BalanceBy) -> Result<Vec<Rang
                          stage runs at least one layer; without `stages` a pipeline has {})",
                         if *k == 1 { "" } else { "s" },
                         if n == 1 { "" } else { "s" },
-                        crate::config::DEFAULT_PIPELINE_STAGES,
+                        super::DEFAULT_PIPELINE_STAGES,
                     ),
                 ));
             }

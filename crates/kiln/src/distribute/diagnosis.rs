@@ -10,7 +10,7 @@
 //! input-bound hint); otherwise the run is compute-bound, which is where a well-fed,
 //! well-scaled run should be.
 
-use crate::fit::Logs;
+use crate::logs::Logs;
 
 /// Epoch logs key: seconds spent combining replicas (gradient reduction and device copies)
 /// in the epoch's training loop; set when training with more than one replica.
@@ -63,13 +63,13 @@ impl StepTimes {
     }
 
     /// The split from epoch logs ([`TRAIN_SECONDS`], [`COMMUNICATION_SECONDS`],
-    /// [`crate::fit::INPUT_WAIT_SECONDS`]); `None` when the epoch was not trained with
+    /// [`crate::logs::INPUT_WAIT_SECONDS`]); `None` when the epoch was not trained with
     /// replicas (no [`COMMUNICATION_SECONDS`]). Without [`TRAIN_SECONDS`], `elapsed_s` is the
     /// total.
     pub fn from_logs(logs: &Logs, elapsed_s: f64) -> Option<StepTimes> {
         let communication = logs.get(COMMUNICATION_SECONDS)?;
         let total = logs.get(TRAIN_SECONDS).unwrap_or(elapsed_s);
-        let wait = logs.get(crate::fit::INPUT_WAIT_SECONDS).unwrap_or(0.0);
+        let wait = logs.get(crate::logs::INPUT_WAIT_SECONDS).unwrap_or(0.0);
         Some(StepTimes::from_total(total, wait, communication))
     }
 
@@ -183,7 +183,7 @@ mod tests {
     #[test]
     fn logs_without_communication_give_no_split() {
         let mut logs = Logs::default();
-        logs.set(crate::fit::INPUT_WAIT_SECONDS, 1.0);
+        logs.set(crate::logs::INPUT_WAIT_SECONDS, 1.0);
         assert_eq!(StepTimes::from_logs(&logs, 10.0), None);
         logs.set(COMMUNICATION_SECONDS, 2.0);
         assert_eq!(

@@ -10,8 +10,9 @@ use super::split::{split_batch, split_sizes};
 use crate::batch::DeviceBatch;
 use crate::compile::Compiled;
 use crate::error::{KilnError, Result};
-use crate::fit::{PendingOutput, StepProfile, compute_gradients_scaled};
+use crate::logs::StepProfile;
 use crate::model::{ModelSpec, Network};
+use crate::step::{PendingOutput, compute_gradients_scaled};
 
 /// Where the replicas live.
 #[derive(Debug, Clone)]

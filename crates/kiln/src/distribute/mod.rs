@@ -41,7 +41,6 @@ pub mod diagnosis;
 mod mirrored;
 mod multi_worker;
 mod pipeline;
-pub mod shard;
 mod split;
 pub mod sync_bn;
 pub mod world;
@@ -52,12 +51,16 @@ pub use multi_worker::MultiWorkerMirroredStrategy;
 pub use pipeline::PipelineStrategy;
 pub use split::{even_sizes, split_batch, split_sizes};
 
+/// Stages of `strategy = "pipeline"` without a `stages` key.
+pub const DEFAULT_PIPELINE_STAGES: usize = 2;
+
 use burn::optim::GradientsParams;
 
 use crate::batch::DeviceBatch;
 use crate::compile::Compiled;
-use crate::fit::{PendingOutput, StepProfile, compute_gradients_scaled};
+use crate::logs::StepProfile;
 use crate::model::{ModelSpec, Network};
+use crate::step::{PendingOutput, compute_gradients_scaled};
 
 /// How replicas' values are combined (`tf.distribute.ReduceOp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,8 +12,9 @@ use super::world::{self, World};
 use crate::batch::DeviceBatch;
 use crate::compile::Compiled;
 use crate::error::Result;
-use crate::fit::{HostLabels, Interrupt, PendingOutput, StepProfile, compute_gradients_scaled};
+use crate::logs::StepProfile;
 use crate::model::{ModelSpec, Network};
+use crate::step::{HostLabels, Interrupt, PendingOutput, compute_gradients_scaled};
 
 /// `tf.distribute.MultiWorkerMirroredStrategy` over MPI: `mpirun -np N kiln train CONFIG`
 /// starts N processes (workers); each reads the same input pipeline, batched at the *global*

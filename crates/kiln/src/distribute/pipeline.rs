@@ -13,8 +13,9 @@ use super::split::{split_batch, split_sizes};
 use crate::batch::DeviceBatch;
 use crate::compile::Compiled;
 use crate::error::{KilnError, Result};
-use crate::fit::{PendingOutput, StepProfile};
+use crate::logs::StepProfile;
 use crate::model::{ModelSpec, Network, StateUpdate, thousands};
+use crate::step::PendingOutput;
 
 /// GPipe-style pipeline model parallelism (Huang et al. 2019, "GPipe: Efficient Training of
 /// Giant Neural Networks using Pipeline Parallelism"; the API follows torchgpipe's

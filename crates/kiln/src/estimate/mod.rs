@@ -28,15 +28,15 @@
 //! allocated between steps, and the peak comes at the end of the forward pass.
 
 mod activations;
-mod bytes;
+
 pub mod host;
 mod precision;
 mod report;
 mod resolve;
 mod search;
 
+pub use crate::config::bytes::{format_bytes, parse_bytes};
 pub use activations::LayerActivations;
-pub use bytes::{format_bytes, parse_bytes};
 pub use host::{HostData, mem_available, vm_hwm, vm_rss};
 pub use precision::Precision;
 pub use report::{report, stage_report};

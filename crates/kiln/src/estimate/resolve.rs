@@ -5,10 +5,10 @@ use super::{
     AutoBatch, Precision, auto_batch_size, estimate, format_bytes, host, max_batch_size,
     parse_bytes,
 };
+use crate::config::Overrides;
 use crate::config::{AUTO_BATCH_SIZE, RunConfig};
 use crate::device::DeviceKind;
 use crate::error::{KilnError, Result};
-use crate::run::Overrides;
 
 /// Share of the available memory `batch_size = "auto"` uses when `fit.memory_budget` is not
 /// given (Lightning's `BatchSizeFinder` leaves the rest to chance; kiln keeps 10% for the

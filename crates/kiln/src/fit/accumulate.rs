@@ -34,14 +34,14 @@ use burn::prelude::*;
 
 use super::grad_norms::GradNormTrend;
 use super::oom;
-use super::profile::StepProfile;
-use super::step::{PendingOutput, StepOutput, apply_gradients};
 use crate::batch::DeviceBatch;
 use crate::compile::Compiled;
 use crate::distribute::Strategy;
 use crate::error::{KilnError, Result};
+use crate::logs::StepProfile;
 use crate::model::{ModelSpec, Network};
 use crate::precision::{LossScale, LossScaleOptions, ScaleUpdate, unscale};
+use crate::step::{PendingOutput, StepOutput, apply_gradients};
 
 /// Accumulates gradients over `N` batches and applies the optimizer once per `N` (`N = 1`: an
 /// update after every batch, nothing is held). Also the step's loss scale and out-of-memory

@@ -5,9 +5,9 @@
 
 use std::any::Any;
 
-use super::logs::Logs;
 use super::skips::SkippedInput;
 use crate::error::Result;
+use crate::logs::Logs;
 
 /// Hooks that `fit` calls, with Keras' names and order: `on_train_begin`, then per epoch
 /// `on_epoch_begin`, per batch `on_train_batch_begin` / `on_train_batch_end`, then

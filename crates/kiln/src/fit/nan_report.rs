@@ -579,7 +579,7 @@ impl fmt::Display for NanReport {
         writeln!(
             f,
             "  learning rate {}; replayed gradient global norm {}",
-            super::logs::short(self.learning_rate),
+            crate::logs::short(self.learning_rate),
             self.grad_norm
         )?;
         if !self.recent_grad_norms.is_empty() {

@@ -191,7 +191,7 @@ impl Model {
              run) with learning rate {}",
             state.epoch + 1,
             control.iterations,
-            super::logs::short(control.rate())
+            crate::logs::short(control.rate())
         );
         if opts.on_nan == OnNan::SkipStep {
             state.skipped_nan_steps += 1;
@@ -238,7 +238,7 @@ impl Model {
                     ckpt.path.display(),
                     state.epoch + 1,
                     state.acc.batches,
-                    super::logs::short(control.rate())
+                    crate::logs::short(control.rate())
                 );
                 if control.schedule.is_some() {
                     eprintln!(

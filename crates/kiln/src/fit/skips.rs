@@ -3,8 +3,8 @@
 
 use kiln_data::SkipStats;
 
-use super::logs::Logs;
 use crate::error::{KilnError, Result};
+use crate::logs::Logs;
 
 /// Epoch and evaluation logs key: records the input pipeline's `ignore_errors` stages dropped
 /// (`val_skipped_records` for the validation pass). Present once a pipeline skips errors;

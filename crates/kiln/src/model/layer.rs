@@ -67,7 +67,7 @@ impl ForwardContext {
     pub fn round_before(&self, x: Act, activation: super::args::Activation) -> Act {
         match self.compute {
             Some(dt) if activation != super::args::Activation::Linear => {
-                crate::precision::round::round_act(x, dt)
+                super::round::round_act(x, dt)
             }
             _ => x,
         }

@@ -14,6 +14,7 @@ mod params;
 pub mod registry;
 mod regularize;
 pub mod regularizers;
+mod round;
 mod shared;
 mod spec;
 mod states;

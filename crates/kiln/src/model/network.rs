@@ -15,8 +15,8 @@ use rand::rngs::StdRng;
 pub use super::act::Act;
 use super::layer::{ForwardContext, Weights};
 pub use super::params::LayerParams;
+use super::round::{round_act, round_params};
 use super::spec::{Activation, LayerKind, ModelSpec};
-use crate::precision::round::{round_act, round_params};
 
 /// A non-trainable weight's new value from a forward pass (a BatchNormalization moving
 /// statistic): `(layer index, weight name, flat value in Keras' layout)`.

@@ -64,7 +64,7 @@ pub fn save(spec: &ModelSpec, net: &Network, path: &Path) -> Result<()> {
         path: path.into(),
         message: e.to_string(),
     })?;
-    crate::run_dir::write_atomic(path, &data)
+    crate::files::write_atomic(path, &data)
 }
 
 /// Loads weights saved by [`save`] into a freshly initialized network for `spec`.

@@ -187,7 +187,7 @@ impl KilnOps for Flex {
     fn kiln_cross_replica_sum(x: FloatTensor<Self>, adjoint: bool) -> FloatTensor<Self> {
         let shape = x.layout().shape().to_vec();
         let mut v = values(&x).into_owned();
-        crate::distribute::sync_bn::sum_across_replicas(&mut v, adjoint);
+        crate::replica::sum_across_replicas(&mut v, adjoint);
         tensor(v, &shape)
     }
 }

@@ -101,7 +101,7 @@ pub trait KilnOps: Backend {
     fn kiln_round_half(x: FloatTensor<Self>, bfloat16: bool) -> FloatTensor<Self>;
 
     /// `x` summed element-wise over the replicas of the current `sync_batch_norm` group
-    /// ([`crate::distribute::sync_bn`]); `adjoint` for the backward pass.
+    /// ([`crate::replica`]); `adjoint` for the backward pass.
     fn kiln_cross_replica_sum(x: FloatTensor<Self>, adjoint: bool) -> FloatTensor<Self>;
 }
 
@@ -186,7 +186,7 @@ pub fn round_half<const D: usize>(x: Tensor<D>, dtype: burn::tensor::FloatDType)
 }
 
 /// `x [n]` summed element-wise over the replicas of the `sync_batch_norm` group current on
-/// this thread (see [`crate::distribute::sync_bn`]), and unchanged without one. Differentiable:
+/// this thread (see [`crate::replica`]), and unchanged without one. Differentiable:
 /// the gradient is summed over the replicas the same way (a sum is its own adjoint). Runs on
 /// the host: a tensor on another device goes through the CPU (the values are a few per
 /// channel).

@@ -26,12 +26,11 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+pub use crate::error::lock_holder::{LOCK_FILE, LockHolder};
+use crate::error::lock_holder::{hostname, now_s};
 use crate::error::{KilnError, Result};
-
-/// The lock file's name inside a locked directory.
-pub const LOCK_FILE: &str = ".lock";
 
 /// How long a refused process waits for the holder to record itself (it locks first, then
 /// writes), or for a dead predecessor's leftover record to be replaced.
@@ -40,45 +39,6 @@ const RECORD_WAIT: Duration = Duration::from_secs(1);
 /// How long a process waits for a holder that is already exiting (killed, and still freeing
 /// its memory or closing its device) to release the lock.
 const EXIT_WAIT: Duration = Duration::from_secs(10);
-
-/// Who holds a directory's lock, as it recorded itself in the lock file. Fields it did not
-/// record (an older or foreign writer, or one that has just locked) are `None`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LockHolder {
-    /// Its process id.
-    pub pid: Option<u32>,
-    /// The machine (or container) it runs on: a pid only means something there.
-    pub host: Option<String>,
-    /// What it is doing (`kiln train`, `kiln export`).
-    pub command: Option<String>,
-    /// When it took the lock, in seconds since the Unix epoch.
-    pub started: Option<u64>,
-}
-
-fn now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// This machine's (or container's) name: Linux's `/proc/sys/kernel/hostname`, else `$HOSTNAME`.
-pub(crate) fn hostname() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-}
-
-/// `42 s`, `5 min`, `3 h 2 min`, `2 days`.
-fn duration_words(s: u64) -> String {
-    match s {
-        0..120 => format!("{s} s"),
-        120..7200 => format!("{} min", s / 60),
-        7200..172_800 => format!("{} h {} min", s / 3600, s % 3600 / 60),
-        _ => format!("{} days", s / 86_400),
-    }
-}
 
 impl LockHolder {
     /// This process, doing `command`.
@@ -158,11 +118,6 @@ impl LockHolder {
         matches!(fields.first(), Some(&"Z" | &"X")) || flags.is_some_and(|f| f & PF_EXITING != 0)
     }
 
-    /// True when the record is this process's.
-    fn is_this_process(&self) -> bool {
-        self.pid == Some(std::process::id()) && self.host == hostname()
-    }
-
     /// How to stop it: `kill 1234`, `kill 1234 on host gpu-3`.
     fn kill_hint(&self) -> Option<String> {
         let pid = self.pid?;
@@ -183,31 +138,6 @@ impl LockHolder {
             }
             (false, None) => format!("Wait for it to finish or stop it, or {elsewhere}."),
         }
-    }
-}
-
-impl std::fmt::Display for LockHolder {
-    /// `kiln train (pid 1234 on host gpu-3, started 5 min ago)`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let Some(pid) = self.pid else {
-            return write!(f, "another process (it has not recorded its pid)");
-        };
-        let what = self.command.as_deref().unwrap_or("a kiln process");
-        if self.is_this_process() {
-            return write!(f, "another {what} in this same process (pid {pid})");
-        }
-        write!(f, "{what} (pid {pid}")?;
-        if let Some(h) = &self.host {
-            write!(f, " on host {h}")?;
-        }
-        if let Some(s) = self.started {
-            write!(
-                f,
-                ", started {} ago",
-                duration_words(now_s().saturating_sub(s))
-            )?;
-        }
-        write!(f, ")")
     }
 }
 
@@ -352,6 +282,7 @@ fn read_holder(path: &Path) -> LockHolder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::lock_holder::duration_words;
 
     const ELSEWHERE: &str = "use another run directory";
 

@@ -74,9 +74,9 @@ impl BatchNormalization {
         let mean = w.get::<1>("moving_mean");
         let (gamma, beta) = self.gamma_beta(w, &mean);
         let eps = self.epsilon;
-        if train && crate::distribute::sync_bn::active() {
+        if train && crate::replica::active() {
             // Sums shifted by the moving mean, which every replica holds alike.
-            let (y, m, v) = crate::distribute::sync_bn::batch_norm_sync(x, gamma, beta, mean, eps);
+            let (y, m, v) = super::batch_norm_sync::batch_norm_sync(x, gamma, beta, mean, eps);
             (y, Some((m, v)))
         } else if train {
             let out = batch_norm_train(x, gamma, beta, eps);

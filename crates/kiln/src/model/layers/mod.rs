@@ -104,6 +104,7 @@ builtin_layers! {
 mod attention;
 #[cfg(test)]
 mod attention_tests;
+pub mod batch_norm_sync;
 mod conv;
 #[cfg(test)]
 mod conv_tests;

@@ -1,6 +1,7 @@
-//! One training step and one evaluation step.
+//! One training step and one evaluation step: the layer between the model and compile
+//! below and the strategies ([`crate::distribute`]) and the loop ([`crate::fit`]) above.
 //!
-//! Training, in stages that [`super::GradientAccumulation`] can drive separately:
+//! Training, in stages that [`crate::fit::GradientAccumulation`] can drive separately:
 //! [`compute_gradients`] (forward with dropout on and batch statistics, loss in float32,
 //! backward, BatchNormalization's moving averages), then [`apply_gradients`] (clipping, one
 //! optimizer update). [`train_step`] is both in one call.
@@ -10,9 +11,13 @@ use burn::prelude::*;
 
 use std::time::Instant;
 
-use super::profile::StepProfile;
+mod interrupt;
+
+pub use interrupt::Interrupt;
+
 use crate::batch::DeviceBatch;
 use crate::compile::{Clipping, Compiled};
+use crate::logs::StepProfile;
 use crate::model::{ModelSpec, Network};
 
 /// What a step reports to the metrics.
@@ -53,7 +58,7 @@ fn read<const D: usize>(t: Tensor<D>) -> Vec<f32> {
 /// Runs one optimizer step on `batch` and returns the updated network: [`compute_gradients`],
 /// then [`apply_gradients`] with `compiled`'s clipping, then the outputs read back. With
 /// `profile`, adds the time of each stage to it. (`Model::fit` goes through
-/// [`super::GradientAccumulation`], which does the same when it does not accumulate.)
+/// [`crate::fit::GradientAccumulation`], which does the same when it does not accumulate.)
 pub fn train_step(
     net: Network,
     optim: &mut ModuleOptimizer,

@@ -6,7 +6,8 @@ use burn::prelude::*;
 use burn::tensor::TensorData;
 use burn::tensor::module::batch_norm_train;
 
-use super::{CrossReplica, ThreadReplicas, batch_norm_sync, scope};
+use super::batch_norm_sync;
+use crate::replica::{CrossReplica, ThreadReplicas, scope};
 
 const SHAPE: [usize; 4] = [8, 3, 2, 2];
 

@@ -1,7 +1,26 @@
-//! Keras' `logs` (name → value, in report order) and `History`.
+//! Keras' `logs` (name → value, in report order), `History`, the log keys kiln adds to
+//! Keras' own, and where a step's time goes ([`StepProfile`]).
+//!
+//! The bottom layer of the crate with [`crate::error`]: plain records that every layer above
+//! reads or writes (the step fills them, strategies and callbacks read them, checkpoints and run
+//! directories save them); it imports nothing of the crate.
+
+mod profile;
+
+pub use profile::StepProfile;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// Epoch logs key: training examples per second of the epoch's training loop.
+pub const SAMPLES_PER_SECOND: &str = "samples_per_second";
+/// Epoch logs key: seconds the training loop waited for the input pipeline in the epoch.
+pub const INPUT_WAIT_SECONDS: &str = "input_wait_seconds";
+/// Epoch and batch logs key: the loss scale (`mixed_float16`; TensorBoard `epoch_loss_scale`).
+pub const LOSS_SCALE: &str = "loss_scale";
+/// The log key that counts examples dropped by `check_numerics = "skip"` in an epoch (for
+/// validation `val_skipped_nonfinite`). Present in every epoch's logs when the mode is skip.
+pub const SKIPPED_KEY: &str = "skipped_nonfinite";
 
 /// Metric values in Keras' order: `loss`, then the compiled metrics, then `val_*`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -55,7 +74,7 @@ pub struct History {
     pub samples_per_second: Vec<f64>,
     /// Per-stage step times of the last epoch, when profiling was on.
     #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
-    pub profile: Option<super::StepProfile>,
+    pub profile: Option<StepProfile>,
 }
 
 impl History {

@@ -11,10 +11,10 @@
 //! - `auto` (default): `file` when the pipeline reads at least as many files as there are
 //!   workers, `data` otherwise (IDX / NPY sources, too few files).
 
+use super::{Shard, Split, shardable_files};
 use crate::config::{AutoShardPolicy, RunConfig};
 use crate::distribute::world::World;
 use crate::error::{KilnError, Result};
-use crate::pipeline::{Shard, Split, shardable_files};
 
 /// What a worker reads: its shard (`None`: the whole input, the `data` policy) and a line
 /// for the user saying which policy applies and why.

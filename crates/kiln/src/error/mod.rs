@@ -1,6 +1,16 @@
 //! kiln's error type: every message names what went wrong, where, and how to fix it.
+//!
+//! A bottom-layer module: besides [`crate::logs`] and [`crate::names`] it imports nothing of
+//! the crate, so that every module can return a [`KilnError`]. The records that some errors
+//! carry live here too ([`NonFiniteInput`], [`LockHolder`]).
 
 use std::path::PathBuf;
+
+pub(crate) mod lock_holder;
+mod non_finite;
+
+pub use lock_holder::{LOCK_FILE, LockHolder};
+pub use non_finite::{BatchOrigin, DataSplit, NonFiniteInput, describe_position};
 
 /// Result alias for kiln.
 pub type Result<T> = std::result::Result<T, KilnError>;
@@ -46,7 +56,7 @@ pub enum KilnError {
     /// A batch holds a NaN or ±Inf (`[fit] check_numerics = "raise"`, TensorFlow's
     /// `tf.debugging.check_numerics`): the example, the position in it, the value and the split.
     #[error("{0}")]
-    NonFinite(Box<crate::guards::NonFiniteInput>),
+    NonFinite(Box<NonFiniteInput>),
     /// The data files are not where the config says; the message says how to get them.
     #[error("{0}")]
     MissingData(String),
@@ -86,12 +96,12 @@ pub enum KilnError {
     Changed(String),
     /// Another process (or another call in this process) holds the directory's lock
     /// ([`crate::run_dir::DirLock`]): one writer per run directory.
-    #[error("{} is in use by {holder}; only one process may write it at a time (lock file {}). {remedy}", dir.display(), dir.join(crate::run_dir::LOCK_FILE).display())]
+    #[error("{} is in use by {holder}; only one process may write it at a time (lock file {}). {remedy}", dir.display(), dir.join(LOCK_FILE).display())]
     RunDirLocked {
         /// The locked directory.
         dir: PathBuf,
         /// Who holds it, as its lock file records it.
-        holder: crate::run_dir::LockHolder,
+        holder: LockHolder,
         /// What to do: wait, stop the holder, or write elsewhere.
         remedy: String,
     },

@@ -1,0 +1,428 @@
+//! Keras' `fit` loop (`keras/src/trainers/trainer.py`, `fit`): epochs of steps taken from the
+//! [`EpochIterator`], each step run by [`GradientAccumulation`] (the step, the strategy and
+//! the loss scale), callbacks called at Keras' hooks; between steps, BackupAndRestore
+//! checkpoints, the NaN policy and stop requests.
+//!
+//! One difference from Keras, kept on purpose: a callback that sets `stop_training` during a
+//! batch ends `fit` at once, without the epoch's `on_epoch_end` (Keras finishes the epoch).
+
+use std::time::Instant;
+
+use kiln_data::Dataset;
+
+use super::control::{Control, LoopContext};
+use super::epoch_iterator::{EpochIterator, Next, StepInput, Target};
+use super::epoch_metrics::{Accumulator, BatchLabels};
+use super::resume::{LoopState, NanAction, step_seed};
+use super::skips::{self, SkipReport, SkippedInput};
+use super::{Callback, FitOptions, GradientAccumulation, History, Logs, Model, OnNan, SaveFreq};
+use crate::distribute::diagnosis;
+use crate::error::{KilnError, Result};
+use crate::guards::{DataSplit, NumericsGuard};
+use crate::logs::{INPUT_WAIT_SECONDS, LOSS_SCALE, SAMPLES_PER_SECOND, StepProfile};
+use crate::model::Network;
+use crate::step::HostLabels;
+
+/// How a step ended, for the epoch around it.
+enum StepEnd {
+    /// Go on with the next step.
+    Next,
+    /// The epoch's input is over (or ran out: then `stop_training` is set).
+    EndOfEpoch,
+    /// A NaN rollback restored an earlier state: start the epoch loop again.
+    Restart,
+    /// A callback stopped training: end `fit` now.
+    Stop,
+}
+
+/// The measurements of the epoch running.
+struct EpochClock {
+    started: Instant,
+    /// The profile describes the last epoch (the first one includes warm-up).
+    profile: Option<StepProfile>,
+    /// Training examples seen in this call of `fit` during the epoch.
+    examples: f64,
+}
+
+/// One call of `fit`: the model, its options and callbacks, and the loop's state.
+pub(super) struct FitLoop<'m, 'd, 'c, 'b> {
+    model: &'m mut Model,
+    opts: &'m FitOptions,
+    callbacks: &'c mut [&'b mut dyn Callback],
+    input: EpochIterator<'d>,
+    control: Control,
+    state: LoopState,
+    accumulation: GradientAccumulation,
+    checkpoint_due: bool,
+    skip_report: SkipReport,
+    /// Batches per epoch, when known (for the progress display).
+    steps: Option<u64>,
+}
+
+impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
+    /// The loop at its start, or where `opts.backup`'s checkpoint left it.
+    ///
+    /// # Errors
+    /// Checkpoints that do not fit the model; data errors replaying the input.
+    pub(super) fn new(
+        model: &'m mut Model,
+        train: &'d Dataset,
+        opts: &'m FitOptions,
+        callbacks: &'c mut [&'b mut dyn Callback],
+    ) -> Result<Self> {
+        let mut control = Control::new(&model.compiled);
+        let mut state = LoopState {
+            epoch: opts.initial_epoch,
+            ..LoopState::default()
+        };
+        let mut position = Default::default();
+        if let Some(ckpt) = opts.backup.as_ref().and_then(|b| b.resume.as_ref()) {
+            position = model.resume_from(ckpt, &mut control, &mut state, callbacks)?;
+        }
+        let accumulation = model.accumulation();
+        let guard = NumericsGuard::new(model.check_numerics, DataSplit::Train);
+        let sharded = accumulation.strategy.shards_input();
+        let input = EpochIterator::new(train, position, guard, opts.steps_per_epoch, sharded)?;
+        let steps = opts.steps_per_epoch.or(match train.cardinality() {
+            kiln_data::Cardinality::Finite(n) => Some(n),
+            _ => None,
+        });
+        let mut fit = FitLoop {
+            model,
+            opts,
+            callbacks,
+            input,
+            control,
+            state,
+            accumulation,
+            checkpoint_due: false,
+            skip_report: SkipReport::default(),
+            steps,
+        };
+        if let Some(backup) = &opts.backup
+            && backup.resume.is_none()
+        {
+            // A starting point for NaN rollbacks and for a kill in the first epoch.
+            fit.checkpoint(backup)?;
+        }
+        Ok(fit)
+    }
+
+    /// Calls `hook` on every callback, each with a [`LoopContext`] made for the call (so that
+    /// the network is free for the step between calls).
+    fn hooks(
+        &mut self,
+        mut hook: impl FnMut(&mut dyn Callback, &mut LoopContext) -> Result<()>,
+    ) -> Result<()> {
+        for c in self.callbacks.iter_mut() {
+            let ctx = &mut LoopContext {
+                control: &mut self.control,
+                net: &mut self.model.net,
+                name: &self.model.name,
+                spec: &self.model.spec,
+            };
+            hook(&mut **c, ctx)?;
+            ctx.control.refusal()?;
+        }
+        Ok(())
+    }
+
+    /// Writes a BackupAndRestore checkpoint of the loop as it stands.
+    fn checkpoint(&mut self, backup: &super::Backup) -> Result<std::path::PathBuf> {
+        let (control, state, input) = (&self.control, &self.state, self.input.cursor());
+        self.model
+            .save_checkpoint(backup, control, state, input, self.callbacks)
+    }
+
+    /// Runs the epochs; returns the history.
+    pub(super) fn run(mut self, validation: Option<&Dataset>) -> Result<History> {
+        self.hooks(|c, ctx| c.on_train_begin(ctx))?;
+        let mut last = Logs::default();
+        while self.state.epoch < self.opts.epochs {
+            match self.epoch(validation)? {
+                (StepEnd::Restart, _) => continue,
+                (StepEnd::Stop, _) => break,
+                (_, logs) => last = logs,
+            }
+            if self.control.stop_training {
+                break;
+            }
+        }
+        self.flush();
+        self.hooks(|c, ctx| c.on_train_end(&last, ctx))?;
+        Ok(self.state.history)
+    }
+
+    /// Applies what a partial gradient-accumulation window holds.
+    fn flush(&mut self) {
+        let m = &mut *self.model;
+        let lr = self.control.rate();
+        self.accumulation
+            .flush(&mut m.net, &mut m.optim, &m.spec, &m.compiled, lr);
+    }
+
+    /// One epoch: its steps, then (unless a step restarted or stopped the loop) its logs.
+    fn epoch(&mut self, validation: Option<&Dataset>) -> Result<(StepEnd, Logs)> {
+        let epoch = self.state.epoch;
+        if let Some(scale) = self.state.loss_scale {
+            // From a resume or a NaN rollback (otherwise the value it already has).
+            self.accumulation.restore_loss_scale(scale);
+        }
+        let steps = self.steps;
+        let epochs = self.opts.epochs;
+        self.hooks(|c, ctx| c.on_epoch_begin(epoch, epochs, steps, ctx))?;
+        let mut clock = EpochClock {
+            started: Instant::now(),
+            profile: self.model.profiling.then(StepProfile::default),
+            examples: 0.0,
+        };
+        let first_step = self.state.acc.batches;
+        self.input.begin_epoch(epoch, first_step);
+        for step in first_step.. {
+            if self.opts.steps_per_epoch.is_some_and(|n| step >= n) {
+                break;
+            }
+            match self.step(step, &mut clock)? {
+                StepEnd::Next => {}
+                StepEnd::EndOfEpoch => break,
+                end => return Ok((end, Logs::default())),
+            }
+        }
+        let logs = self.end_epoch(epoch, clock, validation)?;
+        Ok((StepEnd::Next, logs))
+    }
+
+    /// Training step `step` of the epoch: fetch, hooks, the step, the NaN policy, metrics,
+    /// then checkpoints and stop requests.
+    fn step(&mut self, step: u64, clock: &mut EpochClock) -> Result<StepEnd> {
+        let input = match self.fetch(step)? {
+            Next::Batch(input) => input,
+            Next::Emptied => return Ok(StepEnd::Next),
+            Next::End => return Ok(StepEnd::EndOfEpoch),
+            Next::RanOut => {
+                self.control.stop_training = true;
+                return Ok(StepEnd::EndOfEpoch);
+            }
+        };
+        if let Some(p) = clock.profile.as_mut() {
+            p.input_wait_s += input.waited;
+            p.to_device_s += input.converted;
+        }
+        self.hooks(|c, ctx| c.on_train_batch_begin(step, ctx))?;
+        let StepInput { host, batch, .. } = *input;
+        let (own, outputs, size) = (HostLabels::of(&batch), batch.outputs.clone(), batch.size);
+        let Some(out) = self.train_batch(batch, clock.profile.as_mut())? else {
+            return self.non_finite(step, &host);
+        };
+        let started = Instant::now();
+        // A sharded multi-worker step reports the global batch's outputs and labels.
+        let (labels, size) = match &out.labels {
+            Some(l) => (l.clone(), l.classes.len()),
+            None => (own, size),
+        };
+        let labels = BatchLabels {
+            labels: &labels,
+            outputs: &outputs,
+        };
+        let units = self.model.spec.output_units();
+        self.state
+            .acc
+            .add(&self.model.compiled, &out, labels, size, units);
+        clock.examples += size as f64;
+        if let Some(p) = clock.profile.as_mut() {
+            p.metrics_s += started.elapsed().as_secs_f64();
+        }
+        let logs = self.running_logs();
+        self.hooks(|c, ctx| c.on_train_batch_end(step, &logs, ctx))?;
+        self.between_steps()?;
+        Ok(match self.control.stop_training {
+            true => StepEnd::Stop,
+            false => StepEnd::Next,
+        })
+    }
+
+    /// The batch of step `step`.
+    fn fetch(&mut self, step: u64) -> Result<Next> {
+        let device = self.model.device.clone().autodiff();
+        let target = Target {
+            spec: &self.model.spec,
+            compiled: &self.model.compiled,
+            device: &device,
+        };
+        let strategy = &mut self.accumulation.strategy;
+        self.input.next(step, self.state.epoch, &target, strategy)
+    }
+
+    /// Runs the step on `batch`; `None` when its loss was not finite (nothing was applied).
+    fn train_batch(
+        &mut self,
+        batch: crate::batch::DeviceBatch,
+        profile: Option<&mut StepProfile>,
+    ) -> Result<Option<crate::step::StepOutput>> {
+        let m = &mut *self.model;
+        // Dropout masks depend on the seed and the step only (see `Model::fit_with`).
+        m.device.seed(step_seed(m.seed, self.control.iterations));
+        let net = std::mem::replace(&mut m.net, Network { layers: Vec::new() });
+        let guarded = self.opts.on_nan != OnNan::Continue;
+        self.accumulation
+            .grad_norms
+            .at_step(self.control.iterations);
+        let rate = self.control.rate();
+        let (net, out, applied) = self.accumulation.train_step(
+            net,
+            &mut m.optim,
+            &m.spec,
+            &m.compiled,
+            batch,
+            rate,
+            guarded,
+            profile,
+        )?;
+        m.net = net;
+        self.state.loss_scale = self.accumulation.loss_scale();
+        self.control.iterations += 1;
+        Ok(applied.then_some(out))
+    }
+
+    /// The NaN policy after a non-finite loss at `step` (the network is as before the batch).
+    fn non_finite(&mut self, step: u64, host: &kiln_data::Element) -> Result<StepEnd> {
+        self.state.recent_grad_norms = self.accumulation.grad_norms.samples();
+        let action = self.model.on_non_finite(
+            self.opts,
+            &mut self.control,
+            &mut self.state,
+            self.input.cursor_mut(),
+            (step, host),
+            self.callbacks,
+        )?;
+        Ok(match action {
+            NanAction::Skip => StepEnd::Next,
+            NanAction::Restart => StepEnd::Restart,
+        })
+    }
+
+    /// The epoch's logs so far, with the loss scale.
+    fn running_logs(&self) -> Logs {
+        let units = self.model.spec.output_units();
+        let mut logs = self.state.acc.logs(&self.model.compiled, units);
+        if let Some(ls) = self.state.loss_scale {
+            logs.set(LOSS_SCALE, ls.scale);
+        }
+        logs
+    }
+
+    /// Checkpoints and stop requests, which fall on optimizer-update boundaries: the gradients
+    /// of a partial accumulation window are not checkpointed, so a stop waits for the window
+    /// to complete, and a batch-count checkpoint that falls inside one is written at its end.
+    fn between_steps(&mut self) -> Result<()> {
+        let at_update = self.accumulation.pending() == 0;
+        let Some(backup) = self.opts.backup.as_ref() else {
+            return self.stop_requested(at_update, None);
+        };
+        if let SaveFreq::Batches(n) = backup.save_freq
+            && self.control.iterations.is_multiple_of(n.max(1))
+        {
+            self.checkpoint_due = true;
+        }
+        self.stop_requested(at_update, Some(backup))?;
+        if at_update && self.checkpoint_due {
+            self.checkpoint(backup)?;
+            self.checkpoint_due = false;
+        }
+        Ok(())
+    }
+
+    /// [`KilnError::Interrupted`] (after a checkpoint, with BackupAndRestore) when a signal
+    /// asked to stop and the step ended an update.
+    fn stop_requested(&mut self, at_update: bool, backup: Option<&super::Backup>) -> Result<()> {
+        let requested = self.opts.interrupt.as_ref().and_then(|i| i.requested());
+        let Some(signal) = requested.filter(|_| at_update) else {
+            return Ok(());
+        };
+        let checkpoint = match backup {
+            Some(backup) => Some(self.checkpoint(backup)?),
+            None => None,
+        };
+        Err(KilnError::Interrupted {
+            signal,
+            iterations: self.control.iterations,
+            checkpoint,
+        })
+    }
+
+    /// The end of epoch `epoch`: its logs (training, timing, validation, skipped input),
+    /// `on_epoch_end`, the history and the epoch's checkpoint.
+    fn end_epoch(
+        &mut self,
+        epoch: usize,
+        clock: EpochClock,
+        validation: Option<&Dataset>,
+    ) -> Result<Logs> {
+        self.flush();
+        let train_skips = self.input.end_epoch();
+        skips::check_not_all_skipped(train_skips.as_ref(), self.state.acc.batches, epoch)?;
+        let train_time = clock.started.elapsed().as_secs_f64();
+        let mut logs = self.train_logs(&clock, train_time);
+        let validated = validation.is_some() && self.opts.validates_after(epoch);
+        let mut val_skips = None;
+        if let Some(val) = validation.filter(|_| validated) {
+            let (val_logs, skipped) = self.model.evaluate_split(val, DataSplit::Validation)?;
+            logs.extend_prefixed("val_", &val_logs);
+            val_skips = skipped;
+        }
+        self.control.skipped = SkippedInput {
+            train: train_skips,
+            validation: val_skips,
+        };
+        self.skip_report
+            .add_to(&mut logs, &self.control.skipped, validated);
+        let epoch_time = clock.started.elapsed().as_secs_f64();
+        self.hooks(|c, ctx| c.on_epoch_end(epoch, &mut logs, ctx))?;
+        let history = &mut self.state.history;
+        history.push(epoch, &logs);
+        if clock.profile.is_some() {
+            history.profile = clock.profile;
+        }
+        history.epoch_time_s.push(epoch_time);
+        history
+            .samples_per_second
+            .push(clock.examples / train_time.max(1e-9));
+        self.state.epoch += 1;
+        self.state.acc = Accumulator::default();
+        if let Some(backup) = &self.opts.backup {
+            self.checkpoint(backup)?;
+        }
+        Ok(logs)
+    }
+
+    /// The epoch's training logs: loss and metrics, skipped examples, throughput, input wait,
+    /// the strategy's communication times and skipped NaN steps.
+    fn train_logs(&mut self, clock: &EpochClock, train_time: f64) -> Logs {
+        let mut logs = self.running_logs();
+        let strategy = &mut self.accumulation.strategy;
+        if strategy.shards_input() {
+            // Each worker skipped the non-finite examples of its own shard.
+            let guard = self.input.guard_mut();
+            guard.sum_skipped(|n| strategy.sum_over_workers(n));
+        }
+        self.input.guard_mut().report(&mut logs);
+        // Throughput and time blocked on the input pipeline, for TensorBoard
+        // (`epoch_samples_per_second`, `epoch_input_wait_seconds`), CSVLogger and the display.
+        logs.set(SAMPLES_PER_SECOND, clock.examples / train_time.max(1e-9));
+        logs.set(INPUT_WAIT_SECONDS, self.input.input_wait);
+        let communication = strategy.take_reduce_seconds();
+        if self.model.strategy.communicates() {
+            logs.set(diagnosis::COMMUNICATION_SECONDS, communication);
+            logs.set(diagnosis::TRAIN_SECONDS, train_time);
+        }
+        if let Some((wait, all_reduce)) = strategy.take_wait_and_all_reduce_seconds() {
+            logs.set(diagnosis::WAIT_SECONDS, wait);
+            logs.set(diagnosis::ALL_REDUCE_SECONDS, all_reduce);
+        }
+        if self.state.skipped_nan_steps > 0 {
+            let skipped = std::mem::take(&mut self.state.skipped_nan_steps);
+            logs.set("skipped_nan_steps", skipped as f64);
+        }
+        logs
+    }
+}
