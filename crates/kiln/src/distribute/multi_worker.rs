@@ -206,16 +206,8 @@ impl MultiWorkerMirroredStrategy {
         self.reduce_seconds += clock.elapsed().as_secs_f64();
         let home = batch.x.device();
         let units: usize = spec.output_shape().iter().product();
-        let (global, mine, start, part) = match self.agreed_rows.take() {
-            Some((global, start)) if self.local_input() => (global, batch.size, start, batch),
-            _ => {
-                let global = batch.size;
-                let sizes = split_sizes(global, self.world.size);
-                let mine = sizes[self.world.rank];
-                let start: usize = sizes[..self.world.rank].iter().sum();
-                (global, mine, start, batch)
-            }
-        };
+        let (global, mine, start) = self.rows_of(batch.size);
+        let part = batch;
         let labels = self.local_input().then(|| HostLabels::of(&part));
         // Synchronized BatchNormalization all-reduces inside the passes: every worker runs
         // them, one without examples on a placeholder row it does not contribute.
@@ -267,6 +259,20 @@ impl MultiWorkerMirroredStrategy {
         out
     }
 
+    /// `(global, mine, start)`: the step's global batch size, this worker's examples in it and
+    /// the first one's row, for a local batch of `local` examples (with local input, as the
+    /// workers agreed; otherwise `local` is the global batch, split evenly).
+    fn rows_of(&mut self, local: usize) -> (usize, usize, usize) {
+        match self.agreed_rows.take() {
+            Some((global, start)) if self.local_input() => (global, local, start),
+            _ => {
+                let sizes = split_sizes(local, self.world.size);
+                let start: usize = sizes[..self.world.rank].iter().sum();
+                (local, sizes[self.world.rank], start)
+            }
+        }
+    }
+
     /// Packs, all-reduces and unpacks one step (the buffer of the type's documentation).
     fn reduce(
         &mut self,
@@ -277,73 +283,8 @@ impl MultiWorkerMirroredStrategy {
         rows: Rows,
         home: &Device,
     ) -> (Network, GradientsParams, PendingOutput) {
-        let Rows {
-            global,
-            mine,
-            start,
-            units,
-        } = rows;
-        let scale = mine as f32 / global.max(1) as f32;
-        let mut buf = Vec::new();
-        let mut pack = Pack {
-            grads: &mut grads,
-            buf: &mut buf,
-            flags: Vec::new(),
-        };
-        net.visit(&mut pack);
-        let flags = std::mem::take(&mut pack.flags);
-        let (n_grads, n_params) = (buf.len(), flags.len());
-        buf.extend(flags);
-        let moving_start = buf.len();
-        for layer in &net.layers {
-            for p in [&layer.moving_mean, &layer.moving_variance]
-                .into_iter()
-                .flatten()
-            {
-                let v = to_vec(p.val());
-                buf.extend(v.into_iter().map(|x| if mine > 0 { x } else { 0.0 }));
-            }
-        }
-        let scalars = buf.len();
-        let (loss, outputs) = match local {
-            Some(p) => {
-                let (loss, out) = p.into_parts();
-                (to_vec(loss)[0] * scale, to_vec(out))
-            }
-            None => (0.0, Vec::new()),
-        };
         let signal = self.local_signal();
-        buf.extend([
-            f32::from(mine > 0),
-            loss,
-            f32::from(signal != 0),
-            signal as f32,
-        ]);
-        let out_start = buf.len();
-        buf.resize(out_start + global * units, 0.0);
-        let rows = &mut buf[out_start + start * units..out_start + (start + mine) * units];
-        // `[mine, units]`: the network's outputs are flattened to the product of the model's
-        // output shape.
-        assert_eq!(outputs.len(), rows.len(), "outputs of [examples, units]");
-        rows.copy_from_slice(&outputs);
-        // With local input, the labels of the global batch for its metrics: class indices
-        // `[global]`, then dense targets `[global, units]` when the labels are dense.
-        let labels_start = buf.len();
-        let dense = labels.as_ref().is_some_and(|l| !l.targets.is_empty());
-        if let Some(l) = &labels {
-            buf.resize(
-                labels_start + global * (1 + if dense { units } else { 0 }),
-                0.0,
-            );
-            for (i, c) in l.classes.iter().enumerate() {
-                buf[labels_start + start + i] = *c as f32;
-            }
-            if dense {
-                let t0 = labels_start + global + start * units;
-                buf[t0..t0 + l.targets.len()].copy_from_slice(&l.targets);
-            }
-        }
-
+        let (mut buf, layout) = pack(&net, &mut grads, local, labels.as_ref(), rows, signal);
         // The barrier separates waiting for the slowest worker from the transfer (the
         // all-reduce could not finish before the last worker arrives anyway).
         let clock = Instant::now();
@@ -352,18 +293,128 @@ impl MultiWorkerMirroredStrategy {
         world::all_reduce_sum(&mut buf);
         self.wait_seconds += (arrived - clock).as_secs_f64();
         self.all_reduce_seconds += arrived.elapsed().as_secs_f64();
+        let grads = layout.unpack_into(&mut net, &buf);
+        let scalars = &buf[layout.scalars..];
+        self.share_stop(signal, scalars[2], scalars[3]);
+        let pending = layout.pending(&buf, rows, labels.is_some(), home);
+        (net, grads, pending)
+    }
+}
 
+/// Where each part of a step's all-reduce buffer starts.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    /// Gradient values `[0, n_grads)`, then one flag per parameter.
+    n_grads: usize,
+    n_params: usize,
+    /// BatchNormalization moving statistics.
+    moving_start: usize,
+    /// Workers with examples, loss, stop flag, signal.
+    scalars: usize,
+    /// Outputs `[global, units]`.
+    out_start: usize,
+    /// With local input: class indices `[global]`, then dense targets `[global, units]`.
+    labels_start: usize,
+    dense: bool,
+}
+
+/// This worker's buffer: its gradients of `net` (taken from `grads`), moving statistics,
+/// scalars, its rows of the outputs and (with local input) of the labels, zeros elsewhere.
+fn pack(
+    net: &Network,
+    grads: &mut GradientsParams,
+    local: Option<PendingOutput>,
+    labels: Option<&HostLabels>,
+    rows: Rows,
+    signal: i32,
+) -> (Vec<f32>, Layout) {
+    let Rows {
+        global,
+        mine,
+        start,
+        units,
+    } = rows;
+    let mut buf = Vec::new();
+    let mut pack = Pack {
+        grads,
+        buf: &mut buf,
+        flags: Vec::new(),
+    };
+    net.visit(&mut pack);
+    let flags = std::mem::take(&mut pack.flags);
+    let (n_grads, n_params) = (buf.len(), flags.len());
+    buf.extend(flags);
+    let moving_start = buf.len();
+    for p in moving_statistics(net) {
+        let v = to_vec(p.val());
+        buf.extend(v.into_iter().map(|x| if mine > 0 { x } else { 0.0 }));
+    }
+    let scalars = buf.len();
+    let scale = mine as f32 / global.max(1) as f32;
+    let (loss, outputs) = match local {
+        Some(p) => {
+            let (loss, out) = p.into_parts();
+            (to_vec(loss)[0] * scale, to_vec(out))
+        }
+        None => (0.0, Vec::new()),
+    };
+    let stop = f32::from(signal != 0);
+    buf.extend([f32::from(mine > 0), loss, stop, signal as f32]);
+    let out_start = buf.len();
+    buf.resize(out_start + global * units, 0.0);
+    let rows = &mut buf[out_start + start * units..out_start + (start + mine) * units];
+    // `[mine, units]`: the network's outputs are flattened to the product of the model's
+    // output shape.
+    assert_eq!(outputs.len(), rows.len(), "outputs of [examples, units]");
+    rows.copy_from_slice(&outputs);
+    let labels_start = buf.len();
+    let dense = labels.is_some_and(|l| !l.targets.is_empty());
+    if let Some(l) = labels {
+        buf.resize(
+            labels_start + global * (1 + if dense { units } else { 0 }),
+            0.0,
+        );
+        for (i, c) in l.classes.iter().enumerate() {
+            buf[labels_start + start + i] = *c as f32;
+        }
+        if dense {
+            let t0 = labels_start + global + start * units;
+            buf[t0..t0 + l.targets.len()].copy_from_slice(&l.targets);
+        }
+    }
+    let layout = Layout {
+        n_grads,
+        n_params,
+        moving_start,
+        scalars,
+        out_start,
+        labels_start,
+        dense,
+    };
+    (buf, layout)
+}
+
+/// The moving means and variances of `net`'s BatchNormalization layers, in order.
+fn moving_statistics(net: &Network) -> impl Iterator<Item = &Param<Tensor<1>>> {
+    net.layers
+        .iter()
+        .flat_map(|l| [&l.moving_mean, &l.moving_variance].into_iter().flatten())
+}
+
+impl Layout {
+    /// The summed gradients of `net`'s parameters; `net`'s moving statistics set to the
+    /// workers' mean.
+    fn unpack_into(&self, net: &mut Network, buf: &[f32]) -> GradientsParams {
         let mut unpack = Unpack {
             grads: GradientsParams::new(),
-            values: &buf[..n_grads],
-            flags: &buf[n_grads..n_grads + n_params],
+            values: &buf[..self.n_grads],
+            flags: &buf[self.n_grads..self.n_grads + self.n_params],
             offset: 0,
             index: 0,
         };
         net.visit(&mut unpack);
-        let grads = unpack.grads;
-        let workers = buf[scalars].max(1.0);
-        let mut offset = moving_start;
+        let workers = buf[self.scalars].max(1.0);
+        let mut offset = self.moving_start;
         for layer in &mut net.layers {
             for p in [&mut layer.moving_mean, &mut layer.moving_variance]
                 .into_iter()
@@ -379,28 +430,33 @@ impl MultiWorkerMirroredStrategy {
                 *p = p.clone().map(|_| t.set_require_grad(false));
             }
         }
-        let loss = Tensor::<1>::from_data(TensorData::new(vec![buf[scalars + 1]], [1]), home);
-        self.share_stop(signal, buf[scalars + 2], buf[scalars + 3]);
+        unpack.grads
+    }
+
+    /// The global batch's loss and outputs on `home`, with its labels when each worker read
+    /// its own (`with_labels`).
+    fn pending(&self, buf: &[f32], rows: Rows, with_labels: bool, home: &Device) -> PendingOutput {
+        let (global, units) = (rows.global, rows.units);
+        let loss = Tensor::<1>::from_data(TensorData::new(vec![buf[self.scalars + 1]], [1]), home);
         let outputs = Tensor::<2>::from_data(
-            TensorData::new(buf[out_start..labels_start].to_vec(), [global, units]),
+            TensorData::new(
+                buf[self.out_start..self.labels_start].to_vec(),
+                [global, units],
+            ),
             home,
         );
         let pending = PendingOutput::new(loss, outputs);
-        let pending = match labels {
-            Some(_) => pending.with_labels(HostLabels {
-                classes: buf[labels_start..labels_start + global]
-                    .iter()
-                    .map(|&c| c as i64)
-                    .collect(),
-                targets: if dense {
-                    buf[labels_start + global..].to_vec()
-                } else {
-                    Vec::new()
-                },
-            }),
-            None => pending,
-        };
-        (net, grads, pending)
+        if !with_labels {
+            return pending;
+        }
+        let labels = &buf[self.labels_start..];
+        pending.with_labels(HostLabels {
+            classes: labels[..global].iter().map(|&c| c as i64).collect(),
+            targets: match self.dense {
+                true => labels[global..].to_vec(),
+                false => Vec::new(),
+            },
+        })
     }
 }
 
