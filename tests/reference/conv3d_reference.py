@@ -12,6 +12,10 @@ channels-last layout, batch 2) is `sin(0.9 i + 0.1)`, weight j's flat value i is
 `0.5 sin(0.7 i + 0.9 j + 0.3)`, and the gradients are those of `sum(output * r)` with
 `r[i] = cos(0.5 i + 0.2)`, with respect to the input and every trainable weight.
 BatchNormalization runs in training mode (batch statistics), as kiln's check does.
+
+It also prints, per layer, the output shape and the trainable / non-trainable parameter counts
+of keras.io's 3D CT-scan classifier (`3D_image_classification`'s `get_model`), copied into
+conv3d_tests.rs' `the_keras_io_ct_scan_model_has_keras_shapes_counts_and_estimate`.
 """
 import json
 import os
@@ -89,6 +93,26 @@ def flat(t):
     return [float(v) for v in np.asarray(t, dtype=np.float32).reshape(-1)]
 
 
+def ct_scan_model():
+    """keras.io's 3D CT-scan classifier, as its `get_model(128, 128, 64)` builds it."""
+    inputs = keras.Input((128, 128, 64, 1))
+    x = inputs
+    for filters in [64, 64, 128, 256]:
+        x = keras.layers.Conv3D(filters=filters, kernel_size=3, activation="relu")(x)
+        x = keras.layers.MaxPool3D(pool_size=2)(x)
+        x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.GlobalAveragePooling3D()(x)
+    x = keras.layers.Dense(units=512, activation="relu")(x)
+    x = keras.layers.Dropout(0.3)(x)
+    outputs = keras.layers.Dense(units=1, activation="sigmoid")(x)
+    model = keras.Model(inputs, outputs)
+    for layer in model.layers[1:]:
+        trainable = sum(int(np.prod(w.shape)) for w in layer.trainable_weights)
+        print(f"{layer.__class__.__name__} {tuple(layer.output.shape[1:])} "
+              f"{trainable} {layer.count_params() - trainable}")
+    print(f"total {model.count_params()}")
+
+
 def main():
     out = {
         "keras": keras.__version__,
@@ -107,6 +131,7 @@ def main():
         json.dump(out, f, indent=1)
         f.write("\n")
     print(f"wrote {os.path.normpath(path)}: {len(CASES)} cases")
+    ct_scan_model()
 
 
 if __name__ == "__main__":

@@ -118,7 +118,17 @@ impl Layer for Conv3D {
         };
         super::finish_affine(Act::Volume(y), self.activation, ctx)
     }
-    affine_activation!();
+    /// Burn's ReLU (not fused into `conv3d`) keeps its input, the pre-activation, as the other
+    /// activations do; the output itself is not kept.
+    fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
+        match self.activation {
+            Activation::Relu => super::size(output),
+            a => super::activation_extra(a, output),
+        }
+    }
+    fn ends_in_softmax(&self) -> bool {
+        self.activation == Activation::Softmax
+    }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let x = &inputs[0];
         let [kd, kh, kw] = self.kernel_size.0;

@@ -97,6 +97,14 @@ impl<const MAX: bool> Layer for Pooling3D<MAX> {
     fn passes_values(&self) -> bool {
         MAX
     }
+    fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
+        // Burn's max pooling keeps the index of each maximum, one value's worth per output
+        // value (as measured in tests/estimate_memory.rs).
+        match MAX {
+            true => super::size(output),
+            false => 0.0,
+        }
+    }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let x = &inputs[0];
         let w = self.window();
