@@ -17,13 +17,14 @@ It also prints, per layer, the output shape and the trainable / non-trainable pa
 of keras.io's 3D CT-scan classifier (`3D_image_classification`'s `get_model`), copied into
 conv3d_tests.rs' `the_keras_io_ct_scan_model_has_keras_shapes_counts_and_estimate`.
 """
-import json
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np
 import tensorflow as tf
 import keras
+
+from convolution_reference import wave, write
 
 BATCH = 2
 
@@ -55,10 +56,6 @@ CASES = [
     ("dense_volume", {"type": "Dense", "units": 3, "activation": "softmax"}, [2, 2, 3, 2]),
     ("batch_normalization_volume", {"type": "BatchNormalization"}, [2, 3, 2, 3]),
 ]
-
-
-def wave(n, phase, scale=1.0, step=0.9):
-    return (scale * np.sin(step * np.arange(n) + phase)).astype(np.float32)
 
 
 def case(args, shape):
@@ -114,23 +111,7 @@ def ct_scan_model():
 
 
 def main():
-    out = {
-        "keras": keras.__version__,
-        "tensorflow": tf.__version__,
-        "formulas": {
-            "input, flat index i": "sin(0.9 i + 0.1)",
-            "weight j, flat index i": "0.5 sin(0.7 i + 0.9 j + 0.3)",
-            "loss": "sum(output * r), r[i] = cos(0.5 i + 0.2)",
-        },
-        "cases": {name: case(args, shape) for name, args, shape in CASES},
-    }
-    path = os.path.join(
-        os.path.dirname(__file__), "../../crates/kiln/tests/data/conv3d_reference.json"
-    )
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
-        f.write("\n")
-    print(f"wrote {os.path.normpath(path)}: {len(CASES)} cases")
+    write("conv3d_reference.json", CASES, case)
     ct_scan_model()
 
 

@@ -43,7 +43,6 @@ impl Window {
             dilation: [1, dilation],
         }
     }
-
 }
 
 impl<const N: usize> Window<N> {

@@ -29,17 +29,62 @@ fn shape_of(class: &str, args: &str, shape: &[usize]) -> Result<Vec<usize>, Stri
 fn volume_output_shapes_follow_keras_formulas() {
     let cases: &[(&str, &str, &[usize], &[usize])] = &[
         // keras.io's 3D CT-scan classifier: (128, 128, 64, 1) through its first block.
-        ("Conv3D", "filters = 64, kernel_size = 3, activation = \"relu\"", &[128, 128, 64, 1], &[126, 126, 62, 64]),
-        ("MaxPooling3D", "pool_size = 2", &[126, 126, 62, 64], &[63, 63, 31, 64]),
-        ("Conv3D", "filters = 4, kernel_size = [3, 1, 2], strides = 2, padding = \"same\"", &[7, 4, 5, 3], &[4, 2, 3, 4]),
-        ("Conv3D", "filters = 4, kernel_size = 3, dilation_rate = [1, 2, 3]", &[5, 6, 7, 2], &[3, 2, 1, 4]),
-        ("AveragePooling3D", "pool_size = 3, strides = 2, padding = \"same\"", &[5, 4, 3, 2], &[3, 2, 2, 2]),
-        ("MaxPool3D", "pool_size = [1, 2, 2]", &[3, 4, 5, 2], &[3, 2, 2, 2]),
-        ("GlobalAvgPool3D", "keepdims = true", &[3, 4, 5, 2], &[1, 1, 1, 2]),
-        ("GlobalMaxPooling3D", "keepdims = false", &[3, 4, 5, 2], &[2]),
+        (
+            "Conv3D",
+            "filters = 64, kernel_size = 3, activation = \"relu\"",
+            &[128, 128, 64, 1],
+            &[126, 126, 62, 64],
+        ),
+        (
+            "MaxPooling3D",
+            "pool_size = 2",
+            &[126, 126, 62, 64],
+            &[63, 63, 31, 64],
+        ),
+        (
+            "Conv3D",
+            "filters = 4, kernel_size = [3, 1, 2], strides = 2, padding = \"same\"",
+            &[7, 4, 5, 3],
+            &[4, 2, 3, 4],
+        ),
+        (
+            "Conv3D",
+            "filters = 4, kernel_size = 3, dilation_rate = [1, 2, 3]",
+            &[5, 6, 7, 2],
+            &[3, 2, 1, 4],
+        ),
+        (
+            "AveragePooling3D",
+            "pool_size = 3, strides = 2, padding = \"same\"",
+            &[5, 4, 3, 2],
+            &[3, 2, 2, 2],
+        ),
+        (
+            "MaxPool3D",
+            "pool_size = [1, 2, 2]",
+            &[3, 4, 5, 2],
+            &[3, 2, 2, 2],
+        ),
+        (
+            "GlobalAvgPool3D",
+            "keepdims = true",
+            &[3, 4, 5, 2],
+            &[1, 1, 1, 2],
+        ),
+        (
+            "GlobalMaxPooling3D",
+            "keepdims = false",
+            &[3, 4, 5, 2],
+            &[2],
+        ),
         ("Flatten", "", &[3, 4, 5, 2], &[120]),
         ("Dense", "units = 7", &[3, 4, 5, 2], &[3, 4, 5, 7]),
-        ("BatchNormalization", "axis = 4", &[3, 4, 5, 2], &[3, 4, 5, 2]),
+        (
+            "BatchNormalization",
+            "axis = 4",
+            &[3, 4, 5, 2],
+            &[3, 4, 5, 2],
+        ),
         ("Dropout", "rate = 0.3", &[3, 4, 5, 2], &[3, 4, 5, 2]),
     ];
     for (class, args, input, want) in cases {
@@ -55,9 +100,18 @@ fn conv3d_weights_config_and_aliases() {
     assert!(!config.contains_key("dilation_rate") && !config.contains_key("groups"));
     assert_eq!(config["kernel_size"], toml::Value::from(vec![3, 2, 1]));
     let specs = conv.weights(&[&[5, 5, 5, 4]]);
-    let shapes: Vec<_> = specs.iter().map(|s| (s.name.as_str(), s.shape.clone())).collect();
+    let shapes: Vec<_> = specs
+        .iter()
+        .map(|s| (s.name.as_str(), s.shape.clone()))
+        .collect();
     assert_eq!(shapes, [("kernel", vec![3, 2, 1, 4, 8]), ("bias", vec![8])]);
-    for alias in ["Convolution3D", "MaxPool3D", "AvgPool3D", "GlobalAvgPool3D", "GlobalMaxPool3D"] {
+    for alias in [
+        "Convolution3D",
+        "MaxPool3D",
+        "AvgPool3D",
+        "GlobalAvgPool3D",
+        "GlobalMaxPool3D",
+    ] {
         assert!(crate::model::registry::lookup(alias).is_some(), "{alias}");
     }
 }
@@ -186,11 +240,25 @@ fn the_keras_io_ct_scan_model_has_keras_shapes_counts_and_estimate() {
     assert_eq!(e.layers.len(), keras.len());
     for (i, (l, (class, shape, t, n))) in e.layers.iter().zip(keras).enumerate() {
         assert_eq!((l.class, spec.shape_after(i)), (class, shape), "layer {i}");
-        assert_eq!((l.trainable, l.non_trainable), (t, n), "layer {i} ({class})");
+        assert_eq!(
+            (l.trainable, l.non_trainable),
+            (t, n),
+            "layer {i} ({class})"
+        );
         assert_eq!(l.weight_bytes, 4 * (t + n), "layer {i}");
-        assert_eq!((l.gradient_bytes, l.optimizer_bytes), (4 * t, 8 * t), "layer {i}");
+        assert_eq!(
+            (l.gradient_bytes, l.optimizer_bytes),
+            (4 * t, 8 * t),
+            "layer {i}"
+        );
     }
-    assert_eq!(e.layers.iter().map(|l| l.trainable + l.non_trainable).sum::<u64>(), 1352897);
+    assert_eq!(
+        e.layers
+            .iter()
+            .map(|l| l.trainable + l.non_trainable)
+            .sum::<u64>(),
+        1352897
+    );
     // Batch 2, float32: the first Conv3D keeps its output (its pooling's input) and the
     // pre-activation (Burn's ReLU's input); the pooling keeps its output (BatchNormalization's
     // input) and the index of each maximum.

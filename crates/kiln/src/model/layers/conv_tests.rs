@@ -73,9 +73,14 @@ fn weight_grad(
             oihw_to_hwio(&oihw, dims)
         }
         Slot::Field(Field::Bias) => g(p.bias.as_ref().unwrap().val()),
-        Slot::Field(Field::DenseKernel) => {
-            to_vec(p.dense_kernel.as_ref().unwrap().val().grad(grads).expect("a gradient"))
-        }
+        Slot::Field(Field::DenseKernel) => to_vec(
+            p.dense_kernel
+                .as_ref()
+                .unwrap()
+                .val()
+                .grad(grads)
+                .expect("a gradient"),
+        ),
         Slot::Field(Field::Gamma) => g(p.gamma.as_ref().unwrap().val()),
         Slot::Field(Field::Beta) => g(p.beta.as_ref().unwrap().val()),
         Slot::Vector(v) => g(p.vectors[v].val()),
