@@ -13,7 +13,7 @@
    PositionEmbedding, Add, TransformerEncoder, LayerNormalization, attention over another value,
    Cropping1D and BatchNormalization on sequences; the weightless shape, merge and pooling
    layers; the 1-D, grouped, dilated, transposed, depthwise and separable convolutions and the
-   1-D pooling; the image preprocessing layers) are checked with the `onnx_forward` example
+   1-D pooling; the image preprocessing layers; the volume layers) are checked with the `onnx_forward` example
    instead: it exports the seeded model and prints kiln's forward pass on the same inputs.
    Together the models use every layer built into kiln (the Rust test
    `export::tests::the_onnx_interop_models_use_every_builtin_layer` checks that).
@@ -208,6 +208,30 @@ layers = [
 outputs = ["out"]
 """,
         lambda rng: {"seq": rng.normal(size=(16, 12, 4)), "image": rng.normal(size=(16, 6, 5, 4))},
+    ),
+    # The volume layers, as keras.io's 3D CT-scan classifier stacks them: Conv3D (strided with
+    # the odd `same` padding, dilated, grouped), the 3-D poolings, BatchNormalization, Dense
+    # and Flatten on volumes (channels-last order), the global poolings.
+    "interop-volumes": (
+        """
+layers = [
+  { type = "Input", shape = [7, 6, 5, 2], name = "scan" },
+  { type = "Conv3D", filters = 4, kernel_size = [3, 2, 2], strides = 2, padding = "same", activation = "relu", name = "c1" },
+  { type = "BatchNormalization", name = "bn" },
+  { type = "MaxPooling3D", pool_size = 2, strides = 1, padding = "same", name = "mp" },
+  { type = "Conv3D", filters = 4, kernel_size = 2, dilation_rate = [1, 2, 1], groups = 2, padding = "same", activation = "tanh", name = "c2" },
+  { type = "AveragePooling3D", pool_size = [2, 3, 2], strides = [1, 2, 1], padding = "same", name = "ap" },
+  { type = "Dense", units = 3, activation = "softmax", name = "per_voxel" },
+  { type = "Dropout", rate = 0.3, name = "drop" },
+  { type = "Flatten", inputs = "drop", name = "flat" },
+  { type = "GlobalAveragePooling3D", inputs = "c2", name = "gap" },
+  { type = "GlobalMaxPooling3D", inputs = "mp", name = "gmp" },
+  { type = "Concatenate", inputs = ["flat", "gap", "gmp"], name = "all" },
+  { type = "Dense", units = 2, inputs = "all", name = "out" },
+]
+outputs = ["out"]
+""",
+        lambda rng: {"scan": rng.normal(size=(16, 7, 6, 5, 2))},
     ),
     # Every activation function, after a Dense (so that values reach every branch).
     "interop-activations": (

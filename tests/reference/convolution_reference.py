@@ -139,7 +139,8 @@ def case(args, shape):
     }
 
 
-def main():
+def write(file_name, cases, run_case):
+    """Writes crates/kiln/tests/data/<file_name>: run_case(args, shape) for each of `cases`."""
     out = {
         "keras": keras.__version__,
         "tensorflow": tf.__version__,
@@ -148,15 +149,17 @@ def main():
             "weight j, flat index i": "0.5 sin(0.7 i + 0.9 j + 0.3)",
             "loss": "sum(output * r), r[i] = cos(0.5 i + 0.2)",
         },
-        "cases": {name: case(args, shape) for name, args, shape in CASES},
+        "cases": {name: run_case(args, shape) for name, args, shape in cases},
     }
-    path = os.path.join(
-        os.path.dirname(__file__), "../../crates/kiln/tests/data/convolution_reference.json"
-    )
+    path = os.path.join(os.path.dirname(__file__), "../../crates/kiln/tests/data", file_name)
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
-    print(f"wrote {os.path.normpath(path)}: {len(CASES)} cases")
+    print(f"wrote {os.path.normpath(path)}: {len(cases)} cases")
+
+
+def main():
+    write("convolution_reference.json", CASES, case)
 
 
 if __name__ == "__main__":

@@ -186,7 +186,15 @@ fn input_act(x: &Array, want: &[usize], name: &str, device: &Device) -> Result<(
                 device,
             ))
         }
-        _ => unreachable!("Input shapes have 1 to 3 axes"),
+        [d, h, w, c] => {
+            // NDHWC is NHWC over `d * h` rows.
+            let ncdhw = nhwc_to_nchw(&values, [batch, d * h, w, c]);
+            Act::Volume(Tensor::from_data(
+                TensorData::new(ncdhw, [batch, c, d, h, w]),
+                device,
+            ))
+        }
+        _ => unreachable!("Input shapes have 1 to 4 axes"),
     };
     Ok((act, batch))
 }

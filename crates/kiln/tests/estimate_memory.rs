@@ -96,6 +96,7 @@ fn kept_bytes(spec: &ModelSpec, batch: usize) -> f64 {
             )),
             [s, f] => Act::Seq(Tensor::random([batch, *s, *f], normal, &device)),
             [h, w, c] => Act::Image(Tensor::random([batch, *c, *h, *w], normal, &device)),
+            [d, h, w, c] => Act::Volume(Tensor::random([batch, *c, *d, *h, *w], normal, &device)),
             _ => unreachable!(),
         }
     };
@@ -144,6 +145,10 @@ fn activations_match() {
         (
             "image shape layers",
             r#"{type="Input",shape=[16,16,4]},{type="Conv2D",filters=8,kernel_size=3,padding="same",activation="relu"},{type="UpSampling2D"},{type="Permute",dims=[2,1,3]},{type="Conv2D",filters=8,kernel_size=3},{type="Cropping2D",cropping=[[1,2],[0,3]]},{type="GlobalMaxPooling2D"},{type="Dense",units=2}"#,
+        ),
+        (
+            "3-D CT-scan block",
+            r#"{type="Input",shape=[16,16,8,1]},{type="Conv3D",filters=8,kernel_size=3,activation="relu"},{type="MaxPooling3D"},{type="BatchNormalization"},{type="Conv3D",filters=8,kernel_size=3,padding="same",activation="relu"},{type="AveragePooling3D",pool_size=[1,2,1]},{type="GlobalAveragePooling3D"},{type="Dense",units=16,activation="relu"},{type="Dropout",rate=0.3},{type="Dense",units=1,activation="sigmoid"}"#,
         ),
         (
             "sequence shape and merge layers",

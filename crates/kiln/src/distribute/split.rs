@@ -62,6 +62,7 @@ pub fn split_batch(batch: DeviceBatch, sizes: &[usize]) -> Vec<DeviceBatch> {
         Act::Flat(t) => Act::Flat(t.clone().narrow(0, start, n)),
         Act::Seq(t) => Act::Seq(t.clone().narrow(0, start, n)),
         Act::Image(t) => Act::Image(t.clone().narrow(0, start, n)),
+        Act::Volume(t) => Act::Volume(t.clone().narrow(0, start, n)),
     };
     let mut start = 0;
     let mut parts = Vec::new();

@@ -41,7 +41,7 @@ use super::onnx_proto::{
 };
 use crate::error::{KilnError, Result};
 use crate::model::{LayerKind, ModelSpec, NodeRef};
-use crate::onnx::{Layout, OnnxGraph, OnnxValue, value_info};
+use crate::onnx::{OnnxGraph, OnnxValue, value_info};
 
 /// ONNX operator set version the graph uses.
 pub const OPSET: i64 = 17;
@@ -79,8 +79,8 @@ fn graph_inputs(g: &mut OnnxGraph, spec: &ModelSpec) -> (Vec<ValueInfoProto>, Ve
                 name: public.to_string(),
                 shape: shape.clone(),
             };
-            if value.layout() == Layout::Image {
-                value.name = g.transpose(public, public, &[0, 3, 1, 2]);
+            if let Some(perm) = value.layout().from_channels_last() {
+                value.name = g.transpose(public, public, perm);
             }
             (value_info(public, shape), value)
         })
@@ -92,8 +92,8 @@ fn graph_inputs(g: &mut OnnxGraph, spec: &ModelSpec) -> (Vec<ValueInfoProto>, Ve
 /// whose layers are all identities at inference) has distinct input and output values.
 fn graph_output(g: &mut OnnxGraph, value: &OnnxValue, name: &str) -> ValueInfoProto {
     let mut v = value.name.clone();
-    if value.layout() == Layout::Image {
-        v = g.transpose(name, &v, &[0, 2, 3, 1]);
+    if let Some(perm) = value.layout().to_channels_last() {
+        v = g.transpose(name, &v, perm);
     }
     g.node_into(name, "Identity", &[&v], name);
     value_info(name, &value.shape)

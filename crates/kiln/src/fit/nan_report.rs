@@ -366,6 +366,10 @@ fn check_act(layer: &str, out: &Act) -> TensorCheck {
             let [n, c, h, w] = t.dims();
             TensorCheck::of_tensor(kind, layer, vec![n, h, w, c], t)
         }
+        Act::Volume(t) => {
+            let [n, c, d, h, w] = t.dims();
+            TensorCheck::of_tensor(kind, layer, vec![n, d, h, w, c], t)
+        }
     }
 }
 

@@ -15,6 +15,9 @@ pub enum Act {
     Seq(Tensor<3>),
     /// `[batch, channels, height, width]` (a Keras `(height, width, channels)` input).
     Image(Tensor<4>),
+    /// `[batch, channels, depth, height, width]` (a Keras `(depth, height, width, channels)`
+    /// input).
+    Volume(Tensor<5>),
 }
 
 impl Act {
@@ -24,6 +27,7 @@ impl Act {
             Act::Flat(t) => t.device(),
             Act::Seq(t) => t.device(),
             Act::Image(t) => t.device(),
+            Act::Volume(t) => t.device(),
         }
     }
 
@@ -67,6 +71,25 @@ impl Act {
         Act::Image(t.permute([0, 3, 1, 2]))
     }
 
+    /// The `[batch, channels, depth, height, width]` tensor (panics on another rank).
+    pub fn into_volume(self) -> Tensor<5> {
+        match self {
+            Act::Volume(t) => t,
+            other => panic!("shape checks guarantee a volume input, got {other:?}"),
+        }
+    }
+
+    /// The volume in Keras' layout, `[batch, depth, height, width, channels]` (panics on
+    /// another rank).
+    pub fn into_keras_volume(self) -> Tensor<5> {
+        self.into_volume().permute([0, 2, 3, 4, 1])
+    }
+
+    /// A volume from Keras' layout `[batch, depth, height, width, channels]`.
+    pub fn from_keras_volume(t: Tensor<5>) -> Act {
+        Act::Volume(t.permute([0, 4, 1, 2, 3]))
+    }
+
     /// The activation on `device` (itself when it is already there; otherwise a copy that
     /// autodiff tracks).
     pub fn to_device(self, device: &Device) -> Act {
@@ -77,6 +100,7 @@ impl Act {
             Act::Flat(t) => Act::Flat(t.to_device(device)),
             Act::Seq(t) => Act::Seq(t.to_device(device)),
             Act::Image(t) => Act::Image(t.to_device(device)),
+            Act::Volume(t) => Act::Volume(t.to_device(device)),
         }
     }
 
@@ -87,6 +111,7 @@ impl Act {
             Act::Flat(t) => Act::Flat(f.apply(t)),
             Act::Seq(t) => Act::Seq(f.apply(t)),
             Act::Image(t) => Act::Image(f.apply(t)),
+            Act::Volume(t) => Act::Volume(f.apply(t)),
         }
     }
 
@@ -98,6 +123,7 @@ impl Act {
                 Act::Flat(t) => Act::Flat(activation::softmax(t, 1)),
                 Act::Seq(t) => Act::Seq(activation::softmax(t, 2)),
                 Act::Image(t) => Act::Image(activation::softmax(t, 1)),
+                Act::Volume(t) => Act::Volume(activation::softmax(t, 1)),
             },
             other => self.map(other),
         }
@@ -109,8 +135,16 @@ impl Act {
             Act::Flat(t) => t.dims()[0],
             Act::Seq(t) => t.dims()[0],
             Act::Image(t) => t.dims()[0],
+            Act::Volume(t) => t.dims()[0],
         }
     }
+}
+
+/// The forward pass of `layer`, a layer that does not take volumes ([`super::Layer::takes_volumes`]),
+/// handed one: unreachable, since the shape checks refuse such an input with a message naming
+/// the layer.
+pub(crate) fn volume_refused(layer: &str) -> ! {
+    unreachable!("shape checks refuse volumes to {layer}, which does not take them")
 }
 
 /// An element-wise function of a tensor of any rank (for [`Act::map`]).

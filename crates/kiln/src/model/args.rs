@@ -152,6 +152,35 @@ impl<'de> Deserialize<'de> for Pair {
     }
 }
 
+/// An integer or a `[depth, height, width]` triple, as Keras accepts for the 3-D layers'
+/// `kernel_size`, `strides`, `pool_size`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Triple(pub [usize; 3]);
+
+impl Serialize for Triple {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Triple {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        // Through a TOML value first, so that a missing argument is serde's "missing field".
+        let value = toml::Value::deserialize(d)?;
+        let sizes = match value {
+            toml::Value::Integer(v) => usize::try_from(v).ok().map(|v| [v; 3]),
+            other => Vec::<usize>::deserialize(other)
+                .ok()
+                .and_then(|v| v.try_into().ok()),
+        };
+        sizes.map(Triple).ok_or_else(|| {
+            serde::de::Error::custom(
+                "expected a positive integer or a [depth, height, width] triple of integers",
+            )
+        })
+    }
+}
+
 /// `[[top, bottom], [left, right]]` zero padding; TOML accepts an integer, `[rows, cols]` or the
 /// full form, as Keras' `ZeroPadding2D(padding=)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -293,6 +293,13 @@ pub trait Layer: Debug + Send + Sync + 'static {
         false
     }
 
+    /// Whether the layer takes volumes, Keras inputs `(depth, height, width, channels)`
+    /// ([`Act::Volume`] in [`Layer::forward`]). Layers that do not are refused such an input
+    /// before [`Layer::output_shape`] is asked.
+    fn takes_volumes(&self) -> bool {
+        false
+    }
+
     /// Checks the arguments' ranges (positive sizes, rates in `[0, 1)`); the message names the
     /// argument. Called for TOML configs and the Rust builder alike.
     fn validate(&self) -> Result<(), String> {

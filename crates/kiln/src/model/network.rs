@@ -370,5 +370,9 @@ fn rows(x: Act) -> Tensor<2> {
             let [n, c, h, w] = t.dims();
             t.permute([0, 2, 3, 1]).reshape([n * h * w, c])
         }
+        Act::Volume(t) => {
+            let [n, c, d, h, w] = t.dims();
+            t.permute([0, 2, 3, 4, 1]).reshape([n * d * h * w, c])
+        }
     }
 }

@@ -37,6 +37,7 @@ pub(crate) fn activity_penalty(layer: &LayerSpec, x: &Act) -> Option<Tensor<1>> 
         Act::Flat(t) => (r.penalty(t.clone()), t.dims()[0]),
         Act::Seq(t) => (r.penalty(t.clone()), t.dims()[0]),
         Act::Image(t) => (r.penalty(t.clone()), t.dims()[0]),
+        Act::Volume(t) => (r.penalty(t.clone()), t.dims()[0]),
     };
     (batch > 0).then(|| penalty.div_scalar(batch as f64))
 }

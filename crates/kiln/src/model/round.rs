@@ -14,6 +14,7 @@ pub fn round_act(x: Act, dtype: FloatDType) -> Act {
         Act::Flat(t) => Act::Flat(round(t, dtype)),
         Act::Seq(t) => Act::Seq(round(t, dtype)),
         Act::Image(t) => Act::Image(round(t, dtype)),
+        Act::Volume(t) => Act::Volume(round(t, dtype)),
     }
 }
 

@@ -154,7 +154,10 @@ impl LayerKind {
     pub fn output_shape_of(&self, inputs: &[&[usize]]) -> std::result::Result<Vec<usize>, String> {
         match self {
             LayerKind::Input { shape } => Ok(shape.clone()),
-            LayerKind::Declared(l) => l.output_shape(inputs),
+            LayerKind::Declared(l) => {
+                refuse_volumes(&**l, inputs)?;
+                l.output_shape(inputs)
+            }
         }
     }
 
@@ -183,10 +186,10 @@ impl LayerKind {
     fn validate(&self) -> std::result::Result<(), String> {
         match self {
             LayerKind::Input { shape } => {
-                if shape.is_empty() || shape.len() > 3 || shape.contains(&0) {
+                if shape.is_empty() || shape.len() > 4 || shape.contains(&0) {
                     return Err(format!(
-                        "`shape` must have 1 to 3 positive dimensions \
-                         (e.g. [784] or [28, 28, 1]), got {shape:?}"
+                        "`shape` must have 1 to 4 positive dimensions \
+                         (e.g. [784], [28, 28, 1] or [64, 128, 128, 1]), got {shape:?}"
                     ));
                 }
                 Ok(())
@@ -199,6 +202,22 @@ impl LayerKind {
 /// Most parameters in one layer, and most values per example in one activation: 2^31
 /// (8 GiB of float32). Larger sizes are almost always a typo.
 pub const MAX_ELEMENTS: u128 = 1 << 31;
+
+/// Refuses a volume input `(depth, height, width, channels)` to a layer that does not take
+/// volumes ([`Layer::takes_volumes`]), naming the layer's class.
+fn refuse_volumes(l: &dyn Layer, inputs: &[&[usize]]) -> std::result::Result<(), String> {
+    match inputs.iter().find(|s| s.len() == 4) {
+        Some(shape) if !l.takes_volumes() => Err(format!(
+            "{} does not take a 4-D (depth, height, width, channels) volume input, got shape \
+             {}; volumes go into Conv3D, MaxPooling3D, AveragePooling3D, \
+             GlobalAveragePooling3D, GlobalMaxPooling3D, BatchNormalization, Dropout, Dense and \
+             Flatten",
+            l.class_name(),
+            keras_shape(shape)
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// Rejects layers whose parameter count would exceed [`MAX_ELEMENTS`] (computed without
 /// overflow, before anything is allocated).

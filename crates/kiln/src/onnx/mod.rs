@@ -28,6 +28,9 @@ pub enum Layout {
     Seq,
     /// `[batch, channels, height, width]` (Keras shape `(height, width, channels)`).
     Image,
+    /// `[batch, channels, depth, height, width]` (Keras shape `(depth, height, width,
+    /// channels)`).
+    Volume,
 }
 
 impl Layout {
@@ -36,14 +39,33 @@ impl Layout {
         match shape.len() {
             0 | 1 => Layout::Flat,
             2 => Layout::Seq,
-            _ => Layout::Image,
+            3 => Layout::Image,
+            _ => Layout::Volume,
+        }
+    }
+
+    /// The permutation from Keras' channels-last order to this layout (images and volumes).
+    pub fn from_channels_last(self) -> Option<&'static [i64]> {
+        match self {
+            Layout::Flat | Layout::Seq => None,
+            Layout::Image => Some(&[0, 3, 1, 2]),
+            Layout::Volume => Some(&[0, 4, 1, 2, 3]),
+        }
+    }
+
+    /// The permutation from this layout to Keras' channels-last order (images and volumes).
+    pub fn to_channels_last(self) -> Option<&'static [i64]> {
+        match self {
+            Layout::Flat | Layout::Seq => None,
+            Layout::Image => Some(&[0, 2, 3, 1]),
+            Layout::Volume => Some(&[0, 2, 3, 4, 1]),
         }
     }
 
     /// The ONNX axis of the features (channels).
     pub fn feature_axis(self) -> i64 {
         match self {
-            Layout::Flat | Layout::Image => 1,
+            Layout::Flat | Layout::Image | Layout::Volume => 1,
             Layout::Seq => 2,
         }
     }

@@ -116,6 +116,9 @@ impl Layer for BatchNormalization {
     fn supports_masking(&self) -> bool {
         true
     }
+    fn takes_volumes(&self) -> bool {
+        true
+    }
     fn validate(&self) -> Result<(), String> {
         if !(0.0..=1.0).contains(&self.momentum) {
             return Err(format!(
@@ -148,7 +151,7 @@ impl Layer for BatchNormalization {
     fn forward(&self, mut inputs: Vec<Act>, w: &Weights, ctx: ForwardContext) -> Act {
         // Keras 3: a frozen BatchNormalization normalizes with its moving statistics.
         let train = ctx.training && ctx.trainable;
-        // Burn normalizes over axis 1: Flat and Image have the features there; Seq keeps them
+        // Burn normalizes over axis 1: Flat, Image and Volume have the features there; Seq keeps them
         // last and is transposed around the call.
         let (y, stats) = match inputs.pop().expect("one input") {
             Act::Flat(t) => {
@@ -158,6 +161,10 @@ impl Layer for BatchNormalization {
             Act::Image(t) => {
                 let (y, s) = self.normalize(t, w, train);
                 (Act::Image(y), s)
+            }
+            Act::Volume(t) => {
+                let (y, s) = self.normalize(t, w, train);
+                (Act::Volume(y), s)
             }
             Act::Seq(t) => {
                 let (y, s) = self.normalize(t.swap_dims(1, 2), w, train);

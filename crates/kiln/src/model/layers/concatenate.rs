@@ -86,6 +86,7 @@ impl Layer for Concatenate {
             Act::Flat(_) => 1,
             Act::Seq(_) => 2,
             Act::Image(_) => 3,
+            Act::Volume(_) => crate::model::act::volume_refused("Concatenate"),
         };
         let axis = self.run_axis(rank).expect("checked by output_shape");
         macro_rules! cat {

@@ -13,17 +13,17 @@ use crate::model::args::{Padding, Pair};
 use crate::model::weights::hwio_to_oihw;
 use crate::onnx::{OnnxGraph, OnnxValue, int, ints};
 
-/// A convolution window over two spatial axes: its size, step and dilation (a 1-D layer's
-/// first axis is `1` everywhere).
+/// A convolution window over `N` spatial axes (two unless said: a 1-D layer's first axis is
+/// `1` everywhere; three for the volume layers): its size, step and dilation.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Window {
-    pub kernel: [usize; 2],
-    pub strides: [usize; 2],
-    pub dilation: [usize; 2],
+pub(super) struct Window<const N: usize = 2> {
+    pub kernel: [usize; N],
+    pub strides: [usize; N],
+    pub dilation: [usize; N],
 }
 
 /// Per-axis `(begin, end)` zero padding.
-pub(super) type Pads = [(usize, usize); 2];
+pub(super) type Pads<const N: usize = 2> = [(usize, usize); N];
 
 impl Window {
     /// A 2-D window of Keras' `kernel_size`, `strides` and `dilation_rate`.
@@ -43,10 +43,12 @@ impl Window {
             dilation: [1, dilation],
         }
     }
+}
 
+impl<const N: usize> Window<N> {
     /// The extent the dilated window covers, `(k - 1) * d + 1` per axis.
-    pub fn span(&self) -> [usize; 2] {
-        [0, 1].map(|i| (self.kernel[i] - 1) * self.dilation[i] + 1)
+    pub fn span(&self) -> [usize; N] {
+        std::array::from_fn(|i| (self.kernel[i] - 1) * self.dilation[i] + 1)
     }
 
     /// Output size and padding over `input` with Keras' `valid` or `same` padding (TensorFlow's
@@ -55,12 +57,12 @@ impl Window {
     pub fn resolve(
         &self,
         padding: Padding,
-        input: [usize; 2],
-    ) -> Result<([usize; 2], Pads), String> {
+        input: [usize; N],
+    ) -> Result<([usize; N], Pads<N>), String> {
         let span = self.span();
-        let mut out = [0; 2];
-        let mut pads = [(0, 0); 2];
-        for i in 0..2 {
+        let mut out = [0; N];
+        let mut pads = [(0, 0); N];
+        for i in 0..N {
             let (o, p) = padding
                 .resolve(input[i], span[i], self.strides[i])
                 .ok_or_else(|| too_large(span[i], self.kernel[i], input[i]))?;
@@ -69,6 +71,29 @@ impl Window {
         Ok((out, pads))
     }
 
+    /// ONNX's spatial attributes of the window with `pads`: `kernel_shape`, `strides`,
+    /// `dilations`, `pads` (the last axis only for a 1-D layer).
+    pub(super) fn onnx_attrs(
+        &self,
+        pads: Pads<N>,
+        one_d: bool,
+    ) -> Vec<crate::onnx::proto::AttributeProto> {
+        let axes = |v: [usize; N]| -> Vec<i64> {
+            let all = v.map(|x| x as i64);
+            all[usize::from(one_d)..].to_vec()
+        };
+        let mut p = axes(pads.map(|(b, _)| b));
+        p.extend(axes(pads.map(|(_, e)| e)));
+        vec![
+            ints("kernel_shape", &axes(self.kernel)),
+            ints("strides", &axes(self.strides)),
+            ints("dilations", &axes(self.dilation)),
+            ints("pads", &p),
+        ]
+    }
+}
+
+impl Window {
     /// Output size and padding of Conv1D's `causal` padding (`span - 1` zeros before the
     /// steps): `ceil(steps / s)` values, each seeing only earlier steps.
     pub fn causal(&self, input: [usize; 2]) -> ([usize; 2], Pads) {
@@ -106,27 +131,6 @@ impl Window {
         }
         (out, begin)
     }
-
-    /// ONNX's spatial attributes of the window with `pads`: `kernel_shape`, `strides`,
-    /// `dilations`, `pads` (1-D for a 1-D layer).
-    fn onnx_attrs(&self, pads: Pads, one_d: bool) -> Vec<crate::onnx::proto::AttributeProto> {
-        let axes = |v: [usize; 2]| -> Vec<i64> {
-            let all = v.map(|x| x as i64);
-            if one_d {
-                all[1..].to_vec()
-            } else {
-                all.to_vec()
-            }
-        };
-        let mut p = axes(pads.map(|(b, _)| b));
-        p.extend(axes(pads.map(|(_, e)| e)));
-        vec![
-            ints("kernel_shape", &axes(self.kernel)),
-            ints("strides", &axes(self.strides)),
-            ints("dilations", &axes(self.dilation)),
-            ints("pads", &p),
-        ]
-    }
 }
 
 fn too_large(span: usize, k: usize, input: usize) -> String {
@@ -140,9 +144,9 @@ fn too_large(span: usize, k: usize, input: usize) -> String {
 
 /// Checks the arguments every convolution shares: positive sizes, and Keras' rule that
 /// `strides` and `dilation_rate` are not both above 1.
-pub(super) fn validate_window(w: &Window, one_d: bool) -> Result<(), String> {
-    let show = |v: [usize; 2]| match one_d {
-        true => v[1].to_string(),
+pub(super) fn validate_window<const N: usize>(w: &Window<N>, one_d: bool) -> Result<(), String> {
+    let show = |v: [usize; N]| match one_d {
+        true => v[N - 1].to_string(),
         false => format!("{v:?}"),
     };
     for (name, v) in [

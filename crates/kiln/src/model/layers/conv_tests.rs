@@ -21,7 +21,7 @@ struct Weight {
 }
 
 #[derive(Deserialize)]
-struct Case {
+pub(super) struct Case {
     layer: toml::Table,
     input: Values,
     weights: Vec<Weight>,
@@ -40,6 +40,12 @@ fn reference() -> Reference {
         "../../../tests/data/convolution_reference.json"
     ))
     .unwrap()
+}
+
+/// The cases of a reference JSON in this file's format (written by
+/// `tests/reference/convolution_reference.py` and its kin).
+pub(super) fn cases_of(json: &str) -> std::collections::BTreeMap<String, Case> {
+    serde_json::from_str::<Reference>(json).unwrap().cases
 }
 
 /// The layer's parameters holding Keras' weight values, tracked by autodiff.
@@ -67,6 +73,16 @@ fn weight_grad(
             oihw_to_hwio(&oihw, dims)
         }
         Slot::Field(Field::Bias) => g(p.bias.as_ref().unwrap().val()),
+        Slot::Field(Field::DenseKernel) => to_vec(
+            p.dense_kernel
+                .as_ref()
+                .unwrap()
+                .val()
+                .grad(grads)
+                .expect("a gradient"),
+        ),
+        Slot::Field(Field::Gamma) => g(p.gamma.as_ref().unwrap().val()),
+        Slot::Field(Field::Beta) => g(p.beta.as_ref().unwrap().val()),
         Slot::Vector(v) => g(p.vectors[v].val()),
         other => panic!("{}: unexpected storage {other:?}", spec.name),
     }
@@ -74,10 +90,16 @@ fn weight_grad(
 
 #[test]
 fn convolutions_and_1d_pooling_match_keras_values_and_gradients() {
-    let device = Device::flex().autodiff();
     let cases = reference().cases;
     assert_eq!(cases.len(), 27);
-    for (name, case) in &cases {
+    check_cases(&cases);
+}
+
+/// Each case's output shape, weights, forward values (in training mode) and the gradients of
+/// the input and of every trainable weight against Keras'.
+pub(super) fn check_cases(cases: &std::collections::BTreeMap<String, Case>) {
+    let device = Device::flex().autodiff();
+    for (name, case) in cases {
         let layer = build(&case.layer);
         let shape = [&case.input.shape[1..]];
         let out_shape = layer.output_shape(&shape).unwrap();

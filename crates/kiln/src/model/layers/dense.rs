@@ -63,6 +63,13 @@ fn affine(x: Act, w: &Weights, relu: bool) -> Act {
             let units = y.dims()[1];
             Act::Image(y.reshape([n, h, width, units]).permute([0, 3, 1, 2]))
         }
+        volume @ Act::Volume(_) => {
+            let t = volume.into_keras_volume();
+            let [n, d, h, width, c] = t.dims();
+            let y = f(t.reshape([n * d * h * width, c]));
+            let units = y.dims()[1];
+            Act::from_keras_volume(y.reshape([n, d, h, width, units]))
+        }
     }
 }
 
@@ -102,6 +109,9 @@ impl Layer for Dense {
     }
     affine_activation!();
     fn supports_masking(&self) -> bool {
+        true
+    }
+    fn takes_volumes(&self) -> bool {
         true
     }
 

@@ -57,6 +57,9 @@ impl Layer for Dropout {
             x
         }
     }
+    fn takes_volumes(&self) -> bool {
+        true
+    }
     fn saves_input(&self) -> bool {
         false
     }

@@ -21,6 +21,9 @@ impl Layer for Flatten {
         // Keras flattens channels-last: [b, h, w, c].
         Act::Flat(super::keras_order::into_rows(inputs.pop().expect("one input")))
     }
+    fn takes_volumes(&self) -> bool {
+        true
+    }
     fn saves_input(&self) -> bool {
         false
     }
@@ -33,8 +36,9 @@ impl Layer for Flatten {
         Ok(match x.layout() {
             Layout::Flat => x.name.clone(),
             Layout::Seq => flat(g, &x.name),
-            Layout::Image => {
-                let t = g.transpose(name, &x.name, &[0, 2, 3, 1]);
+            channels_first => {
+                let perm = channels_first.to_channels_last().expect("an image or a volume");
+                let t = g.transpose(name, &x.name, perm);
                 flat(g, &t)
             }
         })

@@ -1,5 +1,5 @@
-//! The global pooling layers (`GlobalAveragePooling1D/2D`, `GlobalMaxPooling1D/2D`): the mean
-//! or maximum over all steps or positions, per feature. [`GlobalPool`] holds what differs
+//! The global pooling layers (`GlobalAveragePooling1D/2D/3D`, `GlobalMaxPooling1D/2D/3D`): the
+//! mean or maximum over all steps or positions, per feature. [`GlobalPool`] holds what differs
 //! between them; [`global_pooling_layer!`] writes each layer's type from it.
 
 use burn::prelude::*;
@@ -12,14 +12,16 @@ use crate::onnx::{OnnxGraph, OnnxValue, int, ints};
 pub(super) struct GlobalPool {
     /// The maximum rather than the mean.
     pub max: bool,
-    /// Over the steps of `(steps, features)` (1) or the positions of `(h, w, c)` (2).
+    /// Over the steps of `(steps, features)` (1), the positions of `(h, w, c)` (2) or of
+    /// `(d, h, w, c)` (3).
     pub spatial: usize,
     /// Keras' class name.
     pub class: &'static str,
 }
 
 impl GlobalPool {
-    /// `(features,)`, or `(1, features)` / `(1, 1, channels)` with `keepdims`.
+    /// `(features,)`, or `(1, features)` / `(1, 1, channels)` / `(1, 1, 1, channels)` with
+    /// `keepdims`.
     pub(super) fn output_shape(
         self,
         input: &[usize],
@@ -27,7 +29,8 @@ impl GlobalPool {
     ) -> Result<Vec<usize>, String> {
         let features = match self.spatial {
             1 => super::steps_features(input, self.class)?[1],
-            _ => super::image_shape(input, self.class)?[2],
+            2 => super::image_shape(input, self.class)?[2],
+            _ => super::volume_shape(input, self.class)?[3],
         };
         Ok(match keepdims {
             true => [vec![1; self.spatial], vec![features]].concat(),
@@ -43,8 +46,8 @@ impl GlobalPool {
         }
     }
 
-    /// Sequences reduce along the steps (`[n, s, f]`); images along the positions of each
-    /// channel (`[n, c, h * w]`).
+    /// Sequences reduce along the steps (`[n, s, f]`); images and volumes along the positions
+    /// of each channel (`[n, c, h * w]`, `[n, c, d * h * w]`).
     pub(super) fn forward(self, x: Act, keepdims: bool) -> Act {
         match (x, keepdims) {
             (Act::Seq(t), true) => Act::Seq(self.reduce(t, 1)),
@@ -54,6 +57,14 @@ impl GlobalPool {
                 let pooled = self.reduce(t.flatten(2, 3), 2);
                 match keep {
                     true => Act::Image(pooled.reshape([n, c, 1, 1])),
+                    false => Act::Flat(pooled.reshape([n, c])),
+                }
+            }
+            (Act::Volume(t), keep) => {
+                let [n, c, _, _, _] = t.dims();
+                let pooled = self.reduce(t.flatten(2, 4), 2);
+                match keep {
+                    true => Act::Volume(pooled.reshape([n, c, 1, 1, 1])),
                     false => Act::Flat(pooled.reshape([n, c])),
                 }
             }
@@ -92,7 +103,8 @@ impl GlobalPool {
         super::size(input)
     }
 
-    /// `ReduceMean`/`ReduceMax` over the steps (axis 1) or the NCHW positions (axes 2, 3).
+    /// `ReduceMean`/`ReduceMax` over the steps (axis 1), the NCHW positions (axes 2, 3) or the
+    /// NCDHW positions (axes 2, 3, 4).
     pub(super) fn onnx(
         self,
         g: &mut OnnxGraph,
@@ -101,7 +113,11 @@ impl GlobalPool {
         keepdims: bool,
     ) -> String {
         let op = if self.max { "ReduceMax" } else { "ReduceMean" };
-        let axes: &[i64] = if self.spatial == 1 { &[1] } else { &[2, 3] };
+        let axes: &[i64] = match self.spatial {
+            1 => &[1],
+            2 => &[2, 3],
+            _ => &[2, 3, 4],
+        };
         let attrs = vec![ints("axes", axes), int("keepdims", keepdims as i64)];
         g.node(name, op, &[&x.name], attrs)
     }
@@ -152,6 +168,9 @@ macro_rules! global_pooling_layer {
             }
             fn saves_input(&self) -> bool {
                 false
+            }
+            fn takes_volumes(&self) -> bool {
+                Self::POOL.spatial == 3
             }
             fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
                 Self::POOL.extra_kept(output)

@@ -135,6 +135,7 @@ impl Layer for GroupNormalization {
                 let y = self.normalize(rows, w).reshape([b, h, wd, c]);
                 Act::Image(y.permute([0, 3, 1, 2]))
             }
+            Act::Volume(_) => crate::model::act::volume_refused("GroupNormalization"),
         }
     }
     fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {

@@ -16,6 +16,10 @@ pub(super) fn keras_shape_of(x: &Act) -> Vec<usize> {
             let [_, c, h, w] = t.dims();
             vec![h, w, c]
         }
+        Act::Volume(t) => {
+            let [_, c, d, h, w] = t.dims();
+            vec![d, h, w, c]
+        }
     }
 }
 
@@ -25,6 +29,7 @@ pub(super) fn into_rows(x: Act) -> Tensor<2> {
         Act::Flat(t) => t,
         Act::Seq(t) => t.flatten(1, 2),
         image @ Act::Image(_) => image.into_keras_image().flatten(1, 3),
+        volume @ Act::Volume(_) => volume.into_keras_volume().flatten(1, 4),
     }
 }
 
@@ -36,6 +41,7 @@ pub(super) fn from_rows(rows: Tensor<2>, shape: &[usize]) -> Act {
         [_] => Act::Flat(rows),
         [s, f] => Act::Seq(rows.reshape([n, s, f])),
         [h, w, c] => Act::from_keras_image(rows.reshape([n, h, w, c])),
+        [d, h, w, c] => Act::from_keras_volume(rows.reshape([n, d, h, w, c])),
         _ => panic!("shape checks allow 1 to 3 axes, got {shape:?}"),
     }
 }

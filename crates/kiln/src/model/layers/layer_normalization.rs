@@ -61,6 +61,7 @@ impl Layer for LayerNormalization {
             Act::Image(t) => Act::Image(
                 layer_norm(t.permute([0, 2, 3, 1]), gamma, Some(beta), eps).permute([0, 3, 1, 2]),
             ),
+            Act::Volume(_) => crate::model::act::volume_refused("LayerNormalization"),
         }
     }
     fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {

@@ -83,6 +83,7 @@ impl Merge {
             Act::Flat(t) => Act::Flat(t / count),
             Act::Seq(t) => Act::Seq(t / count),
             Act::Image(t) => Act::Image(t / count),
+            Act::Volume(_) => crate::model::act::volume_refused("Average"),
         }
     }
 

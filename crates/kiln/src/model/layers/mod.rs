@@ -98,6 +98,10 @@ builtin_layers! {
     random_translation => [RandomTranslation],
     random_contrast => [RandomContrast],
     random_brightness => [RandomBrightness],
+    conv3d => [Conv3D],
+    pooling3d => [MaxPooling3D, AveragePooling3D],
+    global_average_pooling3d => [GlobalAveragePooling3D],
+    global_max_pooling3d => [GlobalMaxPooling3D],
 }
 
 // Code the layer files share (not layers).
@@ -106,6 +110,8 @@ mod attention;
 mod attention_tests;
 pub mod batch_norm_sync;
 mod conv;
+#[cfg(test)]
+mod conv3d_tests;
 #[cfg(test)]
 mod conv_tests;
 mod global_pooling;
@@ -135,6 +141,7 @@ pub use image_ops::{Factor, FillMode, Interpolation};
 pub use normalization::OneOrList;
 pub use pooling1d::Pooling1D;
 pub use pooling2d::Pooling2D;
+pub use pooling3d::Pooling3D;
 pub use random_flip::FlipAxes;
 pub use recurrent::Recurrent;
 
@@ -186,6 +193,17 @@ fn image_shape(input: &[usize], class: &str) -> Result<[usize; 3], String> {
         [h, w, c] => Ok([*h, *w, *c]),
         _ => Err(format!(
             "{class} expects a 3-D input (height, width, channels), got shape {}",
+            keras_shape(input)
+        )),
+    }
+}
+
+/// `[depth, height, width, channels]` of a rank-4 Keras input, or the message naming `class`.
+fn volume_shape(input: &[usize], class: &str) -> Result<[usize; 4], String> {
+    match input {
+        [d, h, w, c] => Ok([*d, *h, *w, *c]),
+        _ => Err(format!(
+            "{class} expects a 4-D input (depth, height, width, channels), got shape {}",
             keras_shape(input)
         )),
     }
@@ -332,18 +350,19 @@ fn activation_onnx(
     }
 }
 
-/// Runs `f` on `x` in channels-last order when `x` is an NCHW image (a map over the last
-/// axis), in an ONNX graph.
+/// Runs `f` on `x` in channels-last order when `x` is an NCHW image or an NCDHW volume (a map
+/// over the last axis), in an ONNX graph.
 fn channels_last(
     g: &mut OnnxGraph,
     layer: &str,
     x: &OnnxValue,
     f: impl FnOnce(&mut OnnxGraph, &str) -> Result<String, String>,
 ) -> Result<String, String> {
-    if x.layout() != Layout::Image {
+    let layout = x.layout();
+    let (Some(to), Some(back)) = (layout.to_channels_last(), layout.from_channels_last()) else {
         return f(g, &x.name);
-    }
-    let t = g.transpose(layer, &x.name, &[0, 2, 3, 1]);
+    };
+    let t = g.transpose(layer, &x.name, to);
     let y = f(g, &t)?;
-    Ok(g.transpose(layer, &y, &[0, 3, 1, 2]))
+    Ok(g.transpose(layer, &y, back))
 }

@@ -50,6 +50,7 @@ pub(super) fn drop_channels_of(x: Act, rate: f64, ctx: ForwardContext) -> Act {
         Act::Seq(t) => Act::Seq(drop_channels(t, 2, rate)),
         Act::Image(t) => Act::Image(drop_channels(t, 1, rate)),
         Act::Flat(t) => Act::Flat(drop_channels(t, 1, rate)),
+        Act::Volume(_) => crate::model::act::volume_refused("a spatial dropout"),
     }
 }
 

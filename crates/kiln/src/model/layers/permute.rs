@@ -55,6 +55,7 @@ impl Layer for Permute {
             Act::Flat(t) => Act::Flat(t),
             Act::Seq(t) => Act::Seq(t.permute([p[0], p[1], p[2]])),
             Act::Image(t) => Act::Image(t.permute([p[0], p[1], p[2], p[3]])),
+            Act::Volume(_) => crate::model::act::volume_refused("Permute"),
         }
     }
     fn validate(&self) -> Result<(), String> {

@@ -111,21 +111,22 @@ pub(super) fn pool(
     avg_pool2d(x, options)
 }
 
-/// Window, step and padding of a pooling over `[h, w]`.
-pub(super) type PoolWindow = ([usize; 2], [usize; 2], [(usize, usize); 2]);
+/// Window, step and padding of a pooling over `[h, w]` (or `N` axes).
+pub(super) type PoolWindow<const N: usize = 2> = ([usize; N], [usize; N], [(usize, usize); N]);
 
-/// The ONNX `MaxPool` / `AveragePool` node of [`pool`] on `x`: NCHW, or `[batch, channels,
-/// steps]` when `one_d` (the window's height axis left out).
-pub(super) fn pool_onnx(
+/// The ONNX `MaxPool` / `AveragePool` node of [`pool`] on `x`: NCHW (or NCDHW with a window
+/// over 3 axes), or `[batch, channels, steps]` when `one_d` (the window's height axis left
+/// out).
+pub(super) fn pool_onnx<const N: usize>(
     g: &mut OnnxGraph,
     name: &str,
     x: &str,
     max: bool,
-    (k, s, pads): PoolWindow,
+    (k, s, pads): PoolWindow<N>,
     one_d: bool,
 ) -> String {
     let skip = usize::from(one_d);
-    let axes = |v: [usize; 2]| -> Vec<i64> { v[skip..].iter().map(|&x| x as i64).collect() };
+    let axes = |v: [usize; N]| -> Vec<i64> { v[skip..].iter().map(|&x| x as i64).collect() };
     let mut p = axes(pads.map(|(b, _)| b));
     p.extend(axes(pads.map(|(_, e)| e)));
     let mut attrs = vec![

@@ -81,6 +81,7 @@ impl Layer for PReLU {
             Act::Flat(t) => Act::Flat(prelu(t, alpha, shape)),
             Act::Seq(t) => Act::Seq(prelu(t, alpha, shape)),
             Act::Image(t) => Act::Image(prelu(t, alpha, shape)),
+            Act::Volume(_) => crate::model::act::volume_refused("PReLU"),
         }
     }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {

@@ -59,9 +59,13 @@ pub(super) fn input(v: &Values, device: &Device) -> (Act, Act) {
             let t = Tensor::<3>::from_data(data(&v.shape), device).require_grad();
             (Act::Seq(t.clone()), Act::Seq(t))
         }
-        _ => {
+        4 => {
             let t = Tensor::<4>::from_data(data(&v.shape), device).require_grad();
             (Act::Image(t.clone()), Act::from_keras_image(t))
+        }
+        _ => {
+            let t = Tensor::<5>::from_data(data(&v.shape), device).require_grad();
+            (Act::Volume(t.clone()), Act::from_keras_volume(t))
         }
     }
 }
@@ -77,6 +81,7 @@ pub(super) fn grad(leaf: &Act, grads: &burn::tensor::Gradients) -> Vec<f32> {
         Act::Flat(t) => to_vec(t.grad(grads).expect(missing)),
         Act::Seq(t) => to_vec(t.grad(grads).expect(missing)),
         Act::Image(t) => to_vec(t.grad(grads).expect(missing)),
+        Act::Volume(t) => to_vec(t.grad(grads).expect(missing)),
     }
 }
 

@@ -54,6 +54,7 @@ impl Layer for UnitNormalization {
             Act::Flat(t) => Act::Flat(unit(t, 1)),
             Act::Seq(t) => Act::Seq(unit(t, 2)),
             Act::Image(t) => Act::Image(unit(t, 1)),
+            Act::Volume(_) => crate::model::act::volume_refused("UnitNormalization"),
         }
     }
     fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
