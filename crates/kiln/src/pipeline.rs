@@ -989,5 +989,7 @@ pub fn bench_epochs(
 mod data_utils;
 mod model_adapt;
 
+pub(crate) use data_utils::{check_mix_labels, shape_fix};
+
 #[cfg(test)]
 mod tests;

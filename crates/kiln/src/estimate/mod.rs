@@ -205,3 +205,5 @@ impl Estimate {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod preprocessing_tests;
