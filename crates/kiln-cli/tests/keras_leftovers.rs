@@ -33,7 +33,9 @@ fn config(dir: &Path, train: &str, input: &str, layers: &str, loss: &str) -> Pat
 }
 
 fn train(dir: &Path, config: &Path) -> Output {
-    train_command(config, &dir.join("run"), &[]).output().unwrap()
+    train_command(config, &dir.join("run"), &[])
+        .output()
+        .unwrap()
 }
 
 /// Exit code 2 and a stderr of one `kiln: error:` line holding `want`, before any epoch.
@@ -42,11 +44,19 @@ fn assert_refused(out: &Output, want: &str) {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(want), "{stderr}");
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
-    assert!(!text(&out.stdout).contains("Epoch"), "{}", text(&out.stdout));
+    assert!(
+        !text(&out.stdout).contains("Epoch"),
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 fn images() -> Array {
-    Array::new(vec![16, 4, 4, 1], Buffer::F32((0..256).map(|v| v as f32).collect())).unwrap()
+    Array::new(
+        vec![16, 4, 4, 1],
+        Buffer::F32((0..256).map(|v| v as f32).collect()),
+    )
+    .unwrap()
 }
 
 const IMAGE_MODEL: &str =
@@ -64,7 +74,9 @@ fn mix_up_on_class_ids_is_refused_before_training() {
         let name = mix.split(' ').next().unwrap();
         assert_refused(
             &train(&dir, &cfg),
-            &format!("data.train.{name}: {name} blends one-hot labels, but the labels \"y\" are int64"),
+            &format!(
+                "data.train.{name}: {name} blends one-hot labels, but the labels \"y\" are int64"
+            ),
         );
     }
     // One-hot labels train.
@@ -83,7 +95,11 @@ fn mix_up_on_class_ids_is_refused_before_training() {
 #[test]
 fn contradicting_preprocessing_arguments_are_config_errors() {
     let dir = scratch("contradict");
-    let x = Array::new(vec![16, 2], Buffer::F32((0..32).map(|v| v as f32).collect())).unwrap();
+    let x = Array::new(
+        vec![16, 2],
+        Buffer::F32((0..32).map(|v| v as f32).collect()),
+    )
+    .unwrap();
     write_data(&dir, x);
     let dense = "  { type = \"Dense\", units = 2 },";
     let loss = "sparse_categorical_crossentropy";
@@ -96,7 +112,10 @@ fn contradicting_preprocessing_arguments_are_config_errors() {
     );
     let text_op = "map = [{ op = \"text_vectorization\", ngrams = 0, vocabulary = [\"a\"] }]";
     let cfg = config(&dir, text_op, "[2]", dense, loss);
-    assert_refused(&train(&dir, &cfg), "data.train.map[0].ngrams: 0 makes no tokens");
+    assert_refused(
+        &train(&dir, &cfg),
+        "data.train.map[0].ngrams: 0 makes no tokens",
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -127,7 +146,9 @@ fn padded_batch_longer_than_the_input_says_which_shape_to_change() {
 fn adapted_normalization_weights_are_saved_and_exported() {
     let dir = scratch("adapted");
     // Columns i and 2 i + 1 for i in 0..16: means 7.5 and 16, variances 21.25 and 85.
-    let x: Vec<f32> = (0..16).flat_map(|i| [i as f32, 2.0 * i as f32 + 1.0]).collect();
+    let x: Vec<f32> = (0..16)
+        .flat_map(|i| [i as f32, 2.0 * i as f32 + 1.0])
+        .collect();
     write_data(&dir, Array::new(vec![16, 2], Buffer::F32(x)).unwrap());
     let layers = "  { type = \"Normalization\", name = \"norm\", adapt = true },\n  \
                   { type = \"Dense\", units = 2 },";

@@ -178,7 +178,10 @@ fn read_from(input: &mut Input<'_>) -> Result<Array> {
 /// Why `descr` cannot be read, and what to save instead: NumPy's unicode strings (`<U`) as
 /// UTF-8 byte strings, which `kiln predict` runs through the run's text ops.
 fn unsupported_dtype(descr: &str) -> String {
-    if descr.trim_start_matches(['<', '>', '=', '|']).starts_with('U') {
+    if descr
+        .trim_start_matches(['<', '>', '=', '|'])
+        .starts_with('U')
+    {
         return format!(
             "unicode strings ({descr:?}) are not read; save UTF-8 byte strings instead, \
              np.save(path, np.char.encode(texts, \"utf-8\")): kiln predict runs them through \
@@ -726,13 +729,21 @@ mod tests {
         let (offset, message) =
             format_parts(parse_npy(&v1(header, &[0; 16]), Path::new("x")).unwrap_err());
         assert!(message.contains("unsupported dtype \"<c16\""), "{message}");
+        assert_eq!(offset as usize, 10 + header.find("'<c16'").unwrap());
+
         // NumPy's unicode strings: the fix is UTF-8 byte strings, through the text ops.
         let header = "{'descr': '<U2', 'fortran_order': False, 'shape': (1,), }";
-        let (_, message) = format_parts(parse_npy(&v1(header, &[0; 8]), Path::new("x")).unwrap_err());
-        assert!(message.starts_with("unicode strings (\"<U2\") are not read"), "{message}");
-        assert!(message.contains("np.char.encode(texts, \"utf-8\")"), "{message}");
+        let (_, message) =
+            format_parts(parse_npy(&v1(header, &[0; 8]), Path::new("x")).unwrap_err());
+        assert!(
+            message.starts_with("unicode strings (\"<U2\") are not read"),
+            "{message}"
+        );
+        assert!(
+            message.contains("np.char.encode(texts, \"utf-8\")"),
+            "{message}"
+        );
         assert!(message.contains("text_vectorization"), "{message}");
-        assert_eq!(offset as usize, 10 + header.find("'<c16'").unwrap());
 
         let header = "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }";
         let (_, message) =

@@ -204,6 +204,6 @@ impl Estimate {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod preprocessing_tests;
+#[cfg(test)]
+mod tests;
