@@ -75,7 +75,8 @@ fn mix_up_on_class_ids_is_refused_before_training() {
         assert_refused(
             &train(&dir, &cfg),
             &format!(
-                "data.train.{name}: {name} blends one-hot labels, but the labels \"y\" are int64"
+                "data.train.{name}: {name} blends one-hot labels, but the labels \"y\" are int64 \
+                 scalars (class ids); add {{ op = \"one_hot\", component = \"y\""
             ),
         );
     }

@@ -109,15 +109,21 @@ pub(crate) fn check_mix_labels(p: &PipelineConfig, first: &Element, key: &str) -
         return Ok(());
     }
     let label = p.y_name();
+    let labels = match y.shape() {
+        [] => format!("{} scalars (class ids)", y.dtype()),
+        shape => format!(
+            "{} of shape {}",
+            y.dtype(),
+            crate::model::keras_shape(shape)
+        ),
+    };
     Err(KilnError::config(
         format!("{key}.{name}"),
         format!(
-            "{name} blends one-hot labels, but the labels \"{label}\" are {} of shape {} (class \
-             ids?); add {{ op = \"one_hot\", component = \"{label}\", depth = <classes> }} (or \
-             category_encoding with output_mode = \"one_hot\") to {key}.map, and use the loss \
-             categorical_crossentropy",
-            y.dtype(),
-            crate::model::keras_shape(y.shape())
+            "{name} blends one-hot labels, but the labels \"{label}\" are {labels}; add {{ op = \
+             \"one_hot\", component = \"{label}\", depth = <classes> }} (or category_encoding \
+             with output_mode = \"one_hot\") to {key}.map, and use the loss \
+             categorical_crossentropy"
         ),
     ))
 }
