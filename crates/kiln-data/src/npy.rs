@@ -139,11 +139,7 @@ fn read_from(input: &mut Input<'_>) -> Result<Array> {
         format_error(
             path,
             header_start + header.descr_offset,
-            format!(
-                "unsupported dtype {:?} (kiln reads |u1, <i4, <i8, <f4, <f8, their big-endian \
-                 forms, and |b1, |i1, <i2, <u2, <u4 widened)",
-                header.descr
-            ),
+            unsupported_dtype(&header.descr),
         )
     })?;
     if header.fortran_order {
@@ -177,6 +173,26 @@ fn read_from(input: &mut Input<'_>) -> Result<Array> {
     )?;
     input.finish(expected as u64, &shape)?;
     Array::new(shape, buffer)
+}
+
+/// Why `descr` cannot be read, and what to save instead: NumPy's unicode strings (`<U`) as
+/// UTF-8 byte strings, which `kiln predict` runs through the run's text ops.
+fn unsupported_dtype(descr: &str) -> String {
+    if descr
+        .trim_start_matches(['<', '>', '=', '|'])
+        .starts_with('U')
+    {
+        return format!(
+            "unicode strings ({descr:?}) are not read; save UTF-8 byte strings instead, \
+             np.save(path, np.char.encode(texts, \"utf-8\")): kiln predict runs them through \
+             the run's text ops (text_vectorization, string_lookup); kiln serve and ONNX take \
+             the ops' output (token indices), not strings"
+        );
+    }
+    format!(
+        "unsupported dtype {descr:?} (kiln reads |u1, <i4, <i8, <f4, <f8, their big-endian forms, \
+         and |b1, |i1, <i2, <u2, <u4 widened, and |S byte strings)"
+    )
 }
 
 /// `(dtype read into, stored width in bytes, big-endian)` for a supported `descr`.
@@ -714,6 +730,20 @@ mod tests {
             format_parts(parse_npy(&v1(header, &[0; 16]), Path::new("x")).unwrap_err());
         assert!(message.contains("unsupported dtype \"<c16\""), "{message}");
         assert_eq!(offset as usize, 10 + header.find("'<c16'").unwrap());
+
+        // NumPy's unicode strings: the fix is UTF-8 byte strings, through the text ops.
+        let header = "{'descr': '<U2', 'fortran_order': False, 'shape': (1,), }";
+        let (_, message) =
+            format_parts(parse_npy(&v1(header, &[0; 8]), Path::new("x")).unwrap_err());
+        assert!(
+            message.starts_with("unicode strings (\"<U2\") are not read"),
+            "{message}"
+        );
+        assert!(
+            message.contains("np.char.encode(texts, \"utf-8\")"),
+            "{message}"
+        );
+        assert!(message.contains("text_vectorization"), "{message}");
 
         let header = "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }";
         let (_, message) =

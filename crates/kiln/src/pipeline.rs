@@ -872,5 +872,7 @@ mod data_utils;
 mod model_adapt;
 pub mod shard;
 
+pub(crate) use data_utils::{check_mix_labels, shape_fix};
+
 #[cfg(test)]
 mod tests;

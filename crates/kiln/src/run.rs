@@ -190,14 +190,16 @@ fn check_split_against_model(cfg: &RunConfig, split: Split) -> Result<()> {
         if x.len() != shape.iter().product::<usize>() {
             return Err(KilnError::Shape(format!(
                 "{}: examples of component \"{shown}\" have shape {} ({}) but the model's \
-                     Input expects {}; add a reshape or resize op, or change the Input's `shape`",
+                     Input expects {}; {}",
                 split.key(),
                 crate::model::keras_shape(x.shape()),
                 x.dtype(),
-                crate::model::keras_shape(shape)
+                crate::model::keras_shape(shape),
+                pipelines::shape_fix(p, split.key(), &component, shape)
             )));
         }
     }
+    pipelines::check_mix_labels(p, &first, split.key())?;
     check_first_labels(cfg, first, split.key())?;
     Ok(())
 }

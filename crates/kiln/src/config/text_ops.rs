@@ -528,6 +528,14 @@ impl TextVectorizationConfig {
         };
         let ngrams = match &self.ngrams {
             None => Vec::new(),
+            Some(OneOrMany::One(0)) => {
+                return bad(
+                    key,
+                    "ngrams",
+                    "0 makes no tokens; give 1 or more (n-grams up to that width), a list of \
+                     widths, or leave it out (Keras' None: single tokens)",
+                );
+            }
             Some(OneOrMany::One(n)) => (1..=*n).collect(),
             Some(OneOrMany::Many(v)) => v.clone(),
         };

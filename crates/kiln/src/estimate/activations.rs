@@ -104,6 +104,8 @@ pub fn per_layer(spec: &ModelSpec) -> (Vec<LayerActivations>, f64) {
     let output = spec.output_layer();
     match view_source(spec, NodeRef::Layer(output)) {
         NodeRef::Input(k) => kept_in[k] = true,
+        // Reachable: a Flatten of a recurrent layer's state (`inputs = ["lstm:1"]`) as the
+        // model's output is a view of that state, `[batch, units]` as the layer's output.
         NodeRef::Layer(j) | NodeRef::State(j, _) => kept_out[j] = true,
     }
     let mut layers = Vec::with_capacity(n);

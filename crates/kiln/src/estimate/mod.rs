@@ -204,4 +204,6 @@ impl Estimate {
 }
 
 #[cfg(test)]
+mod preprocessing_tests;
+#[cfg(test)]
 mod tests;

@@ -197,6 +197,14 @@ pub trait Layer: Debug + Send + Sync + 'static {
         Vec::new()
     }
 
+    /// The first values of `weight` (one of [`Layer::weights`]) when the layer's config fixes
+    /// them, in Keras' layout: an adapted `Normalization`'s statistics, so that checkpoints and
+    /// exports carry them. `None` (the default) draws them from the weight's initializer.
+    fn fixed_values(&self, weight: &WeightSpec) -> Option<Vec<f32>> {
+        let _ = weight;
+        None
+    }
+
     /// Runs the layer on a batch (`inputs` in call order).
     fn forward(&self, inputs: Vec<Act>, weights: &Weights, ctx: ForwardContext) -> Act;
 

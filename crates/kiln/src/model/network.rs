@@ -65,7 +65,12 @@ impl Network {
             .map(|(i, layer)| {
                 let mut p = LayerParams::empty();
                 for (w, slot) in spec.own_weights(i) {
-                    let values = layer.options.initial_values(&w, &mut rng);
+                    let fixed = match &layer.kind {
+                        LayerKind::Declared(l) => l.fixed_values(&w),
+                        _ => None,
+                    };
+                    let values =
+                        fixed.unwrap_or_else(|| layer.options.initial_values(&w, &mut rng));
                     p.put(slot, &w, values, layer.options.trains(&w), device);
                 }
                 p

@@ -2,7 +2,7 @@
 //! batch-level `mix_up` / `cut_mix` of the training pipeline.
 
 use kiln_data::preprocess::MixOptions;
-use kiln_data::{DataError, Dataset};
+use kiln_data::{Buffer, DataError, Dataset, Element};
 
 use super::resolve_files;
 use crate::batch::{FEATURES, LABELS};
@@ -88,4 +88,57 @@ pub(super) fn mix(ds: Dataset, cfg: &RunConfig, p: &PipelineConfig, key: &str) -
     } else {
         ds.mix_up(options, seed)
     })
+}
+
+/// `mix_up` / `cut_mix` blend one-hot labels: checks the training pipeline's first example
+/// (`first`, components `x` and `y`) before training, so that integer class ids are a config
+/// error at `key.mix_up` (exit code 2) rather than a data error at the first step.
+///
+/// # Errors
+/// [`KilnError::Config`] naming `key.mix_up` / `key.cut_mix` and the fix.
+pub(crate) fn check_mix_labels(p: &PipelineConfig, first: &Element, key: &str) -> Result<()> {
+    let name = match (&p.mix_up, &p.cut_mix) {
+        (Some(_), _) => "mix_up",
+        (None, Some(_)) => "cut_mix",
+        (None, None) => return Ok(()),
+    };
+    let Ok(y) = first.require(LABELS) else {
+        return Ok(());
+    };
+    if y.shape().len() == 1 && matches!(y.data(), Buffer::F32(_) | Buffer::F64(_)) {
+        return Ok(());
+    }
+    let label = p.y_name();
+    let labels = match y.shape() {
+        [] => format!("{} scalars (class ids)", y.dtype()),
+        shape => format!(
+            "{} of shape {}",
+            y.dtype(),
+            crate::model::keras_shape(shape)
+        ),
+    };
+    Err(KilnError::config(
+        format!("{key}.{name}"),
+        format!(
+            "{name} blends one-hot labels, but the labels \"{label}\" are {labels}; add {{ op = \
+             \"one_hot\", component = \"{label}\", depth = <classes> }} (or category_encoding \
+             with output_mode = \"one_hot\") to {key}.map, and use the loss \
+             categorical_crossentropy"
+        ),
+    ))
+}
+
+/// How to make examples of `component` fit an Input of shape `want` (Keras' shape without the
+/// batch axis): with `padded_batch` the padded shape must be the Input's.
+pub(crate) fn shape_fix(p: &PipelineConfig, key: &str, component: &str, want: &[usize]) -> String {
+    match &p.padded_batch {
+        None | Some(PaddedBatchConfig::On(false)) => {
+            "add a reshape or resize op, or change the Input's `shape`".into()
+        }
+        Some(_) => format!(
+            "{key}.padded_batch pads the sequences to another length: set the Input's `shape` to \
+             the padded shape, or pad to the Input's with {key}.padded_batch = {{ padded_shapes \
+             = {{ {component} = {want:?} }} }}"
+        ),
+    }
 }

@@ -44,6 +44,7 @@ pub(super) fn adapt_layers(cfg: &mut RunConfig) -> Result<()> {
         let adapted = Normalization {
             mean: Some(OneOrList::List(stats.mean().to_vec())),
             variance: Some(OneOrList::List(stats.variance().to_vec())),
+            adapted: true,
             ..layer
         };
         cfg.model = cfg
@@ -64,7 +65,7 @@ fn pending(cfg: &RunConfig, i: usize) -> Option<Normalization> {
         return None;
     }
     let layer: Normalization = toml::Value::Table(l.config()).try_into().ok()?;
-    (layer.adapt && layer.mean.is_none()).then_some(layer)
+    (layer.adapt && !layer.adapted).then_some(layer)
 }
 
 /// The statistics of the training data's component for model Input `input`.
@@ -155,6 +156,7 @@ mod tests {
         let v = values("variance");
         assert!(v.iter().all(|v| (v - 140.0 / 3.0).abs() < 1e-9), "{v:?}");
         assert_eq!(t["adapt"].as_bool(), Some(true));
+        assert_eq!(t["adapted"].as_bool(), Some(true));
         // The resolved config reads back with the statistics; adapting again keeps them.
         let again = RunConfig::from_toml_str(&resolved.to_toml()).unwrap();
         assert_eq!(again.model, resolved.model);

@@ -58,6 +58,10 @@ pub struct Normalization {
     /// The statistics come from the training data (kiln computes them before training).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adapt: bool,
+    /// Written by `kiln train` next to the statistics it adapted (the run directory's
+    /// config): `mean` and `variance` came from `adapt`, not from the user.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adapted: bool,
 }
 
 fn last_axis() -> OneOrList<i64> {
@@ -153,6 +157,17 @@ impl Layer for Normalization {
         Ok(inputs[0].to_vec())
     }
     fn validate(&self) -> Result<(), String> {
+        let given = self.mean.is_some() || self.variance.is_some();
+        if self.adapt && given && !self.adapted {
+            return Err("give either adapt = true or `mean` and `variance`, not both (Keras \
+                        refuses to adapt a Normalization built with its statistics)"
+                .into());
+        }
+        if self.adapted && !(self.adapt && given) {
+            return Err("`adapted` is written by kiln train with adapt = true and the \
+                        statistics it computed; remove it"
+                .into());
+        }
         match (&self.mean, &self.variance, self.adapt) {
             (Some(_), None, _) | (None, Some(_), _) => {
                 Err("give both `mean` and `variance` (or adapt = true)".into())
@@ -187,6 +202,21 @@ impl Layer for Normalization {
             fixed("variance", stat, WeightInit::Ones),
             fixed("count", Vec::new(), WeightInit::Zeros),
         ]
+    }
+    /// An adapted layer's `mean` and `variance` weights hold the config's statistics (the
+    /// `count` weight stays 0: kiln does not record it).
+    fn fixed_values(&self, weight: &WeightSpec) -> Option<Vec<f32>> {
+        let values = match weight.name.rsplit('/').next()? {
+            "mean" => self.mean.as_ref()?.to_vec(),
+            "variance" => self.variance.as_ref()?.to_vec(),
+            _ => return None,
+        };
+        let n = weight.size();
+        match values.len() {
+            1 => Some(vec![values[0] as f32; n]),
+            len if len == n => Some(values.iter().map(|&v| v as f32).collect()),
+            _ => None,
+        }
     }
     /// The config's statistics; before adapt, the `mean` and `variance` weights (zeros and
     /// ones: the identity, as a Keras layer that was never adapted).
