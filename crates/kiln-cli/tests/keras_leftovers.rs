@@ -117,6 +117,12 @@ fn contradicting_preprocessing_arguments_are_config_errors() {
         &train(&dir, &cfg),
         "data.train.map[0].ngrams: 0 makes no tokens",
     );
+    let text_op = text_op.replace("ngrams = 0", "ngrams = []");
+    let cfg = config(&dir, &text_op, "[2]", dense, loss);
+    assert_refused(
+        &train(&dir, &cfg),
+        "data.train.map[0].ngrams: an empty list makes no tokens",
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 

@@ -287,7 +287,7 @@ fn a_resume_with_changed_data_is_refused_naming_the_change() {
     let bigger = config(&dir, 2048);
     let o = train(&bigger, &run, &[]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("the data or its pipeline changed"), "{err}");
     assert!(err.contains("data.train.take: 1024 -> 2048"), "{err}");
     assert!(err.contains("--allow-changed-data"), "{err}");

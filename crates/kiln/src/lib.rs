@@ -11,8 +11,9 @@
 //! ONNX export and the version directories `kiln serve` loads in [`export`].
 //!
 //! ## Layers
-//! The modules stand in layers, the bottom first; a module uses only modules of the lines above
-//! its own (never one on its line or below), so no import circle can form. The test
+//! The modules stand in numbered layers, 1 at the bottom; a module uses only modules of
+//! lower-numbered layers (never one of its own layer or a higher one), so no import circle can
+//! form. The test
 //! `tests/module_layers.rs` reads this list and checks every `crate::` path of the crate's
 //! non-test code against it.
 //!

@@ -305,3 +305,62 @@ fn a_fit_resumed_from_an_older_checkpoint_shows_each_step_once_in_tensorboard() 
         [4, 8, 12]
     );
 }
+
+#[test]
+fn a_run_stopped_early_is_finished_and_a_resume_trains_no_further() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = CheckpointDir::new(tmp.path().join("ckpt"), 3);
+    let script = || Script {
+        val_loss: vec![1.0, 0.8, 0.9, 0.85, 0.7, 0.6],
+        weights: Vec::new(),
+    };
+    let (mut m, mut s, mut es) = (model(), script(), EarlyStopping::new().patience(2));
+    let opts = FitOptions {
+        backup: Some(backup(&dir, SaveFreq::Epoch, None)),
+        ..FitOptions::epochs(6)
+    };
+    let first = m
+        .fit_with(&data(), None, &opts, &mut [&mut s, &mut es])
+        .unwrap();
+    assert_eq!(
+        first.epoch,
+        vec![0, 1, 2, 3],
+        "EarlyStopping stops after epoch 3"
+    );
+    let latest = dir.latest().unwrap().0.unwrap();
+    assert!(
+        latest.manifest.stopped,
+        "the last checkpoint says training ended"
+    );
+    // The same fit again, resumed from that checkpoint: nothing more is trained.
+    let (mut again, mut s, mut es) = (model(), script(), EarlyStopping::new().patience(2));
+    let opts = FitOptions {
+        backup: Some(backup(&dir, SaveFreq::Epoch, Some(latest.path.clone()))),
+        ..FitOptions::epochs(6)
+    };
+    let second = again
+        .fit_with(&data(), None, &opts, &mut [&mut s, &mut es])
+        .unwrap();
+    assert_eq!(second.epoch, first.epoch);
+    assert_eq!(model_weights(&again), model_weights(&m));
+}
+
+#[test]
+fn an_input_shorter_than_steps_per_epoch_ends_each_epoch_early_as_keras_does() {
+    // 4 batches, steps_per_epoch 6, 3 epochs: Keras 3.15 warns, ends each epoch after the
+    // batches it has and starts a new pass, so all 3 epochs run on 4 batches each.
+    let mut m = model();
+    let opts = FitOptions {
+        steps_per_epoch: Some(6),
+        ..FitOptions::epochs(3)
+    };
+    let history = m.fit_with(&data(), None, &opts, &mut []).unwrap();
+    assert_eq!(history.epoch, vec![0, 1, 2]);
+    let mut one_pass = model();
+    let opts = FitOptions {
+        steps_per_epoch: Some(4),
+        ..FitOptions::epochs(3)
+    };
+    let full = one_pass.fit_with(&data(), None, &opts, &mut []).unwrap();
+    assert_eq!(history.history["loss"], full.history["loss"]);
+}

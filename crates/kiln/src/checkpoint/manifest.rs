@@ -90,4 +90,10 @@ pub struct Manifest {
     /// The loss scale's state (`mixed_float16` runs), so a resume continues it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scale: Option<crate::precision::LossScale>,
+    /// Training ended before its last epoch because a callback set `stop_training`
+    /// (EarlyStopping, TerminateOnNaN) or the input was empty: the run is finished, and
+    /// running it again re-evaluates instead of training on (as a run that trained all its
+    /// epochs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
 }

@@ -389,6 +389,7 @@ mod tests {
                 finite_steps: iterations,
                 growth_steps: 2000,
             }),
+            stopped: false,
         }
     }
 

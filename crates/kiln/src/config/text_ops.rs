@@ -537,6 +537,14 @@ impl TextVectorizationConfig {
                 );
             }
             Some(OneOrMany::One(n)) => (1..=*n).collect(),
+            Some(OneOrMany::Many(v)) if v.is_empty() => {
+                return bad(
+                    key,
+                    "ngrams",
+                    "an empty list makes no tokens; list the widths (e.g. [1, 2]) or leave it \
+                     out (Keras' None: single tokens)",
+                );
+            }
             Some(OneOrMany::Many(v)) => v.clone(),
         };
         if ngrams.contains(&0) {

@@ -173,6 +173,7 @@ impl KilnError {
                 | KilnError::Device(_)
                 | KilnError::RunDirLocked { .. }
                 | KilnError::UnusableCheckpoints(_)
+                | KilnError::Changed(_)
         )
     }
 }

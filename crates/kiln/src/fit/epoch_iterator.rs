@@ -5,8 +5,8 @@
 //!
 //! End of data: without `steps_per_epoch` the epoch ends with the pass. With it, an iterator
 //! that ends exactly at an epoch boundary starts a new pass (a dataset with `repeat` never
-//! ends); one that ends inside an epoch ends training with a warning, as Keras does ("Your input
-//! ran out of data; interrupting training"). A worker of `multi_worker_mirrored` that reads its
+//! ends); one that ends inside an epoch ends that epoch early with a warning, and the next epoch
+//! starts a new pass, as Keras 3 does ("Your input ran out of data; interrupting training"). A worker of `multi_worker_mirrored` that reads its
 //! own shard keeps stepping with an empty batch while another worker still has data, and all
 //! of them see the end at the same step ([`crate::distribute::Strategy::agree_input`]).
 
@@ -52,8 +52,10 @@ pub(super) enum Next {
     Emptied,
     /// The epoch's pass is over.
     End,
-    /// The input ended before `steps_per_epoch` batches (a warning was printed); training
-    /// stops.
+    /// The input ended before `steps_per_epoch` batches (a warning was printed): the epoch
+    /// ends early and the next one starts a new pass, as in Keras 3.
+    Short,
+    /// Even a new pass of the input yields no batch (a warning was printed); training stops.
     RanOut,
 }
 
@@ -193,12 +195,19 @@ impl<'d> EpochIterator<'d> {
         let Some(n) = self.steps_per_epoch else {
             return Next::End;
         };
+        let what = match step {
+            0 => "stopping training: the dataset yields no batch",
+            _ => "ending the epoch early, as Keras does (the next epoch starts a new pass)",
+        };
         eprintln!(
             "warning: the training input ran out of data after {step} of steps_per_epoch = {n} \
-             batches in epoch {}; stopping. Make sure the dataset yields steps_per_epoch × \
-             epochs batches (add `repeat`).",
+             batches in epoch {}; {what}. Make sure the dataset yields steps_per_epoch × \
+             epochs batches (add `repeat` to the [data.train] pipeline).",
             epoch + 1
         );
-        Next::RanOut
+        match step {
+            0 => Next::RanOut,
+            _ => Next::Short,
+        }
     }
 }

@@ -37,6 +37,8 @@ pub(super) struct LoopState {
     pub(super) recent_grad_norms: Vec<super::GradNormSample>,
     /// The loss scale's state (mixed_float16), as of the last step.
     pub(super) loss_scale: Option<crate::precision::LossScale>,
+    /// Training was stopped early (see [`crate::checkpoint::Manifest::stopped`]).
+    pub(super) stopped: bool,
 }
 
 /// What the loop does after a non-finite loss.
@@ -141,6 +143,7 @@ impl Model {
             data_fingerprints: backup.data_fingerprints.clone(),
             files: Vec::new(),
             loss_scale: state.loss_scale,
+            stopped: state.stopped,
         };
         let files = self.checkpoint_files()?;
         let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
@@ -164,6 +167,7 @@ impl Model {
         state.acc = Accumulator::from_sums(&m.epoch_sums, m.step_in_epoch);
         state.history = m.history.clone();
         state.rollbacks = m.rollbacks;
+        state.stopped = m.stopped;
         if m.loss_scale.is_some() {
             state.loss_scale = m.loss_scale;
         }

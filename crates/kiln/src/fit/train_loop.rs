@@ -5,6 +5,8 @@
 //!
 //! One difference from Keras, kept on purpose: a callback that sets `stop_training` during a
 //! batch ends `fit` at once, without the epoch's `on_epoch_end` (Keras finishes the epoch).
+//! A run stopped early is finished: its last checkpoint says so, and running it again
+//! re-evaluates instead of training on.
 
 use std::time::Instant;
 
@@ -27,7 +29,7 @@ use crate::step::HostLabels;
 enum StepEnd {
     /// Go on with the next step.
     Next,
-    /// The epoch's input is over (or ran out: then `stop_training` is set).
+    /// The epoch's input is over (or is empty: then `stop_training` is set).
     EndOfEpoch,
     /// A NaN rollback restored an earlier state: start the epoch loop again.
     Restart,
@@ -138,7 +140,7 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
     pub(super) fn run(mut self, validation: Option<&Dataset>) -> Result<History> {
         self.hooks(|c, ctx| c.on_train_begin(ctx))?;
         let mut last = Logs::default();
-        while self.state.epoch < self.opts.epochs {
+        while self.state.epoch < self.opts.epochs && !self.state.stopped {
             match self.epoch(validation)? {
                 (StepEnd::Restart, _) => continue,
                 (StepEnd::Stop, _) => break,
@@ -149,6 +151,14 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
             }
         }
         self.flush();
+        if self.control.stop_training
+            && !self.state.stopped
+            && let Some(backup) = &self.opts.backup
+        {
+            // The run is finished: a rerun re-evaluates instead of training on.
+            self.state.stopped = true;
+            self.checkpoint(backup)?;
+        }
         self.hooks(|c, ctx| c.on_train_end(&last, ctx))?;
         Ok(self.state.history)
     }
@@ -199,6 +209,7 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
             Next::Batch(input) => input,
             Next::Emptied => return Ok(StepEnd::Next),
             Next::End => return Ok(StepEnd::EndOfEpoch),
+            Next::Short => return Ok(StepEnd::EndOfEpoch),
             Next::RanOut => {
                 self.control.stop_training = true;
                 return Ok(StepEnd::EndOfEpoch);

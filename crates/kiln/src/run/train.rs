@@ -315,7 +315,15 @@ fn latest_checkpoint(
     };
     let m = &ckpt.manifest;
     check_unchanged(m, &cfg.to_toml(), fingerprints, &opts, ckpt_dir.path())?;
-    notes(&if m.epoch >= cfg.fit.epochs {
+    notes(&if m.stopped {
+        format!(
+            "The run in {} stopped early at epoch {} (a callback such as EarlyStopping ended \
+             it; {}): it is finished, evaluating it again. Pass --no-resume to train anew.",
+            dir.path().display(),
+            m.epoch,
+            ckpt.path.display(),
+        )
+    } else if m.epoch >= cfg.fit.epochs {
         format!(
             "The run in {} already trained its {} epoch{} ({}): nothing left to train, \
              evaluating it again. Raise --epochs to train further, or pass --no-resume to \
