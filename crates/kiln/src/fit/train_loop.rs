@@ -10,6 +10,7 @@
 
 use std::time::Instant;
 
+use burn::prelude::Device;
 use kiln_data::Dataset;
 
 use super::control::{Control, LoopContext};
@@ -59,6 +60,10 @@ pub(super) struct FitLoop<'m, 'd, 'c, 'b> {
     skip_report: SkipReport,
     /// Batches per epoch, when known (for the progress display).
     steps: Option<u64>,
+    /// The training device (with autodiff), made once.
+    device: Device,
+    /// Output units of the model (the metrics' row width).
+    units: usize,
 }
 
 impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
@@ -89,6 +94,7 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
             kiln_data::Cardinality::Finite(n) => Some(n),
             _ => None,
         });
+        let (device, units) = (model.device.clone().autodiff(), model.spec.output_units());
         let mut fit = FitLoop {
             model,
             opts,
@@ -100,6 +106,8 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
             checkpoint_due: false,
             skip_report: SkipReport::default(),
             steps,
+            device,
+            units,
         };
         if let Some(backup) = &opts.backup
             && backup.resume.is_none()
@@ -235,10 +243,9 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
             labels: &labels,
             outputs: &outputs,
         };
-        let units = self.model.spec.output_units();
         self.state
             .acc
-            .add(&self.model.compiled, &out, labels, size, units);
+            .add(&self.model.compiled, &out, labels, size, self.units);
         clock.examples += size as f64;
         if let Some(p) = clock.profile.as_mut() {
             p.metrics_s += started.elapsed().as_secs_f64();
@@ -254,11 +261,10 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
 
     /// The batch of step `step`.
     fn fetch(&mut self, step: u64) -> Result<Next> {
-        let device = self.model.device.clone().autodiff();
         let target = Target {
             spec: &self.model.spec,
             compiled: &self.model.compiled,
-            device: &device,
+            device: &self.device,
         };
         let strategy = &mut self.accumulation.strategy;
         self.input.next(step, self.state.epoch, &target, strategy)
@@ -314,8 +320,7 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
 
     /// The epoch's logs so far, with the loss scale.
     fn running_logs(&self) -> Logs {
-        let units = self.model.spec.output_units();
-        let mut logs = self.state.acc.logs(&self.model.compiled, units);
+        let mut logs = self.state.acc.logs(&self.model.compiled, self.units);
         if let Some(ls) = self.state.loss_scale {
             logs.set(LOSS_SCALE, ls.scale);
         }
