@@ -23,11 +23,24 @@ fn text(out: &std::process::Output) -> String {
 
 #[test]
 fn a_learning_rate_of_ten_stops_with_a_nan_report() {
+    stops_with_a_nan_report("nan-stop", "");
+}
+
+/// With `steps_per_execution = 3` the failing batch 8 lies inside the window of steps 6..=8,
+/// read back together: the report is the same, made at that batch.
+#[test]
+fn a_nan_inside_a_window_of_deferred_reads_gives_the_same_report() {
+    stops_with_a_nan_report("nan-stop-deferred", "steps_per_execution = 3\n");
+}
+
+fn stops_with_a_nan_report(name: &str, compile_extra: &str) {
     require_data();
-    let dir = scratch("nan-stop");
+    let dir = scratch(name);
     let config = dir.join("stop.toml");
     let original = std::fs::read_to_string(EXAMPLE).unwrap();
-    let stop = original.replace(r#"on_nan = "rollback""#, r#"on_nan = "stop""#);
+    let stop = original
+        .replace(r#"on_nan = "rollback""#, r#"on_nan = "stop""#)
+        .replace("[compile]\n", &format!("[compile]\n{compile_extra}"));
     assert_ne!(stop, original, "the example sets on_nan = \"rollback\"");
     std::fs::write(&config, stop).unwrap();
     let run = dir.join("run");

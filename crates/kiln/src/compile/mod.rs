@@ -76,6 +76,12 @@ pub struct Compiled {
     /// [`Compiled::new`] when the model's precision is `mixed_float16`, as Keras' `compile`
     /// does; [`Compiled::with_loss_scale`] changes it.
     pub loss_scale: Option<crate::precision::LossScaleOptions>,
+    /// Keras' `compile(steps_per_execution=N)`: training steps run between two host reads of
+    /// the loss and outputs (default 1). With `N > 1` the steps' losses and outputs stay on the
+    /// device until every `N`-th step (and the epoch's end), where they are read back in one
+    /// go; batch-level callbacks are called once per `N` steps, as in Keras. See
+    /// [`crate::fit`]'s "Reading back" docs.
+    pub steps_per_execution: u64,
 }
 
 impl Compiled {
@@ -132,6 +138,7 @@ impl Compiled {
             outputs: Vec::new(),
             gradients: GradientOptions::default(),
             loss_scale: model.precision().default_loss_scale(),
+            steps_per_execution: 1,
         })
     }
 
@@ -154,6 +161,7 @@ impl Compiled {
             outputs,
             gradients: GradientOptions::default(),
             loss_scale: model.precision().default_loss_scale(),
+            steps_per_execution: 1,
         })
     }
 
@@ -196,6 +204,22 @@ impl Compiled {
             o.validate()?;
         }
         self.loss_scale = loss_scale;
+        Ok(self)
+    }
+
+    /// Sets Keras' `steps_per_execution` (see [`Compiled::steps_per_execution`]).
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] naming `compile.steps_per_execution` when `steps` is 0.
+    pub fn with_steps_per_execution(mut self, steps: u64) -> Result<Compiled> {
+        if steps == 0 {
+            return Err(KilnError::config(
+                "compile.steps_per_execution",
+                "must be at least 1 (1 reads the loss and outputs back after every step; N \
+                 reads them every N steps)",
+            ));
+        }
+        self.steps_per_execution = steps;
         Ok(self)
     }
 

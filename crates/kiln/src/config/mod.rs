@@ -119,6 +119,12 @@ struct RawCompile {
     loss_weights: Option<toml::Value>,
     #[serde(default)]
     loss_scale: Option<crate::precision::LossScaleOptions>,
+    #[serde(default = "default_steps_per_execution")]
+    steps_per_execution: u64,
+}
+
+fn default_steps_per_execution() -> u64 {
+    1
 }
 
 /// `compile` for `model`: one loss and a list of metrics for a model with one output,
@@ -228,6 +234,7 @@ impl RunConfig {
         if raw.compile.loss_scale.is_some() {
             compile = compile.with_loss_scale(raw.compile.loss_scale)?;
         }
+        compile = compile.with_steps_per_execution(raw.compile.steps_per_execution)?;
         raw.fit.validate()?;
         if model.has_several_outputs() && !raw.fit.class_weight.is_empty() {
             return Err(KilnError::config(
@@ -327,6 +334,10 @@ impl RunConfig {
             );
         }
         write_losses(&self.compile, &mut c);
+        if self.compile.steps_per_execution != 1 {
+            let n = self.compile.steps_per_execution as i64;
+            c.insert("steps_per_execution".into(), toml::Value::Integer(n));
+        }
         t.insert("compile".into(), toml::Value::Table(c));
         t.insert(
             "fit".into(),

@@ -176,26 +176,71 @@ impl GradientAccumulation {
             return Ok((before, out, true));
         }
         drop(before);
-        let net = if self.steps == 1 {
-            let clip = compiled.gradients.clipping();
-            apply_gradients(
-                net,
-                optim,
-                spec,
-                grads,
-                clip,
-                learning_rate,
-                profile.as_deref_mut(),
-            )
-        } else {
-            self.add(&net, grads);
-            if self.seen == self.steps {
-                self.apply(net, optim, spec, compiled, learning_rate, profile)
-            } else {
-                net
-            }
+        let update = Update {
+            optim,
+            spec,
+            compiled,
+            learning_rate,
         };
-        Ok((net, out, true))
+        Ok((self.update(net, grads, update, profile), out, true))
+    }
+
+    /// [`GradientAccumulation::train_step`] without reading anything back: the update is
+    /// applied whatever the loss, which stays on the device with the outputs (the caller reads
+    /// them later, see [`PendingOutput::read_all`]). Only without a loss scale (whose skip
+    /// decision needs each step's overflow answer on the host).
+    ///
+    /// # Errors
+    /// As [`GradientAccumulation::train_step`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn train_step_deferred(
+        &mut self,
+        net: Network,
+        optim: &mut ModuleOptimizer,
+        spec: &ModelSpec,
+        compiled: &Compiled,
+        batch: DeviceBatch,
+        learning_rate: f64,
+        mut profile: Option<&mut StepProfile>,
+    ) -> Result<(Network, PendingOutput)> {
+        debug_assert!(
+            self.loss_scale.is_none(),
+            "deferred reads without a loss scale"
+        );
+        let (updated, grads, pending, _) =
+            self.gradients(&net, spec, compiled, &batch, profile.as_deref_mut())?;
+        drop(net);
+        self.calls += 1;
+        self.grad_norms.observe(&updated, &grads);
+        let update = Update {
+            optim,
+            spec,
+            compiled,
+            learning_rate,
+        };
+        Ok((self.update(updated, grads, update, profile), pending))
+    }
+
+    /// Applies `grads` now (no accumulation) or adds them to the window, applying the
+    /// window's mean when it is complete.
+    fn update(
+        &mut self,
+        net: Network,
+        grads: GradientsParams,
+        u: Update,
+        profile: Option<&mut StepProfile>,
+    ) -> Network {
+        let rate = u.learning_rate;
+        if self.steps == 1 {
+            let clip = u.compiled.gradients.clipping();
+            return apply_gradients(net, u.optim, u.spec, grads, clip, rate, profile);
+        }
+        self.add(&net, grads);
+        if self.seen == self.steps {
+            self.apply(net, u.optim, u.spec, u.compiled, rate, profile)
+        } else {
+            net
+        }
     }
 
     /// The batch's unscaled gradients, computed in `self.parts` parts, retrying in more parts
@@ -321,6 +366,14 @@ impl GradientAccumulation {
             None => net,
         }
     }
+}
+
+/// What an optimizer update needs besides the network and its gradients.
+struct Update<'a> {
+    optim: &'a mut ModuleOptimizer,
+    spec: &'a ModelSpec,
+    compiled: &'a Compiled,
+    learning_rate: f64,
 }
 
 /// `sum + grads` parameter by parameter (`grads` when there is no sum yet).

@@ -42,6 +42,10 @@ pub struct GradNormSample {
 pub struct GradNormTrend {
     step: u64,
     samples: VecDeque<GradNormSample>,
+    /// With deferred reads (`steps_per_execution > 1`): the sums of squares of the sampled
+    /// steps not yet read back, `(step, Σ g²)`.
+    pending: Vec<(u64, Tensor<1>)>,
+    defer: bool,
 }
 
 impl GradNormTrend {
@@ -65,11 +69,41 @@ impl GradNormTrend {
         let Some(sum) = squares.sum else {
             return;
         };
+        if self.defer {
+            self.pending.push((self.step, sum.reshape([1])));
+            return;
+        }
         let norm = f64::from(sum.into_scalar::<f32>()).sqrt();
         self.push(GradNormSample {
             step: self.step,
             norm,
         });
+    }
+
+    /// Keeps later samples on the device until [`GradNormTrend::settle`] (`true`), or reads
+    /// each when it is taken (`false`, the default).
+    pub fn defer(&mut self, defer: bool) {
+        self.defer = defer;
+    }
+
+    /// Reads back the samples kept on the device (one host read for all).
+    pub fn settle(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let (steps, sums): (Vec<u64>, Vec<Tensor<1>>) =
+            std::mem::take(&mut self.pending).into_iter().unzip();
+        let sums = Tensor::cat(sums, 0).into_data().convert::<f32>();
+        let sums = sums.try_to_vec::<f32>().expect("float sums");
+        for (step, sum) in steps.into_iter().zip(sums) {
+            let norm = f64::from(sum).sqrt();
+            self.push(GradNormSample { step, norm });
+        }
+    }
+
+    /// Drops the samples not yet read back (their steps are about to be run again).
+    pub fn discard_pending(&mut self) {
+        self.pending.clear();
     }
 
     fn push(&mut self, sample: GradNormSample) {

@@ -14,6 +14,7 @@ mod options;
 mod resume;
 mod skips;
 mod train_loop;
+mod window;
 
 pub use crate::logs::{
     History, INPUT_WAIT_SECONDS, LOSS_SCALE, Logs, SAMPLES_PER_SECOND, StepProfile,

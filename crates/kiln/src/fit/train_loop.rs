@@ -18,13 +18,14 @@ use super::epoch_iterator::{EpochIterator, Next, StepInput, Target};
 use super::epoch_metrics::{Accumulator, BatchLabels};
 use super::resume::{LoopState, NanAction, step_seed};
 use super::skips::{self, SkipReport, SkippedInput};
+use super::window::{Deferred, Done, Start, StepFacts, Taken, Window, why_not_deferred};
 use super::{Callback, FitOptions, GradientAccumulation, History, Logs, Model, OnNan, SaveFreq};
 use crate::distribute::diagnosis;
 use crate::error::{KilnError, Result};
 use crate::guards::{DataSplit, NumericsGuard};
 use crate::logs::{INPUT_WAIT_SECONDS, LOSS_SCALE, SAMPLES_PER_SECOND, StepProfile};
 use crate::model::Network;
-use crate::step::HostLabels;
+use crate::step::PendingOutput;
 
 /// How a step ended, for the epoch around it.
 enum StepEnd {
@@ -64,6 +65,8 @@ pub(super) struct FitLoop<'m, 'd, 'c, 'b> {
     device: Device,
     /// Output units of the model (the metrics' row width).
     units: usize,
+    /// The steps not read back yet (`steps_per_execution`).
+    window: Window,
 }
 
 impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
@@ -86,7 +89,7 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
         if let Some(ckpt) = opts.backup.as_ref().and_then(|b| b.resume.as_ref()) {
             position = model.resume_from(ckpt, &mut control, &mut state, callbacks)?;
         }
-        let accumulation = model.accumulation();
+        let mut accumulation = model.accumulation();
         let guard = NumericsGuard::new(model.check_numerics, DataSplit::Train);
         let sharded = accumulation.strategy.shards_input();
         let input = EpochIterator::new(train, position, guard, opts.steps_per_epoch, sharded)?;
@@ -95,6 +98,8 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
             _ => None,
         });
         let (device, units) = (model.device.clone().autodiff(), model.spec.output_units());
+        let window = Window::new(read_every(model, opts, &accumulation));
+        accumulation.grad_norms.defer(window.defers());
         let mut fit = FitLoop {
             model,
             opts,
@@ -108,6 +113,7 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
             steps,
             device,
             units,
+            window,
         };
         if let Some(backup) = &opts.backup
             && backup.resume.is_none()
@@ -206,12 +212,17 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
                 end => return Ok((end, Logs::default())),
             }
         }
+        match self.read_window(&mut clock)? {
+            StepEnd::Next => {}
+            end => return Ok((end, Logs::default())),
+        }
         let logs = self.end_epoch(epoch, clock, validation)?;
         Ok((StepEnd::Next, logs))
     }
 
     /// Training step `step` of the epoch: fetch, hooks, the step, the NaN policy, metrics,
-    /// then checkpoints and stop requests.
+    /// then checkpoints and stop requests (with deferred reads: the step, and at the
+    /// window's end the rest).
     fn step(&mut self, step: u64, clock: &mut EpochClock) -> Result<StepEnd> {
         let input = match self.fetch(step)? {
             Next::Batch(input) => input,
@@ -227,36 +238,152 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
             p.input_wait_s += input.waited;
             p.to_device_s += input.converted;
         }
-        self.hooks(|c, ctx| c.on_train_batch_begin(step, ctx))?;
         let StepInput { host, batch, .. } = *input;
-        let (own, outputs, size) = (HostLabels::of(&batch), batch.outputs.clone(), batch.size);
+        if self.window.defers() {
+            return self.deferred_step(step, batch, host, clock);
+        }
+        self.hooks(|c, ctx| c.on_train_batch_begin(step, ctx))?;
+        let facts = StepFacts::of(step, &batch);
         let Some(out) = self.train_batch(batch, clock.profile.as_mut())? else {
             return self.non_finite(step, &host);
         };
+        self.record(vec![Done { facts, out }], clock)
+    }
+
+    /// Adds steps read back to the epoch's metrics, then calls `on_train_batch_end` (with the
+    /// last one's index) and handles what falls between steps.
+    fn record(&mut self, done: Vec<Done>, clock: &mut EpochClock) -> Result<StepEnd> {
+        let Some(last) = done.last().map(|d| d.facts.step) else {
+            return Ok(StepEnd::Next);
+        };
         let started = Instant::now();
-        // A sharded multi-worker step reports the global batch's outputs and labels.
-        let (labels, size) = match &out.labels {
-            Some(l) => (l.clone(), l.classes.len()),
-            None => (own, size),
-        };
-        let labels = BatchLabels {
-            labels: &labels,
-            outputs: &outputs,
-        };
-        self.state
-            .acc
-            .add(&self.model.compiled, &out, labels, size, self.units);
-        clock.examples += size as f64;
+        for Done { facts, out } in &done {
+            // A sharded multi-worker step reports the global batch's outputs and labels.
+            let (labels, size) = match &out.labels {
+                Some(l) => (l, l.classes.len()),
+                None => (&facts.own, facts.size),
+            };
+            let labels = BatchLabels {
+                labels,
+                outputs: &facts.outputs,
+            };
+            self.state
+                .acc
+                .add(&self.model.compiled, out, labels, size, self.units);
+            clock.examples += size as f64;
+        }
         if let Some(p) = clock.profile.as_mut() {
             p.metrics_s += started.elapsed().as_secs_f64();
         }
         let logs = self.running_logs();
-        self.hooks(|c, ctx| c.on_train_batch_end(step, &logs, ctx))?;
+        self.hooks(|c, ctx| c.on_train_batch_end(last, &logs, ctx))?;
         self.between_steps()?;
         Ok(match self.control.stop_training {
             true => StepEnd::Stop,
             false => StepEnd::Next,
         })
+    }
+
+    /// A step whose loss and outputs stay on the device until the window's end.
+    fn deferred_step(
+        &mut self,
+        step: u64,
+        batch: crate::batch::DeviceBatch,
+        host: kiln_data::Element,
+        clock: &mut EpochClock,
+    ) -> Result<StepEnd> {
+        let guarded = self.opts.on_nan != OnNan::Continue;
+        if self.window.steps.is_empty() {
+            self.hooks(|c, ctx| c.on_train_batch_begin(step, ctx))?;
+            self.window.start = guarded.then(|| Start {
+                net: self.model.net.clone(),
+                optim: self.model.optim.clone(),
+                iterations: self.control.iterations,
+            });
+        }
+        let facts = StepFacts::of(step, &batch);
+        let rerun = guarded.then(|| (batch.clone(), host));
+        let (net, rate) = self.begin_step();
+        let m = &mut *self.model;
+        let (net, pending) = self.accumulation.train_step_deferred(
+            net,
+            &mut m.optim,
+            &m.spec,
+            &m.compiled,
+            batch,
+            rate,
+            clock.profile.as_mut(),
+        )?;
+        m.net = net;
+        self.control.iterations += 1;
+        self.window.steps.push(Deferred {
+            facts,
+            pending,
+            rerun,
+        });
+        match self.window.ends_at(step) {
+            true => self.read_window(clock),
+            false => Ok(StepEnd::Next),
+        }
+    }
+
+    /// Reads back the window's steps in one go and records them; after a non-finite loss
+    /// (with a guarding NaN policy), runs the window again one step at a time instead.
+    fn read_window(&mut self, clock: &mut EpochClock) -> Result<StepEnd> {
+        if self.window.steps.is_empty() {
+            return Ok(StepEnd::Next);
+        }
+        let Taken {
+            pending,
+            rerun,
+            start,
+        } = self.window.take();
+        let outs = PendingOutput::read_all(pending, clock.profile.as_mut());
+        if let Some(start) = start
+            && outs.iter().any(|o| !o.loss.is_finite())
+        {
+            return self.rerun(start, rerun, clock);
+        }
+        self.accumulation.grad_norms.settle();
+        let done = rerun
+            .into_iter()
+            .zip(outs)
+            .map(|((facts, _), out)| Done { facts, out })
+            .collect();
+        self.record(done, clock)
+    }
+
+    /// Runs a window's steps again from its start, one read per step, so that the NaN policy
+    /// acts at the step whose loss was not finite (as with `steps_per_execution = 1`).
+    fn rerun(
+        &mut self,
+        start: Start,
+        steps: Vec<(
+            StepFacts,
+            Option<(crate::batch::DeviceBatch, kiln_data::Element)>,
+        )>,
+        clock: &mut EpochClock,
+    ) -> Result<StepEnd> {
+        let grad_norms = &mut self.accumulation.grad_norms;
+        grad_norms.discard_pending();
+        grad_norms.defer(false);
+        self.model.net = start.net;
+        self.model.optim = start.optim;
+        self.control.iterations = start.iterations;
+        let mut done = Vec::with_capacity(steps.len());
+        for (facts, rerun) in steps {
+            let (batch, host) = rerun.expect("a guarded window keeps its batches");
+            let step = facts.step;
+            match self.train_batch(batch, clock.profile.as_mut())? {
+                Some(out) => done.push(Done { facts, out }),
+                None => match self.non_finite(step, &host)? {
+                    StepEnd::Next => {}
+                    end => return Ok(end),
+                },
+            }
+        }
+        self.accumulation.grad_norms.defer(true);
+        self.record(done, clock)
     }
 
     /// The batch of step `step`.
@@ -270,21 +397,28 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
         self.input.next(step, self.state.epoch, &target, strategy)
     }
 
+    /// Seeds the step's dropout, takes the network out for the step and returns it with the
+    /// step's learning rate.
+    fn begin_step(&mut self) -> (Network, f64) {
+        let m = &mut *self.model;
+        // Dropout masks depend on the seed and the step only (see `Model::fit_with`).
+        m.device.seed(step_seed(m.seed, self.control.iterations));
+        self.accumulation
+            .grad_norms
+            .at_step(self.control.iterations);
+        let net = std::mem::replace(&mut m.net, Network { layers: Vec::new() });
+        (net, self.control.rate())
+    }
+
     /// Runs the step on `batch`; `None` when its loss was not finite (nothing was applied).
     fn train_batch(
         &mut self,
         batch: crate::batch::DeviceBatch,
         profile: Option<&mut StepProfile>,
     ) -> Result<Option<crate::step::StepOutput>> {
-        let m = &mut *self.model;
-        // Dropout masks depend on the seed and the step only (see `Model::fit_with`).
-        m.device.seed(step_seed(m.seed, self.control.iterations));
-        let net = std::mem::replace(&mut m.net, Network { layers: Vec::new() });
         let guarded = self.opts.on_nan != OnNan::Continue;
-        self.accumulation
-            .grad_norms
-            .at_step(self.control.iterations);
-        let rate = self.control.rate();
+        let (net, rate) = self.begin_step();
+        let m = &mut *self.model;
         let (net, out, applied) = self.accumulation.train_step(
             net,
             &mut m.optim,
@@ -440,5 +574,27 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
             logs.set("skipped_nan_steps", skipped as f64);
         }
         logs
+    }
+}
+
+/// Steps per host read for this `fit`: `compile.steps_per_execution`, or 1 (with a note on
+/// stderr) where the settings need each step's answer on the host (see [`super::window`]).
+fn read_every(model: &Model, opts: &FitOptions, accumulation: &GradientAccumulation) -> u64 {
+    let asked = model.compiled.steps_per_execution;
+    if asked <= 1 {
+        return 1;
+    }
+    let why = why_not_deferred(
+        accumulation.loss_scale().is_some(),
+        &accumulation.strategy,
+        opts.on_nan != OnNan::Continue,
+        model.compiled.gradients.gradient_accumulation_steps,
+    );
+    match why {
+        Some(why) => {
+            eprintln!("note: compile.steps_per_execution = {asked} reads every step here: {why}");
+            1
+        }
+        None => asked,
     }
 }

@@ -13,6 +13,9 @@ use serde::Serialize;
 pub struct StepProfile {
     /// Steps measured.
     pub steps: u64,
+    /// Host reads of the steps' losses and outputs (each drains the device's queue on a GPU):
+    /// one per step, or one per `steps_per_execution` steps.
+    pub host_reads: u64,
     /// Waiting for the input pipeline to deliver the next batch.
     pub input_wait_s: f64,
     /// Converting the host batch into device tensors (layout change, copies).
@@ -80,6 +83,10 @@ impl StepProfile {
             );
         }
         out += &format!("  {:<22} {:>9.2} ms\n", "total", 1000.0 * total / n);
+        out += &format!(
+            "  host reads of the loss and outputs: {} over {} steps\n",
+            self.host_reads, self.steps
+        );
         out += "  forward by layer:\n";
         for (name, s) in &self.forward_per_layer_s {
             out += &format!("    {name:<20} {:>9.2} ms\n", 1000.0 * s / n);

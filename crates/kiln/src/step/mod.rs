@@ -139,17 +139,53 @@ impl PendingOutput {
 
     /// Reads the loss and outputs back (time counted as `metrics_s` in `profile`).
     pub fn read(self, profile: Option<&mut StepProfile>) -> StepOutput {
+        PendingOutput::read_all(vec![self], profile)
+            .pop()
+            .expect("one step read")
+    }
+
+    /// Reads back the losses and outputs of several steps, in order, with one host read of
+    /// all their losses and one of all their outputs (time counted as `metrics_s` in
+    /// `profile`, the steps as `steps`, the read as one of `host_reads`). Empty for none.
+    pub fn read_all(
+        steps: Vec<PendingOutput>,
+        profile: Option<&mut StepProfile>,
+    ) -> Vec<StepOutput> {
+        if steps.is_empty() {
+            return Vec::new();
+        }
         let clock = Instant::now();
-        let losses: Vec<f64> = read(self.loss).into_iter().map(f64::from).collect();
-        let out = StepOutput {
-            loss: losses[0],
-            output_losses: losses[1..].to_vec(),
-            outputs: read(self.outputs),
-            labels: self.labels,
-        };
+        let n = steps.len();
+        let widths: Vec<(usize, usize)> = steps
+            .iter()
+            .map(|p| (p.loss.dims()[0], p.outputs.dims()[0] * p.outputs.dims()[1]))
+            .collect();
+        let (mut losses, mut outputs, mut labels) = (Vec::new(), Vec::new(), Vec::new());
+        for p in steps {
+            losses.push(p.loss);
+            outputs.push(p.outputs);
+            labels.push(p.labels);
+        }
+        let losses = read(Tensor::cat(losses, 0));
+        let outputs = read(Tensor::cat(outputs, 0));
+        let (mut l, mut o) = (&losses[..], &outputs[..]);
+        let mut out = Vec::with_capacity(n);
+        for ((lw, ow), labels) in widths.into_iter().zip(labels) {
+            let (these, rest) = l.split_at(lw);
+            l = rest;
+            let (rows, rest) = o.split_at(ow);
+            o = rest;
+            out.push(StepOutput {
+                loss: f64::from(these[0]),
+                output_losses: these[1..].iter().map(|&v| f64::from(v)).collect(),
+                outputs: rows.to_vec(),
+                labels,
+            });
+        }
         if let Some(p) = profile {
             p.metrics_s += clock.elapsed().as_secs_f64();
-            p.steps += 1;
+            p.steps += n as u64;
+            p.host_reads += 1;
         }
         out
     }

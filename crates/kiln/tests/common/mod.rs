@@ -26,6 +26,13 @@ pub fn two_layer_spec(hidden: usize, classes: usize) -> ModelSpec {
 /// cross-entropy from logits, accuracy; on the CPU.
 #[allow(dead_code)] // not every test crate uses every fixture
 pub fn two_layer_classifier(name: &str, hidden: usize, classes: usize, seed: u64) -> Model {
+    let (spec, compiled) = two_layer_compiled(hidden, classes);
+    Model::new(name, spec, compiled, seed, Device::flex())
+}
+
+/// The spec and compile settings of [`two_layer_classifier`].
+#[allow(dead_code)] // not every test crate uses every fixture
+pub fn two_layer_compiled(hidden: usize, classes: usize) -> (ModelSpec, Compiled) {
     let spec = two_layer_spec(hidden, classes);
     let compiled = Compiled::new(
         &spec,
@@ -43,5 +50,5 @@ pub fn two_layer_classifier(name: &str, hidden: usize, classes: usize, seed: u64
         &["accuracy".to_string()],
     )
     .unwrap();
-    Model::new(name, spec, compiled, seed, Device::flex())
+    (spec, compiled)
 }
