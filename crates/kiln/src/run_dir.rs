@@ -70,6 +70,11 @@ impl RunDir {
         self.root.join("model.safetensors")
     }
 
+    /// `part-<name>.safetensors`: the weights of a custom train step's extra part `name`.
+    pub fn part_weights(&self, name: &str) -> PathBuf {
+        self.root.join(format!("part-{name}.safetensors"))
+    }
+
     /// `history.json`.
     pub fn history(&self) -> PathBuf {
         self.root.join("history.json")

@@ -33,6 +33,9 @@ pub struct EpochSums {
     /// A model with several outputs: per output, its loss sum and its metrics' sums.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_output: Vec<(f64, Vec<f64>)>,
+    /// A custom train step's logs other than `loss`: name and example-weighted sum.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub custom: Vec<(String, f64)>,
 }
 
 /// Where the training input stood: how many times the training dataset was iterated

@@ -30,6 +30,7 @@ mod distribute;
 mod fit;
 pub mod limits;
 mod overrides;
+mod parts;
 pub mod paths;
 mod pipeline;
 pub(crate) mod pipeline_values;
@@ -81,6 +82,11 @@ pub struct RunConfig {
     pub callbacks: Vec<CallbackSpec>,
     /// `[distribute]`: the distribution strategy (default one device).
     pub distribute: DistributeConfig,
+    /// `compile.train_step`: the registered custom train step the model trains with
+    /// ([`crate::step::custom`]); `None`: the compiled step.
+    pub train_step: Option<String>,
+    /// `[parts.<name>]`: the extra networks of a custom train step, by name.
+    pub parts: Vec<crate::step::custom::PartSpec>,
 }
 
 #[derive(Deserialize)]
@@ -100,6 +106,8 @@ struct RawConfig {
     callbacks: Vec<toml::Value>,
     #[serde(default)]
     distribute: DistributeConfig,
+    #[serde(default)]
+    parts: toml::Table,
 }
 
 fn default_seed() -> u64 {
@@ -121,6 +129,8 @@ struct RawCompile {
     loss_scale: Option<crate::precision::LossScaleOptions>,
     #[serde(default = "default_steps_per_execution")]
     steps_per_execution: u64,
+    #[serde(default)]
+    train_step: Option<String>,
 }
 
 fn default_steps_per_execution() -> u64 {
@@ -203,6 +213,18 @@ fn metric_names(v: &toml::Value) -> Result<Vec<toml::Value>> {
     Ok(a.clone())
 }
 
+/// An optimizer with its clipping keys, as `compile.optimizer` reads them.
+fn optimizer_toml(optimizer: &OptimizerSpec, gradients: GradientOptions) -> toml::Value {
+    let mut value = toml::Value::try_from(optimizer).expect("optimizer serializes");
+    if let (Some(o), toml::Value::Table(g)) = (
+        value.as_table_mut(),
+        toml::Value::try_from(gradients).expect("gradient options serialize"),
+    ) {
+        o.extend(g);
+    }
+    value
+}
+
 /// 1-based line of byte `offset` in `text`.
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
@@ -270,6 +292,7 @@ impl RunConfig {
         // Whether each key fits the strategy is checked after command-line overrides (kiln
         // train --strategy), when the strategy is built.
         raw.distribute.validate_values()?;
+        let parts = parts::read(&raw.parts, precision, raw.compile.train_step.as_deref())?;
         let cfg = RunConfig {
             name: raw.name,
             seed: raw.seed,
@@ -280,6 +303,8 @@ impl RunConfig {
             backup,
             callbacks,
             distribute: raw.distribute,
+            train_step: raw.compile.train_step,
+            parts,
         };
         cfg.check_forms()?;
         Ok(cfg)
@@ -316,14 +341,7 @@ impl RunConfig {
         t.insert("data".into(), data);
         t.insert("model".into(), toml::Value::Table(self.model.to_toml()));
         let mut c = toml::Table::new();
-        let mut optimizer =
-            toml::Value::try_from(&self.compile.optimizer).expect("optimizer serializes");
-        if let (Some(o), toml::Value::Table(g)) = (
-            optimizer.as_table_mut(),
-            toml::Value::try_from(self.compile.gradients).expect("gradient options serialize"),
-        ) {
-            o.extend(g);
-        }
+        let optimizer = optimizer_toml(&self.compile.optimizer, self.compile.gradients);
         c.insert("optimizer".into(), optimizer);
         if self.compile.loss_scale != self.model.precision().default_loss_scale()
             && let Some(ls) = self.compile.loss_scale
@@ -338,7 +356,13 @@ impl RunConfig {
             let n = self.compile.steps_per_execution as i64;
             c.insert("steps_per_execution".into(), toml::Value::Integer(n));
         }
+        if let Some(step) = &self.train_step {
+            c.insert("train_step".into(), step.clone().into());
+        }
         t.insert("compile".into(), toml::Value::Table(c));
+        if !self.parts.is_empty() {
+            t.insert("parts".into(), toml::Value::Table(parts::write(&self.parts)));
+        }
         t.insert(
             "fit".into(),
             toml::Value::try_from(&self.fit).expect("fit config serializes"),

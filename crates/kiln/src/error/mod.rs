@@ -87,6 +87,17 @@ pub enum KilnError {
     /// message is the NaN report (what went non-finite first, and remedies).
     #[error("{0}")]
     NanLoss(String),
+    /// A custom train step (`compile.train_step`) failed or returned bad logs: `step` is the
+    /// step's name, `key` the log or setting at fault.
+    #[error("train step \"{step}\": {key}: {message}")]
+    TrainStep {
+        /// The step's name.
+        step: String,
+        /// The log key (or setting) at fault.
+        key: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
     /// The run's estimated memory exceeds what is available (refused before training), with
     /// the numbers and the remedies.
     #[error("{0}")]

@@ -16,6 +16,8 @@ pub(super) struct Accumulator {
     pub(super) per_output: Vec<(f64, Vec<f64>)>,
     /// Batches added.
     pub(super) batches: u64,
+    /// A custom train step's logs other than `loss`: each name with its example-weighted sum.
+    pub(super) custom: Vec<(String, f64)>,
 }
 
 /// A batch's host labels for the metrics: the one output's, or each output's (a model with
@@ -73,12 +75,32 @@ impl Accumulator {
         }
     }
 
+    /// Adds a custom step's logs (`loss` and the others) for a batch of `size` examples.
+    pub(super) fn add_custom(&mut self, logs: &[(String, f64)], size: usize) {
+        let size = size as f64;
+        self.examples += size;
+        self.batches += 1;
+        for (name, value) in logs {
+            if name == "loss" {
+                self.loss += value * size;
+                continue;
+            }
+            match self.custom.iter_mut().find(|(n, _)| n == name) {
+                Some((_, sum)) => *sum += value * size,
+                None => self.custom.push((name.clone(), value * size)),
+            }
+        }
+    }
+
     /// Keras' logs: `loss` and the metrics; for a model with several outputs also
     /// `<output>_loss` and `<output>_<metric>` per output.
     pub(super) fn logs(&self, compiled: &Compiled, units: usize) -> Logs {
         let n = self.examples.max(1.0);
         let mut logs = Logs::default();
         logs.set("loss", self.loss / n);
+        for (name, sum) in &self.custom {
+            logs.set(name.clone(), sum / n);
+        }
         set_metrics(&mut logs, "", (&compiled.metrics, units), &self.correct, n);
         for (head, (loss, sums)) in compiled.outputs.iter().zip(&self.per_output) {
             logs.set(format!("{}_loss", head.name), loss / n);

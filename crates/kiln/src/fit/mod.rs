@@ -4,6 +4,7 @@ mod accumulate;
 mod callback;
 mod class_weight;
 mod control;
+mod custom_step;
 mod epoch_iterator;
 mod epoch_metrics;
 mod grad_norms;
@@ -68,6 +69,10 @@ pub struct Model {
     /// Test hook: the training batch whose first attempt fails as out of memory.
     oom_test_step: Option<u64>,
     strategy: crate::distribute::Strategy,
+    /// The networks a custom train step uses besides the main one.
+    parts: Vec<crate::step::custom::Part>,
+    /// Keras' `train_step` override (`None`: the compiled step).
+    train_step: Option<std::sync::Arc<dyn crate::step::custom::TrainStep>>,
 }
 
 impl std::fmt::Debug for Model {
@@ -116,6 +121,8 @@ impl Model {
             check_numerics: CheckNumerics::default(),
             oom_test_step: None,
             strategy: crate::distribute::Strategy::OneDevice,
+            parts: Vec::new(),
+            train_step: None,
         }
     }
 
@@ -261,17 +268,22 @@ impl Model {
         data: &Dataset,
         split: DataSplit,
     ) -> Result<(Logs, Option<kiln_data::SkipStats>)> {
-        let net = self.net.valid();
         let units = self.spec.output_units();
+        if self.train_step.is_some() {
+            let mut guard = NumericsGuard::new(self.check_numerics, split);
+            let mut batches = data.iter();
+            let custom = self.custom_evaluate(self.device_batches(&mut batches, &mut guard))?;
+            if let Some(mut logs) = custom {
+                guard.report(&mut logs);
+                return Ok((logs, batches.skip_stats()));
+            }
+        }
+        let net = self.net.valid();
         let mut acc = Accumulator::default();
         let mut guard = NumericsGuard::new(self.check_numerics, split);
         let mut batches = data.iter();
-        for batch in batches.by_ref() {
-            let (loss, device) = (&self.compiled, &self.device);
-            let Some(b) = to_device_guarded(&mut batch?, &self.spec, loss, device, &mut guard)?
-            else {
-                continue;
-            };
+        for b in self.device_batches(&mut batches, &mut guard) {
+            let b = b?;
             let (own, outputs, size) = (HostLabels::of(&b), b.outputs.clone(), b.size);
             let out = eval_step(&net, &self.spec, &self.compiled, b);
             let labels = BatchLabels {
@@ -283,6 +295,30 @@ impl Model {
         let mut logs = acc.logs(&self.compiled, units);
         guard.report(&mut logs);
         Ok((logs, batches.skip_stats()))
+    }
+
+    /// `batches` as device batches, without those `guard` drops (non-finite examples).
+    fn device_batches<'a, E>(
+        &'a self,
+        batches: &'a mut impl Iterator<Item = std::result::Result<kiln_data::Element, E>>,
+        guard: &'a mut NumericsGuard,
+    ) -> impl Iterator<Item = Result<crate::batch::DeviceBatch>> + 'a
+    where
+        crate::KilnError: From<E>,
+    {
+        std::iter::from_fn(move || {
+            loop {
+                let converted = batches.next()?.map_err(crate::KilnError::from).and_then(|mut b| {
+                    let (spec, loss, device) = (&self.spec, &self.compiled, &self.device);
+                    to_device_guarded(&mut b, spec, loss, device, guard)
+                });
+                match converted {
+                    Ok(Some(b)) => return Some(Ok(b)),
+                    Ok(None) => continue,
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+        })
     }
 
     /// Model outputs for every example of `data` (Keras' `model.predict`): a row-major

@@ -2,6 +2,7 @@
 //! and the NaN policy's rollback.
 
 use burn::module::Module;
+use burn::optim::ModuleOptimizer;
 use burn::store::ModuleRecord;
 use burn::tensor::Bytes;
 
@@ -10,6 +11,7 @@ use super::options::{Backup, FitOptions, OnNan};
 use super::{Accumulator, Callback, Control, History, Model};
 use crate::checkpoint::{Checkpoint, EpochSums, FORMAT, MODEL_FILE, Manifest, OPTIMIZER_FILE};
 use crate::error::{KilnError, Result};
+use crate::model::Network;
 
 /// The seed of the backend RNG (dropout) for training step `iteration` of a run seeded with
 /// `seed`: SplitMix64's finaliser over both, so neighbouring steps get unrelated streams.
@@ -56,56 +58,84 @@ fn record_error(what: &str, e: impl std::fmt::Display) -> KilnError {
     }
 }
 
+/// The checkpoint files of extra part `name`: its network and its optimizer state.
+fn part_files(name: &str) -> (String, String) {
+    (
+        format!("part-{name}.model.bpk"),
+        format!("part-{name}.optimizer.bpk"),
+    )
+}
+
+/// `net` with the record of `files.0` of `ckpt` loaded, and `optim` with `files.1`'s state.
+fn loaded(
+    ckpt: &Checkpoint,
+    (model, optimizer): &(String, String),
+    net: &Network,
+    optim: ModuleOptimizer,
+) -> Result<(Network, ModuleOptimizer)> {
+    let bad = |e: &dyn std::fmt::Display| KilnError::Weights {
+        path: ckpt.path.clone(),
+        message: format!(
+            "the checkpoint does not fit this model ({e}); start over with --no-resume or \
+             another run directory"
+        ),
+    };
+    let record = ModuleRecord::from_bytes(Bytes::from_bytes_vec(ckpt.file(model)?.to_vec()))
+        .map_err(|e| bad(&e))?;
+    let net = net.clone().try_load_record(record).map_err(|e| bad(&e))?;
+    let optim = optim
+        .from_bytes(Bytes::from_bytes_vec(ckpt.file(optimizer)?.to_vec()))
+        .map_err(|e| bad(&e))?;
+    Ok((net, optim))
+}
+
 fn callback_key(i: usize) -> String {
     format!("callback_{i}")
 }
 
 impl Model {
     /// The network and optimizer state as burnpack bytes (parameter ids kept, so the optimizer
-    /// state finds its parameters after loading).
+    /// state finds its parameters after loading); with a custom step's extra parts, each
+    /// part's as `part-<name>.model.bpk` and `part-<name>.optimizer.bpk`.
     ///
     /// # Errors
     /// [`KilnError::Weights`] when Burn cannot serialize them.
-    pub fn checkpoint_files(&self) -> Result<Vec<(&'static str, Vec<u8>)>> {
-        let model = self
-            .net
-            .clone()
-            .into_record()
-            .into_bytes()
-            .map_err(|e| record_error("model record", e))?;
-        let optim = self
-            .optim
-            .into_bytes()
-            .map_err(|e| record_error("optimizer record", e))?;
-        Ok(vec![
-            (MODEL_FILE, model.to_vec()),
-            (OPTIMIZER_FILE, optim.to_vec()),
-        ])
+    pub fn checkpoint_files(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        let mut files = Vec::with_capacity(2 + 2 * self.parts.len());
+        let mut add = |(model, optim): (String, String), net: &Network, opt: &ModuleOptimizer| {
+            let net = net.clone().into_record().into_bytes();
+            let net = net.map_err(|e| record_error("model record", e))?;
+            let opt = opt.into_bytes();
+            let opt = opt.map_err(|e| record_error("optimizer record", e))?;
+            files.push((model, net.to_vec()));
+            files.push((optim, opt.to_vec()));
+            Ok::<(), KilnError>(())
+        };
+        let main = (MODEL_FILE.to_string(), OPTIMIZER_FILE.to_string());
+        add(main, &self.net, &self.optim)?;
+        for p in &self.parts {
+            add(part_files(p.name()), p.network(), p.optimizer())?;
+        }
+        Ok(files)
     }
 
-    /// Loads the network and optimizer state of `ckpt`.
+    /// Loads the network and optimizer state of `ckpt` (and every extra part's).
     ///
     /// # Errors
     /// [`KilnError::Weights`] naming the checkpoint when its records do not fit this model.
     pub fn load_checkpoint(&mut self, ckpt: &Checkpoint) -> Result<()> {
-        let bad = |e: &dyn std::fmt::Display| KilnError::Weights {
-            path: ckpt.path.clone(),
-            message: format!(
-                "the checkpoint does not fit this model ({e}); start over with --no-resume or another run directory"
-            ),
-        };
-        let record =
-            ModuleRecord::from_bytes(Bytes::from_bytes_vec(ckpt.file(MODEL_FILE)?.to_vec()))
-                .map_err(|e| bad(&e))?;
-        self.net = self
-            .net
-            .clone()
-            .try_load_record(record)
-            .map_err(|e| bad(&e))?;
+        let main = (MODEL_FILE.to_string(), OPTIMIZER_FILE.to_string());
         let optim = self.compiled.optimizer.build();
-        self.optim = optim
-            .from_bytes(Bytes::from_bytes_vec(ckpt.file(OPTIMIZER_FILE)?.to_vec()))
-            .map_err(|e| bad(&e))?;
+        let (net, optim) = loaded(ckpt, &main, &self.net, optim)?;
+        self.net = net;
+        self.optim = optim;
+        for i in 0..self.parts.len() {
+            let p = &self.parts[i];
+            let files = part_files(p.name());
+            let optim = p.spec_optimizer().build();
+            let (net, optim) = loaded(ckpt, &files, p.network(), optim)?;
+            self.parts[i].set_state(net, optim);
+        }
         Ok(())
     }
 
@@ -146,7 +176,10 @@ impl Model {
             stopped: state.stopped,
         };
         let files = self.checkpoint_files()?;
-        let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+        let refs: Vec<(&str, &[u8])> = files
+            .iter()
+            .map(|(n, b)| (n.as_str(), b.as_slice()))
+            .collect();
         backup.dir.save(&manifest, &refs)
     }
 
@@ -266,6 +299,13 @@ impl Model {
         step: u64,
         batch: &kiln_data::Element,
     ) -> String {
+        if let Some(step) = &self.train_step {
+            return format!(
+                "(no NaN report: the model trains with the custom step \"{}\", whose losses are \
+                 its own)",
+                step.name()
+            );
+        }
         let dir = opts
             .report_dir
             .clone()
@@ -293,6 +333,7 @@ impl Accumulator {
             loss: self.loss,
             correct: self.correct.clone(),
             per_output: self.per_output.clone(),
+            custom: self.custom.clone(),
         }
     }
 
@@ -304,6 +345,7 @@ impl Accumulator {
             correct: sums.correct.clone(),
             per_output: sums.per_output.clone(),
             batches,
+            custom: sums.custom.clone(),
         }
     }
 }

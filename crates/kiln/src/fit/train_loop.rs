@@ -27,6 +27,9 @@ use crate::logs::{INPUT_WAIT_SECONDS, LOSS_SCALE, SAMPLES_PER_SECOND, StepProfil
 use crate::model::Network;
 use crate::step::PendingOutput;
 
+#[path = "custom_batch.rs"]
+mod custom_batch;
+
 /// How a step ended, for the epoch around it.
 enum StepEnd {
     /// Go on with the next step.
@@ -90,6 +93,8 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
             position = model.resume_from(ckpt, &mut control, &mut state, callbacks)?;
         }
         let mut accumulation = model.accumulation();
+        let accumulation_steps = model.compiled.gradients.gradient_accumulation_steps;
+        model.check_custom_step(accumulation_steps, accumulation.loss_scale().is_some())?;
         let guard = NumericsGuard::new(model.check_numerics, DataSplit::Train);
         let sharded = accumulation.strategy.shards_input();
         let input = EpochIterator::new(train, position, guard, opts.steps_per_epoch, sharded)?;
@@ -239,6 +244,9 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
             p.to_device_s += input.converted;
         }
         let StepInput { host, batch, .. } = *input;
+        if self.model.train_step.is_some() {
+            return self.custom_step(step, batch, host, clock);
+        }
         if self.window.defers() {
             return self.deferred_step(step, batch, host, clock);
         }
@@ -275,6 +283,12 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
         if let Some(p) = clock.profile.as_mut() {
             p.metrics_s += started.elapsed().as_secs_f64();
         }
+        self.after_steps(last)
+    }
+
+    /// After steps up to `last` were added to the metrics: `on_train_batch_end` and what
+    /// falls between steps.
+    fn after_steps(&mut self, last: u64) -> Result<StepEnd> {
         let logs = self.running_logs();
         self.hooks(|c, ctx| c.on_train_batch_end(last, &logs, ctx))?;
         self.between_steps()?;
@@ -584,12 +598,15 @@ fn read_every(model: &Model, opts: &FitOptions, accumulation: &GradientAccumulat
     if asked <= 1 {
         return 1;
     }
-    let why = why_not_deferred(
+    let why = match model.train_step.is_some() {
+        true => Some("a custom train step's logs are read every step"),
+        false => why_not_deferred(
         accumulation.loss_scale().is_some(),
         &accumulation.strategy,
         opts.on_nan != OnNan::Continue,
-        model.compiled.gradients.gradient_accumulation_steps,
-    );
+            model.compiled.gradients.gradient_accumulation_steps,
+        ),
+    };
     match why {
         Some(why) => {
             eprintln!("note: compile.steps_per_execution = {asked} reads every step here: {why}");

@@ -30,6 +30,9 @@ pub struct StepProfile {
     pub optimizer_s: f64,
     /// Reading the loss and outputs back and computing the metrics.
     pub metrics_s: f64,
+    /// A custom train step as a whole (its forward passes, losses, backward passes and
+    /// updates; `crate::step::custom`).
+    pub custom_step_s: f64,
     /// Forward time per layer, `(layer name, seconds)`, in model order.
     pub forward_per_layer_s: Vec<(String, f64)>,
 }
@@ -56,6 +59,7 @@ impl StepProfile {
             + self.backward_s
             + self.optimizer_s
             + self.metrics_s
+            + self.custom_step_s
     }
 
     /// A table of milliseconds per step and shares of the step, per stage and per layer.
@@ -74,8 +78,12 @@ impl StepProfile {
             ("backward", self.backward_s),
             ("optimizer", self.optimizer_s),
             ("metrics (reads)", self.metrics_s),
+            ("custom train step", self.custom_step_s),
         ];
         for (name, s) in stages {
+            if name == "custom train step" && s == 0.0 {
+                continue;
+            }
             out += &format!(
                 "  {name:<22} {:>9.2} ms {:>5.1}%\n",
                 1000.0 * s / n,

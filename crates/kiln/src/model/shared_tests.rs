@@ -239,7 +239,7 @@ fn a_checkpoint_of_a_shared_model_round_trips() {
     let files = m.checkpoint_files().unwrap();
     let bytes = files
         .iter()
-        .find(|(n, _)| *n == crate::checkpoint::MODEL_FILE)
+        .find(|(n, _)| n == crate::checkpoint::MODEL_FILE)
         .unwrap();
     let record = ModuleRecord::from_bytes(Bytes::from_bytes_vec(bytes.1.clone())).unwrap();
     let spec = siamese();

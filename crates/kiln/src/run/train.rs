@@ -82,6 +82,7 @@ pub fn train_with(
     );
     model.set_check_numerics(cfg.fit.check_numerics);
     model.set_strategy(place.strategy.clone());
+    custom_step(cfg, &mut model)?;
     on_model(&mut model);
     let backup = Backup {
         dir: ckpt_dir.clone(),
@@ -101,6 +102,17 @@ pub fn train_with(
         epochs_before,
     };
     ended.finish(cfg, test.as_ref())
+}
+
+/// The config's custom train step and its parts, on `model`.
+fn custom_step(cfg: &RunConfig, model: &mut Model) -> Result<()> {
+    if let Some(name) = &cfg.train_step {
+        model.set_train_step(crate::step::custom::train_step_named(name)?);
+    }
+    for part in &cfg.parts {
+        model.add_part(part.clone())?;
+    }
+    Ok(())
 }
 
 /// The outermost folder of `run_dir` that training will create (`None` when it exists).
@@ -380,6 +392,10 @@ impl Ended {
     fn finish(self, cfg: &RunConfig, test: Option<&Dataset>) -> Result<TrainReport> {
         let dir = &self.dir;
         self.model.save_weights(&dir.weights())?;
+        for part in self.model.parts() {
+            let name = part.name();
+            self.model.save_part_weights(name, &dir.part_weights(name))?;
+        }
         dir.save_config(&cfg.to_toml())?;
         dir.save_history(&self.history)?;
         self.stopped()?;

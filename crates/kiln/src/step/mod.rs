@@ -11,6 +11,7 @@ use burn::prelude::*;
 
 use std::time::Instant;
 
+pub mod custom;
 mod interrupt;
 
 pub use interrupt::Interrupt;

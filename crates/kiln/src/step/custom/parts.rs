@@ -1,0 +1,248 @@
+//! The networks a custom step trains, each with its own optimizer.
+
+use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::prelude::*;
+
+use crate::compile::{Clipping, GradientOptions, OptimizerSpec};
+use crate::model::{Act, ModelSpec, Network};
+
+/// An extra network of a model trained by a custom step (`[parts.<name>]` in a config, or
+/// [`crate::fit::Model::add_part`]): its layers and its optimizer (with Keras' clipping keys).
+#[derive(Debug, Clone)]
+pub struct PartSpec {
+    /// The part's name (`Parts::get`), unique in the model; not `main`.
+    pub name: String,
+    /// Its layers.
+    pub model: ModelSpec,
+    /// Its optimizer.
+    pub optimizer: OptimizerSpec,
+    /// Its clipping (`clipnorm`, `clipvalue`, `global_clipnorm`).
+    pub gradients: GradientOptions,
+}
+
+/// One network in a custom step: layers, parameters (on the training device, with autodiff)
+/// and optimizer state.
+#[derive(Clone)]
+pub struct Part {
+    name: String,
+    spec: ModelSpec,
+    optimizer: OptimizerSpec,
+    clipping: Option<Clipping>,
+    net: Network,
+    optim: ModuleOptimizer,
+    /// The learning rate of the next update.
+    rate: f64,
+}
+
+impl std::fmt::Debug for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Part").field("name", &self.name).finish()
+    }
+}
+
+impl Part {
+    /// A part made of its pieces (the loop builds the main part from the compiled model's).
+    pub fn new(
+        spec: &PartSpec,
+        net: Network,
+        optim: ModuleOptimizer,
+        iterations: u64,
+    ) -> Part {
+        let rate = match spec.optimizer.schedule() {
+            Some(s) => s.at(iterations),
+            None => spec.optimizer.learning_rate(),
+        };
+        Part {
+            name: spec.name.clone(),
+            spec: spec.model.clone(),
+            optimizer: spec.optimizer.clone(),
+            clipping: spec.gradients.clipping(),
+            net,
+            optim,
+            rate,
+        }
+    }
+
+    /// A part with fresh weights (seeded by `seed`) and a fresh optimizer on `device`.
+    pub fn init(spec: &PartSpec, seed: u64, device: &Device) -> Part {
+        let net = Network::init(&spec.model, seed, &device.clone().autodiff());
+        Part::new(spec, net, spec.optimizer.build(), 0)
+    }
+
+    /// Sets the learning rate of the next update (the main part follows the loop's rate,
+    /// which callbacks may change).
+    pub fn set_rate(&mut self, rate: f64) {
+        self.rate = rate;
+    }
+
+    /// The learning rate the optimizer follows at `iterations` (its schedule, or its number).
+    pub fn rate_at(&self, iterations: u64) -> f64 {
+        match self.optimizer.schedule() {
+            Some(s) => s.at(iterations),
+            None => self.optimizer.learning_rate(),
+        }
+    }
+
+    /// The same part without autodiff (for inference).
+    pub fn valid(&self) -> Part {
+        Part {
+            net: self.net.valid(),
+            ..self.clone()
+        }
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its layers.
+    pub fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    /// Its parameters.
+    pub fn network(&self) -> &Network {
+        &self.net
+    }
+
+    /// Its optimizer's declaration.
+    pub fn spec_optimizer(&self) -> &OptimizerSpec {
+        &self.optimizer
+    }
+
+    /// Its optimizer state.
+    pub fn optimizer(&self) -> &ModuleOptimizer {
+        &self.optim
+    }
+
+    /// Takes the parameters and optimizer state out (the part is left empty).
+    pub fn into_state(self) -> (Network, ModuleOptimizer) {
+        (self.net, self.optim)
+    }
+
+    /// Replaces the parameters and optimizer state (a checkpoint loaded).
+    pub fn set_state(&mut self, net: Network, optim: ModuleOptimizer) {
+        self.net = net;
+        self.optim = optim;
+    }
+
+    /// Keras' `part(x, training=...)`: the forward pass on `x`, shaped as the part's output
+    /// (`[batch, units]` for a vector output, images `[batch, channels, height, width]` in
+    /// [`Act::Image`]). In training mode dropout is on and BatchNormalization uses and updates
+    /// its batch statistics. Activity regularizers are left out; add the weight
+    /// regularizers with [`Part::regularized`].
+    pub fn call(&mut self, x: Act, training: bool) -> Act {
+        let batch = x.batch();
+        let fwd = self
+            .net
+            .forward_graph(&self.spec, vec![x], training, &mut |_, _, _| {});
+        if training && !fwd.updates.is_empty() {
+            let net = std::mem::replace(&mut self.net, Network { layers: Vec::new() });
+            self.net = net.apply_updates(&self.spec, fwd.updates);
+        }
+        shaped(fwd.output, batch, self.spec.output_shape())
+    }
+
+    /// `loss` plus the part's weight regularization penalties (Keras' `model.losses`).
+    pub fn regularized(&self, loss: Tensor<1>) -> Tensor<1> {
+        self.net.regularized(&self.spec, loss, None)
+    }
+
+    /// One update from the gradients in `grads` of this part's parameters (removed from
+    /// `grads`): clipping, the optimizer step, the weight constraints.
+    fn update(&mut self, grads: &mut burn::tensor::Gradients) {
+        let mut own = GradientsParams::from_module(grads, &self.net);
+        if let Some(c) = &self.clipping {
+            own = c.apply(&self.net, own);
+        }
+        let net = std::mem::replace(&mut self.net, Network { layers: Vec::new() });
+        self.net = self
+            .optim
+            .step(self.rate, net, own)
+            .apply_constraints(&self.spec);
+    }
+}
+
+/// `rows` (`[batch * positions, units]`, Keras order) shaped as one example's `shape`.
+fn shaped(rows: Tensor<2>, batch: usize, shape: &[usize]) -> Act {
+    match *shape {
+        [_] => Act::Flat(rows),
+        [s, f] => Act::Seq(rows.reshape([batch, s, f])),
+        [h, w, c] => Act::from_keras_image(rows.reshape([batch, h, w, c])),
+        [d, h, w, c] => Act::from_keras_volume(rows.reshape([batch, d, h, w, c])),
+        _ => Act::Flat(rows.reshape([batch as i64, -1])),
+    }
+}
+
+/// The networks of a custom step: the compiled model itself (`main`) and the extra parts.
+#[derive(Debug)]
+pub struct Parts {
+    parts: Vec<Part>,
+}
+
+impl Parts {
+    /// `main` first, then the extra parts.
+    pub fn new(main: Part, extra: Vec<Part>) -> Parts {
+        let mut parts = Vec::with_capacity(1 + extra.len());
+        parts.push(main);
+        parts.extend(extra);
+        Parts { parts }
+    }
+
+    /// The main part and the extra parts, as given to [`Parts::new`].
+    pub fn into_parts(mut self) -> (Part, Vec<Part>) {
+        let main = self.parts.remove(0);
+        (main, self.parts)
+    }
+
+    /// The compiled model.
+    pub fn main(&mut self) -> &mut Part {
+        &mut self.parts[0]
+    }
+
+    /// The part named `name` (`"main"`: the compiled model).
+    ///
+    /// # Errors
+    /// The message lists the parts when none has the name.
+    pub fn get(&mut self, name: &str) -> Result<&mut Part, String> {
+        let names = self.names();
+        match name {
+            "main" => Ok(self.main()),
+            _ => self
+                .parts
+                .iter_mut()
+                .skip(1)
+                .find(|p| p.name == name)
+                .ok_or_else(|| format!("no part named \"{name}\"; the model has {names}")),
+        }
+    }
+
+    fn names(&self) -> String {
+        let mut names = vec!["main"];
+        names.extend(self.parts.iter().skip(1).map(|p| p.name.as_str()));
+        names.join(", ")
+    }
+
+    /// Keras' `optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights))` for the
+    /// parts named in `names`: one backward pass of `loss`, then each named part's update
+    /// with its own optimizer (clipping and weight constraints included). Parts not named
+    /// keep their weights, even when `loss` depends on them (a GAN's generator loss goes
+    /// through the discriminator).
+    ///
+    /// # Errors
+    /// A message naming an unknown part, or one named twice.
+    pub fn apply_gradients(&mut self, loss: Tensor<1>, names: &[&str]) -> Result<(), String> {
+        for (i, name) in names.iter().enumerate() {
+            self.get(name)?;
+            if names[..i].contains(name) {
+                return Err(format!("part \"{name}\" named twice in apply_gradients"));
+            }
+        }
+        let mut grads = loss.backward();
+        for name in names {
+            self.get(name)?.update(&mut grads);
+        }
+        Ok(())
+    }
+}
