@@ -466,6 +466,7 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
     }
     ds = run_ops(ds, to_ops(p, after, split_at, key)?);
     let (x, y) = (p.x_name().to_string(), p.y_name().to_string());
+    let labels_optional = cfg.train_step.is_some() && p.y.is_none();
     // A model with several Inputs takes the components named like them (Keras' dict
     // inputs, `model.fit({"a": ..., "b": ...}, y)`).
     let input_names = crate::batch::input_components(&cfg.model);
@@ -501,7 +502,12 @@ fn build_with(cfg: &RunConfig, split: Split, parts: Parts) -> Result<Dataset> {
             }
         }
         match &output_names {
-            None => out = out.with(LABELS, e.remove(&y).ok_or_else(|| missing("y", &y))?),
+            None => match e.remove(&y) {
+                Some(v) => out = out.with(LABELS, v),
+                // A custom train step may train on features alone (Keras' `vae.fit(x)`).
+                None if labels_optional => {}
+                None => return Err(missing("y", &y)),
+            },
             Some(names) => {
                 for name in names {
                     let v = e.remove(name).ok_or_else(|| {

@@ -118,7 +118,9 @@ fn default_seed() -> u64 {
 #[serde(deny_unknown_fields)]
 struct RawCompile {
     optimizer: toml::Value,
-    loss: toml::Value,
+    /// Optional with a custom train step (which computes its own losses).
+    #[serde(default)]
+    loss: Option<toml::Value>,
     /// A list of names, or per output (a dict keyed by output name, a list of lists).
     #[serde(default)]
     metrics: Option<toml::Value>,
@@ -143,9 +145,21 @@ fn default_steps_per_execution() -> u64 {
 /// # Errors
 /// [`KilnError::Config`] naming the `compile.*` key.
 fn compiled(model: &ModelSpec, optimizer: OptimizerSpec, raw: &RawCompile) -> Result<Compiled> {
+    let default_loss = toml::Value::from("mse");
+    let loss = match (&raw.loss, &raw.train_step) {
+        (Some(loss), _) => loss,
+        // Keras: `compile()` without a loss, for a model whose `train_step` computes its own.
+        (None, Some(_)) => &default_loss,
+        (None, None) => {
+            return Err(KilnError::config(
+                "compile.loss",
+                "missing: give the loss to minimize, e.g. loss = \"sparse_categorical_crossentropy\"",
+            ));
+        }
+    };
     if model.has_several_outputs() {
         let per_output = crate::compile::RawOutputs {
-            loss: &raw.loss,
+            loss,
             loss_weights: raw.loss_weights.as_ref(),
             metrics: raw.metrics.as_ref(),
         };
@@ -158,14 +172,14 @@ fn compiled(model: &ModelSpec, optimizer: OptimizerSpec, raw: &RawCompile) -> Re
              (list them in `[model] outputs`); remove it",
         ));
     }
-    if crate::compile::is_per_output(&raw.loss) {
+    if crate::compile::is_per_output(loss) {
         return Err(KilnError::config(
             "compile.loss",
             "a table of losses keyed by output name is for a model with several outputs; this \
              model has one: give one loss, e.g. `loss = \"mse\"` or `loss = { type = \"...\" }`",
         ));
     }
-    let loss = LossSpec::from_toml(&raw.loss)?;
+    let loss = LossSpec::from_toml(loss)?;
     let metrics = match &raw.metrics {
         None => Vec::new(),
         Some(v) => metric_names(v)?,
