@@ -1,0 +1,318 @@
+//! Custom train steps (Keras' `train_step` override): a step written by hand that does what
+//! the compiled step does trains the same weights; extra parts are checkpointed and resumed
+//! exactly; bad logs and non-finite losses give errors naming the step and the key; the NaN
+//! policy undoes a skipped step's updates; `test_step` drives `evaluate`.
+
+mod common;
+
+use std::sync::Arc;
+
+use burn::prelude::*;
+use burn::tensor::activation::log_softmax;
+use kiln::KilnError;
+use kiln::batch::DeviceBatch;
+use kiln::checkpoint::CheckpointDir;
+use kiln::compile::{
+    Compiled, GradientOptions, Labels, LossKind, LossSpec, OptimizerSpec,
+};
+use kiln::fit::{Backup, FitOptions, OnNan, SaveFreq};
+use kiln::model::weights::keras_weights;
+use kiln::model::{ModelSpec, Network};
+use kiln::step::custom::{PartSpec, Parts, StepContext, StepLogs, TrainStep};
+use kiln::{History, Model};
+use kiln_data::{Array, Buffer, Dataset, Element};
+
+/// 64 points of a 2-class problem in 2-D, in batches of 16 (4 steps an epoch).
+fn data() -> Dataset {
+    let x: Vec<f32> = (0..128)
+        .map(|i| ((i * 37) % 17) as f32 / 8.0 - 1.0)
+        .collect();
+    let y: Vec<i64> = (0..64)
+        .map(|i| i64::from(x[2 * i] + x[2 * i + 1] > 0.0))
+        .collect();
+    let el = Element::new()
+        .with("x", Array::new(vec![64, 2], Buffer::F32(x)).unwrap())
+        .with("y", Array::new(vec![64], Buffer::I64(y)).unwrap());
+    Dataset::from_tensor_slices(el).unwrap().batch(16, false)
+}
+
+fn adam() -> OptimizerSpec {
+    OptimizerSpec::Adam {
+        learning_rate: 0.01.into(),
+        beta_1: 0.9,
+        beta_2: 0.999,
+        epsilon: 1e-7,
+        amsgrad: false,
+    }
+}
+
+/// The two-layer classifier of `common`, compiled without metrics (a custom step logs its
+/// own).
+fn model() -> Model {
+    let spec = common::two_layer_spec(8, 2);
+    let loss = LossSpec {
+        kind: LossKind::SparseCategoricalCrossentropy,
+        from_logits: true,
+    };
+    let compiled = Compiled::new(&spec, adam(), loss, &[]).unwrap();
+    Model::new("custom", spec, compiled, 7, Device::flex())
+}
+
+fn weights(spec: &ModelSpec, net: &Network) -> Vec<Vec<f32>> {
+    keras_weights(spec, net)
+        .into_iter()
+        .map(|(_, _, v)| v)
+        .collect()
+}
+
+/// Sparse categorical cross-entropy from logits, written out: `-mean(log_softmax(z)[y])`.
+fn cross_entropy(logits: Tensor<2>, batch: &DeviceBatch) -> Tensor<1> {
+    let Some(Labels::Sparse(y)) = &batch.labels else {
+        panic!("sparse labels expected");
+    };
+    let classes = logits.dims()[1];
+    let one_hot = y.clone().one_hot(classes).float();
+    (log_softmax(logits, 1) * one_hot).sum_dim(1).mean().neg()
+}
+
+/// What a step does, for the tests.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// The compiled step by hand: cross-entropy, one update of `main`.
+    Plain,
+    /// As `Plain`, and the part `twin` trained on the same loss of its own.
+    WithTwin,
+    /// As `Plain`, but at update 1 the logs say the loss is NaN.
+    NanAtOne,
+    /// As `Plain`, but at update 1 nothing is applied and the loss is 0.
+    NothingAtOne,
+    /// Bad logs.
+    NoLoss,
+    Twice,
+    Reserved,
+    Wide,
+    Fails,
+}
+
+struct Step(Mode);
+
+impl TrainStep for Step {
+    fn name(&self) -> &str {
+        "by-hand"
+    }
+
+    fn train_step(
+        &self,
+        parts: &mut Parts,
+        batch: DeviceBatch,
+        ctx: &StepContext,
+    ) -> Result<StepLogs, String> {
+        let at_one = ctx.iterations == 1;
+        if self.0 == Mode::NothingAtOne && at_one {
+            return Ok(StepLogs::new().with("loss", Tensor::zeros([1], &Device::flex())));
+        }
+        let logits = parts.main().call(batch.x.clone(), true).into_flat();
+        let loss = cross_entropy(logits, &batch);
+        parts.apply_gradients(loss.clone(), &["main"])?;
+        let logs = StepLogs::new();
+        Ok(match self.0 {
+            Mode::WithTwin => {
+                let twin = parts.get("twin")?.call(batch.x.clone(), true).into_flat();
+                let twin_loss = cross_entropy(twin, &batch);
+                parts.apply_gradients(twin_loss.clone(), &["twin"])?;
+                logs.with("loss", loss).with("twin_loss", twin_loss)
+            }
+            Mode::NanAtOne if at_one => logs.with("loss", loss * f32::NAN),
+            Mode::NoLoss => logs.with("main_loss", loss),
+            Mode::Twice => logs.with("loss", loss.clone()).with("loss", loss),
+            Mode::Reserved => logs.with("loss", loss.clone()).with("val_loss", loss),
+            Mode::Wide => logs.with("loss", Tensor::cat(vec![loss.clone(), loss], 0)),
+            Mode::Fails => return Err("the discriminator is missing".into()),
+            _ => logs.with("loss", loss),
+        })
+    }
+
+    fn test_step(
+        &self,
+        parts: &mut Parts,
+        batch: &DeviceBatch,
+    ) -> Option<Result<StepLogs, String>> {
+        let logits = parts.main().call(batch.x.clone(), false).into_flat();
+        let loss = cross_entropy(logits, batch);
+        Some(Ok(StepLogs::new()
+            .with("loss", loss.clone())
+            .with("doubled", loss * 2.0)))
+    }
+}
+
+fn with_step(mode: Mode) -> Model {
+    let mut m = model();
+    m.set_train_step(Arc::new(Step(mode)));
+    m
+}
+
+fn fit(m: &mut Model, epochs: usize, on_nan: OnNan) -> kiln::Result<History> {
+    let opts = FitOptions {
+        on_nan,
+        ..FitOptions::epochs(epochs)
+    };
+    m.fit_with(&data(), None, &opts, &mut [])
+}
+
+fn close(a: &[Vec<f32>], b: &[Vec<f32>], tol: f32) {
+    for (x, y) in a.iter().flatten().zip(b.iter().flatten()) {
+        assert!((x - y).abs() <= tol * y.abs().max(1.0), "{x} vs {y}");
+    }
+}
+
+#[test]
+fn a_step_written_by_hand_trains_the_weights_of_the_compiled_step() {
+    let mut compiled = model();
+    let want = fit(&mut compiled, 3, OnNan::Stop).unwrap();
+    let mut custom = with_step(Mode::Plain);
+    let got = fit(&mut custom, 3, OnNan::Stop).unwrap();
+    let (w, g) = (
+        weights(compiled.spec(), compiled.network()),
+        weights(custom.spec(), custom.network()),
+    );
+    close(&g, &w, 1e-5);
+    assert_ne!(g, weights(model().spec(), model().network()), "trained");
+    let (l, k) = (&want.history["loss"], &got.history["loss"]);
+    assert_eq!(l.len(), 3);
+    for (a, b) in l.iter().zip(k) {
+        assert!((a - b).abs() < 1e-6, "losses {l:?} vs {k:?}");
+    }
+    assert!(k[2] < k[0], "the loss falls: {k:?}");
+}
+
+#[test]
+fn test_step_drives_evaluate_and_keeps_its_own_logs() {
+    let mut m = with_step(Mode::Plain);
+    fit(&mut m, 1, OnNan::Stop).unwrap();
+    let logs = m.evaluate(&data()).unwrap();
+    let mut plain = model();
+    fit(&mut plain, 1, OnNan::Stop).unwrap();
+    let want = plain.evaluate(&data()).unwrap().get("loss").unwrap();
+    let loss = logs.get("loss").unwrap();
+    assert!((loss - want).abs() < 1e-5, "{loss} vs {want}");
+    let doubled = logs.get("doubled").unwrap();
+    assert!((doubled - 2.0 * loss).abs() < 1e-5, "{doubled} vs 2 x {loss}");
+}
+
+/// A model with the part `twin` (the same layers, its own weights and optimizer).
+fn with_twin() -> Model {
+    let mut m = with_step(Mode::WithTwin);
+    let twin = PartSpec {
+        name: "twin".into(),
+        model: common::two_layer_spec(4, 2),
+        optimizer: adam(),
+        gradients: GradientOptions::default(),
+    };
+    m.add_part(twin).unwrap();
+    m
+}
+
+fn part_weights(m: &Model) -> Vec<Vec<f32>> {
+    let p = m.part("twin").unwrap();
+    weights(p.spec(), p.network())
+}
+
+#[test]
+fn parts_are_trained_checkpointed_and_resumed_exactly() {
+    let root = std::env::temp_dir().join(format!("kiln-custom-step-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let backup = |dir: &str, resume: bool| {
+        let dir = CheckpointDir::new(root.join(dir), 3);
+        let resume = resume.then(|| dir.latest().unwrap().0.unwrap());
+        Backup {
+            dir,
+            save_freq: SaveFreq::Epoch,
+            resume,
+            config: String::new(),
+            data_fingerprints: Default::default(),
+        }
+    };
+    let run = |epochs: usize, backup: Backup| {
+        let mut m = with_twin();
+        let opts = FitOptions {
+            backup: Some(backup),
+            ..FitOptions::epochs(epochs)
+        };
+        let h = m.fit_with(&data(), None, &opts, &mut []).unwrap();
+        (m, h)
+    };
+    let (straight, h) = run(3, backup("straight", false));
+    assert_ne!(part_weights(&straight), part_weights(&with_twin()), "trained");
+    let twin_loss = &h.history["twin_loss"];
+    assert!(twin_loss[2] < twin_loss[0], "{twin_loss:?}");
+    run(1, backup("resumed", false));
+    let (resumed, h2) = run(3, backup("resumed", true));
+    assert_eq!(part_weights(&resumed), part_weights(&straight));
+    let main = |m: &Model| weights(m.spec(), m.network());
+    assert_eq!(main(&resumed), main(&straight));
+    assert_eq!(h2.history["twin_loss"], h.history["twin_loss"]);
+    let ckpt = std::fs::read_dir(root.join("resumed")).unwrap().count();
+    assert!(ckpt >= 1);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// The error `fit` stops with for a step in `mode`.
+fn error(mode: Mode, on_nan: OnNan) -> String {
+    let mut m = with_step(mode);
+    match fit(&mut m, 1, on_nan) {
+        Err(e @ KilnError::TrainStep { .. }) => e.to_string(),
+        other => panic!("expected a train step error, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_logs_and_failures_name_the_step_and_the_key() {
+    let cases = [
+        (Mode::NoLoss, "train step \"by-hand\": loss: the step returned no `loss`"),
+        (Mode::Twice, "train step \"by-hand\": loss: returned twice"),
+        (Mode::Reserved, "train step \"by-hand\": val_loss: is a name fit writes itself"),
+        (Mode::Wide, "train step \"by-hand\": loss: has 2 values"),
+        (Mode::Fails, "train step \"by-hand\": step: the discriminator is missing"),
+    ];
+    for (mode, want) in cases {
+        let got = error(mode, OnNan::Stop);
+        assert!(got.starts_with(want), "{got}\nwanted: {want}");
+    }
+}
+
+#[test]
+fn a_nan_loss_stops_naming_the_step_or_is_skipped_with_its_updates_undone() {
+    let stop = error(Mode::NanAtOne, OnNan::Stop);
+    assert!(
+        stop.starts_with("train step \"by-hand\": loss: is NaN at epoch 1, batch 1"),
+        "{stop}"
+    );
+    let mut skipped = with_step(Mode::NanAtOne);
+    let h = fit(&mut skipped, 2, OnNan::SkipStep).unwrap();
+    assert_eq!(h.history["skipped_nan_steps"], vec![1.0]);
+    let mut nothing = with_step(Mode::NothingAtOne);
+    fit(&mut nothing, 2, OnNan::SkipStep).unwrap();
+    let w = |m: &Model| weights(m.spec(), m.network());
+    assert_eq!(w(&skipped), w(&nothing));
+}
+
+#[test]
+fn settings_a_custom_step_cannot_use_are_refused_by_key() {
+    let (spec, compiled) = common::two_layer_compiled(8, 2);
+    let mut m = Model::new("metrics", spec, compiled, 7, Device::flex());
+    m.set_train_step(Arc::new(Step(Mode::Plain)));
+    let e = fit(&mut m, 1, OnNan::Stop).unwrap_err().to_string();
+    assert!(
+        e.starts_with("train step \"by-hand\": compile.metrics:"),
+        "{e}"
+    );
+    let mut m = with_step(Mode::Plain);
+    let main = PartSpec {
+        name: "main".into(),
+        model: common::two_layer_spec(4, 2),
+        optimizer: adam(),
+        gradients: GradientOptions::default(),
+    };
+    let e = m.add_part(main).unwrap_err().to_string();
+    assert!(e.starts_with("parts.main:"), "{e}");
+}
