@@ -1,0 +1,229 @@
+//! The custom-train-step example as a user runs it: `kiln-steps train` on real Fashion-MNIST
+//! with the DCGAN and the VAE configs (shrunk to 512 images), each killed with SIGKILL inside
+//! its second epoch and resumed to the weights (the compiled model's and the part's, byte for
+//! byte) of a run that was never interrupted; their logs reach history.json and TensorBoard's
+//! event files; bad configs are refused naming the key.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const DATA: &str = "/usr/share/datasets/fashion-mnist";
+
+fn require_data() {
+    assert!(
+        Path::new(DATA).join("train-images-idx3-ubyte.gz").is_file(),
+        "Fashion-MNIST is missing: run scripts/setup.sh"
+    );
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kiln-steps-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The example's config `name` (dcgan or vae), shrunk: 512 training images in batches of 64
+/// (8 steps an epoch), 3 epochs, a TensorBoard point every batch.
+fn config(dir: &Path, name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join(format!("{name}.toml"))).unwrap();
+    let text = text
+        .replace("take = 6400", "take = 512")
+        .replace("buffer_size = 6400", "buffer_size = 512")
+        .replace("take = 1024", "take = 256")
+        .replace("batch_size = 128", "batch_size = 64")
+        .replace("type = \"TensorBoard\"", "type = \"TensorBoard\"\nupdate_freq = 1");
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn command(config: &Path, run: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kiln-steps"));
+    c.arg("train").arg(config).arg("--run-dir").arg(run).args(extra);
+    // One thread: summation orders then do not depend on how work is split.
+    c.env("RAYON_NUM_THREADS", "1");
+    c
+}
+
+fn train(config: &Path, run: &Path, extra: &[&str]) -> Output {
+    command(config, run, extra).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn history(run: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(run.join("history.json")).unwrap();
+    let h: serde_json::Value = serde_json::from_str(&text).unwrap();
+    h["history"].clone()
+}
+
+fn series(h: &serde_json::Value, key: &str) -> Vec<f64> {
+    let values = h[key].as_array().unwrap_or_else(|| panic!("no {key} in {h}"));
+    values.iter().map(|v| v.as_f64().unwrap()).collect()
+}
+
+/// Waits until `ready` holds, panicking after two minutes.
+fn wait_for(what: &str, child: &mut Child, ready: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended ({status}) before {what}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Trains `name` straight through, then again killed with SIGKILL once its epoch-1
+/// checkpoint exists and resumed: both runs' weight files must be equal. Returns the straight
+/// run's directory.
+fn killed_and_resumed(name: &str, part: &str) -> (PathBuf, PathBuf) {
+    require_data();
+    let dir = scratch(name);
+    let cfg = config(&dir, name);
+    let straight = dir.join("straight");
+    let o = train(&cfg, &straight, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    let run = dir.join("killed");
+    let mut child = command(&cfg, &run, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let epoch_one = run.join("checkpoints").join("ckpt-000000000008");
+    wait_for("the epoch-1 checkpoint", &mut child, || epoch_one.is_dir());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!run.join("model.safetensors").exists(), "killed too late");
+    let o = train(&cfg, &run, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("Resuming from"), "{}", text(&o));
+    for file in ["model.safetensors".to_string(), format!("part-{part}.safetensors")] {
+        let (a, b) = (
+            std::fs::read(straight.join(&file)).unwrap(),
+            std::fs::read(run.join(&file)).unwrap(),
+        );
+        assert!(a == b, "{file} differs after the resume");
+    }
+    (straight, dir)
+}
+
+/// The scalar tags of the event files under `dir` (by a plain scan of the record payloads
+/// for the tag strings: the real TensorBoard reads them in tests/interop).
+fn event_text(dir: &Path) -> String {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        all.extend(std::fs::read(entry.unwrap().path()).unwrap());
+    }
+    String::from_utf8_lossy(&all).into_owned()
+}
+
+#[test]
+fn the_dcgan_trains_both_models_and_resumes_after_sigkill_bit_for_bit() {
+    let (straight, dir) = killed_and_resumed("dcgan", "generator");
+    let h = history(&straight);
+    for key in ["loss", "d_loss", "g_loss"] {
+        let v = series(&h, key);
+        assert_eq!(v.len(), 3, "{key}: {v:?}");
+        assert!(v.iter().all(|x| x.is_finite() && *x > 0.0), "{key}: {v:?}");
+    }
+    // loss = d_loss + g_loss in every epoch (each an epoch mean of the step values).
+    let (l, d, g) = (series(&h, "loss"), series(&h, "d_loss"), series(&h, "g_loss"));
+    for i in 0..3 {
+        assert!((l[i] - d[i] - g[i]).abs() < 1e-4, "{l:?} {d:?} {g:?}");
+    }
+    // Binary cross-entropy of a fresh discriminator is near ln 2 for both.
+    assert!((d[0] - 0.69).abs() < 0.25 && (g[0] - 0.69).abs() < 0.4, "{d:?} {g:?}");
+    let events = event_text(&straight.join("logs").join("train"));
+    for tag in ["epoch_d_loss", "epoch_g_loss", "batch_g_loss"] {
+        assert!(events.contains(tag), "no {tag} in the TensorBoard files");
+    }
+    let ckpt = straight.join("checkpoints").join("ckpt-000000000024");
+    assert!(ckpt.join("part-generator.model.bpk").is_file());
+    assert!(ckpt.join("part-generator.optimizer.bpk").is_file());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_vae_trains_encoder_and_decoder_together_and_resumes_after_sigkill_bit_for_bit() {
+    let (straight, dir) = killed_and_resumed("vae", "decoder");
+    let h = history(&straight);
+    let (loss, rec, kl) = (
+        series(&h, "loss"),
+        series(&h, "reconstruction_loss"),
+        series(&h, "kl_loss"),
+    );
+    for i in 0..3 {
+        assert!((loss[i] - rec[i] - kl[i]).abs() < 1e-2, "{loss:?} {rec:?} {kl:?}");
+        assert!(kl[i] >= 0.0, "a KL divergence is not negative: {kl:?}");
+    }
+    // 784 pixels of binary cross-entropy: about 784 x ln 2 = 543 for a blank decoder.
+    assert!(rec[0] < 560.0 && loss[2] < loss[0], "{loss:?}");
+    // Validation through the step's test_step.
+    let val = series(&h, "val_reconstruction_loss");
+    assert_eq!(val.len(), 3);
+    assert!(val[2] < val[0], "{val:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `kiln-steps train` on `text` (a config with `DATA` for the data directory): exit code 2
+/// and the message.
+fn refused(text: &str) -> String {
+    let dir = scratch("refused");
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, text.replace("DATA", DATA)).unwrap();
+    let o = train(&path, &dir.join("run"), &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", self::text(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const SMALL: &str = r#"
+name = "bad"
+[data]
+data_dir = "DATA"
+[data.train]
+source = "idx"
+files = ["train-images-idx3-ubyte.gz"]
+components = ["image"]
+x = "image"
+take = 64
+batch_size = 32
+[model]
+layers = [{ type = "Input", shape = [28, 28, 1] }, { type = "Flatten" }, { type = "Dense", units = 4 }]
+[compile]
+optimizer = "adam"
+loss = "mse"
+"#;
+
+#[test]
+fn bad_custom_step_configs_are_refused_naming_the_key() {
+    require_data();
+    let unknown = refused(&SMALL.replace("optimizer = \"adam\"", "optimizer = \"adam\"\ntrain_step = \"gan\""));
+    assert!(unknown.contains("compile.train_step: no train step named \"gan\""), "{unknown}");
+    assert!(unknown.contains("registered: dcgan, vae"), "{unknown}");
+    let stray = format!("{SMALL}\n[parts.decoder]\noptimizer = \"adam\"\nlayers = []\n");
+    let stray = refused(&stray);
+    assert!(stray.contains("parts.decoder: parts are the extra networks"), "{stray}");
+    let vae = SMALL.replace("optimizer = \"adam\"", "optimizer = \"adam\"\ntrain_step = \"vae\"");
+    let no_optimizer = refused(&format!(
+        "{vae}\n[parts.decoder]\nlayers = [{{ type = \"Input\", shape = [2] }}]\n"
+    ));
+    assert!(no_optimizer.contains("parts.decoder.optimizer: missing"), "{no_optimizer}");
+    let bad_layer = refused(&format!(
+        "{vae}\n[parts.decoder]\noptimizer = \"adam\"\nlayers = [{{ type = \"Input\", shape = [2] }}, {{ type = \"Dense\", units = 0 }}]\n"
+    ));
+    assert!(bad_layer.contains("parts.decoder.layers[1]"), "{bad_layer}");
+    let no_loss = refused(&SMALL.replace("loss = \"mse\"\n", ""));
+    assert!(no_loss.contains("compile.loss: missing"), "{no_loss}");
+}
