@@ -37,6 +37,9 @@ echo "== interop: a real kiln train stopped with SIGTERM and resumed; TensorBoar
 cargo build --release -q --workspace --bins --examples
 "$py" tests/interop/tensorboard_resume_interop.py --kiln "$CARGO_TARGET_DIR/release/kiln"
 
+echo "== interop: custom train steps (the DCGAN and VAE examples) in TensorBoard"
+"$py" tests/interop/custom_step_tensorboard_interop.py --kiln-steps "$CARGO_TARGET_DIR/release/kiln-steps"
+
 echo "== interop: HParams summaries of two kiln train runs with TensorBoard's HParams backend"
 "$py" tests/interop/hparams_interop.py --kiln "$CARGO_TARGET_DIR/release/kiln"
 
