@@ -12,9 +12,7 @@ use burn::tensor::activation::log_softmax;
 use kiln::KilnError;
 use kiln::batch::DeviceBatch;
 use kiln::checkpoint::CheckpointDir;
-use kiln::compile::{
-    Compiled, GradientOptions, Labels, LossKind, LossSpec, OptimizerSpec,
-};
+use kiln::compile::{Compiled, GradientOptions, Labels, LossKind, LossSpec, OptimizerSpec};
 use kiln::fit::{Backup, FitOptions, OnNan, SaveFreq};
 use kiln::model::weights::keras_weights;
 use kiln::model::{ModelSpec, Network};
@@ -196,7 +194,10 @@ fn test_step_drives_evaluate_and_keeps_its_own_logs() {
     let loss = logs.get("loss").unwrap();
     assert!((loss - want).abs() < 1e-5, "{loss} vs {want}");
     let doubled = logs.get("doubled").unwrap();
-    assert!((doubled - 2.0 * loss).abs() < 1e-5, "{doubled} vs 2 x {loss}");
+    assert!(
+        (doubled - 2.0 * loss).abs() < 1e-5,
+        "{doubled} vs 2 x {loss}"
+    );
 }
 
 /// A model with the part `twin` (the same layers, its own weights and optimizer).
@@ -242,7 +243,11 @@ fn parts_are_trained_checkpointed_and_resumed_exactly() {
         (m, h)
     };
     let (straight, h) = run(3, backup("straight", false));
-    assert_ne!(part_weights(&straight), part_weights(&with_twin()), "trained");
+    assert_ne!(
+        part_weights(&straight),
+        part_weights(&with_twin()),
+        "trained"
+    );
     let twin_loss = &h.history["twin_loss"];
     assert!(twin_loss[2] < twin_loss[0], "{twin_loss:?}");
     run(1, backup("resumed", false));
@@ -268,11 +273,20 @@ fn error(mode: Mode, on_nan: OnNan) -> String {
 #[test]
 fn bad_logs_and_failures_name_the_step_and_the_key() {
     let cases = [
-        (Mode::NoLoss, "train step \"by-hand\": loss: the step returned no `loss`"),
+        (
+            Mode::NoLoss,
+            "train step \"by-hand\": loss: the step returned no `loss`",
+        ),
         (Mode::Twice, "train step \"by-hand\": loss: returned twice"),
-        (Mode::Reserved, "train step \"by-hand\": val_loss: is a name fit writes itself"),
+        (
+            Mode::Reserved,
+            "train step \"by-hand\": val_loss: is a name fit writes itself",
+        ),
         (Mode::Wide, "train step \"by-hand\": loss: has 2 values"),
-        (Mode::Fails, "train step \"by-hand\": step: the discriminator is missing"),
+        (
+            Mode::Fails,
+            "train step \"by-hand\": step: the discriminator is missing",
+        ),
     ];
     for (mode, want) in cases {
         let got = error(mode, OnNan::Stop);

@@ -78,19 +78,26 @@ impl TrainStep for Dcgan {
         let (n, device) = (real.dims()[0], real.device());
         // 1. The discriminator on generated (label 1) and real (label 0) images, labels
         //    smoothed with uniform noise as in the Keras example.
-        let fake = parts.get("generator")?.call(Act::Flat(self.noise(n, &device)), true);
+        let fake = parts
+            .get("generator")?
+            .call(Act::Flat(self.noise(n, &device)), true);
         let combined = Tensor::cat(vec![images(fake)?.detach(), real], 0);
         let labels = Tensor::cat(
-            vec![Tensor::ones([n, 1], &device), Tensor::zeros([n, 1], &device)],
+            vec![
+                Tensor::ones([n, 1], &device),
+                Tensor::zeros([n, 1], &device),
+            ],
             0,
         );
-        let labels =
-            labels.clone() + Tensor::random(labels.shape(), Distribution::Uniform(0.0, 0.05), &device);
+        let labels = labels.clone()
+            + Tensor::random(labels.shape(), Distribution::Uniform(0.0, 0.05), &device);
         let logits = parts.main().call(Act::Image(combined), true).into_flat();
         let d_loss = bce_with_logits(logits, labels);
         parts.apply_gradients(d_loss.clone(), &["main"])?;
         // 2. The generator, through the (updated) discriminator, towards "real" (0).
-        let fake = parts.get("generator")?.call(Act::Flat(self.noise(n, &device)), true);
+        let fake = parts
+            .get("generator")?
+            .call(Act::Flat(self.noise(n, &device)), true);
         let logits = parts.main().call(fake, true).into_flat();
         let g_loss = bce_with_logits(logits, Tensor::zeros([n, 1], &device));
         parts.apply_gradients(g_loss.clone(), &["generator"])?;
@@ -123,7 +130,10 @@ impl Vae {
     ) -> Result<(Tensor<1>, Tensor<1>, Tensor<1>), String> {
         let real = images(x)?;
         let (n, device) = (real.dims()[0], real.device());
-        let encoded = parts.main().call(Act::Image(real.clone()), training).into_flat();
+        let encoded = parts
+            .main()
+            .call(Act::Image(real.clone()), training)
+            .into_flat();
         let d = self.latent_dim;
         if encoded.dims()[1] != 2 * d {
             return Err(format!(
@@ -144,7 +154,8 @@ impl Vae {
         let decoded = images(parts.get("decoder")?.call(Act::Flat(z), training))?;
         // Keras' binary_crossentropy on probabilities: clipped to [1e-7, 1 - 1e-7].
         let p = decoded.clamp(1e-7, 1.0 - 1e-7);
-        let bce = (real.clone() * p.clone().log() + (real.neg() + 1.0) * (p.neg() + 1.0).log()).neg();
+        let bce =
+            (real.clone() * p.clone().log() + (real.neg() + 1.0) * (p.neg() + 1.0).log()).neg();
         let reconstruction = bce.reshape([n as i64, -1]).sum_dim(1).mean();
         let kl = (z_log_var.clone() + 1.0 - z_mean.powi_scalar(2) - z_log_var.exp()) * -0.5;
         let kl = kl.sum_dim(1).mean();

@@ -34,7 +34,10 @@ fn config(dir: &Path, name: &str) -> PathBuf {
         .replace("buffer_size = 6400", "buffer_size = 512")
         .replace("take = 1024", "take = 256")
         .replace("batch_size = 128", "batch_size = 64")
-        .replace("type = \"TensorBoard\"", "type = \"TensorBoard\"\nupdate_freq = 1");
+        .replace(
+            "type = \"TensorBoard\"",
+            "type = \"TensorBoard\"\nupdate_freq = 1",
+        );
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();
     path
@@ -42,7 +45,11 @@ fn config(dir: &Path, name: &str) -> PathBuf {
 
 fn command(config: &Path, run: &Path, extra: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_kiln-steps"));
-    c.arg("train").arg(config).arg("--run-dir").arg(run).args(extra);
+    c.arg("train")
+        .arg(config)
+        .arg("--run-dir")
+        .arg(run)
+        .args(extra);
     // One thread: summation orders then do not depend on how work is split.
     c.env("RAYON_NUM_THREADS", "1");
     c
@@ -67,7 +74,9 @@ fn history(run: &Path) -> serde_json::Value {
 }
 
 fn series(h: &serde_json::Value, key: &str) -> Vec<f64> {
-    let values = h[key].as_array().unwrap_or_else(|| panic!("no {key} in {h}"));
+    let values = h[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key} in {h}"));
     values.iter().map(|v| v.as_f64().unwrap()).collect()
 }
 
@@ -78,7 +87,10 @@ fn wait_for(what: &str, child: &mut Child, ready: impl Fn() -> bool) {
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the run ended ({status}) before {what}");
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
 }
@@ -108,7 +120,10 @@ fn killed_and_resumed(name: &str, part: &str) -> (PathBuf, PathBuf) {
     let o = train(&cfg, &run, &[]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("Resuming from"), "{}", text(&o));
-    for file in ["model.safetensors".to_string(), format!("part-{part}.safetensors")] {
+    for file in [
+        "model.safetensors".to_string(),
+        format!("part-{part}.safetensors"),
+    ] {
         let (a, b) = (
             std::fs::read(straight.join(&file)).unwrap(),
             std::fs::read(run.join(&file)).unwrap(),
@@ -138,12 +153,19 @@ fn the_dcgan_trains_both_models_and_resumes_after_sigkill_bit_for_bit() {
         assert!(v.iter().all(|x| x.is_finite() && *x > 0.0), "{key}: {v:?}");
     }
     // loss = d_loss + g_loss in every epoch (each an epoch mean of the step values).
-    let (l, d, g) = (series(&h, "loss"), series(&h, "d_loss"), series(&h, "g_loss"));
+    let (l, d, g) = (
+        series(&h, "loss"),
+        series(&h, "d_loss"),
+        series(&h, "g_loss"),
+    );
     for i in 0..3 {
         assert!((l[i] - d[i] - g[i]).abs() < 1e-4, "{l:?} {d:?} {g:?}");
     }
     // Binary cross-entropy of a fresh discriminator is near ln 2 for both.
-    assert!((d[0] - 0.69).abs() < 0.25 && (g[0] - 0.69).abs() < 0.4, "{d:?} {g:?}");
+    assert!(
+        (d[0] - 0.69).abs() < 0.25 && (g[0] - 0.69).abs() < 0.4,
+        "{d:?} {g:?}"
+    );
     let events = event_text(&straight.join("logs").join("train"));
     for tag in ["epoch_d_loss", "epoch_g_loss", "batch_g_loss"] {
         assert!(events.contains(tag), "no {tag} in the TensorBoard files");
@@ -164,7 +186,10 @@ fn the_vae_trains_encoder_and_decoder_together_and_resumes_after_sigkill_bit_for
         series(&h, "kl_loss"),
     );
     for i in 0..3 {
-        assert!((loss[i] - rec[i] - kl[i]).abs() < 1e-2, "{loss:?} {rec:?} {kl:?}");
+        assert!(
+            (loss[i] - rec[i] - kl[i]).abs() < 1e-2,
+            "{loss:?} {rec:?} {kl:?}"
+        );
         assert!(kl[i] >= 0.0, "a KL divergence is not negative: {kl:?}");
     }
     // 784 pixels of binary cross-entropy: about 784 x ln 2 = 543 for a blank decoder.
@@ -209,17 +234,32 @@ loss = "mse"
 #[test]
 fn bad_custom_step_configs_are_refused_naming_the_key() {
     require_data();
-    let unknown = refused(&SMALL.replace("optimizer = \"adam\"", "optimizer = \"adam\"\ntrain_step = \"gan\""));
-    assert!(unknown.contains("compile.train_step: no train step named \"gan\""), "{unknown}");
+    let unknown = refused(&SMALL.replace(
+        "optimizer = \"adam\"",
+        "optimizer = \"adam\"\ntrain_step = \"gan\"",
+    ));
+    assert!(
+        unknown.contains("compile.train_step: no train step named \"gan\""),
+        "{unknown}"
+    );
     assert!(unknown.contains("registered: dcgan, vae"), "{unknown}");
     let stray = format!("{SMALL}\n[parts.decoder]\noptimizer = \"adam\"\nlayers = []\n");
     let stray = refused(&stray);
-    assert!(stray.contains("parts.decoder: parts are the extra networks"), "{stray}");
-    let vae = SMALL.replace("optimizer = \"adam\"", "optimizer = \"adam\"\ntrain_step = \"vae\"");
+    assert!(
+        stray.contains("parts.decoder: parts are the extra networks"),
+        "{stray}"
+    );
+    let vae = SMALL.replace(
+        "optimizer = \"adam\"",
+        "optimizer = \"adam\"\ntrain_step = \"vae\"",
+    );
     let no_optimizer = refused(&format!(
         "{vae}\n[parts.decoder]\nlayers = [{{ type = \"Input\", shape = [2] }}]\n"
     ));
-    assert!(no_optimizer.contains("parts.decoder.optimizer: missing"), "{no_optimizer}");
+    assert!(
+        no_optimizer.contains("parts.decoder.optimizer: missing"),
+        "{no_optimizer}"
+    );
     let bad_layer = refused(&format!(
         "{vae}\n[parts.decoder]\noptimizer = \"adam\"\nlayers = [{{ type = \"Input\", shape = [2] }}, {{ type = \"Dense\", units = 0 }}]\n"
     ));

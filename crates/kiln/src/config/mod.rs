@@ -375,7 +375,10 @@ impl RunConfig {
         }
         t.insert("compile".into(), toml::Value::Table(c));
         if !self.parts.is_empty() {
-            t.insert("parts".into(), toml::Value::Table(parts::write(&self.parts)));
+            t.insert(
+                "parts".into(),
+                toml::Value::Table(parts::write(&self.parts)),
+            );
         }
         t.insert(
             "fit".into(),

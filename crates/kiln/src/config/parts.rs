@@ -62,7 +62,11 @@ fn part(name: &str, value: &toml::Value, precision: Precision) -> Result<PartSpe
         )
     })?;
     let renamed = |e: KilnError, from: &str| match e {
-        KilnError::Config { file, key: k, message } => KilnError::Config {
+        KilnError::Config {
+            file,
+            key: k,
+            message,
+        } => KilnError::Config {
             file,
             key: k.replacen(from, &key, 1),
             message,
@@ -70,8 +74,7 @@ fn part(name: &str, value: &toml::Value, precision: Precision) -> Result<PartSpe
         other => other,
     };
     let spec = ModelSpec::from_toml(&model).map_err(|e| renamed(e, "model"))?;
-    let optimizer_spec =
-        OptimizerSpec::from_toml(&optimizer).map_err(|e| renamed(e, "compile"))?;
+    let optimizer_spec = OptimizerSpec::from_toml(&optimizer).map_err(|e| renamed(e, "compile"))?;
     let gradients = GradientOptions::from_toml(&optimizer).map_err(|e| renamed(e, "compile"))?;
     Ok(PartSpec {
         name: name.to_string(),

@@ -26,7 +26,10 @@ impl FitLoop<'_, '_, '_, '_> {
         let before = guarded.then(|| self.model.snapshot());
         let size = batch.size;
         let logs = self.run_custom(step, batch, clock.profile.as_mut())?;
-        let loss = logs.iter().find(|(n, _)| n == "loss").map_or(f64::NAN, |l| l.1);
+        let loss = logs
+            .iter()
+            .find(|(n, _)| n == "loss")
+            .map_or(f64::NAN, |l| l.1);
         if let Some(before) = before
             && !loss.is_finite()
         {

@@ -122,7 +122,10 @@ impl Model {
             ));
         }
         if self.spec.has_several_outputs() {
-            return Err(refuse("model.outputs", "a custom step trains models with one output"));
+            return Err(refuse(
+                "model.outputs",
+                "a custom step trains models with one output",
+            ));
         }
         if accumulation_steps > 1 {
             return Err(refuse(

@@ -308,10 +308,14 @@ impl Model {
     {
         std::iter::from_fn(move || {
             loop {
-                let converted = batches.next()?.map_err(crate::KilnError::from).and_then(|mut b| {
-                    let (spec, loss, device) = (&self.spec, &self.compiled, &self.device);
-                    to_device_guarded(&mut b, spec, loss, device, guard)
-                });
+                let converted =
+                    batches
+                        .next()?
+                        .map_err(crate::KilnError::from)
+                        .and_then(|mut b| {
+                            let (spec, loss, device) = (&self.spec, &self.compiled, &self.device);
+                            to_device_guarded(&mut b, spec, loss, device, guard)
+                        });
                 match converted {
                     Ok(Some(b)) => return Some(Ok(b)),
                     Ok(None) => continue,

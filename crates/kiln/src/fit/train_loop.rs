@@ -601,9 +601,9 @@ fn read_every(model: &Model, opts: &FitOptions, accumulation: &GradientAccumulat
     let why = match model.train_step.is_some() {
         true => Some("a custom train step's logs are read every step"),
         false => why_not_deferred(
-        accumulation.loss_scale().is_some(),
-        &accumulation.strategy,
-        opts.on_nan != OnNan::Continue,
+            accumulation.loss_scale().is_some(),
+            &accumulation.strategy,
+            opts.on_nan != OnNan::Continue,
             model.compiled.gradients.gradient_accumulation_steps,
         ),
     };

@@ -394,7 +394,8 @@ impl Ended {
         self.model.save_weights(&dir.weights())?;
         for part in self.model.parts() {
             let name = part.name();
-            self.model.save_part_weights(name, &dir.part_weights(name))?;
+            self.model
+                .save_part_weights(name, &dir.part_weights(name))?;
         }
         dir.save_config(&cfg.to_toml())?;
         dir.save_history(&self.history)?;

@@ -42,12 +42,7 @@ impl std::fmt::Debug for Part {
 
 impl Part {
     /// A part made of its pieces (the loop builds the main part from the compiled model's).
-    pub fn new(
-        spec: &PartSpec,
-        net: Network,
-        optim: ModuleOptimizer,
-        iterations: u64,
-    ) -> Part {
+    pub fn new(spec: &PartSpec, net: Network, optim: ModuleOptimizer, iterations: u64) -> Part {
         let rate = match spec.optimizer.schedule() {
             Some(s) => s.at(iterations),
             None => spec.optimizer.learning_rate(),
