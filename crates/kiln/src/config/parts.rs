@@ -45,13 +45,13 @@ fn part(name: &str, value: &toml::Value, precision: Precision) -> Result<PartSpe
     let Some(table) = value.as_table() else {
         return Err(KilnError::config(
             key,
-            "expected a table with `optimizer` and `layers`",
+            "expected a table with the part's optimizer and its list of layers",
         ));
     };
     if name == "main" || name.is_empty() {
         return Err(KilnError::config(
             key,
-            "`main` is the compiled model ([model]); name the part otherwise",
+            "the name main is the compiled model ([model]); name the part otherwise",
         ));
     }
     let mut model = table.clone();
