@@ -12,37 +12,12 @@ use burn::tensor::activation::log_softmax;
 use kiln::KilnError;
 use kiln::batch::DeviceBatch;
 use kiln::checkpoint::CheckpointDir;
-use kiln::compile::{Compiled, GradientOptions, Labels, LossKind, LossSpec, OptimizerSpec};
+use kiln::compile::{Compiled, GradientOptions, Labels, LossKind, LossSpec};
 use kiln::fit::{Backup, FitOptions, OnNan, SaveFreq};
 use kiln::model::weights::keras_weights;
 use kiln::model::{ModelSpec, Network};
 use kiln::step::custom::{PartSpec, Parts, StepContext, StepLogs, TrainStep};
 use kiln::{History, Model};
-use kiln_data::{Array, Buffer, Dataset, Element};
-
-/// 64 points of a 2-class problem in 2-D, in batches of 16 (4 steps an epoch).
-fn data() -> Dataset {
-    let x: Vec<f32> = (0..128)
-        .map(|i| ((i * 37) % 17) as f32 / 8.0 - 1.0)
-        .collect();
-    let y: Vec<i64> = (0..64)
-        .map(|i| i64::from(x[2 * i] + x[2 * i + 1] > 0.0))
-        .collect();
-    let el = Element::new()
-        .with("x", Array::new(vec![64, 2], Buffer::F32(x)).unwrap())
-        .with("y", Array::new(vec![64], Buffer::I64(y)).unwrap());
-    Dataset::from_tensor_slices(el).unwrap().batch(16, false)
-}
-
-fn adam() -> OptimizerSpec {
-    OptimizerSpec::Adam {
-        learning_rate: 0.01.into(),
-        beta_1: 0.9,
-        beta_2: 0.999,
-        epsilon: 1e-7,
-        amsgrad: false,
-    }
-}
 
 /// The two-layer classifier of `common`, compiled without metrics (a custom step logs its
 /// own).
@@ -52,7 +27,7 @@ fn model() -> Model {
         kind: LossKind::SparseCategoricalCrossentropy,
         from_logits: true,
     };
-    let compiled = Compiled::new(&spec, adam(), loss, &[]).unwrap();
+    let compiled = Compiled::new(&spec, common::adam(0.01), loss, &[]).unwrap();
     Model::new("custom", spec, compiled, 7, Device::flex())
 }
 
@@ -154,7 +129,7 @@ fn fit(m: &mut Model, epochs: usize, on_nan: OnNan) -> kiln::Result<History> {
         on_nan,
         ..FitOptions::epochs(epochs)
     };
-    m.fit_with(&data(), None, &opts, &mut [])
+    m.fit_with(&common::two_class_points(), None, &opts, &mut [])
 }
 
 fn close(a: &[Vec<f32>], b: &[Vec<f32>], tol: f32) {
@@ -187,10 +162,14 @@ fn a_step_written_by_hand_trains_the_weights_of_the_compiled_step() {
 fn test_step_drives_evaluate_and_keeps_its_own_logs() {
     let mut m = with_step(Mode::Plain);
     fit(&mut m, 1, OnNan::Stop).unwrap();
-    let logs = m.evaluate(&data()).unwrap();
+    let logs = m.evaluate(&common::two_class_points()).unwrap();
     let mut plain = model();
     fit(&mut plain, 1, OnNan::Stop).unwrap();
-    let want = plain.evaluate(&data()).unwrap().get("loss").unwrap();
+    let want = plain
+        .evaluate(&common::two_class_points())
+        .unwrap()
+        .get("loss")
+        .unwrap();
     let loss = logs.get("loss").unwrap();
     assert!((loss - want).abs() < 1e-5, "{loss} vs {want}");
     let doubled = logs.get("doubled").unwrap();
@@ -206,7 +185,7 @@ fn with_twin() -> Model {
     let twin = PartSpec {
         name: "twin".into(),
         model: common::two_layer_spec(4, 2),
-        optimizer: adam(),
+        optimizer: common::adam(0.01),
         gradients: GradientOptions::default(),
     };
     m.add_part(twin).unwrap();
@@ -239,7 +218,9 @@ fn parts_are_trained_checkpointed_and_resumed_exactly() {
             backup: Some(backup),
             ..FitOptions::epochs(epochs)
         };
-        let h = m.fit_with(&data(), None, &opts, &mut []).unwrap();
+        let h = m
+            .fit_with(&common::two_class_points(), None, &opts, &mut [])
+            .unwrap();
         (m, h)
     };
     let (straight, h) = run(3, backup("straight", false));
@@ -324,7 +305,7 @@ fn settings_a_custom_step_cannot_use_are_refused_by_key() {
     let main = PartSpec {
         name: "main".into(),
         model: common::two_layer_spec(4, 2),
-        optimizer: adam(),
+        optimizer: common::adam(0.01),
         gradients: GradientOptions::default(),
     };
     let e = m.add_part(main).unwrap_err().to_string();

@@ -13,20 +13,10 @@ use kiln::fit::{Backup, FitContext, FitOptions, NamedWeight, SaveFreq};
 use kiln::model::weights::keras_weights;
 use kiln::summary::{event_files, read_events, read_scalars, visible_scalars};
 use kiln::{Callback, Logs, Model};
-use kiln_data::{Array, Buffer, Dataset, Element};
+use kiln_data::Dataset;
 
-/// 64 points of a 2-class problem in 2-D, in batches of 16.
 fn data() -> Dataset {
-    let x: Vec<f32> = (0..128)
-        .map(|i| ((i * 37) % 17) as f32 / 8.0 - 1.0)
-        .collect();
-    let y: Vec<i64> = (0..64)
-        .map(|i| i64::from(x[2 * i] + x[2 * i + 1] > 0.0))
-        .collect();
-    let el = Element::new()
-        .with("x", Array::new(vec![64, 2], Buffer::F32(x)).unwrap())
-        .with("y", Array::new(vec![64], Buffer::I64(y)).unwrap());
-    Dataset::from_tensor_slices(el).unwrap().batch(16, false)
+    common::two_class_points()
 }
 
 fn model() -> Model {

@@ -40,13 +40,7 @@ fn model(precision: Precision) -> Model {
     let spec = common::two_layer_spec(16, 3).with_precision(precision);
     let compiled = Compiled::new(
         &spec,
-        OptimizerSpec::Adam {
-            learning_rate: 0.01.into(),
-            beta_1: 0.9,
-            beta_2: 0.999,
-            epsilon: 1e-7,
-            amsgrad: false,
-        },
+        common::adam(0.01),
         LossSpec {
             kind: LossKind::SparseCategoricalCrossentropy,
             from_logits: true,

@@ -22,6 +22,35 @@ pub fn two_layer_spec(hidden: usize, classes: usize) -> ModelSpec {
         .unwrap()
 }
 
+/// Keras' `Adam(learning_rate)` with its defaults.
+#[allow(dead_code)] // not every test crate uses every fixture
+pub fn adam(learning_rate: f64) -> OptimizerSpec {
+    OptimizerSpec::Adam {
+        learning_rate: learning_rate.into(),
+        beta_1: 0.9,
+        beta_2: 0.999,
+        epsilon: 1e-7,
+        amsgrad: false,
+    }
+}
+
+/// 64 points of a 2-class problem in 2-D (`x` `[64, 2]`, `y` the class of `x0 + x1 > 0`), in
+/// batches of 16 (4 steps an epoch).
+#[allow(dead_code)] // not every test crate uses every fixture
+pub fn two_class_points() -> kiln_data::Dataset {
+    use kiln_data::{Array, Buffer, Dataset, Element};
+    let x: Vec<f32> = (0..128)
+        .map(|i| ((i * 37) % 17) as f32 / 8.0 - 1.0)
+        .collect();
+    let y: Vec<i64> = (0..64)
+        .map(|i| i64::from(x[2 * i] + x[2 * i + 1] > 0.0))
+        .collect();
+    let el = Element::new()
+        .with("x", Array::new(vec![64, 2], Buffer::F32(x)).unwrap())
+        .with("y", Array::new(vec![64], Buffer::I64(y)).unwrap());
+    Dataset::from_tensor_slices(el).unwrap().batch(16, false)
+}
+
 /// A small classifier on 2 features: [`two_layer_spec`], Adam (lr 0.01), sparse categorical
 /// cross-entropy from logits, accuracy; on the CPU.
 #[allow(dead_code)] // not every test crate uses every fixture
@@ -36,13 +65,7 @@ pub fn two_layer_compiled(hidden: usize, classes: usize) -> (ModelSpec, Compiled
     let spec = two_layer_spec(hidden, classes);
     let compiled = Compiled::new(
         &spec,
-        OptimizerSpec::Adam {
-            learning_rate: 0.01.into(),
-            beta_1: 0.9,
-            beta_2: 0.999,
-            epsilon: 1e-7,
-            amsgrad: false,
-        },
+        adam(0.01),
         LossSpec {
             kind: LossKind::SparseCategoricalCrossentropy,
             from_logits: true,
