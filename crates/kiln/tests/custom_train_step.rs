@@ -15,7 +15,7 @@ use kiln::checkpoint::CheckpointDir;
 use kiln::compile::{Compiled, GradientOptions, Labels, LossKind, LossSpec};
 use kiln::fit::{Backup, FitOptions, OnNan, SaveFreq};
 use kiln::model::weights::keras_weights;
-use kiln::model::{ModelSpec, Network};
+use kiln::model::{Act, ModelSpec, Network};
 use kiln::step::custom::{PartSpec, Parts, StepContext, StepLogs, TrainStep};
 use kiln::{History, Model};
 
@@ -65,6 +65,8 @@ enum Mode {
     Reserved,
     Wide,
     Fails,
+    WrongInput,
+    Panics,
 }
 
 struct Step(Mode);
@@ -84,13 +86,21 @@ impl TrainStep for Step {
         if self.0 == Mode::NothingAtOne && at_one {
             return Ok(StepLogs::new().with("loss", Tensor::zeros([1], &Device::flex())));
         }
-        let logits = parts.main().call(batch.x.clone(), true).into_flat();
+        if self.0 == Mode::WrongInput {
+            parts
+                .main()
+                .call(Act::Flat(Tensor::zeros([4, 3], &Device::flex())), true)?;
+        }
+        if self.0 == Mode::Panics {
+            panic!("index out of bounds in the user's step");
+        }
+        let logits = parts.main().call(batch.x.clone(), true)?.into_flat();
         let loss = cross_entropy(logits, &batch);
         parts.apply_gradients(loss.clone(), &["main"])?;
         let logs = StepLogs::new();
         Ok(match self.0 {
             Mode::WithTwin => {
-                let twin = parts.get("twin")?.call(batch.x.clone(), true).into_flat();
+                let twin = parts.get("twin")?.call(batch.x.clone(), true)?.into_flat();
                 let twin_loss = cross_entropy(twin, &batch);
                 parts.apply_gradients(twin_loss.clone(), &["twin"])?;
                 logs.with("loss", loss).with("twin_loss", twin_loss)
@@ -110,7 +120,10 @@ impl TrainStep for Step {
         parts: &mut Parts,
         batch: &DeviceBatch,
     ) -> Option<Result<StepLogs, String>> {
-        let logits = parts.main().call(batch.x.clone(), false).into_flat();
+        let logits = match parts.main().call(batch.x.clone(), false) {
+            Ok(out) => out.into_flat(),
+            Err(e) => return Some(Err(e)),
+        };
         let loss = cross_entropy(logits, batch);
         Some(Ok(StepLogs::new()
             .with("loss", loss.clone())
@@ -267,6 +280,15 @@ fn bad_logs_and_failures_name_the_step_and_the_key() {
         (
             Mode::Fails,
             "train step \"by-hand\": step: the discriminator is missing",
+        ),
+        (
+            Mode::WrongInput,
+            "train step \"by-hand\": step: part \"main\" takes inputs of shape (None, 2), was \
+             called on (None, 3)",
+        ),
+        (
+            Mode::Panics,
+            "train step \"by-hand\": step: panicked: index out of bounds in the user's step",
         ),
     ];
     for (mode, want) in cases {

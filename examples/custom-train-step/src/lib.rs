@@ -34,6 +34,25 @@ pub fn bce_with_logits(logits: Tensor<2>, labels: Tensor<2>) -> Tensor<1> {
     loss.mean()
 }
 
+/// One value per example, `[batch, units]`, from a part whose output is a vector.
+fn vector(x: Act, what: &str) -> Result<Tensor<2>, String> {
+    match x {
+        Act::Flat(t) => Ok(t),
+        _ => Err(format!("{what} must output a vector (end it with Dense)")),
+    }
+}
+
+/// The discriminator's one logit per image.
+fn logit(x: Act) -> Result<Tensor<2>, String> {
+    let t = vector(x, "the discriminator (main)")?;
+    match t.dims()[1] {
+        1 => Ok(t),
+        n => Err(format!(
+            "the discriminator (main) must output 1 logit per image, not {n}"
+        )),
+    }
+}
+
 /// The images of a batch, `[batch, channels, height, width]`.
 fn images(x: Act) -> Result<Tensor<4>, String> {
     match x {
@@ -80,7 +99,7 @@ impl TrainStep for Dcgan {
         //    smoothed with uniform noise as in the Keras example.
         let fake = parts
             .get("generator")?
-            .call(Act::Flat(self.noise(n, &device)), true);
+            .call(Act::Flat(self.noise(n, &device)), true)?;
         let combined = Tensor::cat(vec![images(fake)?.detach(), real], 0);
         let labels = Tensor::cat(
             vec![
@@ -91,14 +110,14 @@ impl TrainStep for Dcgan {
         );
         let labels = labels.clone()
             + Tensor::random(labels.shape(), Distribution::Uniform(0.0, 0.05), &device);
-        let logits = parts.main().call(Act::Image(combined), true).into_flat();
+        let logits = logit(parts.main().call(Act::Image(combined), true)?)?;
         let d_loss = bce_with_logits(logits, labels);
         parts.apply_gradients(d_loss.clone(), &["main"])?;
         // 2. The generator, through the (updated) discriminator, towards "real" (0).
         let fake = parts
             .get("generator")?
-            .call(Act::Flat(self.noise(n, &device)), true);
-        let logits = parts.main().call(fake, true).into_flat();
+            .call(Act::Flat(self.noise(n, &device)), true)?;
+        let logits = logit(parts.main().call(fake, true)?)?;
         let g_loss = bce_with_logits(logits, Tensor::zeros([n, 1], &device));
         parts.apply_gradients(g_loss.clone(), &["generator"])?;
         Ok(StepLogs::new()
@@ -130,10 +149,8 @@ impl Vae {
     ) -> Result<(Tensor<1>, Tensor<1>, Tensor<1>), String> {
         let real = images(x)?;
         let (n, device) = (real.dims()[0], real.device());
-        let encoded = parts
-            .main()
-            .call(Act::Image(real.clone()), training)
-            .into_flat();
+        let encoded = parts.main().call(Act::Image(real.clone()), training)?;
+        let encoded = vector(encoded, "the encoder (main)")?;
         let d = self.latent_dim;
         if encoded.dims()[1] != 2 * d {
             return Err(format!(
@@ -151,7 +168,14 @@ impl Vae {
             }
             false => z_mean.clone(),
         };
-        let decoded = images(parts.get("decoder")?.call(Act::Flat(z), training))?;
+        let decoded = images(parts.get("decoder")?.call(Act::Flat(z), training)?)?;
+        if decoded.dims() != real.dims() {
+            return Err(format!(
+                "the decoder must output images shaped as the input {:?} (NCHW), not {:?}",
+                real.dims(),
+                decoded.dims()
+            ));
+        }
         // Keras' binary_crossentropy on probabilities: clipped to [1e-7, 1 - 1e-7].
         let p = decoded.clamp(1e-7, 1.0 - 1e-7);
         let bce =

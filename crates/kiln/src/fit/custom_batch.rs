@@ -59,7 +59,17 @@ impl FitLoop<'_, '_, '_, '_> {
             iterations,
         };
         let train_step = self.model.train_step.clone().expect("a custom step is set");
-        let logs = train_step.train_step(&mut parts, batch, &ctx);
+        // A panic in the step's code stops the run with an error naming the step; the parts
+        // go back to the model either way.
+        let run = std::panic::AssertUnwindSafe(|| train_step.train_step(&mut parts, batch, &ctx));
+        let logs = std::panic::catch_unwind(run).unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(format!("panicked: {what}"))
+        });
         self.model.put_back(parts);
         self.control.iterations += 1;
         let read = Instant::now();

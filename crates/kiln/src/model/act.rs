@@ -31,6 +31,22 @@ impl Act {
         }
     }
 
+    /// The shape of one example in Keras' order (channels last), without the batch axis.
+    pub fn keras_shape(&self) -> Vec<usize> {
+        match self {
+            Act::Flat(t) => vec![t.dims()[1]],
+            Act::Seq(t) => t.dims()[1..].to_vec(),
+            Act::Image(t) => {
+                let [_, c, h, w] = t.dims();
+                vec![h, w, c]
+            }
+            Act::Volume(t) => {
+                let [_, c, d, h, w] = t.dims();
+                vec![d, h, w, c]
+            }
+        }
+    }
+
     /// The `[batch, features]` tensor.
     ///
     /// # Panics

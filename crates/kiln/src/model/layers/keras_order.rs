@@ -9,18 +9,7 @@ use crate::onnx::{Layout, OnnxGraph, OnnxValue};
 
 /// The Keras shape (no batch axis) of a batch kiln runs.
 pub(super) fn keras_shape_of(x: &Act) -> Vec<usize> {
-    match x {
-        Act::Flat(t) => vec![t.dims()[1]],
-        Act::Seq(t) => t.dims()[1..].to_vec(),
-        Act::Image(t) => {
-            let [_, c, h, w] = t.dims();
-            vec![h, w, c]
-        }
-        Act::Volume(t) => {
-            let [_, c, d, h, w] = t.dims();
-            vec![d, h, w, c]
-        }
-    }
+    x.keras_shape()
 }
 
 /// `[batch, values]`, each example's values in Keras' (channels-last) order.

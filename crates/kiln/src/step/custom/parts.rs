@@ -4,7 +4,7 @@ use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 
 use crate::compile::{Clipping, GradientOptions, OptimizerSpec};
-use crate::model::{Act, ModelSpec, Network};
+use crate::model::{Act, ModelSpec, Network, keras_shape};
 
 /// An extra network of a model trained by a custom step (`[parts.<name>]` in a config, or
 /// [`crate::fit::Model::add_part`]): its layers and its optimizer (with Keras' clipping keys).
@@ -127,7 +127,19 @@ impl Part {
     /// [`Act::Image`]). In training mode dropout is on and BatchNormalization uses and updates
     /// its batch statistics. Activity regularizers are left out; add the weight
     /// regularizers with [`Part::regularized`].
-    pub fn call(&mut self, x: Act, training: bool) -> Act {
+    ///
+    /// # Errors
+    /// A message naming the part when `x`'s example shape is not its input shape.
+    pub fn call(&mut self, x: Act, training: bool) -> Result<Act, String> {
+        let (got, want) = (x.keras_shape(), self.spec.input_shape());
+        if got != want {
+            return Err(format!(
+                "part \"{}\" takes inputs of shape {}, was called on {}",
+                self.name,
+                keras_shape(want),
+                keras_shape(&got)
+            ));
+        }
         let batch = x.batch();
         let fwd = self
             .net
@@ -136,7 +148,7 @@ impl Part {
             let net = std::mem::replace(&mut self.net, Network { layers: Vec::new() });
             self.net = net.apply_updates(&self.spec, fwd.updates);
         }
-        shaped(fwd.output, batch, self.spec.output_shape())
+        Ok(shaped(fwd.output, batch, self.spec.output_shape()))
     }
 
     /// `loss` plus the part's weight regularization penalties (Keras' `model.losses`).
