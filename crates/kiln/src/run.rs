@@ -349,7 +349,23 @@ pub fn load_run(
         device,
     )?;
     model.set_check_numerics(cfg.fit.check_numerics);
+    load_parts(&cfg, &dir, &mut model)?;
     Ok((cfg, model))
+}
+
+/// A custom-step run's parts (weights from `part-<name>.safetensors`) and its step, when this
+/// binary has it registered.
+fn load_parts(cfg: &RunConfig, dir: &RunDir, model: &mut Model) -> Result<()> {
+    for part in &cfg.parts {
+        model.add_part(part.clone())?;
+        model.load_part_weights(&part.name, &dir.part_weights(&part.name))?;
+    }
+    if let Some(step) = cfg.train_step.as_deref()
+        && let Ok(step) = crate::step::custom::train_step_named(step)
+    {
+        model.set_train_step(step);
+    }
+    Ok(())
 }
 
 /// What `evaluate` measured on the test split.
@@ -367,6 +383,12 @@ pub struct Evaluation {
 /// As [`load_run`], plus data errors.
 pub fn evaluate(run_dir: &Path, overrides: &Overrides, device: Device) -> Result<Evaluation> {
     let (cfg, model) = load_run(run_dir, overrides, device)?;
+    if let Some(step) = &cfg.train_step
+        && !model.has_train_step()
+    {
+        // Its losses are the step's: the compiled loss would measure something else.
+        crate::step::custom::train_step_named(step)?;
+    }
     let test = if cfg.data.uses_pipelines() {
         if cfg.data.test.is_none() {
             return Err(KilnError::config(

@@ -333,3 +333,39 @@ fn settings_a_custom_step_cannot_use_are_refused_by_key() {
     let e = m.add_part(main).unwrap_err().to_string();
     assert!(e.starts_with("parts.main:"), "{e}");
 }
+
+/// A step with no `test_step` (Keras' default one applies).
+struct TrainOnly;
+
+impl TrainStep for TrainOnly {
+    fn name(&self) -> &str {
+        "train-only"
+    }
+
+    fn train_step(
+        &self,
+        p: &mut Parts,
+        b: DeviceBatch,
+        c: &StepContext,
+    ) -> Result<StepLogs, String> {
+        Step(Mode::Plain).train_step(p, b, c)
+    }
+}
+
+#[test]
+fn without_a_test_step_evaluate_needs_labels_for_the_compiled_loss() {
+    let mut m = model();
+    m.set_train_step(Arc::new(TrainOnly));
+    let with_labels = m.evaluate(&common::two_class_points()).unwrap();
+    assert!(with_labels.get("loss").unwrap().is_finite());
+    let x = kiln_data::Array::new(vec![8, 2], kiln_data::Buffer::F32(vec![0.5; 16])).unwrap();
+    let features = kiln_data::Element::new().with("x", x);
+    let features = kiln_data::Dataset::from_tensor_slices(features)
+        .unwrap()
+        .batch(4, false);
+    let e = m.evaluate(&features).unwrap_err().to_string();
+    assert!(
+        e.starts_with("train step \"train-only\": test_step: the step has no test_step"),
+        "{e}"
+    );
+}

@@ -87,6 +87,10 @@ impl TrainStep for Dcgan {
         "dcgan"
     }
 
+    fn required_parts(&self) -> Vec<&str> {
+        vec!["generator"]
+    }
+
     fn train_step(
         &self,
         parts: &mut Parts,
@@ -100,7 +104,15 @@ impl TrainStep for Dcgan {
         let fake = parts
             .get("generator")?
             .call(Act::Flat(self.noise(n, &device)), true)?;
-        let combined = Tensor::cat(vec![images(fake)?.detach(), real], 0);
+        let fake = images(fake)?.detach();
+        if fake.dims() != real.dims() {
+            return Err(format!(
+                "the generator must output images shaped as the real ones {:?} (NCHW), not {:?}",
+                real.dims(),
+                fake.dims()
+            ));
+        }
+        let combined = Tensor::cat(vec![fake, real], 0);
         let labels = Tensor::cat(
             vec![
                 Tensor::ones([n, 1], &device),
@@ -190,6 +202,10 @@ impl Vae {
 impl TrainStep for Vae {
     fn name(&self) -> &str {
         "vae"
+    }
+
+    fn required_parts(&self) -> Vec<&str> {
+        vec!["decoder"]
     }
 
     fn train_step(

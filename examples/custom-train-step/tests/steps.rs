@@ -231,6 +231,57 @@ optimizer = "adam"
 loss = "mse"
 "#;
 
+/// `kiln-steps train` on `text`: exit code 1 (refused when training starts) and the message.
+fn failed(text: &str) -> String {
+    let dir = scratch("failed");
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, text.replace("DATA", DATA)).unwrap();
+    let o = train(&path, &dir.join("run"), &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", self::text(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn parts_that_do_not_fit_the_step_stop_it_with_a_message_not_a_panic() {
+    require_data();
+    let vae = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("vae.toml"))
+        .unwrap()
+        .replace("/usr/share/datasets/fashion-mnist", "DATA")
+        .replace("take = 6400", "take = 128");
+    let missing = failed(&vae.replace("[parts.decoder]", "[parts.other]"));
+    assert!(
+        missing.contains("train step \"vae\": parts.decoder: the step needs this part"),
+        "{missing}"
+    );
+    let wrong_input = failed(&vae.replace(
+        "{ type = \"Input\", shape = [2] }",
+        "{ type = \"Input\", shape = [3] }",
+    ));
+    assert!(
+        wrong_input.contains(
+            "train step \"vae\": step: part \"decoder\" takes inputs of shape (None, 3), was \
+             called on (None, 2)"
+        ),
+        "{wrong_input}"
+    );
+    let big = vae.replace(
+        "{ type = \"Conv2DTranspose\", filters = 1, kernel_size = 3, padding = \"same\"",
+        "{ type = \"Conv2DTranspose\", filters = 1, kernel_size = 3, strides = 2, padding = \"same\"",
+    );
+    let big = failed(&big);
+    assert!(
+        big.contains("the decoder must output images shaped as the input"),
+        "{big}"
+    );
+    assert!(!big.contains("panicked"), "{big}");
+    let float16 = failed(&vae.replace("seed = 11", "seed = 11\nprecision = \"mixed_float16\""));
+    assert!(
+        float16.contains("train step \"vae\": precision:"),
+        "{float16}"
+    );
+}
+
 #[test]
 fn bad_custom_step_configs_are_refused_naming_the_key() {
     require_data();
@@ -264,6 +315,20 @@ fn bad_custom_step_configs_are_refused_naming_the_key() {
         "{vae}\n[parts.decoder]\noptimizer = \"adam\"\nlayers = [{{ type = \"Input\", shape = [2] }}, {{ type = \"Dense\", units = 0 }}]\n"
     ));
     assert!(bad_layer.contains("parts.decoder.layers[1]"), "{bad_layer}");
+    let accumulating = refused(&format!(
+        "{vae}\n[parts.decoder]\noptimizer = {{ type = \"adam\", gradient_accumulation_steps = 2 }}\nlayers = [{{ type = \"Input\", shape = [2] }}, {{ type = \"Dense\", units = 4 }}]\n"
+    ));
+    assert!(
+        accumulating.contains("parts.decoder.optimizer.gradient_accumulation_steps"),
+        "{accumulating}"
+    );
+    let stray_key = refused(&format!(
+        "{vae}\n[parts.decoder]\noptimizer = \"adam\"\nlearning_rate = 0.1\nlayers = []\n"
+    ));
+    assert!(
+        stray_key.contains("parts.decoder.learning_rate: unknown key; a part takes optimizer"),
+        "{stray_key}"
+    );
     let no_loss = refused(&SMALL.replace("loss = \"mse\"\n", ""));
     assert!(no_loss.contains("compile.loss: missing"), "{no_loss}");
 }

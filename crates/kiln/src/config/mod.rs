@@ -264,6 +264,7 @@ impl RunConfig {
             None => Default::default(),
         };
         let model = ModelSpec::from_toml(&raw.model)?.with_precision(precision);
+        let parts = parts::read(&raw.parts, precision, raw.compile.train_step.as_deref())?;
         let optimizer = OptimizerSpec::from_toml(&raw.compile.optimizer)?;
         let gradients = GradientOptions::from_toml(&raw.compile.optimizer)?;
         let mut compile = compiled(&model, optimizer, &raw.compile)?.with_gradients(gradients)?;
@@ -306,7 +307,6 @@ impl RunConfig {
         // Whether each key fits the strategy is checked after command-line overrides (kiln
         // train --strategy), when the strategy is built.
         raw.distribute.validate_values()?;
-        let parts = parts::read(&raw.parts, precision, raw.compile.train_step.as_deref())?;
         let cfg = RunConfig {
             name: raw.name,
             seed: raw.seed,

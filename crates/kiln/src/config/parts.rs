@@ -48,10 +48,26 @@ fn part(name: &str, value: &toml::Value, precision: Precision) -> Result<PartSpe
             "expected a table with the part's optimizer and its list of layers",
         ));
     };
-    if name == "main" || name.is_empty() {
+    if name.is_empty() {
+        return Err(KilnError::config(
+            key,
+            "a part needs a name: [parts.<name>]",
+        ));
+    }
+    if name == "main" {
         return Err(KilnError::config(
             key,
             "the name main is the compiled model ([model]); name the part otherwise",
+        ));
+    }
+    if let Some(k) = table
+        .keys()
+        .find(|k| !["optimizer", "layers", "outputs"].contains(&k.as_str()))
+    {
+        return Err(KilnError::config(
+            format!("{key}.{k}"),
+            "unknown key; a part takes optimizer (with its learning rate and clipping keys), \
+             layers and outputs",
         ));
     }
     let mut model = table.clone();
@@ -76,6 +92,12 @@ fn part(name: &str, value: &toml::Value, precision: Precision) -> Result<PartSpe
     let spec = ModelSpec::from_toml(&model).map_err(|e| renamed(e, "model"))?;
     let optimizer_spec = OptimizerSpec::from_toml(&optimizer).map_err(|e| renamed(e, "compile"))?;
     let gradients = GradientOptions::from_toml(&optimizer).map_err(|e| renamed(e, "compile"))?;
+    if gradients.gradient_accumulation_steps > 1 {
+        return Err(KilnError::config(
+            format!("{key}.optimizer.gradient_accumulation_steps"),
+            "a part's updates are the step's to apply; accumulate inside the step",
+        ));
+    }
     Ok(PartSpec {
         name: name.to_string(),
         model: spec.with_precision(precision),

@@ -29,6 +29,12 @@ impl Model {
                 "a part's name must be unique and not `main` (the compiled model)",
             ));
         }
+        if spec.gradients.gradient_accumulation_steps > 1 {
+            return Err(KilnError::config(
+                format!("{key}.optimizer.gradient_accumulation_steps"),
+                "a part's updates are the step's to apply; accumulate inside the step",
+            ));
+        }
         let seed = self.seed.wrapping_add(1 + self.parts.len() as u64);
         let part = Part::init(&spec, seed, &self.device);
         self.parts.push(part);
@@ -59,6 +65,29 @@ impl Model {
             .part(name)
             .ok_or_else(|| KilnError::config(format!("parts.{name}"), "no such part"))?;
         crate::model::weights::save(part.spec(), part.network(), path)
+    }
+
+    /// Replaces part `name`'s weights with those of a safetensors file written by
+    /// [`Model::save_part_weights`].
+    ///
+    /// # Errors
+    /// [`KilnError::Config`] for an unknown part; weights and I/O errors.
+    pub fn load_part_weights(&mut self, name: &str, path: &std::path::Path) -> Result<()> {
+        let device = self.device.clone().autodiff();
+        let part = self
+            .parts
+            .iter_mut()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| KilnError::config(format!("parts.{name}"), "no such part"))?;
+        let net = crate::model::weights::load(part.spec(), path, &device)?;
+        let optim = part.spec_optimizer().build();
+        part.set_state(net, optim);
+        Ok(())
+    }
+
+    /// Whether the model trains with a custom step.
+    pub fn has_train_step(&self) -> bool {
+        self.train_step.is_some()
     }
 
     /// The main part's declaration: the compiled model's layers, optimizer and clipping.
@@ -135,10 +164,19 @@ impl Model {
         }
         if scaled {
             return Err(refuse(
-                "compile.loss_scale",
-                "a custom step has no loss scaling yet; use precision = \"mixed_bfloat16\" or \
-                 float32",
+                "precision",
+                "a custom step has no loss scaling yet, which mixed_float16 needs (or \
+                 compile.loss_scale); use precision = \"mixed_bfloat16\" or float32",
             ));
+        }
+        for name in step.required_parts() {
+            if self.part(name).is_none() {
+                return Err(refuse(
+                    &format!("parts.{name}"),
+                    "the step needs this part; declare it in a [parts.<name>] table (or \
+                     Model::add_part)",
+                ));
+            }
         }
         if !matches!(self.strategy, crate::distribute::Strategy::OneDevice) {
             return Err(refuse(

@@ -183,9 +183,15 @@ impl Model {
         &self.net
     }
 
-    /// Keras' `model.summary()` table.
+    /// Keras' `model.summary()` table; for a model trained by a custom step, one more table
+    /// per extra part (titled `<model>/<part>`).
     pub fn summary(&self) -> String {
-        summary(&self.name, &self.spec)
+        let mut text = summary(&self.name, &self.spec);
+        for p in &self.parts {
+            text.push('\n');
+            text.push_str(&summary(&format!("{}/{}", self.name, p.name()), p.spec()));
+        }
+        text
     }
 
     /// Saves the weights (safetensors, Keras names and layouts).
@@ -284,6 +290,18 @@ impl Model {
         let mut batches = data.iter();
         for b in self.device_batches(&mut batches, &mut guard) {
             let b = b?;
+            if b.labels.is_none()
+                && let Some(step) = &self.train_step
+            {
+                return Err(crate::KilnError::TrainStep {
+                    step: step.name().to_string(),
+                    key: "test_step".into(),
+                    message: "the step has no test_step, so evaluation uses the compiled loss, \
+                              which needs labels, and this data has none: give it a y \
+                              component, or give the step a test_step"
+                        .into(),
+                });
+            }
             let (own, outputs, size) = (HostLabels::of(&b), b.outputs.clone(), b.size);
             let out = eval_step(&net, &self.spec, &self.compiled, b);
             let labels = BatchLabels {

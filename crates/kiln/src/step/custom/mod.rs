@@ -47,6 +47,12 @@ pub trait TrainStep: Send + Sync {
     /// The step's name, used in errors (`kiln train` names it in `compile.train_step`).
     fn name(&self) -> &str;
 
+    /// The parts the step uses besides `main`; `fit` checks that the model has them before
+    /// the first step. Default: none.
+    fn required_parts(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
     /// One training step on `batch`: forward passes ([`Part::call`]), losses, updates
     /// ([`Parts::apply_gradients`]). Returns the logs, which must hold `loss`; an `Err` stops
     /// `fit` with the message, naming the step.
