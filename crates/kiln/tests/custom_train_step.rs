@@ -369,3 +369,42 @@ fn without_a_test_step_evaluate_needs_labels_for_the_compiled_loss() {
         "{e}"
     );
 }
+
+/// [`model`] under `mixed_float16`, with a loss scale that grows every 3 finite steps (so that
+/// 3 epochs of 4 steps see it change).
+fn float16(step: bool) -> Model {
+    let spec = common::two_layer_spec(8, 2).with_precision(kiln::Precision::MixedFloat16);
+    let loss = LossSpec {
+        kind: LossKind::SparseCategoricalCrossentropy,
+        from_logits: true,
+    };
+    let compiled = Compiled::new(&spec, common::adam(0.01), loss, &[])
+        .unwrap()
+        .with_loss_scale(Some(kiln::precision::LossScaleOptions {
+            initial_scale: 32768.0,
+            dynamic_growth_steps: 3,
+        }))
+        .unwrap();
+    let mut m = Model::new("f16", spec, compiled, 7, Device::flex());
+    if step {
+        m.set_train_step(Arc::new(Step(Mode::Plain)));
+    }
+    m
+}
+
+#[test]
+fn under_mixed_float16_a_step_by_hand_scales_its_loss_as_the_compiled_step() {
+    let mut compiled = float16(false);
+    let want = fit(&mut compiled, 3, OnNan::Stop).unwrap();
+    let mut custom = float16(true);
+    let got = fit(&mut custom, 3, OnNan::Stop).unwrap();
+    // The same scale after every epoch: grown every 3 finite steps from 32768.
+    let scale = &got.history["loss_scale"];
+    assert_eq!(scale, &want.history["loss_scale"]);
+    assert!(scale[2] > 32768.0, "{scale:?}");
+    close(
+        &weights(custom.spec(), custom.network()),
+        &weights(compiled.spec(), compiled.network()),
+        1e-3,
+    );
+}

@@ -52,7 +52,11 @@ impl FitLoop<'_, '_, '_, '_> {
         let started = Instant::now();
         let (net, rate) = self.begin_step();
         let iterations = self.control.iterations;
-        let mut parts = self.model.take_parts(net, rate, iterations);
+        let scale = self.accumulation.loss_scale();
+        let mut parts = self
+            .model
+            .take_parts(net, rate, iterations)
+            .with_loss_scale(scale);
         let ctx = StepContext {
             epoch: self.state.epoch,
             step,
@@ -70,6 +74,10 @@ impl FitLoop<'_, '_, '_, '_> {
                 .unwrap_or_default();
             Err(format!("panicked: {what}"))
         });
+        if let Some(scale) = parts.loss_scale() {
+            self.accumulation.restore_loss_scale(scale);
+            self.state.loss_scale = Some(scale);
+        }
         self.model.put_back(parts);
         self.control.iterations += 1;
         let read = Instant::now();

@@ -135,7 +135,7 @@ impl Model {
     }
 
     /// Refuses the settings a custom step does not support yet, naming the key.
-    pub(super) fn check_custom_step(&self, accumulation_steps: usize, scaled: bool) -> Result<()> {
+    pub(super) fn check_custom_step(&self, accumulation_steps: usize) -> Result<()> {
         let Some(step) = &self.train_step else {
             return Ok(());
         };
@@ -160,13 +160,6 @@ impl Model {
             return Err(refuse(
                 "compile.optimizer.gradient_accumulation_steps",
                 "a custom step applies its own updates; accumulate inside the step",
-            ));
-        }
-        if scaled {
-            return Err(refuse(
-                "precision",
-                "a custom step has no loss scaling yet, which mixed_float16 needs (or \
-                 compile.loss_scale); use precision = \"mixed_bfloat16\" or float32",
             ));
         }
         for name in step.required_parts() {

@@ -94,7 +94,7 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
         }
         let mut accumulation = model.accumulation();
         let accumulation_steps = model.compiled.gradients.gradient_accumulation_steps;
-        model.check_custom_step(accumulation_steps, accumulation.loss_scale().is_some())?;
+        model.check_custom_step(accumulation_steps)?;
         let guard = NumericsGuard::new(model.check_numerics, DataSplit::Train);
         let sharded = accumulation.strategy.shards_input();
         let input = EpochIterator::new(train, position, guard, opts.steps_per_epoch, sharded)?;

@@ -5,6 +5,7 @@ use burn::prelude::*;
 
 use crate::compile::{Clipping, GradientOptions, OptimizerSpec};
 use crate::model::{Act, ModelSpec, Network, keras_shape};
+use crate::precision::{LossScale, ScaleUpdate, unscale};
 
 /// An extra network of a model trained by a custom step (`[parts.<name>]` in a config, or
 /// [`crate::fit::Model::add_part`]): its layers and its optimizer (with Keras' clipping keys).
@@ -156,10 +157,23 @@ impl Part {
         self.net.regularized(&self.spec, loss, None)
     }
 
-    /// One update from the gradients in `grads` of this part's parameters (removed from
-    /// `grads`): clipping, the optimizer step, the weight constraints.
-    fn update(&mut self, grads: &mut burn::tensor::Gradients) {
-        let mut own = GradientsParams::from_module(grads, &self.net);
+    /// This part's gradients in `grads` (removed from it), divided by `scale` when the loss
+    /// was scaled, and whether they are all finite (`true` unscaled: not checked).
+    fn own_gradients(
+        &self,
+        grads: &mut burn::tensor::Gradients,
+        scale: Option<f64>,
+    ) -> (GradientsParams, bool) {
+        let own = GradientsParams::from_module(grads, &self.net);
+        match scale {
+            Some(s) => unscale(&self.net, own, s),
+            None => (own, true),
+        }
+    }
+
+    /// One update from `own` (this part's gradients): clipping, the optimizer step, the
+    /// weight constraints.
+    fn update(&mut self, mut own: GradientsParams) {
         if let Some(c) = &self.clipping {
             own = c.apply(&self.net, own);
         }
@@ -186,6 +200,8 @@ fn shaped(rows: Tensor<2>, batch: usize, shape: &[usize]) -> Act {
 #[derive(Debug)]
 pub struct Parts {
     parts: Vec<Part>,
+    /// The dynamic loss scale (`mixed_float16`), shared by every `apply_gradients` call.
+    loss_scale: Option<LossScale>,
 }
 
 impl Parts {
@@ -194,7 +210,22 @@ impl Parts {
         let mut parts = Vec::with_capacity(1 + extra.len());
         parts.push(main);
         parts.extend(extra);
-        Parts { parts }
+        Parts {
+            parts,
+            loss_scale: None,
+        }
+    }
+
+    /// Scales losses in [`Parts::apply_gradients`] with `scale` (the loop's `mixed_float16`
+    /// loss scale); `None`: no scaling.
+    pub fn with_loss_scale(mut self, scale: Option<LossScale>) -> Parts {
+        self.loss_scale = scale;
+        self
+    }
+
+    /// The loss scale's state (after the step's updates).
+    pub fn loss_scale(&self) -> Option<LossScale> {
+        self.loss_scale
     }
 
     /// The main part and the extra parts, as given to [`Parts::new`].
@@ -235,7 +266,10 @@ impl Parts {
     /// parts named in `names`: one backward pass of `loss`, then each named part's update
     /// with its own optimizer (clipping and weight constraints included). Parts not named
     /// keep their weights, even when `loss` depends on them (a GAN's generator loss goes
-    /// through the discriminator).
+    /// through the discriminator). Under `mixed_float16` the loss is multiplied by the loss
+    /// scale before the backward pass and the gradients divided by it; when one of them is
+    /// not finite, no named part is updated and the scale halves (Keras'
+    /// `LossScaleOptimizer`; each call counts as one step of the scale's growth).
     ///
     /// # Errors
     /// A message naming an unknown part, or one named twice.
@@ -246,9 +280,26 @@ impl Parts {
                 return Err(format!("part \"{name}\" named twice in apply_gradients"));
             }
         }
-        let mut grads = loss.backward();
+        let scale = self.loss_scale.map(|s| s.scale);
+        let mut grads = match scale {
+            Some(s) => loss.mul_scalar(s).backward(),
+            None => loss.backward(),
+        };
+        let mut own = Vec::with_capacity(names.len());
+        let mut finite = true;
         for name in names {
-            self.get(name)?.update(&mut grads);
+            let (g, ok) = self.get(name)?.own_gradients(&mut grads, scale);
+            finite &= ok;
+            own.push(g);
+        }
+        // Keras' LossScaleOptimizer: an overflow skips the update and halves the scale.
+        if let Some(s) = self.loss_scale.as_mut()
+            && s.update(finite) == ScaleUpdate::SkipAndShrink
+        {
+            return Ok(());
+        }
+        for (name, g) in names.iter().zip(own) {
+            self.get(name)?.update(g);
         }
         Ok(())
     }
