@@ -408,3 +408,49 @@ fn under_mixed_float16_a_step_by_hand_scales_its_loss_as_the_compiled_step() {
         1e-3,
     );
 }
+
+/// `with_step(mode)` reading its logs back once every `n` steps (`steps_per_execution`), with
+/// the step profile on.
+fn every(mode: Mode, n: u64) -> Model {
+    let spec = common::two_layer_spec(8, 2);
+    let loss = LossSpec {
+        kind: LossKind::SparseCategoricalCrossentropy,
+        from_logits: true,
+    };
+    let compiled = Compiled::new(&spec, common::adam(0.01), loss, &[])
+        .unwrap()
+        .with_steps_per_execution(n)
+        .unwrap();
+    let mut m = Model::new("custom", spec, compiled, 7, Device::flex());
+    m.set_train_step(Arc::new(Step(mode)));
+    m.set_profiling(true);
+    m
+}
+
+#[test]
+fn deferred_reads_give_a_custom_step_the_weights_and_logs_of_reading_every_step() {
+    let w = |m: &Model| weights(m.spec(), m.network());
+    let (mut one, mut three) = (every(Mode::Plain, 1), every(Mode::Plain, 3));
+    let h1 = fit(&mut one, 2, OnNan::Stop).unwrap();
+    let h3 = fit(&mut three, 2, OnNan::Stop).unwrap();
+    assert_eq!(w(&three), w(&one));
+    assert_eq!(h3.history["loss"], h1.history["loss"]);
+    // The last epoch's 4 steps: windows [0, 3) and [3], two reads instead of four.
+    let (p1, p3) = (h1.profile.unwrap(), h3.profile.unwrap());
+    assert_eq!((p1.steps, p1.host_reads), (4, 4));
+    assert_eq!((p3.steps, p3.host_reads), (4, 2));
+    // A NaN inside a window: the window runs again one step at a time, so the policy acts at
+    // that step as with one read per step.
+    let mut skipped = every(Mode::NanAtOne, 3);
+    let h = fit(&mut skipped, 2, OnNan::SkipStep).unwrap();
+    assert_eq!(h.history["skipped_nan_steps"], vec![1.0]);
+    let mut nothing = every(Mode::NothingAtOne, 1);
+    fit(&mut nothing, 2, OnNan::SkipStep).unwrap();
+    assert_eq!(w(&skipped), w(&nothing));
+    let mut stopped = every(Mode::NanAtOne, 3);
+    let e = fit(&mut stopped, 1, OnNan::Stop).unwrap_err().to_string();
+    assert!(
+        e.starts_with("train step \"by-hand\": loss: is NaN at epoch 1, batch 1"),
+        "{e}"
+    );
+}

@@ -199,26 +199,23 @@ impl Model {
             let Some(logs) = step.test_step(&mut parts, &batch) else {
                 return Ok(None);
             };
-            let logs = checked(step.name(), logs)?;
+            let logs = checked(step.name(), logs)?.read();
             acc.add_custom(&logs, batch.size);
         }
         Ok(Some(acc.logs(&self.compiled, self.spec.output_units())))
     }
 }
 
-/// A step's logs, checked and read back.
+/// A step's logs, checked (not read back).
 ///
 /// # Errors
 /// [`KilnError::TrainStep`] when the step failed or its logs are bad.
-pub(super) fn checked(
-    step: &str,
-    logs: std::result::Result<StepLogs, String>,
-) -> Result<Vec<(String, f64)>> {
+pub(super) fn checked(step: &str, logs: std::result::Result<StepLogs, String>) -> Result<StepLogs> {
     let logs = logs.map_err(|message| KilnError::TrainStep {
         step: step.to_string(),
         key: "step".into(),
         message,
     })?;
     logs.check(step)?;
-    Ok(logs.read())
+    Ok(logs)
 }

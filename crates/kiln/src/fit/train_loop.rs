@@ -313,6 +313,7 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
                 net: self.model.net.clone(),
                 optim: self.model.optim.clone(),
                 iterations: self.control.iterations,
+                parts: Vec::new(),
             });
         }
         let facts = StepFacts::of(step, &batch);
@@ -344,6 +345,9 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
     /// Reads back the window's steps in one go and records them; after a non-finite loss
     /// (with a guarding NaN policy), runs the window again one step at a time instead.
     fn read_window(&mut self, clock: &mut EpochClock) -> Result<StepEnd> {
+        if !self.window.custom.is_empty() {
+            return self.read_custom_window(clock);
+        }
         if self.window.steps.is_empty() {
             return Ok(StepEnd::Next);
         }
@@ -598,8 +602,12 @@ fn read_every(model: &Model, opts: &FitOptions, accumulation: &GradientAccumulat
     if asked <= 1 {
         return 1;
     }
+    let scaled = accumulation.loss_scale().is_some();
     let why = match model.train_step.is_some() {
-        true => Some("a custom train step's logs are read every step"),
+        // A custom step's loss scale is updated inside the step; the window's start does not
+        // keep it for a rerun.
+        true if scaled => Some("a custom train step reads each step's logs under a loss scale"),
+        true => None,
         false => why_not_deferred(
             accumulation.loss_scale().is_some(),
             &accumulation.strategy,

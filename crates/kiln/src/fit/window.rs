@@ -27,6 +27,7 @@ use kiln_data::Element;
 use crate::batch::DeviceBatch;
 use crate::distribute::Strategy;
 use crate::model::Network;
+use crate::step::custom::{Part, StepLogs};
 use crate::step::{HostLabels, PendingOutput, StepOutput};
 
 /// A step's batch facts that its metrics need once its outputs are read.
@@ -74,6 +75,20 @@ pub(super) struct Start {
     pub(super) optim: ModuleOptimizer,
     /// The optimizer's iterations (the dropout seeds and the learning rate follow it).
     pub(super) iterations: u64,
+    /// A custom step's extra parts (empty otherwise).
+    pub(super) parts: Vec<Part>,
+}
+
+/// A custom step run but not read back yet.
+pub(super) struct CustomDeferred {
+    /// The epoch's step.
+    pub(super) step: u64,
+    /// Its logs, checked, on the device.
+    pub(super) logs: StepLogs,
+    /// Examples in its batch.
+    pub(super) size: usize,
+    /// The batch again, as [`Deferred::rerun`].
+    pub(super) rerun: Option<(DeviceBatch, Element)>,
 }
 
 /// The steps since the last read.
@@ -81,6 +96,8 @@ pub(super) struct Window {
     /// Steps per read (`steps_per_execution`, or 1 where reads cannot be deferred).
     pub(super) every: u64,
     pub(super) steps: Vec<Deferred>,
+    /// A custom step's steps (the model trains with one or the other).
+    pub(super) custom: Vec<CustomDeferred>,
     pub(super) start: Option<Start>,
 }
 
@@ -111,6 +128,7 @@ impl Window {
         Window {
             every: every.max(1),
             steps: Vec::new(),
+            custom: Vec::new(),
             start: None,
         }
     }

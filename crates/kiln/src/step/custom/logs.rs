@@ -94,19 +94,31 @@ impl StepLogs {
 
     /// Reads every value back with one host read, in order.
     pub fn read(self) -> Vec<(String, f64)> {
-        if self.values.is_empty() {
-            return Vec::new();
+        StepLogs::read_all(vec![self]).remove(0)
+    }
+
+    /// Reads the values of several steps' logs back with one host read, in order.
+    pub fn read_all(steps: Vec<StepLogs>) -> Vec<Vec<(String, f64)>> {
+        let widths: Vec<usize> = steps.iter().map(|l| l.values.len()).collect();
+        let (mut names, mut values) = (Vec::new(), Vec::new());
+        for l in steps {
+            for (n, v) in l.values {
+                names.push(n);
+                values.push(v);
+            }
         }
-        let (names, values): (Vec<String>, Vec<Tensor<1>>) = self.values.into_iter().unzip();
-        let read = Tensor::cat(values, 0)
-            .into_data()
-            .convert::<f32>()
-            .try_to_vec::<f32>()
-            .expect("float logs");
-        names
+        let read = match values.is_empty() {
+            true => Vec::new(),
+            false => Tensor::cat(values, 0)
+                .into_data()
+                .convert::<f32>()
+                .try_to_vec::<f32>()
+                .expect("float logs"),
+        };
+        let mut all = names.into_iter().zip(read.into_iter().map(f64::from));
+        widths
             .into_iter()
-            .zip(read)
-            .map(|(n, v)| (n, f64::from(v)))
+            .map(|w| all.by_ref().take(w).collect())
             .collect()
     }
 }
