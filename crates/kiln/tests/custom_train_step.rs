@@ -67,6 +67,8 @@ enum Mode {
     Fails,
     WrongInput,
     Panics,
+    /// As `Plain` with a second log `copy`, and a NaN loss from update 4 (epoch 2) on.
+    NanFromFour,
 }
 
 struct Step(Mode);
@@ -106,6 +108,10 @@ impl TrainStep for Step {
                 logs.with("loss", loss).with("twin_loss", twin_loss)
             }
             Mode::NanAtOne if at_one => logs.with("loss", loss * f32::NAN),
+            Mode::NanFromFour if ctx.iterations >= 4 => logs
+                .with("loss", loss.clone() * f32::NAN)
+                .with("copy", loss),
+            Mode::NanFromFour => logs.with("loss", loss.clone()).with("copy", loss),
             Mode::NoLoss => logs.with("main_loss", loss),
             Mode::Twice => logs.with("loss", loss.clone()).with("loss", loss),
             Mode::Reserved => logs.with("loss", loss.clone()).with("val_loss", loss),
@@ -453,4 +459,17 @@ fn deferred_reads_give_a_custom_step_the_weights_and_logs_of_reading_every_step(
         e.starts_with("train step \"by-hand\": loss: is NaN at epoch 1, batch 1"),
         "{e}"
     );
+}
+
+#[test]
+fn an_epoch_whose_steps_were_all_skipped_keeps_the_step_logs_in_the_history() {
+    let mut m = with_step(Mode::NanFromFour);
+    let h = fit(&mut m, 3, OnNan::SkipStep).unwrap();
+    let (loss, copy) = (&h.history["loss"], &h.history["copy"]);
+    assert_eq!(loss.len(), 3);
+    assert_eq!(copy.len(), 3, "one value per epoch: {copy:?}");
+    assert_eq!(copy[0], loss[0]);
+    // Epochs 2 and 3 added no step: 0, as the loss is.
+    assert_eq!(&copy[1..], &loss[1..]);
+    assert_eq!(h.history["skipped_nan_steps"], vec![4.0, 4.0]);
 }

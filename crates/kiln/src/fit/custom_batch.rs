@@ -173,9 +173,10 @@ impl FitLoop<'_, '_, '_, '_> {
                 .unwrap_or_default();
             Err(format!("panicked: {what}"))
         });
+        // The run's own scale (a resume under another precision may have read one).
+        self.state.loss_scale = parts.loss_scale();
         if let Some(scale) = parts.loss_scale() {
             self.accumulation.restore_loss_scale(scale);
-            self.state.loss_scale = Some(scale);
         }
         self.model.put_back(parts);
         self.control.iterations += 1;

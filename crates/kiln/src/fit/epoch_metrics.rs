@@ -75,6 +75,16 @@ impl Accumulator {
         }
     }
 
+    /// An empty accumulator for the next epoch that keeps the custom logs' names, so that
+    /// every epoch logs them (0 when no step was added, as the loss) and the history's lists
+    /// stay aligned with its epochs.
+    pub(super) fn next_epoch(&self) -> Accumulator {
+        Accumulator {
+            custom: self.custom.iter().map(|(n, _)| (n.clone(), 0.0)).collect(),
+            ..Accumulator::default()
+        }
+    }
+
     /// Adds a custom step's logs (`loss` and the others) for a batch of `size` examples.
     pub(super) fn add_custom(&mut self, logs: &[(String, f64)], size: usize) {
         let size = size as f64;

@@ -15,7 +15,7 @@ use kiln_data::Dataset;
 
 use super::control::{Control, LoopContext};
 use super::epoch_iterator::{EpochIterator, Next, StepInput, Target};
-use super::epoch_metrics::{Accumulator, BatchLabels};
+use super::epoch_metrics::BatchLabels;
 use super::resume::{LoopState, NanAction, step_seed};
 use super::skips::{self, SkipReport, SkippedInput};
 use super::window::{Deferred, Done, Start, StepFacts, Taken, Window, why_not_deferred};
@@ -556,7 +556,7 @@ impl<'m, 'd, 'c, 'b> FitLoop<'m, 'd, 'c, 'b> {
             .samples_per_second
             .push(clock.examples / train_time.max(1e-9));
         self.state.epoch += 1;
-        self.state.acc = Accumulator::default();
+        self.state.acc = self.state.acc.next_epoch();
         if let Some(backup) = &self.opts.backup {
             self.checkpoint(backup)?;
         }
