@@ -204,11 +204,17 @@ fn the_vae_trains_encoder_and_decoder_together_and_resumes_after_sigkill_bit_for
 /// `kiln-steps train` on `text` (a config with `DATA` for the data directory): exit code 2
 /// and the message.
 fn refused(text: &str) -> String {
-    let dir = scratch("refused");
+    exits_with(text, 2)
+}
+
+/// `kiln-steps train` on `text` (with `DATA` for the data directory), asserting exit `code`:
+/// the message.
+fn exits_with(text: &str, code: i32) -> String {
+    let dir = scratch(&format!("exit-{code}"));
     let path = dir.join("bad.toml");
     std::fs::write(&path, text.replace("DATA", DATA)).unwrap();
     let o = train(&path, &dir.join("run"), &[]);
-    assert_eq!(o.status.code(), Some(2), "{}", self::text(&o));
+    assert_eq!(o.status.code(), Some(code), "{}", self::text(&o));
     std::fs::remove_dir_all(&dir).unwrap();
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -233,13 +239,7 @@ loss = "mse"
 
 /// `kiln-steps train` on `text`: exit code 1 (refused when training starts) and the message.
 fn failed(text: &str) -> String {
-    let dir = scratch("failed");
-    let path = dir.join("bad.toml");
-    std::fs::write(&path, text.replace("DATA", DATA)).unwrap();
-    let o = train(&path, &dir.join("run"), &[]);
-    assert_eq!(o.status.code(), Some(1), "{}", self::text(&o));
-    std::fs::remove_dir_all(&dir).unwrap();
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    exits_with(text, 1)
 }
 
 #[test]
