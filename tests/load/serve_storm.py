@@ -16,8 +16,9 @@ starts `kiln serve` on a free port with short timeouts, then:
    half-closed request its response, no slow connection open past its timeout (+ the
    server's 2 s lingering close + 3 s slack), `/monitoring/prometheus/metrics` grew by less
    than 8 KiB, the server's RSS came back within 25% of the baseline (polled for up to
-   30 s), and a second identical storm grew it by less than 10% of the baseline (a leak grows
-   with every request; allocator arenas and fragmentation settle).
+   30 s), and two more identical storms did not both take it above the first storm's peak by
+   20% of the baseline (a leak grows with every request; allocator arenas and fragmentation
+   settle, and peaks vary by several MiB from storm to storm).
 
 Exit code 0 when every check holds, 1 otherwise; one `ok:` / `FAILED:` line per check and a
 JSON summary line (`storm: {...}`).
@@ -413,17 +414,21 @@ def main():
         check(rss_after <= rss_base * 1.25,
               f"RSS {rss_base / 1024:.1f} MiB after warm-up -> peak {rss_peak / 1024:.1f} MiB -> "
               f"{rss_after / 1024:.1f} MiB after the storm (within 25%: allocator arenas settle)")
-        # A leak grows with every request; arena growth and fragmentation settle. A second
-        # identical round must therefore add (almost) nothing.
-        storm_round(args.malformed, args.valid)
-        rss_second = rss_kib(server.pid)
-        deadline = time.monotonic() + 30
-        while rss_second > rss_after + rss_base * 0.10 and time.monotonic() < deadline:
-            time.sleep(0.5)
-            rss_second = rss_kib(server.pid)
-        check(rss_second <= rss_after + rss_base * 0.10,
-              f"a second storm: RSS {rss_after / 1024:.1f} -> {rss_second / 1024:.1f} MiB "
-              f"(grows by less than 10% of the baseline: no per-request leak)")
+        # A leak grows with every request; arena growth and fragmentation settle. Peaks of
+        # identical storms vary by several MiB with how the threads meet the allocator's
+        # arenas, so one storm against the next is noise: two more storms must stay within the
+        # envelope of the peaks before them (a leak adds to every one of them).
+        envelope = max(rss_peak, rss_after)
+        seconds = []
+        for _ in range(2):
+            storm_round(args.malformed, args.valid)
+            seconds.append(rss_kib(server.pid))
+        rss_second = seconds[-1]
+        grew = all(r > envelope + rss_base * 0.20 for r in seconds)
+        check(not grew,
+              f"two more storms: RSS {' -> '.join(f'{r / 1024:.1f}' for r in seconds)} MiB against "
+              f"the first storm's peak {envelope / 1024:.1f} MiB (not both above it by 20% of the "
+              f"baseline: no per-request leak)")
         check(server.poll() is None, "the server is still running")
         total = args.malformed + args.valid
         print("storm: " + json.dumps({
