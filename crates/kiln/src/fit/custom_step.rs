@@ -61,9 +61,7 @@ impl Model {
     /// # Errors
     /// [`KilnError::Config`] for an unknown part; I/O errors.
     pub fn save_part_weights(&self, name: &str, path: &std::path::Path) -> Result<()> {
-        let part = self
-            .part(name)
-            .ok_or_else(|| KilnError::config(format!("parts.{name}"), "no such part"))?;
+        let part = self.part(name).ok_or_else(|| unknown_part(name))?;
         crate::model::weights::save(part.spec(), part.network(), path)
     }
 
@@ -78,7 +76,7 @@ impl Model {
             .parts
             .iter_mut()
             .find(|p| p.name() == name)
-            .ok_or_else(|| KilnError::config(format!("parts.{name}"), "no such part"))?;
+            .ok_or_else(|| unknown_part(name))?;
         let net = crate::model::weights::load(part.spec(), path, &device)?;
         let optim = part.spec_optimizer().build();
         part.set_state(net, optim);
@@ -204,6 +202,11 @@ impl Model {
         }
         Ok(Some(acc.logs(&self.compiled, self.spec.output_units())))
     }
+}
+
+/// The error for a part the model does not have.
+fn unknown_part(name: &str) -> KilnError {
+    KilnError::config(format!("parts.{name}"), "no such part")
 }
 
 /// A step's logs, checked (not read back).

@@ -44,10 +44,6 @@ impl std::fmt::Debug for Part {
 impl Part {
     /// A part made of its pieces (the loop builds the main part from the compiled model's).
     pub fn new(spec: &PartSpec, net: Network, optim: ModuleOptimizer, iterations: u64) -> Part {
-        let rate = match spec.optimizer.schedule() {
-            Some(s) => s.at(iterations),
-            None => spec.optimizer.learning_rate(),
-        };
         Part {
             name: spec.name.clone(),
             spec: spec.model.clone(),
@@ -55,7 +51,7 @@ impl Part {
             clipping: spec.gradients.clipping(),
             net,
             optim,
-            rate,
+            rate: spec.optimizer.rate().at(iterations),
         }
     }
 
@@ -73,10 +69,7 @@ impl Part {
 
     /// The learning rate the optimizer follows at `iterations` (its schedule, or its number).
     pub fn rate_at(&self, iterations: u64) -> f64 {
-        match self.optimizer.schedule() {
-            Some(s) => s.at(iterations),
-            None => self.optimizer.learning_rate(),
-        }
+        self.optimizer.rate().at(iterations)
     }
 
     /// The same part without autodiff (for inference).
