@@ -8,11 +8,13 @@ mod common;
 use std::sync::Arc;
 
 use burn::prelude::*;
+use burn::tensor::Distribution;
 use burn::tensor::activation::log_softmax;
 use kiln::KilnError;
 use kiln::batch::DeviceBatch;
 use kiln::checkpoint::CheckpointDir;
 use kiln::compile::{Compiled, GradientOptions, Labels, LossKind, LossSpec};
+use kiln::distribute::{MirroredStrategy, Strategy};
 use kiln::fit::{Backup, FitOptions, OnNan, SaveFreq};
 use kiln::model::weights::keras_weights;
 use kiln::model::{Act, ModelSpec, Network};
@@ -69,6 +71,10 @@ enum Mode {
     Panics,
     /// As `Plain` with a second log `copy`, and a NaN loss from update 4 (epoch 2) on.
     NanFromFour,
+    /// As `Plain` on inputs with Gaussian noise drawn in the step.
+    Noisy,
+    /// As `Plain`, but a batch of fewer than 6 examples is not applied (replicas disagree).
+    SmallSkips,
 }
 
 struct Step(Mode);
@@ -96,16 +102,30 @@ impl TrainStep for Step {
         if self.0 == Mode::Panics {
             panic!("index out of bounds in the user's step");
         }
-        let logits = parts.main().call(batch.x.clone(), true)?.into_flat();
+        let x = match self.0 {
+            Mode::Noisy => {
+                let flat = batch.x.clone().into_flat();
+                let noise =
+                    Tensor::random(flat.shape(), Distribution::Normal(0.0, 0.3), &flat.device());
+                Act::Flat(flat + noise)
+            }
+            _ => batch.x.clone(),
+        };
+        let logits = parts.main().call(x, true)?.into_flat();
         let loss = cross_entropy(logits, &batch);
-        parts.apply_gradients(loss.clone(), &["main"])?;
+        if self.0 != Mode::SmallSkips || batch.size >= 6 {
+            parts.apply_gradients(loss.clone(), &["main"])?;
+        }
         let logs = StepLogs::new();
         Ok(match self.0 {
             Mode::WithTwin => {
                 let twin = parts.get("twin")?.call(batch.x.clone(), true)?.into_flat();
                 let twin_loss = cross_entropy(twin, &batch);
                 parts.apply_gradients(twin_loss.clone(), &["twin"])?;
-                logs.with("loss", loss).with("twin_loss", twin_loss)
+                let rows = Tensor::from_floats([batch.size as f32], &loss.device());
+                logs.with("loss", loss)
+                    .with("twin_loss", twin_loss)
+                    .with("rows", rows)
             }
             Mode::NanAtOne if at_one => logs.with("loss", loss * f32::NAN),
             Mode::NanFromFour if ctx.iterations >= 4 => logs
@@ -218,7 +238,16 @@ fn part_weights(m: &Model) -> Vec<Vec<f32>> {
 
 #[test]
 fn parts_are_trained_checkpointed_and_resumed_exactly() {
-    let root = std::env::temp_dir().join(format!("kiln-custom-step-{}", std::process::id()));
+    resumed_exactly(1);
+    resumed_exactly(2);
+}
+
+/// [`parts_are_trained_checkpointed_and_resumed_exactly`] with `replicas` mirrored replicas.
+fn resumed_exactly(replicas: usize) {
+    let root = std::env::temp_dir().join(format!(
+        "kiln-custom-step-{}-{replicas}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&root);
     let backup = |dir: &str, resume: bool| {
         let dir = CheckpointDir::new(root.join(dir), 3);
@@ -233,6 +262,7 @@ fn parts_are_trained_checkpointed_and_resumed_exactly() {
     };
     let run = |epochs: usize, backup: Backup| {
         let mut m = with_twin();
+        mirrored(&mut m, replicas);
         let opts = FitOptions {
             backup: Some(backup),
             ..FitOptions::epochs(epochs)
@@ -472,4 +502,110 @@ fn an_epoch_whose_steps_were_all_skipped_keeps_the_step_logs_in_the_history() {
     // Epochs 2 and 3 added no step: 0, as the loss is.
     assert_eq!(&copy[1..], &loss[1..]);
     assert_eq!(h.history["skipped_nan_steps"], vec![4.0, 4.0]);
+}
+
+fn mirrored(m: &mut Model, replicas: usize) {
+    let s = MirroredStrategy::new(replicas).unwrap();
+    m.set_strategy(Strategy::Mirrored(s));
+}
+
+#[test]
+fn under_mirrored_each_replica_steps_on_its_share_and_the_sum_trains_the_one_device_weights() {
+    let mut one = with_twin();
+    let h1 = fit(&mut one, 3, OnNan::Stop).unwrap();
+    // Batches of 16: two replicas of 8, three of 6, 6 and 4 (`split_sizes`, as TensorFlow).
+    for (replicas, rows) in [(2, 8.0), (3, (36.0 + 36.0 + 16.0) / 16.0)] {
+        let mut m = with_twin();
+        mirrored(&mut m, replicas);
+        let h = fit(&mut m, 3, OnNan::Stop).unwrap();
+        close(
+            &weights(m.spec(), m.network()),
+            &weights(one.spec(), one.network()),
+            1e-5,
+        );
+        close(&part_weights(&m), &part_weights(&one), 1e-5);
+        for key in ["loss", "twin_loss"] {
+            let (a, b) = (&h.history[key], &h1.history[key]);
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() < 1e-5, "{key}: {a:?} vs {b:?}");
+            }
+        }
+        // The logs are the share-weighted sum of the replicas' (each saw its own rows).
+        for r in &h.history["rows"] {
+            assert!(
+                (r - rows).abs() < 1e-5,
+                "{replicas} replicas: {r} vs {rows}"
+            );
+        }
+        assert_eq!(h1.history["rows"], vec![16.0; 3]);
+    }
+}
+
+#[test]
+fn mirrored_replicas_draw_their_own_noise_the_same_on_every_run() {
+    let run = |replicas: usize| {
+        let mut m = with_step(Mode::Noisy);
+        mirrored(&mut m, replicas);
+        let h = fit(&mut m, 2, OnNan::Stop).unwrap();
+        (weights(m.spec(), m.network()), h.history["loss"].clone())
+    };
+    let (a, la) = run(2);
+    let (b, lb) = run(2);
+    assert_eq!(
+        a, b,
+        "replicas take turns in a fixed order: the same draws every run"
+    );
+    assert_eq!(la, lb);
+    // Replica 1 draws other noise than the one device's second half of the batch.
+    let (one, _) = run(1);
+    assert_ne!(a, one);
+}
+
+#[test]
+fn under_mirrored_a_replica_that_fails_or_disagrees_stops_the_step_with_its_own_message() {
+    let fails = |mode: Mode, replicas: usize| {
+        let mut m = with_step(mode);
+        mirrored(&mut m, replicas);
+        fit(&mut m, 1, OnNan::Stop).unwrap_err().to_string()
+    };
+    let e = fails(Mode::Fails, 2);
+    assert_eq!(
+        e,
+        "train step \"by-hand\": step: the discriminator is missing"
+    );
+    let e = fails(Mode::Panics, 2);
+    assert!(
+        e.contains("panicked: index out of bounds in the user's step"),
+        "{e}"
+    );
+    // Three replicas of 6, 6 and 4 rows: replica 2 applies no gradients.
+    let e = fails(Mode::SmallSkips, 3);
+    assert_eq!(
+        e,
+        "train step \"by-hand\": step: replica 2 ended its step while replica 0 called \
+         apply_gradients on 1 part(s): every replica must call apply_gradients the same \
+         times, with the same parts"
+    );
+}
+
+#[test]
+fn mirrored_keeps_the_loss_scale_and_the_deferred_reads_of_one_device() {
+    let mut one = float16(true);
+    let want = fit(&mut one, 3, OnNan::Stop).unwrap();
+    let mut two = float16(true);
+    mirrored(&mut two, 2);
+    let got = fit(&mut two, 3, OnNan::Stop).unwrap();
+    // The replicas check the summed gradients: they grow or halve the scale together.
+    assert_eq!(got.history["loss_scale"], want.history["loss_scale"]);
+    let w = |m: &Model| weights(m.spec(), m.network());
+    close(&w(&two), &w(&one), 1e-3);
+    let (mut every_step, mut windows) = (every(Mode::Plain, 1), every(Mode::Plain, 3));
+    mirrored(&mut every_step, 2);
+    mirrored(&mut windows, 2);
+    let h1 = fit(&mut every_step, 2, OnNan::Stop).unwrap();
+    let h3 = fit(&mut windows, 2, OnNan::Stop).unwrap();
+    assert_eq!(w(&windows), w(&every_step));
+    assert_eq!(h3.history["loss"], h1.history["loss"]);
+    let p3 = h3.profile.unwrap();
+    assert_eq!((p3.steps, p3.host_reads), (4, 2), "the replicas' logs stay on the device");
 }

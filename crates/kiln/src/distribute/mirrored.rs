@@ -106,6 +106,15 @@ impl MirroredStrategy {
         self.sync_batch_norm
     }
 
+    /// True when every replica is on the model's device (`num_replicas`, or `devices` naming
+    /// one device).
+    pub fn on_one_device(&self) -> bool {
+        match &self.replicas {
+            Replicas::OnModelDevice(_) => true,
+            Replicas::Devices(d) => d.iter().all(|x| *x == d[0]),
+        }
+    }
+
     /// `num_replicas_in_sync`.
     pub fn num_replicas(&self) -> usize {
         match &self.replicas {
@@ -212,11 +221,11 @@ fn to_device(batch: DeviceBatch, device: &Device) -> DeviceBatch {
 }
 
 /// `sum[p] += scale * new[p]` on `device`, for each parameter `p` of the visited module.
-struct ScaleAdd<'a> {
-    sum: GradientsParams,
-    new: GradientsParams,
-    scale: f64,
-    device: &'a Device,
+pub(super) struct ScaleAdd<'a> {
+    pub(super) sum: GradientsParams,
+    pub(super) new: GradientsParams,
+    pub(super) scale: f64,
+    pub(super) device: &'a Device,
 }
 
 impl ModuleVisitor for ScaleAdd<'_> {
@@ -237,7 +246,11 @@ impl ModuleVisitor for ScaleAdd<'_> {
 /// updated ones ([`super::ReduceOp::Mean`]): each replica folded its own batch statistics in
 /// (`moving * momentum + batch * (1 - momentum)`), and the mean of those is the update with
 /// the mean of the replicas' statistics.
-fn mean_moving_stats(mut net: Network, replicas: Vec<Network>, home: &Device) -> Network {
+pub(super) fn mean_moving_stats(
+    mut net: Network,
+    replicas: Vec<Network>,
+    home: &Device,
+) -> Network {
     let k = replicas.len();
     if k == 0 || !net.layers.iter().any(|l| l.moving_mean.is_some()) {
         return net;

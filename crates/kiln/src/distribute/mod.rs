@@ -37,6 +37,7 @@
 
 pub mod balance;
 pub mod cost_model;
+mod custom;
 pub mod diagnosis;
 mod mirrored;
 mod multi_worker;
@@ -46,6 +47,7 @@ pub mod sync_bn;
 pub mod world;
 
 pub use balance::{BalanceBy, Stages};
+pub use custom::train_step_replicated;
 pub use mirrored::MirroredStrategy;
 pub use multi_worker::MultiWorkerMirroredStrategy;
 pub use pipeline::PipelineStrategy;

@@ -7,6 +7,8 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 
+mod custom;
+
 use super::split::{split_batch, split_sizes};
 use super::world::{self, World};
 use crate::batch::DeviceBatch;
@@ -415,21 +417,8 @@ impl Layout {
         net.visit(&mut unpack);
         let workers = buf[self.scalars].max(1.0);
         let mut offset = self.moving_start;
-        for layer in &mut net.layers {
-            for p in [&mut layer.moving_mean, &mut layer.moving_variance]
-                .into_iter()
-                .flatten()
-            {
-                let n = p.val().dims()[0];
-                let mean: Vec<f32> = buf[offset..offset + n]
-                    .iter()
-                    .map(|x| x / workers)
-                    .collect();
-                offset += n;
-                let t = Tensor::<1>::from_data(TensorData::new(mean, [n]), &p.val().device());
-                *p = p.clone().map(|_| t.set_require_grad(false));
-            }
-        }
+        let taken = std::mem::replace(net, Network { layers: Vec::new() });
+        *net = set_moving_mean(taken, buf, &mut offset, workers);
         unpack.grads
     }
 
@@ -458,6 +447,27 @@ impl Layout {
             },
         })
     }
+}
+
+/// `net` with its moving statistics read from `buf` at `offset` (advanced), divided by
+/// `workers`.
+fn set_moving_mean(mut net: Network, buf: &[f32], offset: &mut usize, workers: f32) -> Network {
+    for layer in &mut net.layers {
+        for p in [&mut layer.moving_mean, &mut layer.moving_variance]
+            .into_iter()
+            .flatten()
+        {
+            let n = p.val().dims()[0];
+            let mean: Vec<f32> = buf[*offset..*offset + n]
+                .iter()
+                .map(|x| x / workers)
+                .collect();
+            *offset += n;
+            let t = Tensor::<1>::from_data(TensorData::new(mean, [n]), &p.val().device());
+            *p = p.clone().map(|_| t.set_require_grad(false));
+        }
+    }
+    net
 }
 
 /// Where a worker's examples sit in the step's global batch.

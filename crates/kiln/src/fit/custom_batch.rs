@@ -5,9 +5,11 @@
 use std::time::Instant;
 
 use super::super::custom_step::checked;
+use super::super::resume::step_seed;
 use super::super::window::{CustomDeferred, Start};
 use super::{EpochClock, FitLoop, StepEnd};
 use crate::batch::DeviceBatch;
+use crate::distribute::train_step_replicated;
 use crate::error::{KilnError, Result};
 use crate::fit::OnNan;
 use crate::logs::StepProfile;
@@ -152,7 +154,7 @@ impl FitLoop<'_, '_, '_, '_> {
         let (net, rate) = self.begin_step();
         let iterations = self.control.iterations;
         let scale = self.accumulation.loss_scale();
-        let mut parts = self
+        let parts = self
             .model
             .take_parts(net, rate, iterations)
             .with_loss_scale(scale);
@@ -163,16 +165,10 @@ impl FitLoop<'_, '_, '_, '_> {
         };
         let train_step = self.model.train_step.clone().expect("a custom step is set");
         // A panic in the step's code stops the run with an error naming the step; the parts
-        // go back to the model either way.
-        let run = std::panic::AssertUnwindSafe(|| train_step.train_step(&mut parts, batch, &ctx));
-        let logs = std::panic::catch_unwind(run).unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            Err(format!("panicked: {what}"))
-        });
+        // go back to the model either way. Under a strategy the step runs once per replica.
+        let seed = step_seed(self.model.seed, iterations);
+        let strategy = &mut self.accumulation.strategy;
+        let (parts, logs) = train_step_replicated(strategy, &*train_step, parts, batch, &ctx, seed);
         // The run's own scale (a resume under another precision may have read one).
         self.state.loss_scale = parts.loss_scale();
         if let Some(scale) = parts.loss_scale() {

@@ -169,13 +169,25 @@ impl Model {
                 ));
             }
         }
-        if !matches!(self.strategy, crate::distribute::Strategy::OneDevice) {
-            return Err(refuse(
+        use crate::distribute::Strategy;
+        match &self.strategy {
+            Strategy::Pipeline(_) => Err(refuse(
                 "distribute.strategy",
-                "a custom step runs on one device for now",
-            ));
+                "a custom step calls its parts itself, so kiln cannot split them into \
+                 pipeline stages; use \"mirrored\" or \"multi_worker_mirrored\"",
+            )),
+            Strategy::Mirrored(m) if !m.on_one_device() => Err(refuse(
+                "distribute.devices",
+                "a custom step's replicas run on the model's device; list one device (or \
+                 use num_replicas), or multi_worker_mirrored with one process per device",
+            )),
+            Strategy::MultiWorkerMirrored(m) if m.sync_batch_norm() => Err(refuse(
+                "distribute.sync_batch_norm",
+                "is not supported with a custom step under multi_worker_mirrored (its parts' \
+                 BatchNormalization statistics are each worker's); set it to false",
+            )),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// `evaluate` through the custom step's `test_step`: `None` when there is no custom step

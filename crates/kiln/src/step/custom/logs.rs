@@ -92,6 +92,56 @@ impl StepLogs {
         Ok(())
     }
 
+    /// The logs of a global batch from its replicas' logs, each weighted by its share of the
+    /// batch (`Σ share × value`, on the device of the first replica's): the mean over the
+    /// global batch of values that are means over each replica's examples.
+    ///
+    /// # Errors
+    /// A message when the replicas returned different names.
+    pub fn weighted_sum(replicas: Vec<(StepLogs, f64)>) -> Result<StepLogs, String> {
+        let mut replicas = replicas.into_iter();
+        let Some((first, share)) = replicas.next() else {
+            return Ok(StepLogs::new());
+        };
+        let mut sum: Vec<(String, Tensor<1>)> = first
+            .values
+            .into_iter()
+            .map(|(n, v)| (n, v.mul_scalar(share)))
+            .collect();
+        for (r, (logs, share)) in replicas.enumerate() {
+            let names: Vec<&str> = logs.names().collect();
+            if names != sum.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>() {
+                return Err(format!(
+                    "replica {} returned the logs [{}], replica 0 [{}]; every replica must \
+                     return the same names",
+                    r + 1,
+                    names.join(", "),
+                    sum.iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            for ((_, total), (_, v)) in sum.iter_mut().zip(logs.values) {
+                let v = v.mul_scalar(share).to_device(&total.device());
+                *total = total.clone() + v;
+            }
+        }
+        Ok(StepLogs { values: sum })
+    }
+
+    /// Logs of read-back `values`, as one-element tensors on `device`.
+    pub fn from_values(values: &[(String, f64)], device: &Device) -> StepLogs {
+        let values = values
+            .iter()
+            .map(|(n, v)| {
+                let t = Tensor::<1>::from_data(TensorData::new(vec![*v as f32], [1]), device);
+                (n.clone(), t)
+            })
+            .collect();
+        StepLogs { values }
+    }
+
     /// Reads every value back with one host read, in order.
     pub fn read(self) -> Vec<(String, f64)> {
         StepLogs::read_all(vec![self]).remove(0)

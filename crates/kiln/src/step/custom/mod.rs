@@ -19,7 +19,7 @@ mod logs;
 mod parts;
 
 pub use logs::{RESERVED_LOGS, StepLogs};
-pub use parts::{Part, PartSpec, Parts};
+pub use parts::{CrossReplica, Part, PartSpec, Parts};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -74,6 +74,25 @@ pub trait TrainStep: Send + Sync {
         let _ = (parts, batch);
         None
     }
+}
+
+/// `step.train_step(parts, batch, ctx)`, a panic in the step's code turned into an error
+/// message (the parts stay usable).
+pub fn run_guarded(
+    step: &dyn TrainStep,
+    parts: &mut Parts,
+    batch: DeviceBatch,
+    ctx: &StepContext,
+) -> std::result::Result<StepLogs, String> {
+    let run = std::panic::AssertUnwindSafe(|| step.train_step(parts, batch, ctx));
+    std::panic::catch_unwind(run).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Err(format!("panicked: {what}"))
+    })
 }
 
 type Factory = fn() -> Arc<dyn TrainStep>;

@@ -95,6 +95,12 @@ impl Part {
         &self.net
     }
 
+    /// Replaces its parameters with `f` of them (a strategy combining replicas' statistics).
+    pub fn map_network(&mut self, f: impl FnOnce(Network) -> Network) {
+        let net = std::mem::replace(&mut self.net, Network { layers: Vec::new() });
+        self.net = f(net);
+    }
+
     /// Its optimizer's declaration.
     pub fn spec_optimizer(&self) -> &OptimizerSpec {
         &self.optimizer
@@ -150,20 +156,6 @@ impl Part {
         self.net.regularized(&self.spec, loss, None)
     }
 
-    /// This part's gradients in `grads` (removed from it), divided by `scale` when the loss
-    /// was scaled, and whether they are all finite (`true` unscaled: not checked).
-    fn own_gradients(
-        &self,
-        grads: &mut burn::tensor::Gradients,
-        scale: Option<f64>,
-    ) -> (GradientsParams, bool) {
-        let own = GradientsParams::from_module(grads, &self.net);
-        match scale {
-            Some(s) => unscale(&self.net, own, s),
-            None => (own, true),
-        }
-    }
-
     /// One update from `own` (this part's gradients): clipping, the optimizer step, the
     /// weight constraints.
     fn update(&mut self, mut own: GradientsParams) {
@@ -189,12 +181,44 @@ fn shaped(rows: Tensor<2>, batch: usize, shape: &[usize]) -> Act {
     }
 }
 
+/// How [`Parts::apply_gradients`] combines one replica's gradients with the other replicas'
+/// under a distribution strategy (`mirrored`, `multi_worker_mirrored`); the strategy sets it,
+/// a step never sees it.
+pub trait CrossReplica: Send {
+    /// This replica's examples over the global batch's: the gradients of its loss (a mean over
+    /// its examples) are scaled by it, so that their sum over the replicas is the gradient of
+    /// the global batch's mean loss (`tf.nn.compute_average_loss`).
+    fn share(&self) -> f64;
+
+    /// Each of `grads` (the gradients of `nets`' parameters, in order) summed over the
+    /// replicas (the all-reduce, `ReduceOp.SUM`). Every replica calls it the same number of
+    /// times, with the same parts.
+    ///
+    /// # Errors
+    /// A message when another replica failed or called it differently.
+    fn all_reduce(
+        &mut self,
+        nets: &[&Network],
+        grads: Vec<GradientsParams>,
+    ) -> Result<Vec<GradientsParams>, String>;
+}
+
 /// The networks of a custom step: the compiled model itself (`main`) and the extra parts.
-#[derive(Debug)]
 pub struct Parts {
     parts: Vec<Part>,
     /// The dynamic loss scale (`mixed_float16`), shared by every `apply_gradients` call.
     loss_scale: Option<LossScale>,
+    /// Under a distribution strategy: how gradients are combined across replicas.
+    replica: Option<Box<dyn CrossReplica>>,
+}
+
+impl std::fmt::Debug for Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parts")
+            .field("parts", &self.parts)
+            .field("replicated", &self.replica.is_some())
+            .finish()
+    }
 }
 
 impl Parts {
@@ -206,7 +230,34 @@ impl Parts {
         Parts {
             parts,
             loss_scale: None,
+            replica: None,
         }
+    }
+
+    /// A copy for another replica: the same weights, optimizer states and loss scale, with
+    /// `replica` combining its gradients with the others'.
+    pub fn replica(&self, replica: Box<dyn CrossReplica>) -> Parts {
+        Parts {
+            parts: self.parts.clone(),
+            loss_scale: self.loss_scale,
+            replica: Some(replica),
+        }
+    }
+
+    /// Sets how this copy's gradients are combined across replicas (`None`: one replica).
+    pub fn set_cross_replica(&mut self, replica: Option<Box<dyn CrossReplica>>) {
+        self.replica = replica;
+    }
+
+    /// Every part, `main` first.
+    pub fn all(&self) -> &[Part] {
+        &self.parts
+    }
+
+    /// Every part, `main` first, to change in place (a strategy averaging the replicas'
+    /// BatchNormalization statistics).
+    pub fn all_mut(&mut self) -> &mut [Part] {
+        &mut self.parts
     }
 
     /// Scales losses in [`Parts::apply_gradients`] with `scale` (the loop's `mixed_float16`
@@ -274,16 +325,31 @@ impl Parts {
             }
         }
         let scale = self.loss_scale.map(|s| s.scale);
-        let mut grads = match scale {
-            Some(s) => loss.mul_scalar(s).backward(),
-            None => loss.backward(),
+        // Under a strategy the replica's loss counts for its share of the global batch.
+        let factor = scale.unwrap_or(1.0) * self.replica.as_ref().map_or(1.0, |r| r.share());
+        let mut grads = match factor == 1.0 {
+            true => loss.backward(),
+            false => loss.mul_scalar(factor).backward(),
         };
         let mut own = Vec::with_capacity(names.len());
-        let mut finite = true;
         for name in names {
-            let (g, ok) = self.get(name)?.own_gradients(&mut grads, scale);
-            finite &= ok;
-            own.push(g);
+            let net = &self.get(name)?.net;
+            own.push(GradientsParams::from_module(&mut grads, net));
+        }
+        if let Some(replica) = self.replica.as_mut() {
+            let nets: Vec<&Network> = names
+                .iter()
+                .map(|n| &self.parts[index_of(&self.parts, n)].net)
+                .collect();
+            own = replica.all_reduce(&nets, own)?;
+        }
+        let mut finite = true;
+        if let Some(s) = scale {
+            for (name, g) in names.iter().zip(own.iter_mut()) {
+                let (unscaled, ok) = unscale(&self.get(name)?.net, std::mem::take(g), s);
+                *g = unscaled;
+                finite &= ok;
+            }
         }
         // Keras' LossScaleOptimizer: an overflow skips the update and halves the scale.
         if let Some(s) = self.loss_scale.as_mut()
@@ -295,5 +361,17 @@ impl Parts {
             self.get(name)?.update(g);
         }
         Ok(())
+    }
+}
+
+/// The index of the part named `name` (`main` is 0); the name was checked.
+fn index_of(parts: &[Part], name: &str) -> usize {
+    match name {
+        "main" => 0,
+        _ => parts
+            .iter()
+            .skip(1)
+            .position(|p| p.name == name)
+            .map_or(0, |i| i + 1),
     }
 }
