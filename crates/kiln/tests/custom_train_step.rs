@@ -607,5 +607,9 @@ fn mirrored_keeps_the_loss_scale_and_the_deferred_reads_of_one_device() {
     assert_eq!(w(&windows), w(&every_step));
     assert_eq!(h3.history["loss"], h1.history["loss"]);
     let p3 = h3.profile.unwrap();
-    assert_eq!((p3.steps, p3.host_reads), (4, 2), "the replicas' logs stay on the device");
+    assert_eq!(
+        (p3.steps, p3.host_reads),
+        (4, 2),
+        "the replicas' logs stay on the device"
+    );
 }

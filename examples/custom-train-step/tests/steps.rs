@@ -349,3 +349,95 @@ fn bad_custom_step_configs_are_refused_naming_the_key() {
     let no_loss = refused(&SMALL.replace("loss = \"mse\"\n", ""));
     assert!(no_loss.contains("compile.loss: missing"), "{no_loss}");
 }
+
+/// The f32 tensors of a safetensors file, by name.
+fn tensors(path: &Path) -> Vec<(String, Vec<f32>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut all: Vec<(String, Vec<f32>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let values = view
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            (name, values)
+        })
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+/// `mpirun -np 2 kiln-steps train CONFIG --run-dir RUN --strategy multi_worker_mirrored`
+/// (as root too, more processes than cores allowed), one thread per worker.
+fn mpirun(config: &Path, run: &Path) -> Output {
+    let found = Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found,
+        "mpirun is not installed: run scripts/setup.sh (it installs Debian's openmpi-bin)"
+    );
+    Command::new("mpirun")
+        .args(["-np", "2", "--oversubscribe", "-x", "RAYON_NUM_THREADS"])
+        .arg(env!("CARGO_BIN_EXE_kiln-steps"))
+        .arg("train")
+        .arg(config)
+        .arg("--run-dir")
+        .arg(run)
+        .args(["--strategy", "multi_worker_mirrored"])
+        .env("RAYON_NUM_THREADS", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_vae_on_two_mpi_workers_trains_what_two_mirrored_replicas_train_in_one_process() {
+    require_data();
+    let dir = scratch("vae-mpi");
+    let cfg = config(&dir, "vae");
+    // 128 images (2 steps an epoch), 2 epochs, 64 validation images: MPI workers run on one
+    // thread each.
+    let shrunk = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("epochs = 3", "epochs = 2")
+        .replace("take = 512", "take = 128")
+        .replace("buffer_size = 512", "buffer_size = 128")
+        .replace("take = 256", "take = 64");
+    std::fs::write(&cfg, shrunk).unwrap();
+    let (workers, replicas) = (dir.join("workers"), dir.join("replicas"));
+    let o = mpirun(&cfg, &workers);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = train(&cfg, &replicas, &["--num-replicas", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // Each worker draws its noise from the seed of its replica index, as in-process
+    // replicas do; only the order of float sums differs.
+    for file in ["model.safetensors", "part-decoder.safetensors"] {
+        let (a, b) = (tensors(&workers.join(file)), tensors(&replicas.join(file)));
+        assert_eq!(a.len(), b.len());
+        for ((name, x), (_, y)) in a.iter().zip(&b) {
+            for (u, v) in x.iter().zip(y) {
+                assert!(
+                    (u - v).abs() <= 1e-4 * v.abs().max(1.0),
+                    "{file} {name}: {u} vs {v}"
+                );
+            }
+        }
+    }
+    let (hw, hr) = (history(&workers), history(&replicas));
+    for key in ["loss", "kl_loss", "val_loss"] {
+        let (a, b) = (series(&hw, key), series(&hr, key));
+        assert_eq!(a.len(), 2);
+        for (u, v) in a.iter().zip(&b) {
+            assert!((u - v).abs() <= 1e-4 * v.abs(), "{key}: {a:?} vs {b:?}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
