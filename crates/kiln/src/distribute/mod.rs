@@ -34,6 +34,8 @@
 //!   device, each replica's gradients are copied to the first device and summed there, and the
 //!   update is applied once (TensorFlow's `ReductionToOneDevice`); every replica then reads the
 //!   same updated weights.
+//! - A custom train step ([`crate::step::custom`]) runs once per replica, in threads that take
+//!   turns, each `apply_gradients` an all-reduce ([`train_step_replicated`]).
 
 pub mod balance;
 pub mod cost_model;
