@@ -16,6 +16,8 @@
 
 use rayon::prelude::*;
 
+use super::cpu::{self, multiversion};
+
 /// The hyperparameters of one update.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamStep {
@@ -51,17 +53,26 @@ pub fn update(w: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32], s: &AdamSt
         (1.0 - s.beta_2) as f32,
         s.epsilon as f32,
     );
+    let path = cpu::path();
     w.par_chunks_mut(CHUNK)
         .zip(m.par_chunks_mut(CHUNK))
         .zip(v.par_chunks_mut(CHUNK))
         .zip(g.par_chunks(CHUNK))
         .for_each(|(((w, m), v), g)| {
-            for (((w, m), v), &g) in w.iter_mut().zip(m).zip(v).zip(g) {
-                *m += (g - *m) * c1;
-                *v += (g * g - *v) * c2;
-                *w = *w * decay - alpha * *m / (v.sqrt() + eps);
-            }
+            update_chunk(path, w, m, v, g, [c1, c2, eps, alpha, decay]);
         });
+}
+
+multiversion! {
+    /// One chunk of [`update`], with `[1 - beta_1, 1 - beta_2, epsilon, alpha, decay]`.
+    fn update_chunk(w: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32], k: [f32; 5]) {
+        let [c1, c2, eps, alpha, decay] = k;
+        for (((w, m), v), &g) in w.iter_mut().zip(m).zip(v).zip(g) {
+            *m += (g - *m) * c1;
+            *v += (g * g - *v) * c2;
+            *w = *w * decay - alpha * *m / (v.sqrt() + eps);
+        }
+    }
 }
 
 #[cfg(test)]

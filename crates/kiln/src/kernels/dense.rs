@@ -11,6 +11,7 @@
 use rayon::prelude::*;
 
 use super::conv2d::{relu, relu_grad};
+use super::cpu::{self, multiversion};
 use super::gemm::{View, matmul};
 
 /// Row blocks per product: enough to balance two to eight cores.
@@ -35,21 +36,29 @@ pub fn forward(
     }
     let rows = n.div_ceil(TASKS).max(1);
     let weights = View::new(w, i, u);
+    let path = cpu::path();
     y.par_chunks_mut(rows * u)
         .zip(x.par_chunks(rows * i))
         .for_each(|(y_t, x_t)| {
             let r = y_t.len() / u;
             matmul(View::new(x_t, r, i), weights, y_t, false);
-            for row in y_t.chunks_exact_mut(u) {
-                match (bias, relu_on) {
-                    (Some(b), true) => row.iter_mut().zip(b).for_each(|(v, &b)| *v = relu(*v + b)),
-                    (Some(b), false) => row.iter_mut().zip(b).for_each(|(v, &b)| *v += b),
-                    (None, true) => row.iter_mut().for_each(|v| *v = relu(*v)),
-                    (None, false) => {}
-                }
-            }
+            epilogue(path, y_t, u, bias, relu_on);
         });
     y
+}
+
+multiversion! {
+    /// The fused epilogue of [`forward`] on rows of `u` outputs: `+ bias`, then ReLU.
+    fn epilogue(y: &mut [f32], u: usize, bias: Option<&[f32]>, relu_on: bool) {
+        for row in y.chunks_exact_mut(u) {
+            match (bias, relu_on) {
+                (Some(b), true) => row.iter_mut().zip(b).for_each(|(v, &b)| *v = relu(*v + b)),
+                (Some(b), false) => row.iter_mut().zip(b).for_each(|(v, &b)| *v += b),
+                (None, true) => row.iter_mut().for_each(|v| *v = relu(*v)),
+                (None, false) => {}
+            }
+        }
+    }
 }
 
 /// Gradients `(dx, dw, db)` of [`forward`] for the output gradient `dy [n, u]`; `relu_output`

@@ -1,4 +1,7 @@
-//! A safe wrapper over the `gemm` crate for the shapes the kernels use.
+//! A safe wrapper over the `gemm` crate for the shapes the kernels use, with the
+//! micro-kernels of the chosen [`cpu`] path.
+
+use super::cpu::{self, CpuPath};
 
 /// A row-major matrix view: `rows x cols` with element `(i, j)` at `data[i * row_stride +
 /// j * col_stride]`. A transposed view swaps the strides.
@@ -119,13 +122,86 @@ pub fn matmul_uninit<'d>(
     }
 }
 
-/// The gemm crate's kernel on the calling thread: `dst (+)= a @ b`, `dst` row-major
-/// `a.rows x b.cols`.
+/// The gemm crate's kernel for [`cpu::path`] on the calling thread: `dst (+)= a @ b`, `dst`
+/// row-major `a.rows x b.cols`.
 ///
 /// # Safety
 /// The views' indices are in bounds of their slices, `dst` is valid for `a.rows * b.cols`
 /// writes (and reads with `accumulate`) and overlaps neither view.
 unsafe fn gemm_into(a: View<'_>, b: View<'_>, dst: *mut f32, accumulate: bool) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm_on(cpu::path(), a, b, dst, accumulate) }
+}
+
+/// [`gemm_into`] with the micro-kernels of `path`.
+///
+/// # Safety
+/// As [`gemm_into`], and the CPU runs `path` ([`cpu::set_path`] and [`cpu::path`] never
+/// give one it cannot).
+#[cfg(target_arch = "x86_64")]
+unsafe fn gemm_on(path: CpuPath, a: View<'_>, b: View<'_>, dst: *mut f32, accumulate: bool) {
+    // What `gemm::gemm` does before its own dispatch: the micro-kernels want a column-major
+    // destination, so the row-major `dst = a @ b` is computed as `dst^T = b^T @ a^T`.
+    let (m, n, k) = (b.cols, a.rows, a.cols);
+    let (lhs, lhs_cs, lhs_rs) = (b.data.as_ptr(), b.row_stride, b.col_stride);
+    let (rhs, rhs_cs, rhs_rs) = (a.data.as_ptr(), a.row_stride, a.col_stride);
+    macro_rules! kernel {
+        ($simd:ident, $isa:ident, $width:literal) => {{
+            use gemm_common::simd::MixedSimd;
+            use gemm_f32::microkernel::$isa::f32 as ukr;
+            let simd = <gemm_common::simd::$simd as MixedSimd<f32, f32, f32, f32>>::try_new()
+                .expect("the CPU runs the chosen kernel path");
+            // SAFETY: the caller's contract; the arguments are `gemm::gemm`'s for f32.
+            unsafe {
+                gemm_common::gemm::gemm_basic_generic::<
+                    _,
+                    f32,
+                    $width,
+                    { ukr::MR_DIV_N * $width },
+                    { ukr::NR },
+                    { ukr::MR_DIV_N },
+                    { ukr::H_M },
+                    { ukr::H_N },
+                >(
+                    simd,
+                    m,
+                    n,
+                    k,
+                    dst,
+                    // `dst^T` is `m x n` column-major: its columns are `dst`'s rows.
+                    m as isize,
+                    1,
+                    accumulate,
+                    lhs,
+                    lhs_cs as isize,
+                    lhs_rs as isize,
+                    rhs,
+                    rhs_cs as isize,
+                    rhs_rs as isize,
+                    1.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    |x, y, z| x * y + z,
+                    &ukr::UKR,
+                    &ukr::H_UKR,
+                    false,
+                    gemm_common::Parallelism::None,
+                )
+            }
+        }};
+    }
+    match path {
+        CpuPath::Avx512 => kernel!(V4, avx512f, 16),
+        CpuPath::Avx2 => kernel!(V3, fma, 8),
+        CpuPath::Portable => kernel!(Scalar, scalar, 1),
+    }
+}
+
+/// Off x86-64 the gemm crate picks its own kernels.
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn gemm_on(_: CpuPath, a: View<'_>, b: View<'_>, dst: *mut f32, accumulate: bool) {
     let (m, n, k) = (a.rows, b.cols, a.cols);
     // SAFETY: the caller's contract.
     unsafe {
@@ -156,6 +232,50 @@ unsafe fn gemm_into(a: View<'_>, b: View<'_>, dst: *mut f32, accumulate: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_path_multiplies_as_the_definition() {
+        let detected = CpuPath::detected();
+        for path in CpuPath::ALL.into_iter().rev().filter(|p| *p <= detected) {
+            for (m, k, n) in [
+                (2, 3, 4),
+                (5, 1, 7),
+                (33, 17, 9),
+                (64, 100, 48),
+                (3, 300, 1),
+            ] {
+                let a: Vec<f32> = (0..m * k).map(|v| ((v * 13) % 7) as f32 - 3.0).collect();
+                let b: Vec<f32> = (0..k * n).map(|v| ((v * 5) % 11) as f32 - 5.0).collect();
+                let mut want = vec![0.0f32; m * n];
+                for i in 0..m {
+                    for j in 0..n {
+                        want[i * n + j] = (0..k).map(|l| a[i * k + l] * b[l * n + j]).sum();
+                    }
+                }
+                let mut got = vec![1.0f32; m * n];
+                // SAFETY: contiguous views of exactly their slices; `got` holds m * n.
+                unsafe {
+                    gemm_on(
+                        path,
+                        View::new(&a, m, k),
+                        View::new(&b, k, n),
+                        got.as_mut_ptr(),
+                        false,
+                    )
+                };
+                assert_eq!(got, want, "{path} m={m} k={k} n={n}");
+                // Transposed views (strides swapped), accumulating onto ones.
+                let at: Vec<f32> = (0..k * m).map(|v| a[(v % m) * k + v / m]).collect();
+                let bt: Vec<f32> = (0..n * k).map(|v| b[(v % k) * n + v / k]).collect();
+                let mut acc = vec![1.0f32; m * n];
+                let (va, vb) = (View::new(&at, k, m).t(), View::new(&bt, n, k).t());
+                // SAFETY: as above; the transposed views index the same ranges.
+                unsafe { gemm_on(path, va, vb, acc.as_mut_ptr(), true) };
+                let plus_one: Vec<f32> = want.iter().map(|w| w + 1.0).collect();
+                assert_eq!(acc, plus_one, "{path} transposed m={m} k={k} n={n}");
+            }
+        }
+    }
 
     #[test]
     fn a_rows_result_does_not_depend_on_the_number_of_rows() {

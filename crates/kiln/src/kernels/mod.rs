@@ -7,10 +7,14 @@
 //! a multi-threaded GEMM per image would spend its time synchronizing. Pooling keeps no index
 //! tensor: the backward pass finds each window's maximum again.
 //!
+//! Each kernel runs the widest instruction set the CPU has ([`cpu`]: AVX-512, AVX2 + FMA, or
+//! portable code), chosen once per process; `KILN_CPU_PATH` forces a lower one.
+//!
 //! [`crate::ops`] wires these into Burn's autodiff as custom operations.
 
 pub mod adam;
 pub mod conv2d;
+pub mod cpu;
 pub mod dense;
 mod gemm;
 pub mod pool;

@@ -36,7 +36,7 @@ fn grad<const D: usize>(t: &Tensor<D>, g: &burn::tensor::Gradients) -> Vec<f32> 
 // tolerance.
 
 #[test]
-fn conv2d_matches_burn_forward_and_gradients() {
+pub(crate) fn conv2d_matches_burn_forward_and_gradients() {
     let device = Device::flex().autodiff();
     device.seed(11);
     let mut checked = 0;
@@ -112,7 +112,7 @@ fn conv2d_matches_burn_forward_and_gradients() {
 }
 
 #[test]
-fn max_pool2d_matches_burn_forward_and_gradients() {
+pub(crate) fn max_pool2d_matches_burn_forward_and_gradients() {
     let device = Device::flex().autodiff();
     device.seed(12);
     let mut checked = 0;
@@ -171,7 +171,7 @@ fn the_fast_path_serves_flex_float32_only() {
 }
 
 #[test]
-fn dense_matches_burn_forward_and_gradients() {
+pub(crate) fn dense_matches_burn_forward_and_gradients() {
     let device = Device::flex().autodiff();
     device.seed(13);
     for &(n, i, u) in &[(1, 1, 1), (5, 7, 3), (128, 784, 64), (33, 20, 10)] {

@@ -8,17 +8,10 @@ use rayon::prelude::*;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 
-/// Whether the 2×2 fast paths may use [`avx2`] (checked at run time; cached by std).
+/// Whether the 2×2 fast paths may use [`avx2`] (the [`super::cpu`] path is AVX2 or wider).
 #[inline]
 fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    super::cpu::path() >= super::cpu::CpuPath::Avx2
 }
 
 /// Forward of one 2×2 output row: the vector path when the row has at least 4 windows, else the

@@ -1,0 +1,218 @@
+//! Which instruction set kiln's CPU kernels use, chosen once per process from the CPU's
+//! features: one binary runs everywhere and uses the widest vectors the CPU has.
+//!
+//! | path | needs (x86-64) | GEMM micro-kernels | element-wise loops |
+//! |---|---|---|---|
+//! | `avx512` | AVX-512 F/BW/CD/DQ/VL, AVX2, FMA | 16-wide (the `gemm` crate's `avx512f`) | compiled for AVX-512 |
+//! | `avx2` | AVX2, FMA | 8-wide (`fma`) | compiled for AVX2 + FMA |
+//! | `portable` | — | scalar | baseline x86-64 (SSE2) |
+//!
+//! The environment variable `KILN_CPU_PATH` (`avx512`, `avx2` or `portable`) forces a lower
+//! path than the detected one, so the tests and benchmarks cover every path on any machine;
+//! asking for a path the CPU lacks keeps the detected one, with a warning on stderr. The
+//! paths compute the same sums in the same order except inside the GEMM micro-kernels, whose
+//! vector width changes how a dot product is split (results agree to float32 rounding; see
+//! `tests/cpu_paths.rs`). On other architectures there is one path, `portable` for kiln's
+//! loops, and the `gemm` crate picks its own kernels (NEON on aarch64).
+//!
+//! Burn's own CPU operations (the ops kiln has no kernel for) choose their kernels themselves
+//! and do not follow `KILN_CPU_PATH`.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// A kernel path, ordered from the narrowest to the widest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CpuPath {
+    /// Scalar GEMM, baseline loops.
+    Portable,
+    /// AVX2 with FMA.
+    Avx2,
+    /// AVX-512 (x86-64-v4).
+    Avx512,
+}
+
+/// The environment variable that forces a lower path.
+pub const PATH_VARIABLE: &str = "KILN_CPU_PATH";
+
+impl CpuPath {
+    /// Every path, narrowest first.
+    pub const ALL: [CpuPath; 3] = [CpuPath::Portable, CpuPath::Avx2, CpuPath::Avx512];
+
+    /// The name `KILN_CPU_PATH` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuPath::Portable => "portable",
+            CpuPath::Avx2 => "avx2",
+            CpuPath::Avx512 => "avx512",
+        }
+    }
+
+    /// The path named `name` (as [`CpuPath::name`]).
+    pub fn parse(name: &str) -> Option<CpuPath> {
+        CpuPath::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The widest path this CPU runs.
+    pub fn detected() -> CpuPath {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let v3 = has!("avx2") && has!("fma");
+            let v4 = v3
+                && has!("avx512f")
+                && has!("avx512bw")
+                && has!("avx512cd")
+                && has!("avx512dq")
+                && has!("avx512vl");
+            match (v4, v3) {
+                (true, _) => CpuPath::Avx512,
+                (false, true) => CpuPath::Avx2,
+                _ => CpuPath::Portable,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            CpuPath::Portable
+        }
+    }
+}
+
+impl std::fmt::Display for CpuPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// 0: not chosen yet; otherwise 1 + the path's index in [`CpuPath::ALL`].
+static CHOSEN: AtomicU8 = AtomicU8::new(0);
+
+/// The path the kernels use: the detected one, or `KILN_CPU_PATH`'s when it is lower (read
+/// once, at the first call).
+pub fn path() -> CpuPath {
+    match CHOSEN.load(Ordering::Relaxed) {
+        0 => {
+            let chosen = from_environment(std::env::var(PATH_VARIABLE).ok(), CpuPath::detected());
+            store(chosen);
+            chosen
+        }
+        n => CpuPath::ALL[usize::from(n - 1)],
+    }
+}
+
+/// Switches every kernel to `path` for the rest of the process (tests and benchmarks that
+/// compare paths in one process; not while kernels run on other threads).
+///
+/// # Errors
+/// The message names the path and the detected one when the CPU cannot run `path`.
+pub fn set_path(path: CpuPath) -> Result<(), String> {
+    runs(path, CpuPath::detected())?;
+    store(path);
+    Ok(())
+}
+
+/// `Ok` when a CPU whose widest path is `detected` runs `path`.
+fn runs(path: CpuPath, detected: CpuPath) -> Result<(), String> {
+    match path <= detected {
+        true => Ok(()),
+        false => Err(format!(
+            "this CPU cannot run the {path} kernels (the widest it runs: {detected})"
+        )),
+    }
+}
+
+fn store(path: CpuPath) {
+    let index = CpuPath::ALL.iter().position(|p| *p == path).unwrap_or(0);
+    CHOSEN.store(index as u8 + 1, Ordering::Relaxed);
+}
+
+/// The path for a `KILN_CPU_PATH` value (`None`: unset) on a CPU whose widest is `detected`,
+/// warning on stderr about a value that names no path or one the CPU cannot run.
+fn from_environment(value: Option<String>, detected: CpuPath) -> CpuPath {
+    let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
+        return detected;
+    };
+    match CpuPath::parse(value.trim()) {
+        Some(p) if p <= detected => p,
+        Some(p) => {
+            eprintln!(
+                "kiln: {PATH_VARIABLE}={p} asks for kernels this CPU cannot run; using \
+                 {detected}, the widest it has"
+            );
+            detected
+        }
+        None => {
+            eprintln!(
+                "kiln: {PATH_VARIABLE}={value:?} is not a kernel path (avx512, avx2 or \
+                 portable); using {detected}"
+            );
+            detected
+        }
+    }
+}
+
+/// Defines `fn $name(path: CpuPath, args...)` that runs `$body` compiled for `path`'s
+/// instruction set: the body is inlined into one function per path with that path's target
+/// features, so the compiler vectorizes the same loop 16, 8 or 4 floats wide. Element-wise
+/// loops give bit-identical results on every path (Rust never fuses a multiply and an add on
+/// its own).
+macro_rules! multiversion {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$meta])*
+        $vis fn $name(path: $crate::kernels::cpu::CpuPath, $($arg: $ty),*) {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx512bw,avx512cd,avx512dq,avx512vl,avx2,fma")]
+            fn v4($($arg: $ty),*) {
+                body($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            fn v3($($arg: $ty),*) {
+                body($($arg),*)
+            }
+            match path {
+                // SAFETY: `cpu::path` and `cpu::set_path` only give paths the CPU runs.
+                #[cfg(target_arch = "x86_64")]
+                $crate::kernels::cpu::CpuPath::Avx512 => unsafe { v4($($arg),*) },
+                #[cfg(target_arch = "x86_64")]
+                $crate::kernels::cpu::CpuPath::Avx2 => unsafe { v3($($arg),*) },
+                _ => body($($arg),*),
+            }
+        }
+    };
+}
+pub(crate) use multiversion;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_lowers_the_path_and_never_raises_it() {
+        let env = |v: &str| from_environment(Some(v.to_string()), CpuPath::Avx2);
+        assert_eq!(env("portable"), CpuPath::Portable);
+        assert_eq!(env("avx2"), CpuPath::Avx2);
+        assert_eq!(env("avx512"), CpuPath::Avx2, "not above the detected path");
+        assert_eq!(
+            env("sse9"),
+            CpuPath::Avx2,
+            "an unknown name keeps the detected path"
+        );
+        assert_eq!(env(" "), CpuPath::Avx2);
+        assert_eq!(from_environment(None, CpuPath::Avx512), CpuPath::Avx512);
+        assert_eq!(CpuPath::parse("avx512"), Some(CpuPath::Avx512));
+        assert!(CpuPath::Portable < CpuPath::Avx2 && CpuPath::Avx2 < CpuPath::Avx512);
+    }
+
+    #[test]
+    fn a_path_above_the_cpu_is_refused() {
+        let e = runs(CpuPath::Avx512, CpuPath::Avx2).unwrap_err();
+        assert_eq!(
+            e,
+            "this CPU cannot run the avx512 kernels (the widest it runs: avx2)"
+        );
+        assert_eq!(runs(CpuPath::Avx2, CpuPath::Avx2), Ok(()));
+        assert_eq!(runs(CpuPath::Portable, CpuPath::Avx512), Ok(()));
+    }
+}
