@@ -35,15 +35,29 @@ OUT=bench/results.jsonl
 export TF_CPP_MIN_LOG_LEVEL=3
 "$PY" bench/peers/gemm.py | tee -a "$OUT"
 
+# The machine: a ratio holds for one CPU kind (AVX2-only and AVX-512 machines both run here).
+"$PY" - <<'PYEOF' | tee -a "$OUT"
+import json
+info = dict(l.split(":", 1) for l in open("/proc/cpuinfo").read().split("\n\n")[0].splitlines() if ":" in l)
+flags = sorted(f for f in info.get("flags\t\t", "").split() if f.startswith(("avx", "fma", "amx")))
+print(json.dumps({"cpu_model": info.get("model name\t", "?").strip(), "cpu_flags": flags}))
+PYEOF
+
+# kiln_run MODEL [FRAMEWORK]: FRAMEWORK "kiln" (the kernels the CPU picks) or "kiln-avx2"
+# (KILN_CPU_PATH=avx2: kiln's kernels forced to their AVX2 path).
 kiln_run() {
-  local model=$1 dir
+  local model=$1 framework=${2:-kiln} dir
   dir=$(mktemp -d)
-  "$KILN" train "bench/configs/$model.toml" --epochs "$EPOCHS" --run-dir "$dir" >/dev/null
-  "$PY" - "$dir/history.json" "$model" <<'PYEOF'
+  if [ "$framework" = kiln-avx2 ]; then
+    KILN_CPU_PATH=avx2 "$KILN" train "bench/configs/$model.toml" --epochs "$EPOCHS" --run-dir "$dir" >/dev/null
+  else
+    "$KILN" train "bench/configs/$model.toml" --epochs "$EPOCHS" --run-dir "$dir" >/dev/null
+  fi
+  "$PY" - "$dir/history.json" "$model" "$framework" <<'PYEOF'
 import json, sys
 h = json.load(open(sys.argv[1]))
 sps = h["samples_per_second"][1:]
-print(json.dumps({"framework": "kiln", "model": sys.argv[2], "samples_per_second": sum(sps) / len(sps), "epochs_timed": len(sps)}))
+print(json.dumps({"framework": sys.argv[3], "model": sys.argv[2], "samples_per_second": sum(sps) / len(sps), "epochs_timed": len(sps)}))
 PYEOF
   rm -rf "$dir"
 }
@@ -52,6 +66,7 @@ for round in $(seq "$ROUNDS"); do
   for model in mlp cnn; do
     echo "bench: round $round, $model" >&2
     kiln_run "$model" | tee -a "$OUT"
+    if grep -q avx512f /proc/cpuinfo; then kiln_run "$model" kiln-avx2 | tee -a "$OUT"; fi
     (cd bench/peers && "../../$PY" tf_bench.py --model "$model" --epochs "$EPOCHS" 2>/dev/null) | tail -1 | tee -a "$OUT"
     (cd bench/peers && "../../$PY" torch_bench.py --model "$model" --epochs "$EPOCHS") | tail -1 | tee -a "$OUT"
     "$RAW" "$model" "$EPOCHS" | tee -a "$OUT"

@@ -17,12 +17,15 @@ for r in rows:
     if "framework" in r:
         runs[(r["model"], r["framework"])].append(r["samples_per_second"])
 mean = {k: sum(v) / len(v) for k, v in runs.items()}
+cpu = next((r for r in rows if "cpu_model" in r), None)
+if cpu:
+    print(f"CPU: {cpu['cpu_model']}; flags: {' '.join(cpu['cpu_flags'])}")
 print(f"f32 GEMM (NumPy/OpenBLAS, 2048^3): {gemm:.0f} GFLOP/s\n")
 print("| model | framework | samples/s (mean of rounds) | runs | kiln / this | % of GEMM rate |")
 print("|---|---|---|---|---|---|")
 for model in ["mlp", "cnn"]:
     k = mean.get((model, "kiln"))
-    for fw in ["kiln", "tensorflow", "pytorch", "burn-raw"]:
+    for fw in ["kiln", "kiln-avx2", "tensorflow", "pytorch", "burn-raw"]:
         v = mean.get((model, fw))
         if v is None:
             continue
