@@ -14,14 +14,22 @@ ROUNDS="${1:-2}"
 EPOCHS=3
 scripts/setup.sh >/dev/null
 
-VENV=bench/.venv
+# BENCH_VENV: an existing virtual environment with the peers (skips the install).
+VENV="${BENCH_VENV:-bench/.venv}"
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import tensorflow, torch" 2>/dev/null; then
-  echo "bench: installing tensorflow-cpu 2.21, torch, numpy into $VENV (once)"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q "tensorflow-cpu==2.21.*" torch numpy
+  if [ -z "${BENCH_VENV:-}" ]; then
+    echo "bench: installing tensorflow-cpu 2.21, torch, numpy into $VENV (once)"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q --upgrade pip
+    "$VENV/bin/pip" install -q "tensorflow-cpu==2.21.*" torch numpy
+  fi
 fi
-PY="$VENV/bin/python"
+PY="$(cd "$VENV" && pwd)/bin/python"
+HAS_TORCH=1
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  HAS_TORCH=0
+  echo "bench: torch is not importable in $VENV: the PyTorch rows are left out" >&2
+fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${KILN_CACHE_DIR:-$HOME/.cache/kiln}/target}"
 # The whole workspace's feature set, examples included (as `cargo test --workspace` builds it,
@@ -67,8 +75,10 @@ for round in $(seq "$ROUNDS"); do
     echo "bench: round $round, $model" >&2
     kiln_run "$model" | tee -a "$OUT"
     if grep -q avx512f /proc/cpuinfo; then kiln_run "$model" kiln-avx2 | tee -a "$OUT"; fi
-    (cd bench/peers && "../../$PY" tf_bench.py --model "$model" --epochs "$EPOCHS" 2>/dev/null) | tail -1 | tee -a "$OUT"
-    (cd bench/peers && "../../$PY" torch_bench.py --model "$model" --epochs "$EPOCHS") | tail -1 | tee -a "$OUT"
+    (cd bench/peers && "$PY" tf_bench.py --model "$model" --epochs "$EPOCHS" 2>/dev/null) | tail -1 | tee -a "$OUT"
+    if [ "$HAS_TORCH" = 1 ]; then
+      (cd bench/peers && "$PY" torch_bench.py --model "$model" --epochs "$EPOCHS") | tail -1 | tee -a "$OUT"
+    fi
     "$RAW" "$model" "$EPOCHS" | tee -a "$OUT"
   done
 done

@@ -21,6 +21,14 @@ use kiln::model::{Act, ModelSpec, Network};
 use kiln::step::custom::{PartSpec, Parts, StepContext, StepLogs, TrainStep};
 use kiln::{History, Model};
 
+/// Held by every test of this file: the backend's random generator is one per process and
+/// the tests run in threads of one process, so a test that checks draws (or trains with
+/// noise twice to compare) must not share it with another test's initializers meanwhile.
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static DRAWS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    DRAWS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The two-layer classifier of `common`, compiled without metrics (a custom step logs its
 /// own).
 fn model() -> Model {
@@ -179,6 +187,7 @@ fn close(a: &[Vec<f32>], b: &[Vec<f32>], tol: f32) {
 
 #[test]
 fn a_step_written_by_hand_trains_the_weights_of_the_compiled_step() {
+    let _alone = alone();
     let mut compiled = model();
     let want = fit(&mut compiled, 3, OnNan::Stop).unwrap();
     let mut custom = with_step(Mode::Plain);
@@ -199,6 +208,7 @@ fn a_step_written_by_hand_trains_the_weights_of_the_compiled_step() {
 
 #[test]
 fn test_step_drives_evaluate_and_keeps_its_own_logs() {
+    let _alone = alone();
     let mut m = with_step(Mode::Plain);
     fit(&mut m, 1, OnNan::Stop).unwrap();
     let logs = m.evaluate(&common::two_class_points()).unwrap();
@@ -238,6 +248,7 @@ fn part_weights(m: &Model) -> Vec<Vec<f32>> {
 
 #[test]
 fn parts_are_trained_checkpointed_and_resumed_exactly() {
+    let _alone = alone();
     resumed_exactly(1);
     resumed_exactly(2);
 }
@@ -302,6 +313,7 @@ fn error(mode: Mode, on_nan: OnNan) -> String {
 
 #[test]
 fn bad_logs_and_failures_name_the_step_and_the_key() {
+    let _alone = alone();
     let cases = [
         (
             Mode::NoLoss,
@@ -335,6 +347,7 @@ fn bad_logs_and_failures_name_the_step_and_the_key() {
 
 #[test]
 fn a_nan_loss_stops_naming_the_step_or_is_skipped_with_its_updates_undone() {
+    let _alone = alone();
     let stop = error(Mode::NanAtOne, OnNan::Stop);
     assert!(
         stop.starts_with("train step \"by-hand\": loss: is NaN at epoch 1, batch 1"),
@@ -351,6 +364,7 @@ fn a_nan_loss_stops_naming_the_step_or_is_skipped_with_its_updates_undone() {
 
 #[test]
 fn settings_a_custom_step_cannot_use_are_refused_by_key() {
+    let _alone = alone();
     let (spec, compiled) = common::two_layer_compiled(8, 2);
     let mut m = Model::new("metrics", spec, compiled, 7, Device::flex());
     m.set_train_step(Arc::new(Step(Mode::Plain)));
@@ -390,6 +404,7 @@ impl TrainStep for TrainOnly {
 
 #[test]
 fn without_a_test_step_evaluate_needs_labels_for_the_compiled_loss() {
+    let _alone = alone();
     let mut m = model();
     m.set_train_step(Arc::new(TrainOnly));
     let with_labels = m.evaluate(&common::two_class_points()).unwrap();
@@ -430,6 +445,7 @@ fn float16(step: bool) -> Model {
 
 #[test]
 fn under_mixed_float16_a_step_by_hand_scales_its_loss_as_the_compiled_step() {
+    let _alone = alone();
     let mut compiled = float16(false);
     let want = fit(&mut compiled, 3, OnNan::Stop).unwrap();
     let mut custom = float16(true);
@@ -465,6 +481,7 @@ fn every(mode: Mode, n: u64) -> Model {
 
 #[test]
 fn deferred_reads_give_a_custom_step_the_weights_and_logs_of_reading_every_step() {
+    let _alone = alone();
     let w = |m: &Model| weights(m.spec(), m.network());
     let (mut one, mut three) = (every(Mode::Plain, 1), every(Mode::Plain, 3));
     let h1 = fit(&mut one, 2, OnNan::Stop).unwrap();
@@ -493,6 +510,7 @@ fn deferred_reads_give_a_custom_step_the_weights_and_logs_of_reading_every_step(
 
 #[test]
 fn an_epoch_whose_steps_were_all_skipped_keeps_the_step_logs_in_the_history() {
+    let _alone = alone();
     let mut m = with_step(Mode::NanFromFour);
     let h = fit(&mut m, 3, OnNan::SkipStep).unwrap();
     let (loss, copy) = (&h.history["loss"], &h.history["copy"]);
@@ -511,6 +529,7 @@ fn mirrored(m: &mut Model, replicas: usize) {
 
 #[test]
 fn under_mirrored_each_replica_steps_on_its_share_and_the_sum_trains_the_one_device_weights() {
+    let _alone = alone();
     let mut one = with_twin();
     let h1 = fit(&mut one, 3, OnNan::Stop).unwrap();
     // Batches of 16: two replicas of 8, three of 6, 6 and 4 (`split_sizes`, as TensorFlow).
@@ -542,27 +561,8 @@ fn under_mirrored_each_replica_steps_on_its_share_and_the_sum_trains_the_one_dev
 }
 
 #[test]
-fn mirrored_replicas_draw_their_own_noise_the_same_on_every_run() {
-    let run = |replicas: usize| {
-        let mut m = with_step(Mode::Noisy);
-        mirrored(&mut m, replicas);
-        let h = fit(&mut m, 2, OnNan::Stop).unwrap();
-        (weights(m.spec(), m.network()), h.history["loss"].clone())
-    };
-    let (a, la) = run(2);
-    let (b, lb) = run(2);
-    assert_eq!(
-        a, b,
-        "replicas take turns in a fixed order: the same draws every run"
-    );
-    assert_eq!(la, lb);
-    // Replica 1 draws other noise than the one device's second half of the batch.
-    let (one, _) = run(1);
-    assert_ne!(a, one);
-}
-
-#[test]
 fn under_mirrored_a_replica_that_fails_or_disagrees_stops_the_step_with_its_own_message() {
+    let _alone = alone();
     let fails = |mode: Mode, replicas: usize| {
         let mut m = with_step(mode);
         mirrored(&mut m, replicas);
@@ -583,13 +583,14 @@ fn under_mirrored_a_replica_that_fails_or_disagrees_stops_the_step_with_its_own_
     assert_eq!(
         e,
         "train step \"by-hand\": step: replica 2 ended its step while replica 0 called \
-         apply_gradients on 1 part(s): every replica must call apply_gradients the same \
+         apply_gradients on [main]: every replica must call apply_gradients the same \
          times, with the same parts"
     );
 }
 
 #[test]
 fn mirrored_keeps_the_loss_scale_and_the_deferred_reads_of_one_device() {
+    let _alone = alone();
     let mut one = float16(true);
     let want = fit(&mut one, 3, OnNan::Stop).unwrap();
     let mut two = float16(true);
@@ -612,4 +613,84 @@ fn mirrored_keeps_the_loss_scale_and_the_deferred_reads_of_one_device() {
         (4, 2),
         "the replicas' logs stay on the device"
     );
+}
+
+/// `n` draws of standard normal noise on `device`.
+fn noise(n: usize, device: &Device) -> Vec<f32> {
+    Tensor::<1>::random([n], Distribution::Normal(0.0, 1.0), device)
+        .into_data()
+        .iter::<f32>()
+        .collect()
+}
+
+#[test]
+fn a_steps_draws_depend_on_its_seed_the_replica_and_the_updates_before_only() {
+    let _alone = alone();
+    use kiln::step::custom::{Part, draw_seed};
+    let device = Device::flex();
+    let spec = PartSpec {
+        name: "main".into(),
+        model: common::two_layer_spec(4, 2),
+        optimizer: common::adam(0.01),
+        gradients: GradientOptions::default(),
+    };
+    // Replica `r` of a step seeded 11: noise, an update, noise.
+    let draws = |r: usize| {
+        let mut parts = Parts::new(Part::init(&spec, 3, &device), Vec::new());
+        parts.start_draws(11, r, &device);
+        let before = noise(5, &device);
+        // Whatever was drawn meanwhile (another replica's turn) does not matter.
+        noise(7, &device);
+        let x = Act::Flat(Tensor::ones([2, 2], &device.clone().autodiff()));
+        let out = parts.main().call(x, true).unwrap().into_flat();
+        parts
+            .apply_gradients(out.sum().reshape([1]), &["main"])
+            .unwrap();
+        (before, noise(5, &device))
+    };
+    let (b0, a0) = draws(0);
+    device.seed(11);
+    assert_eq!(
+        b0,
+        noise(5, &device),
+        "replica 0 first draws the step's own seed"
+    );
+    device.seed(draw_seed(11, 0, 1));
+    assert_eq!(
+        a0,
+        noise(5, &device),
+        "after an update: the seed of (step, replica, 1)"
+    );
+    let (b1, a1) = draws(1);
+    device.seed(draw_seed(11, 1, 0));
+    assert_eq!(b1, noise(5, &device));
+    device.seed(draw_seed(11, 1, 1));
+    assert_eq!(a1, noise(5, &device));
+    let all = [&b0, &a0, &b1, &a1];
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            assert_ne!(a, b, "every stretch has its own stream");
+        }
+    }
+}
+
+#[test]
+fn mirrored_replicas_draw_their_own_noise_the_same_on_every_run() {
+    let _alone = alone();
+    let run = |replicas: usize| {
+        let mut m = with_step(Mode::Noisy);
+        mirrored(&mut m, replicas);
+        let h = fit(&mut m, 2, OnNan::Stop).unwrap();
+        (weights(m.spec(), m.network()), h.history["loss"].clone())
+    };
+    let (a, la) = run(2);
+    let (b, lb) = run(2);
+    assert_eq!(
+        a, b,
+        "replicas take turns in a fixed order: the same draws every run"
+    );
+    assert_eq!(la, lb);
+    // Replica 1 draws other noise than the one device's second half of the batch.
+    let (one, _) = run(1);
+    assert_ne!(a, one);
 }

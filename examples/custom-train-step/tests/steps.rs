@@ -398,13 +398,13 @@ fn mpirun(config: &Path, run: &Path) -> Output {
         .unwrap()
 }
 
-#[test]
-fn the_vae_on_two_mpi_workers_trains_what_two_mirrored_replicas_train_in_one_process() {
+/// Trains example `name` on 128 images (2 steps an epoch) for 2 epochs, with 64 validation
+/// images, on two MPI workers (one thread each) and on two mirrored replicas in one process,
+/// and checks that `files` (the weights) and the history's `keys` agree.
+fn mpi_trains_what_mirrored_trains(name: &str, files: &[&str], keys: &[&str]) {
     require_data();
-    let dir = scratch("vae-mpi");
-    let cfg = config(&dir, "vae");
-    // 128 images (2 steps an epoch), 2 epochs, 64 validation images: MPI workers run on one
-    // thread each.
+    let dir = scratch(&format!("{name}-mpi"));
+    let cfg = config(&dir, name);
     let shrunk = std::fs::read_to_string(&cfg)
         .unwrap()
         .replace("epochs = 3", "epochs = 2")
@@ -417,9 +417,10 @@ fn the_vae_on_two_mpi_workers_trains_what_two_mirrored_replicas_train_in_one_pro
     assert!(o.status.success(), "{}", text(&o));
     let o = train(&cfg, &replicas, &["--num-replicas", "2"]);
     assert!(o.status.success(), "{}", text(&o));
-    // Each worker draws its noise from the seed of its replica index, as in-process
-    // replicas do; only the order of float sums differs.
-    for file in ["model.safetensors", "part-decoder.safetensors"] {
+    // Each worker draws its noise as the in-process replica of its index does (seeded from
+    // the step, the replica and the apply_gradients calls so far); only the order of float
+    // sums differs.
+    for file in files {
         let (a, b) = (tensors(&workers.join(file)), tensors(&replicas.join(file)));
         assert_eq!(a.len(), b.len());
         for ((name, x), (_, y)) in a.iter().zip(&b) {
@@ -432,7 +433,7 @@ fn the_vae_on_two_mpi_workers_trains_what_two_mirrored_replicas_train_in_one_pro
         }
     }
     let (hw, hr) = (history(&workers), history(&replicas));
-    for key in ["loss", "kl_loss", "val_loss"] {
+    for key in keys {
         let (a, b) = (series(&hw, key), series(&hr, key));
         assert_eq!(a.len(), 2);
         for (u, v) in a.iter().zip(&b) {
@@ -440,4 +441,23 @@ fn the_vae_on_two_mpi_workers_trains_what_two_mirrored_replicas_train_in_one_pro
         }
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_vae_on_two_mpi_workers_trains_what_two_mirrored_replicas_train_in_one_process() {
+    mpi_trains_what_mirrored_trains(
+        "vae",
+        &["model.safetensors", "part-decoder.safetensors"],
+        &["loss", "kl_loss", "val_loss"],
+    );
+}
+
+/// The generator's noise is drawn after the discriminator's update: replicas reseed there.
+#[test]
+fn the_dcgan_on_two_mpi_workers_trains_what_two_mirrored_replicas_train_in_one_process() {
+    mpi_trains_what_mirrored_trains(
+        "dcgan",
+        &["model.safetensors", "part-generator.safetensors"],
+        &["d_loss", "g_loss"],
+    );
 }

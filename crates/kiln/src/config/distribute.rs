@@ -261,15 +261,13 @@ impl DistributeConfig {
     /// refused for when it is loaded, before `kiln train --strategy` may change the strategy).
     ///
     /// # Errors
-    /// [`KilnError::Config`] naming the key: `num_replicas = 0`, both `num_replicas` and
+    /// [`KilnError::Config`] naming the key: `num_replicas` 0 or over 4096, both `num_replicas` and
     /// `devices`, an unknown device, zero stages or micro-batches, a stage of 0 layers,
     /// `balance_by` with the stages' sizes given.
     pub fn validate_values(&self) -> Result<()> {
-        if self.num_replicas == Some(0) {
-            return Err(KilnError::config(
-                "distribute.num_replicas",
-                "must be at least 1 (the number of replicas the global batch is split across)",
-            ));
+        if let Some(n) = self.num_replicas {
+            // 0 or too many replicas.
+            MirroredStrategy::new(n)?;
         }
         if self.num_replicas.is_some() && !self.devices.is_empty() {
             return Err(KilnError::config(
@@ -421,6 +419,11 @@ mod tests {
     fn bad_settings_name_the_key() {
         assert!(
             err("strategy = \"mirrored\"\nnum_replicas = 0").contains("distribute.num_replicas")
+        );
+        let many = err("strategy = \"mirrored\"\nnum_replicas = 1000000000000");
+        assert!(
+            many.contains("distribute.num_replicas") && many.contains("over 4096"),
+            "{many}"
         );
         let both = err("strategy = \"mirrored\"\nnum_replicas = 2\ndevices = [\"cpu\"]");
         assert!(

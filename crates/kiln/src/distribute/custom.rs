@@ -10,14 +10,21 @@
 //!
 //! - `mirrored`: the replicas run in threads that take turns in a fixed order (replica 0 until
 //!   its first all-reduce, then replica 1, …), so the backend's random generator is drawn in
-//!   the same order on every run and a resumed run repeats the uninterrupted one. Replica 0
-//!   draws from the step's seed (what one device draws); replica `r > 0` starts from a seed
-//!   mixed from the step's and `r`, so replicas draw different noise, as TensorFlow's do.
+//!   the same order on every run. They take turns rather than run at once: the sums are
+//!   exact and in a fixed order, but in-process replicas of a custom step bring no speedup.
 //! - `multi_worker_mirrored`: each worker runs the step on its rows; the all-reduce is one
-//!   `MPI_Allreduce` per `apply_gradients`, and the logs, moving statistics and stop requests
-//!   share one more at the step's end. Worker `r` seeds as replica `r` does in-process.
+//!   `MPI_Allreduce` per `apply_gradients` (after a small one that checks that every worker
+//!   names the same parts), and the logs, moving statistics and stop requests share one more
+//!   at the step's end.
+//!
+//! Random draws ([`Parts::start_draws`]): replica (or worker) `r` seeds the generator from the
+//! step's seed and `r`, and again after each `apply_gradients` from the number of calls so
+//! far. Replica 0 draws what one device draws, replicas draw different noise (as
+//! TensorFlow's do), worker `r` of an MPI job draws what in-process replica `r` draws, and a
+//! resumed run repeats the uninterrupted one.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use burn::module::Module;
 use burn::optim::GradientsParams;
@@ -47,12 +54,16 @@ pub fn train_step_replicated(
                 && batch.size > 1
                 && !(m.sync_batch_norm() && has_batch_norm(&parts)) =>
         {
-            in_process(m.num_replicas(), step, parts, batch, ctx, seed)
+            let (parts, logs, seconds) =
+                in_process(m.num_replicas(), step, parts, batch, ctx, seed);
+            m.add_reduce_seconds(seconds);
+            (parts, logs)
         }
         Strategy::MultiWorkerMirrored(m) => m.custom_step(step, parts, batch, ctx, seed),
         // One replica (or synchronized statistics on one device, which is one replica on the
         // global batch): the step as it is.
         _ => {
+            parts.start_draws(seed, 0, &batch.x.device());
             let logs = run_guarded(step, &mut parts, batch, ctx);
             (parts, logs)
         }
@@ -67,19 +78,8 @@ fn has_batch_norm(parts: &Parts) -> bool {
         .any(|p| p.network().layers.iter().any(|l| l.moving_mean.is_some()))
 }
 
-/// The seed replica `r` starts the step from: the step's own for replica 0, mixed with `r`
-/// otherwise (splitmix64's finalizer).
-pub(super) fn replica_seed(seed: u64, r: usize) -> u64 {
-    if r == 0 {
-        return seed;
-    }
-    let mut z = seed ^ (r as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// `mirrored` in one process: one thread per replica, taking turns.
+/// `mirrored` in one process: one thread per replica, taking turns. Also returns the
+/// seconds spent combining the replicas (the all-reduces' sums and the step's end).
 fn in_process(
     n: usize,
     step: &dyn TrainStep,
@@ -87,7 +87,7 @@ fn in_process(
     batch: DeviceBatch,
     ctx: &StepContext,
     seed: u64,
-) -> (Parts, Result<StepLogs, String>) {
+) -> (Parts, Result<StepLogs, String>, f64) {
     let (global, device) = (batch.size, batch.x.device());
     let shares = split_batch(batch, &split_sizes(global, n));
     let group = Arc::new(Group::new(shares.len()));
@@ -121,7 +121,7 @@ fn in_process(
                 let (group, device) = (group.clone(), device.clone());
                 scope.spawn(move || {
                     let logs = group.replica_step(r, || {
-                        device.seed(replica_seed(seed, r));
+                        own.start_draws(seed, r, &device);
                         run_guarded(step, &mut own, share, ctx)
                     });
                     own.set_cross_replica(None);
@@ -134,7 +134,10 @@ fn in_process(
             .map(|t| t.join().expect("a replica's panics are caught"))
             .collect()
     });
-    combine(ran, &weights, &device)
+    let clock = Instant::now();
+    let (parts, logs) = combine(ran, &weights, &device);
+    let summing = group.lock().seconds;
+    (parts, logs, summing + clock.elapsed().as_secs_f64())
 }
 
 /// Replica 0's parts with the replicas' mean moving statistics, and the logs' weighted sum
@@ -188,13 +191,16 @@ struct Round {
     turn: usize,
     /// Completed collectives (all-reduces and the step's end).
     number: u64,
-    /// What this collective is: `Some(k)` an all-reduce of `k` parts, `None` the step's end.
-    kind: Option<Option<usize>>,
+    /// What this collective is: `Some(names)` an all-reduce of the parts named, `None` the
+    /// step's end.
+    kind: Option<Option<String>>,
     /// The running sum of the replicas that arrived.
     sum: Vec<GradientsParams>,
     /// The last all-reduce's result.
     result: Vec<GradientsParams>,
     failed: Option<String>,
+    /// Seconds the replicas spent adding their gradients to the sum.
+    seconds: f64,
 }
 
 impl Group {
@@ -247,29 +253,32 @@ impl Group {
         end.and(logs)
     }
 
-    /// Replica `r` arrives at a collective of `kind` and adds its contribution (`add`); the
+    /// Replica `r` arrives at a collective of `kind` (the parts of an all-reduce, `None` at
+    /// the step's end) and adds its contribution (`add`); the
     /// last to arrive completes it. Waits (all-reduces only) until it completes and it is
     /// `r`'s turn again, and returns a copy of the result for `nets`.
     fn arrive(
         &self,
         r: usize,
-        kind: Option<usize>,
+        kind: Option<String>,
         nets: &[&Network],
         add: impl FnOnce(&mut Vec<GradientsParams>) -> Result<(), String>,
     ) -> Result<Vec<GradientsParams>, String> {
         let mut state = self.turn(r)?;
-        match state.kind {
-            Some(k) if k != kind => {
+        match &state.kind {
+            Some(k) if *k != kind => {
                 return Err(format!(
                     "replica {r} {} while replica 0 {}: every replica must call \
                      apply_gradients the same times, with the same parts",
-                    describe(kind),
-                    describe(k)
+                    describe(kind.as_deref()),
+                    describe(k.as_deref())
                 ));
             }
-            _ => state.kind = Some(kind),
+            _ => state.kind = Some(kind.clone()),
         }
+        let clock = Instant::now();
         add(&mut state.sum)?;
+        state.seconds += clock.elapsed().as_secs_f64();
         let number = state.number;
         if r + 1 < self.replicas {
             state.turn = r + 1;
@@ -301,9 +310,9 @@ impl Group {
 }
 
 /// A collective, for errors.
-fn describe(kind: Option<usize>) -> String {
+pub(super) fn describe(kind: Option<&str>) -> String {
     match kind {
-        Some(k) => format!("called apply_gradients on {k} part(s)"),
+        Some(names) => format!("called apply_gradients on [{names}]"),
         None => "ended its step".to_string(),
     }
 }
@@ -324,6 +333,7 @@ impl CrossReplica for Replica {
 
     fn all_reduce(
         &mut self,
+        names: &[&str],
         nets: &[&Network],
         grads: Vec<GradientsParams>,
     ) -> Result<Vec<GradientsParams>, String> {
@@ -344,7 +354,9 @@ impl CrossReplica for Replica {
             }
             Ok(())
         };
-        let sum = self.group.arrive(self.index, Some(nets.len()), nets, add);
+        let sum = self
+            .group
+            .arrive(self.index, Some(names.join(", ")), nets, add);
         sum.inspect_err(|e| {
             if e != OTHER_FAILED {
                 self.group.fail(e);

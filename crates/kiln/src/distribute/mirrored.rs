@@ -36,16 +36,29 @@ pub struct MirroredStrategy {
     sync_batch_norm: bool,
 }
 
+/// The most replicas `num_replicas` accepts (each in-process replica copies the model).
+pub const MAX_REPLICAS: usize = 4096;
+
 impl MirroredStrategy {
     /// `num_replicas` replicas on the model's device (`[distribute] num_replicas`).
     ///
     /// # Errors
-    /// [`KilnError::Config`] (`distribute.num_replicas`) when `num_replicas` is 0.
+    /// [`KilnError::Config`] (`distribute.num_replicas`) when `num_replicas` is 0 or over
+    /// [`MAX_REPLICAS`].
     pub fn new(num_replicas: usize) -> Result<MirroredStrategy> {
         if num_replicas == 0 {
             return Err(KilnError::config(
                 "distribute.num_replicas",
                 "must be at least 1 (the number of replicas the global batch is split across)",
+            ));
+        }
+        if num_replicas > MAX_REPLICAS {
+            return Err(KilnError::config(
+                "distribute.num_replicas",
+                format!(
+                    "is {num_replicas}, over {MAX_REPLICAS}: replicas on the model's device each \
+                     hold a copy of the model; use a number up to the global batch size"
+                ),
             ));
         }
         Ok(MirroredStrategy {
@@ -127,6 +140,11 @@ impl MirroredStrategy {
     /// [`super::Strategy::take_reduce_seconds`]).
     pub fn take_reduce_seconds(&mut self) -> f64 {
         std::mem::take(&mut self.reduce_seconds)
+    }
+
+    /// Adds `seconds` spent combining replicas (a custom step's all-reduces).
+    pub(super) fn add_reduce_seconds(&mut self, seconds: f64) {
+        self.reduce_seconds += seconds;
     }
 
     /// One mirrored gradient computation on the global `batch` (see

@@ -181,13 +181,22 @@ impl Model {
                 "a custom step's replicas run on the model's device; list one device (or \
                  use num_replicas), or multi_worker_mirrored with one process per device",
             )),
-            Strategy::MultiWorkerMirrored(m) if m.sync_batch_norm() => Err(refuse(
-                "distribute.sync_batch_norm",
-                "is not supported with a custom step under multi_worker_mirrored (its parts' \
+            Strategy::MultiWorkerMirrored(m) if m.sync_batch_norm() && self.has_batch_norm() => {
+                Err(refuse(
+                    "distribute.sync_batch_norm",
+                    "is not supported with a custom step under multi_worker_mirrored (its parts' \
                  BatchNormalization statistics are each worker's); set it to false",
-            )),
+                ))
+            }
             _ => Ok(()),
         }
+    }
+
+    /// True when the model or a part has BatchNormalization layers.
+    fn has_batch_norm(&self) -> bool {
+        std::iter::once(&self.spec)
+            .chain(self.parts.iter().map(Part::spec))
+            .any(|m| !m.batch_norm_channels().is_empty())
     }
 
     /// `evaluate` through the custom step's `test_step`: `None` when there is no custom step

@@ -198,12 +198,15 @@ impl Placement {
         if let Strategy::Pipeline(p) = &mut self.strategy {
             notes(p.describe(&cfg.model)?.trim_end());
         }
-        let has_batch_norm = !cfg.model.batch_norm_channels().is_empty();
+        // The compiled model's layers or a custom step's parts'.
+        let has_batch_norm = std::iter::once(&cfg.model)
+            .chain(cfg.parts.iter().map(|p| &p.model))
+            .any(|m| !m.batch_norm_channels().is_empty());
         if cfg.distribute.sync_batch_norm == Some(true) {
             if !has_batch_norm {
                 notes(
-                    "sync_batch_norm: the model has no BatchNormalization layer: nothing to \
-                     synchronize",
+                    "sync_batch_norm: neither the model nor its parts have a \
+                     BatchNormalization layer: nothing to synchronize",
                 );
             } else if self.strategy.num_replicas_in_sync() == 1 {
                 notes(

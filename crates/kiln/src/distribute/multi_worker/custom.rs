@@ -10,7 +10,7 @@ use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 
-use super::super::custom::replica_seed;
+use super::super::custom::describe;
 use super::super::split::split_batch;
 use super::{MultiWorkerMirroredStrategy, Pack, Unpack, broadcast_weights, moving_statistics};
 use super::{set_moving_mean, to_vec, world};
@@ -30,6 +30,7 @@ impl MultiWorkerMirroredStrategy {
     ) -> (Parts, Result<StepLogs, String>) {
         if self.world.size == 1 {
             self.share_stop(self.local_signal(), 0.0, 0.0);
+            parts.start_draws(seed, 0, &batch.x.device());
             let logs = run_guarded(step, &mut parts, batch, ctx);
             return (parts, logs);
         }
@@ -45,9 +46,10 @@ impl MultiWorkerMirroredStrategy {
         let (global, mine, start) = self.rows_of(batch.size);
         let rows = self.own_rows(batch, global, mine, start);
         self.reduce_seconds += clock.elapsed().as_secs_f64();
-        home.seed(replica_seed(seed, self.world.rank));
+        parts.start_draws(seed, self.world.rank, &home);
         let clocks = Arc::new(Mutex::new(Clocks::default()));
         parts.set_cross_replica(Some(Box::new(Worker {
+            rank: self.world.rank,
             share: mine as f64 / global.max(1) as f64,
             clocks: clocks.clone(),
         })));
@@ -65,7 +67,7 @@ impl MultiWorkerMirroredStrategy {
         let share = mine as f64 / global.max(1) as f64;
         let logs = self.end_step(&mut parts, logs, mine > 0, share, &home);
         self.reduce_seconds += clock.elapsed().as_secs_f64();
-        (parts, Ok(logs))
+        (parts, logs)
     }
 
     /// The rows this worker trains on: its share of a global batch, or its own batch with
@@ -103,7 +105,7 @@ impl MultiWorkerMirroredStrategy {
         has_examples: bool,
         share: f64,
         home: &Device,
-    ) -> StepLogs {
+    ) -> Result<StepLogs, String> {
         let values = logs.read();
         let signal = self.local_signal();
         let mut buf: Vec<f32> = values.iter().map(|(_, v)| (v * share) as f32).collect();
@@ -118,6 +120,7 @@ impl MultiWorkerMirroredStrategy {
             f32::from(signal != 0),
             signal as f32,
         ]);
+        agree(self.world.rank, None, buf.len())?;
         world::all_reduce_sum(&mut buf);
         let n = buf.len();
         let (workers, requests, signals) = (buf[n - 3].max(1.0), buf[n - 2], buf[n - 1]);
@@ -131,7 +134,7 @@ impl MultiWorkerMirroredStrategy {
             .zip(&buf)
             .map(|((name, _), v)| (name, f64::from(*v)))
             .collect();
-        StepLogs::from_values(&summed, home)
+        Ok(StepLogs::from_values(&summed, home))
     }
 }
 
@@ -146,6 +149,7 @@ struct Clocks {
 
 /// A worker's side of [`Parts::apply_gradients`].
 struct Worker {
+    rank: usize,
     share: f64,
     clocks: Arc<Mutex<Clocks>>,
 }
@@ -157,6 +161,7 @@ impl CrossReplica for Worker {
 
     fn all_reduce(
         &mut self,
+        names: &[&str],
         nets: &[&Network],
         mut grads: Vec<GradientsParams>,
     ) -> Result<Vec<GradientsParams>, String> {
@@ -174,7 +179,7 @@ impl CrossReplica for Worker {
         let n_values = buf.len();
         buf.extend(flags);
         let clock = Instant::now();
-        world::barrier();
+        agree(self.rank, Some(&names.join(", ")), buf.len())?;
         let arrived = Instant::now();
         world::all_reduce_sum(&mut buf);
         let (values, flags) = buf.split_at(n_values);
@@ -196,4 +201,40 @@ impl CrossReplica for Worker {
         c.total += started.elapsed().as_secs_f64();
         Ok(out)
     }
+}
+
+/// Checks that every worker is at the same collective as rank 0: `what` (the parts of an
+/// `apply_gradients`, `None` at the step's end) with a buffer of `values` numbers. One
+/// broadcast and one all-reduce of a few numbers, which also wait for the slowest worker;
+/// without them, workers that disagree would sum buffers of different lengths, or wait for
+/// each other forever.
+fn agree(rank: usize, what: Option<&str>, values: usize) -> Result<(), String> {
+    let mine = signature(what, values);
+    let mut chief = mine;
+    world::broadcast_from_chief(&mut chief);
+    let mut differ = vec![f32::from(chief != mine)];
+    world::all_reduce_sum(&mut differ);
+    if differ[0] == 0.0 {
+        return Ok(());
+    }
+    Err(format!(
+        "{} of the workers did not do what worker 0 did; worker {rank} {}: every worker \
+         must call apply_gradients the same times, with the same parts",
+        differ[0],
+        describe(what)
+    ))
+}
+
+/// `what` and `values` hashed (FNV-1a, 64 bits) into four 16-bit numbers, each exact in an
+/// `f32`.
+fn signature(what: Option<&str>, values: usize) -> [f32; 4] {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let bytes = what
+        .unwrap_or("\0end")
+        .bytes()
+        .chain((values as u64).to_le_bytes());
+    for b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    std::array::from_fn(|i| ((h >> (16 * i)) & 0xffff) as f32)
 }

@@ -19,7 +19,7 @@ mod logs;
 mod parts;
 
 pub use logs::{RESERVED_LOGS, StepLogs};
-pub use parts::{CrossReplica, Part, PartSpec, Parts};
+pub use parts::{CrossReplica, Part, PartSpec, Parts, draw_seed};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

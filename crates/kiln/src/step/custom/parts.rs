@@ -190,14 +190,15 @@ pub trait CrossReplica: Send {
     /// the global batch's mean loss (`tf.nn.compute_average_loss`).
     fn share(&self) -> f64;
 
-    /// Each of `grads` (the gradients of `nets`' parameters, in order) summed over the
-    /// replicas (the all-reduce, `ReduceOp.SUM`). Every replica calls it the same number of
-    /// times, with the same parts.
+    /// Each of `grads` (the gradients of `nets`' parameters, in order; `names` are the
+    /// parts') summed over the replicas (the all-reduce, `ReduceOp.SUM`). Every replica calls
+    /// it the same number of times, with the same parts.
     ///
     /// # Errors
-    /// A message when another replica failed or called it differently.
+    /// A message when another replica failed or called it with other parts.
     fn all_reduce(
         &mut self,
+        names: &[&str],
         nets: &[&Network],
         grads: Vec<GradientsParams>,
     ) -> Result<Vec<GradientsParams>, String>;
@@ -210,6 +211,33 @@ pub struct Parts {
     loss_scale: Option<LossScale>,
     /// Under a distribution strategy: how gradients are combined across replicas.
     replica: Option<Box<dyn CrossReplica>>,
+    /// The random generator's seeds for this step (see [`Parts::start_draws`]).
+    draws: Option<Draws>,
+}
+
+/// Where a step's random draws come from: the step's seed, the replica, and how many
+/// `apply_gradients` calls the step made so far.
+#[derive(Debug, Clone)]
+struct Draws {
+    seed: u64,
+    replica: usize,
+    applied: u64,
+    device: Device,
+}
+
+/// The seed of replica `replica`'s draws after the step's `applied`-th `apply_gradients`:
+/// the step's own seed for replica 0 before any, SplitMix64's finalizer over the three
+/// otherwise, so neither replicas nor the stretches between two updates share a stream.
+pub fn draw_seed(seed: u64, replica: usize, applied: u64) -> u64 {
+    if replica == 0 && applied == 0 {
+        return seed;
+    }
+    let mut z = seed
+        ^ (replica as u64).wrapping_mul(0xD1B5_4A32_D192_ED03)
+        ^ applied.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 impl std::fmt::Debug for Parts {
@@ -231,6 +259,7 @@ impl Parts {
             parts,
             loss_scale: None,
             replica: None,
+            draws: None,
         }
     }
 
@@ -241,6 +270,30 @@ impl Parts {
             parts: self.parts.clone(),
             loss_scale: self.loss_scale,
             replica: Some(replica),
+            draws: None,
+        }
+    }
+
+    /// Seeds `device`'s random generator for replica `replica` of a step seeded with `seed`,
+    /// and again after each `apply_gradients` ([`draw_seed`]): a replica's draws then depend
+    /// on the step, the replica and its position in the step only, not on what other replicas
+    /// drew meanwhile, so in-process replicas draw what MPI workers draw, and replica 0 what
+    /// one device draws.
+    pub fn start_draws(&mut self, seed: u64, replica: usize, device: &Device) {
+        device.seed(draw_seed(seed, replica, 0));
+        self.draws = Some(Draws {
+            seed,
+            replica,
+            applied: 0,
+            device: device.clone(),
+        });
+    }
+
+    /// Reseeds after an `apply_gradients` call (see [`Parts::start_draws`]).
+    fn next_draws(&mut self) {
+        if let Some(d) = self.draws.as_mut() {
+            d.applied += 1;
+            d.device.seed(draw_seed(d.seed, d.replica, d.applied));
         }
     }
 
@@ -341,8 +394,9 @@ impl Parts {
                 .iter()
                 .map(|n| &self.parts[index_of(&self.parts, n)].net)
                 .collect();
-            own = replica.all_reduce(&nets, own)?;
+            own = replica.all_reduce(names, &nets, own)?;
         }
+        self.next_draws();
         let mut finite = true;
         if let Some(s) = scale {
             for (name, g) in names.iter().zip(own.iter_mut()) {
