@@ -51,16 +51,13 @@ flags = sorted(f for f in info.get("flags\t\t", "").split() if f.startswith(("av
 print(json.dumps({"cpu_model": info.get("model name\t", "?").strip(), "cpu_flags": flags}))
 PYEOF
 
-# kiln_run MODEL [FRAMEWORK]: FRAMEWORK "kiln" (the kernels the CPU picks) or "kiln-avx2"
-# (KILN_CPU_PATH=avx2: kiln's kernels forced to their AVX2 path).
+# kiln_run MODEL [PATH]: kiln with the kernels the CPU prefers (framework "kiln"), or with
+# KILN_CPU_PATH=PATH (framework "kiln-PATH": avx2 or avx512).
 kiln_run() {
-  local model=$1 framework=${2:-kiln} dir
+  local model=$1 path=${2:-} framework=kiln dir
   dir=$(mktemp -d)
-  if [ "$framework" = kiln-avx2 ]; then
-    KILN_CPU_PATH=avx2 "$KILN" train "bench/configs/$model.toml" --epochs "$EPOCHS" --run-dir "$dir" >/dev/null
-  else
-    "$KILN" train "bench/configs/$model.toml" --epochs "$EPOCHS" --run-dir "$dir" >/dev/null
-  fi
+  if [ -n "$path" ]; then framework="kiln-$path"; fi
+  KILN_CPU_PATH="$path" "$KILN" train "bench/configs/$model.toml" --epochs "$EPOCHS" --run-dir "$dir" >/dev/null
   "$PY" - "$dir/history.json" "$model" "$framework" <<'PYEOF'
 import json, sys
 h = json.load(open(sys.argv[1]))
@@ -74,7 +71,11 @@ for round in $(seq "$ROUNDS"); do
   for model in mlp cnn; do
     echo "bench: round $round, $model" >&2
     kiln_run "$model" | tee -a "$OUT"
-    if grep -q avx512f /proc/cpuinfo; then kiln_run "$model" kiln-avx2 | tee -a "$OUT"; fi
+    # On AVX-512 machines both forced paths too (the default is one of them, by CPU kind).
+    if grep -q avx512f /proc/cpuinfo; then
+      kiln_run "$model" avx512 | tee -a "$OUT"
+      kiln_run "$model" avx2 | tee -a "$OUT"
+    fi
     (cd bench/peers && "$PY" tf_bench.py --model "$model" --epochs "$EPOCHS" 2>/dev/null) | tail -1 | tee -a "$OUT"
     if [ "$HAS_TORCH" = 1 ]; then
       (cd bench/peers && "$PY" torch_bench.py --model "$model" --epochs "$EPOCHS") | tail -1 | tee -a "$OUT"

@@ -25,7 +25,7 @@ print("| model | framework | samples/s (mean of rounds) | runs | kiln / this | %
 print("|---|---|---|---|---|---|")
 for model in ["mlp", "cnn"]:
     k = mean.get((model, "kiln"))
-    for fw in ["kiln", "kiln-avx2", "tensorflow", "pytorch", "burn-raw"]:
+    for fw in ["kiln", "kiln-avx512", "kiln-avx2", "tensorflow", "pytorch", "burn-raw"]:
         v = mean.get((model, fw))
         if v is None:
             continue

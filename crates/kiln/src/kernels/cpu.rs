@@ -7,9 +7,12 @@
 //! | `avx2` | AVX2, FMA | 8-wide (`fma`) | compiled for AVX2 + FMA |
 //! | `portable` | — | scalar | baseline x86-64 (SSE2) |
 //!
-//! The environment variable `KILN_CPU_PATH` (`avx512`, `avx2` or `portable`) forces a lower
-//! path than the detected one, so the tests and benchmarks cover every path on any machine;
-//! asking for a path the CPU lacks keeps the detected one, with a warning on stderr. The
+//! By default kiln takes the widest path, except on AMD Zen 4 (family 19h), whose AVX-512
+//! executes 512-bit operations as two 256-bit halves: there the `avx512` path measured 0.72x
+//! (MLP) and 0.89x (CNN) the `avx2` path's samples/s (bench/README.md), so `avx2` is the
+//! default. The environment variable `KILN_CPU_PATH` (`avx512`, `avx2` or `portable`) picks
+//! any path the CPU runs, so the tests and benchmarks cover every path on any machine;
+//! asking for a path the CPU lacks keeps the default, with a warning on stderr. The
 //! paths compute the same sums in the same order except inside the GEMM micro-kernels, whose
 //! vector width changes how a dot product is split (results agree to float32 rounding; see
 //! `tests/cpu_paths.rs`). On other architectures there is one path, `portable` for kiln's
@@ -31,7 +34,7 @@ pub enum CpuPath {
     Avx512,
 }
 
-/// The environment variable that forces a lower path.
+/// The environment variable that picks a path.
 pub const PATH_VARIABLE: &str = "KILN_CPU_PATH";
 
 impl CpuPath {
@@ -75,6 +78,51 @@ impl CpuPath {
             CpuPath::Portable
         }
     }
+
+    /// The path kiln uses unless `KILN_CPU_PATH` says otherwise (see the module
+    /// documentation): the widest, but `avx2` on AMD Zen 4.
+    pub fn preferred() -> CpuPath {
+        preferred_on(CpuPath::detected(), amd_family())
+    }
+}
+
+/// The default path on a CPU whose widest is `widest` and whose AMD family is `family`
+/// (`None`: not AMD).
+fn preferred_on(widest: CpuPath, family: Option<u32>) -> CpuPath {
+    match (widest, family) {
+        // Zen 4: AVX-512 on 256-bit units, slower than AVX2 here (bench/README.md).
+        (CpuPath::Avx512, Some(0x19)) => CpuPath::Avx2,
+        _ => widest,
+    }
+}
+
+/// The CPU's family when it is an AMD one (CPUID leaf 1: the base family, plus the
+/// extended family when the base is 0xF).
+#[cfg(target_arch = "x86_64")]
+#[allow(unused_unsafe)]
+fn amd_family() -> Option<u32> {
+    use std::arch::x86_64::__cpuid;
+    // SAFETY: every x86-64 CPU has CPUID, leaves 0 and 1 included.
+    let vendor = unsafe { __cpuid(0) };
+    let name: Vec<u8> = [vendor.ebx, vendor.edx, vendor.ecx]
+        .iter()
+        .flat_map(|r| r.to_le_bytes())
+        .collect();
+    if name != b"AuthenticAMD" {
+        return None;
+    }
+    // SAFETY: as above.
+    let eax = unsafe { __cpuid(1) }.eax;
+    let base = (eax >> 8) & 0xF;
+    Some(match base {
+        0xF => base + ((eax >> 20) & 0xFF),
+        _ => base,
+    })
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn amd_family() -> Option<u32> {
+    None
 }
 
 impl std::fmt::Display for CpuPath {
@@ -86,12 +134,16 @@ impl std::fmt::Display for CpuPath {
 /// 0: not chosen yet; otherwise 1 + the path's index in [`CpuPath::ALL`].
 static CHOSEN: AtomicU8 = AtomicU8::new(0);
 
-/// The path the kernels use: the detected one, or `KILN_CPU_PATH`'s when it is lower (read
-/// once, at the first call).
+/// The path the kernels use: [`CpuPath::preferred`], or `KILN_CPU_PATH`'s when the CPU runs
+/// it (read once, at the first call).
 pub fn path() -> CpuPath {
     match CHOSEN.load(Ordering::Relaxed) {
         0 => {
-            let chosen = from_environment(std::env::var(PATH_VARIABLE).ok(), CpuPath::detected());
+            let chosen = from_environment(
+                std::env::var(PATH_VARIABLE).ok(),
+                CpuPath::detected(),
+                CpuPath::preferred(),
+            );
             store(chosen);
             chosen
         }
@@ -125,27 +177,28 @@ fn store(path: CpuPath) {
     CHOSEN.store(index as u8 + 1, Ordering::Relaxed);
 }
 
-/// The path for a `KILN_CPU_PATH` value (`None`: unset) on a CPU whose widest is `detected`,
-/// warning on stderr about a value that names no path or one the CPU cannot run.
-fn from_environment(value: Option<String>, detected: CpuPath) -> CpuPath {
+/// The path for a `KILN_CPU_PATH` value (`None`: unset, the `preferred` path) on a CPU
+/// whose widest is `detected`, warning on stderr about a value that names no path or one the
+/// CPU cannot run (both keep `preferred`).
+fn from_environment(value: Option<String>, detected: CpuPath, preferred: CpuPath) -> CpuPath {
     let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
-        return detected;
+        return preferred;
     };
     match CpuPath::parse(value.trim()) {
         Some(p) if p <= detected => p,
         Some(p) => {
             eprintln!(
-                "kiln: {PATH_VARIABLE}={p} asks for kernels this CPU cannot run; using \
-                 {detected}, the widest it has"
+                "kiln: {PATH_VARIABLE}={p} asks for kernels this CPU cannot run (the widest \
+                 it has: {detected}); using {preferred}"
             );
-            detected
+            preferred
         }
         None => {
             eprintln!(
                 "kiln: {PATH_VARIABLE}={value:?} is not a kernel path (avx512, avx2 or \
-                 portable); using {detected}"
+                 portable); using {preferred}"
             );
-            detected
+            preferred
         }
     }
 }
@@ -189,8 +242,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_environment_lowers_the_path_and_never_raises_it() {
-        let env = |v: &str| from_environment(Some(v.to_string()), CpuPath::Avx2);
+    fn the_environment_picks_any_path_the_cpu_runs() {
+        let env = |v: &str| from_environment(Some(v.to_string()), CpuPath::Avx2, CpuPath::Avx2);
         assert_eq!(env("portable"), CpuPath::Portable);
         assert_eq!(env("avx2"), CpuPath::Avx2);
         assert_eq!(env("avx512"), CpuPath::Avx2, "not above the detected path");
@@ -200,9 +253,42 @@ mod tests {
             "an unknown name keeps the detected path"
         );
         assert_eq!(env(" "), CpuPath::Avx2);
-        assert_eq!(from_environment(None, CpuPath::Avx512), CpuPath::Avx512);
+        assert_eq!(
+            from_environment(None, CpuPath::Avx512, CpuPath::Avx512),
+            CpuPath::Avx512
+        );
+        // Zen 4: AVX2 by default, AVX-512 on request.
+        let zen4 = |v: Option<&str>| {
+            from_environment(v.map(str::to_string), CpuPath::Avx512, CpuPath::Avx2)
+        };
+        assert_eq!(zen4(None), CpuPath::Avx2);
+        assert_eq!(zen4(Some("avx512")), CpuPath::Avx512);
+        assert_eq!(zen4(Some("portable")), CpuPath::Portable);
+        assert_eq!(zen4(Some("avx1024")), CpuPath::Avx2);
         assert_eq!(CpuPath::parse("avx512"), Some(CpuPath::Avx512));
         assert!(CpuPath::Portable < CpuPath::Avx2 && CpuPath::Avx2 < CpuPath::Avx512);
+    }
+
+    #[test]
+    fn zen_4_prefers_avx2_and_other_cpus_their_widest_path() {
+        assert_eq!(preferred_on(CpuPath::Avx512, Some(0x19)), CpuPath::Avx2);
+        assert_eq!(
+            preferred_on(CpuPath::Avx512, Some(0x1A)),
+            CpuPath::Avx512,
+            "Zen 5"
+        );
+        assert_eq!(
+            preferred_on(CpuPath::Avx512, None),
+            CpuPath::Avx512,
+            "Intel"
+        );
+        assert_eq!(
+            preferred_on(CpuPath::Avx2, Some(0x19)),
+            CpuPath::Avx2,
+            "Zen 3"
+        );
+        assert_eq!(preferred_on(CpuPath::Portable, None), CpuPath::Portable);
+        assert!(CpuPath::preferred() <= CpuPath::detected());
     }
 
     #[test]
