@@ -8,9 +8,9 @@
 //! | `portable` | — | scalar | baseline x86-64 (SSE2) |
 //!
 //! By default kiln takes the widest path, except on AMD Zen 4 (family 19h), whose AVX-512
-//! executes 512-bit operations as two 256-bit halves: there the `avx512` path measured 0.72x
-//! (MLP) and 0.89x (CNN) the `avx2` path's samples/s (bench/README.md), so `avx2` is the
-//! default. The environment variable `KILN_CPU_PATH` (`avx512`, `avx2` or `portable`) picks
+//! executes 512-bit operations as two 256-bit halves: there the `avx512` path measured 0.71x-0.81x
+//! (MLP) and 0.89x-1.03x (CNN) the `avx2` path's samples/s (bench/README.md), so `avx2` is
+//! the default. The environment variable `KILN_CPU_PATH` (`avx512`, `avx2` or `portable`) picks
 //! any path the CPU runs, so the tests and benchmarks cover every path on any machine;
 //! asking for a path the CPU lacks keeps the default, with a warning on stderr. The
 //! paths compute the same sums in the same order except inside the GEMM micro-kernels, whose
