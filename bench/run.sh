@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Side-by-side training benchmark on Fashion-MNIST: kiln (`kiln train`, as a user runs it),
 # TensorFlow/Keras (model.fit + tf.data AUTOTUNE), PyTorch (plain loop) and a raw Burn loop,
-# on the same two models (bench/configs/*.toml), batch 128, AdamW.
+# on the same models (bench/configs/*.toml), batch 128, AdamW: the MLP and the CNN on all 60,000
+# training images, resnet-small and the LSTM on the first 15,360 (120 batches an epoch).
 #
 #   bench/run.sh [rounds]        # default 2 rounds: A B C D A B C D ... so drift hits all alike
+#
+# BENCH_MODELS (default "mlp cnn resnet-small lstm") picks the models; BENCH_PRECISIONS (default
+# "float32") the dtype policies, e.g. "float32 mixed_bfloat16" (Keras' policy, PyTorch's
+# autocast to bfloat16). The raw Burn loop has the MLP and the CNN only.
 #
 # Installs the peers (tensorflow-cpu 2.21, torch, numpy) in bench/.venv on first use. Each run
 # trains 3 epochs and reports samples/s over epochs 2-3 (the first, with warm-up, is excluded).
@@ -51,36 +56,49 @@ flags = sorted(f for f in info.get("flags\t\t", "").split() if f.startswith(("av
 print(json.dumps({"cpu_model": info.get("model name\t", "?").strip(), "cpu_flags": flags}))
 PYEOF
 
-# kiln_run MODEL [PATH]: kiln with the kernels the CPU prefers (framework "kiln"), or with
-# KILN_CPU_PATH=PATH (framework "kiln-PATH": avx2 or avx512).
+# kiln_run MODEL PRECISION [PATH]: kiln with the kernels the CPU prefers (framework "kiln"), or
+# with KILN_CPU_PATH=PATH (framework "kiln-PATH": avx2 or avx512).
 kiln_run() {
-  local model=$1 path=${2:-} framework=kiln dir
+  local model=$1 precision=$2 path=${3:-} framework=kiln dir
   dir=$(mktemp -d)
   if [ -n "$path" ]; then framework="kiln-$path"; fi
-  KILN_CPU_PATH="$path" "$KILN" train "bench/configs/$model.toml" --epochs "$EPOCHS" --run-dir "$dir" >/dev/null
-  "$PY" - "$dir/history.json" "$model" "$framework" <<'PYEOF'
+  KILN_CPU_PATH="$path" "$KILN" train "bench/configs/$model.toml" --epochs "$EPOCHS" \
+    --precision "$precision" --run-dir "$dir" >/dev/null
+  "$PY" - "$dir/history.json" "$model" "$framework" "$precision" <<'PYEOF'
 import json, sys
 h = json.load(open(sys.argv[1]))
 sps = h["samples_per_second"][1:]
-print(json.dumps({"framework": sys.argv[3], "model": sys.argv[2], "samples_per_second": sum(sps) / len(sps), "epochs_timed": len(sps)}))
+print(json.dumps({"framework": sys.argv[3], "model": sys.argv[2], "precision": sys.argv[4],
+                  "samples_per_second": sum(sps) / len(sps), "epochs_timed": len(sps)}))
 PYEOF
   rm -rf "$dir"
 }
 
+# peer_run SCRIPT MODEL PRECISION: a peer's script on the same images as the model's config.
+peer_run() {
+  local take=()
+  case $2 in resnet-small | lstm) take=(--take 15360) ;; esac
+  (cd bench/peers && "$PY" "$1" --model "$2" --precision "$3" --epochs "$EPOCHS" "${take[@]}" 2>/dev/null) | tail -1
+}
+
 for round in $(seq "$ROUNDS"); do
-  for model in mlp cnn; do
-    echo "bench: round $round, $model" >&2
-    kiln_run "$model" | tee -a "$OUT"
-    # On AVX-512 machines both forced paths too (the default is one of them, by CPU kind).
-    if grep -q avx512f /proc/cpuinfo; then
-      kiln_run "$model" avx512 | tee -a "$OUT"
-      kiln_run "$model" avx2 | tee -a "$OUT"
-    fi
-    (cd bench/peers && "$PY" tf_bench.py --model "$model" --epochs "$EPOCHS" 2>/dev/null) | tail -1 | tee -a "$OUT"
-    if [ "$HAS_TORCH" = 1 ]; then
-      (cd bench/peers && "$PY" torch_bench.py --model "$model" --epochs "$EPOCHS") | tail -1 | tee -a "$OUT"
-    fi
-    "$RAW" "$model" "$EPOCHS" | tee -a "$OUT"
+  for model in ${BENCH_MODELS:-mlp cnn resnet-small lstm}; do
+    for precision in ${BENCH_PRECISIONS:-float32}; do
+      echo "bench: round $round, $model, $precision" >&2
+      kiln_run "$model" "$precision" | tee -a "$OUT"
+      # On AVX-512 machines both forced paths too (the default is one of them, by CPU kind).
+      if grep -q avx512f /proc/cpuinfo; then
+        kiln_run "$model" "$precision" avx512 | tee -a "$OUT"
+        kiln_run "$model" "$precision" avx2 | tee -a "$OUT"
+      fi
+      peer_run tf_bench.py "$model" "$precision" | tee -a "$OUT"
+      if [ "$HAS_TORCH" = 1 ]; then
+        peer_run torch_bench.py "$model" "$precision" | tee -a "$OUT"
+      fi
+      if [ "$precision" = float32 ] && { [ "$model" = mlp ] || [ "$model" = cnn ]; }; then
+        "$RAW" "$model" "$EPOCHS" | tee -a "$OUT"
+      fi
+    done
   done
 done
 "$PY" bench/summarize.py "$OUT"

@@ -18,6 +18,10 @@
 //! `tests/cpu_paths.rs`). On other architectures there is one path, `portable` for kiln's
 //! loops, and the `gemm` crate picks its own kernels (NEON on aarch64).
 //!
+//! Matrix products of bfloat16 values (under `mixed_bfloat16`) take AVX512_BF16's dot product
+//! where the CPU has it, whatever the float32 path ([`bf16_dot`]; `KILN_CPU_PATH=avx2` or
+//! `portable` turns it off too).
+//!
 //! Burn's own CPU operations (the ops kiln has no kernel for) choose their kernels themselves
 //! and do not follow `KILN_CPU_PATH`.
 
@@ -203,6 +207,57 @@ fn from_environment(value: Option<String>, detected: CpuPath, preferred: CpuPath
     }
 }
 
+/// Whether the CPU has AVX512_BF16's dot product (`vdpbf16ps`) besides the `avx512` path's
+/// features.
+pub fn has_bf16() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        CpuPath::detected() == CpuPath::Avx512 && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// 0: not chosen yet; 1: off; 2: on.
+static BF16: AtomicU8 = AtomicU8::new(0);
+
+/// Whether matrix products of bfloat16 values use bfloat16 dot products
+/// ([`super::bf16`]): when the CPU has them and `KILN_CPU_PATH` names no path below `avx512`
+/// (forcing `avx2` or `portable` also forces the float32 kernels). Chosen once, at the first call.
+pub fn bf16_dot() -> bool {
+    match BF16.load(Ordering::Relaxed) {
+        0 => {
+            let on = has_bf16() && bf16_allowed(std::env::var(PATH_VARIABLE).ok().as_deref());
+            BF16.store(1 + u8::from(on), Ordering::Relaxed);
+            on
+        }
+        n => n == 2,
+    }
+}
+
+/// Turns the bfloat16 dot products on or off for the rest of the process (tests and
+/// benchmarks that compare both in one process; not while kernels run on other threads).
+///
+/// # Errors
+/// Turning them on on a CPU without AVX512_BF16.
+pub fn set_bf16(on: bool) -> Result<(), String> {
+    if on && !has_bf16() {
+        return Err("this CPU has no AVX512_BF16 dot product".to_string());
+    }
+    BF16.store(1 + u8::from(on), Ordering::Relaxed);
+    Ok(())
+}
+
+/// `false` when a `KILN_CPU_PATH` value names a path below `avx512`.
+fn bf16_allowed(value: Option<&str>) -> bool {
+    !matches!(
+        value.and_then(|v| CpuPath::parse(v.trim())),
+        Some(CpuPath::Avx2 | CpuPath::Portable)
+    )
+}
+
 /// Defines `fn $name(path: CpuPath, args...)` that runs `$body` compiled for `path`'s
 /// instruction set: the body is inlined into one function per path with that path's target
 /// features, so the compiler vectorizes the same loop 16, 8 or 4 floats wide. Element-wise
@@ -289,6 +344,19 @@ mod tests {
         );
         assert_eq!(preferred_on(CpuPath::Portable, None), CpuPath::Portable);
         assert!(CpuPath::preferred() <= CpuPath::detected());
+    }
+
+    #[test]
+    fn only_a_path_below_avx512_turns_the_bf16_dot_products_off() {
+        assert!(bf16_allowed(None));
+        assert!(bf16_allowed(Some("avx512")));
+        assert!(
+            bf16_allowed(Some("sse9")),
+            "an unknown name keeps the default"
+        );
+        assert!(!bf16_allowed(Some("avx2")));
+        assert!(!bf16_allowed(Some(" portable ")));
+        assert!(!has_bf16() || CpuPath::detected() == CpuPath::Avx512);
     }
 
     #[test]

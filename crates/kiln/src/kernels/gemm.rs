@@ -122,13 +122,18 @@ pub fn matmul_uninit<'d>(
     }
 }
 
-/// The gemm crate's kernel for [`cpu::path`] on the calling thread: `dst (+)= a @ b`, `dst`
+/// The bfloat16 kernel when it applies ([`super::bf16`]), else the gemm crate's kernel for
+/// [`cpu::path`], on the calling thread: `dst (+)= a @ b`, `dst`
 /// row-major `a.rows x b.cols`.
 ///
 /// # Safety
 /// The views' indices are in bounds of their slices, `dst` is valid for `a.rows * b.cols`
 /// writes (and reads with `accumulate`) and overlaps neither view.
 unsafe fn gemm_into(a: View<'_>, b: View<'_>, dst: *mut f32, accumulate: bool) {
+    // SAFETY: the caller's contract, which is also `try_matmul`'s.
+    if unsafe { super::bf16::try_matmul(a, b, dst, accumulate) } {
+        return;
+    }
     // SAFETY: the caller's contract.
     unsafe { gemm_on(cpu::path(), a, b, dst, accumulate) }
 }

@@ -8,11 +8,14 @@
 //! tensor: the backward pass finds each window's maximum again.
 //!
 //! Each kernel runs the widest instruction set the CPU has ([`cpu`]: AVX-512, AVX2 + FMA, or
-//! portable code), chosen once per process; `KILN_CPU_PATH` forces a lower one.
+//! portable code), chosen once per process; `KILN_CPU_PATH` forces a lower one. Matrix products
+//! whose operands are all bfloat16 values (`mixed_bfloat16`) use AVX512_BF16's dot product
+//! where the CPU has it ([`bf16`]).
 //!
 //! [`crate::ops`] wires these into Burn's autodiff as custom operations.
 
 pub mod adam;
+mod bf16;
 pub mod conv2d;
 pub mod cpu;
 pub mod dense;

@@ -1,0 +1,465 @@
+//! GEMM with bfloat16 operands and float32 accumulation, on CPUs with AVX512_BF16's dot
+//! product `vdpbf16ps` (AMD Zen 4 and later, Intel Cooper Lake, Sapphire Rapids and later).
+//!
+//! Under `mixed_bfloat16` every layer's inputs, the compute copy of its weights and the
+//! gradients reaching it are rounded to bfloat16 ([`crate::precision::round`]) but held in
+//! float32, so the operands of its matrix products are bfloat16 values already. This kernel
+//! notices that while it packs them (the low 16 bits of every float are zero), keeps only the
+//! high halves (no rounding: the conversion is exact) and multiplies pairs of them with
+//! `vdpbf16ps`, which takes twice the multiply-adds per instruction of a float32 FMA. Each
+//! product of two bfloat16 values is exact in float32 and the sums are float32, as on tensor
+//! cores; only the order of the sums differs from the float32 kernels (pairs first), and
+//! inputs and results below float32's normal range (~1.2e-38) are flushed to zero, as the
+//! instruction defines. When an operand is not all bfloat16 values (any `float32` run) the
+//! packing stops at the first such element and the float32 kernels run instead.
+//!
+//! Layout (the `gemm` crate's idea, for a pair-wise dot product): `a` is packed row by row as
+//! `u32` pairs `(a[i, 2p], a[i, 2p + 1])`, `b` in panels of [`NR`] columns, each a run of
+//! `[NR]` pairs `(b[2p, j], b[2p + 1, j])` per `p`. A micro-tile of [`MR`] x [`NR`] outputs
+//! lives in 24 of the 32 vector registers for the whole `k` loop.
+
+use std::cell::RefCell;
+
+use super::cpu;
+use super::gemm::View;
+
+/// Output rows per micro-tile.
+const MR: usize = 12;
+/// Output columns per micro-tile: two vectors of 16 float32.
+const NR: usize = 32;
+/// Below this many multiply-adds per output row the packing costs more than the product saves.
+/// (Per row, not per call: a row's result must not depend on how many rows share the call.)
+const MIN_ROW_MACS: usize = 16 * 64;
+
+thread_local! {
+    /// Packed `a` and `b` of the last call on this thread, reused.
+    static PACKED: RefCell<(Vec<u32>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// `dst (+)= a @ b` with bfloat16 dot products when [`cpu::bf16_dot`] allows them and every
+/// element of `a` and `b` is a bfloat16 value; `false` (and `dst` untouched) otherwise.
+///
+/// # Safety
+/// As the float32 GEMM: the views' indices are in bounds of their slices, `dst` is valid for
+/// `a.rows * b.cols` writes (and reads with `accumulate`) and overlaps neither view.
+pub(super) unsafe fn try_matmul(a: View<'_>, b: View<'_>, dst: *mut f32, accumulate: bool) -> bool {
+    let (m, n, k) = (a.rows, b.cols, a.cols);
+    if m == 0 || n * k < MIN_ROW_MACS || !cpu::bf16_dot() {
+        return false;
+    }
+    // A float32 operand almost always shows it in its first element: give up before packing.
+    if low_bits(a.data[0]) != 0 || low_bits(b.data[0]) != 0 {
+        return false;
+    }
+    PACKED.with(|cell| {
+        let Ok(mut bufs) = cell.try_borrow_mut() else {
+            return false;
+        };
+        let (pa, pb) = &mut *bufs;
+        let k2 = k.div_ceil(2);
+        // Padding rows and columns are never stored: their stale contents do no harm.
+        let (rows, cols) = (m.div_ceil(MR) * MR, n.div_ceil(NR) * NR);
+        pa.resize(pa.len().max(rows * k2), 0);
+        pb.resize(pb.len().max(cols * k2), 0);
+        // SAFETY: the CPU has AVX-512 (`cpu::bf16_dot` implies the avx512 path's features).
+        if !unsafe { pack_a_v4(a, k2, pa) && pack_b_v4(b, k2, pb) } {
+            return false;
+        }
+        // SAFETY: the CPU has AVX512_BF16 (`cpu::bf16_dot`); the packed buffers hold the padded
+        // tiles; the caller's contract covers `dst`.
+        unsafe { multiply(m, n, k2, pa, pb, dst, accumulate) };
+        true
+    })
+}
+
+/// The bits a bfloat16 value leaves zero.
+#[inline(always)]
+fn low_bits(x: f32) -> u32 {
+    x.to_bits() & 0xFFFF
+}
+
+/// Two bfloat16 values (the high halves of `lo` and `hi`) in one `u32`, `lo` in the low half
+/// as `vdpbf16ps` pairs them.
+#[inline(always)]
+fn pair(lo: f32, hi: f32) -> u32 {
+    (hi.to_bits() & 0xFFFF_0000) | (lo.to_bits() >> 16)
+}
+
+/// [`pack_a`] compiled for AVX-512.
+///
+/// # Safety
+/// The CPU has the avx512 path's features.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512cd,avx512dq,avx512vl,avx2,fma")]
+unsafe fn pack_a_v4(a: View<'_>, k2: usize, out: &mut [u32]) -> bool {
+    pack_a(a, k2, out)
+}
+
+/// [`pack_b`] compiled for AVX-512.
+///
+/// # Safety
+/// The CPU has the avx512 path's features.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512cd,avx512dq,avx512vl,avx2,fma")]
+unsafe fn pack_b_v4(b: View<'_>, k2: usize, out: &mut [u32]) -> bool {
+    pack_b(b, k2, out)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn pack_a_v4(a: View<'_>, k2: usize, out: &mut [u32]) -> bool {
+    pack_a(a, k2, out)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn pack_b_v4(b: View<'_>, k2: usize, out: &mut [u32]) -> bool {
+    pack_b(b, k2, out)
+}
+
+/// Packs `a` (`m x k`) as `m` rows of `k2` pairs (an odd `k` ends with a zero); `false` when an
+/// element is not a bfloat16 value.
+#[inline(always)]
+fn pack_a(a: View<'_>, k2: usize, out: &mut [u32]) -> bool {
+    let k = a.cols;
+    let mut low = 0u32;
+    for i in 0..a.rows {
+        let row = &mut out[i * k2..(i + 1) * k2];
+        if a.col_stride == 1 {
+            let src = &a.data[i * a.row_stride..i * a.row_stride + k];
+            for (o, s) in row.iter_mut().zip(src.chunks_exact(2)) {
+                low |= low_bits(s[0]) | low_bits(s[1]);
+                *o = pair(s[0], s[1]);
+            }
+        } else {
+            let at = |j: usize| a.data[i * a.row_stride + j * a.col_stride];
+            for (p, o) in row.iter_mut().enumerate().take(k / 2) {
+                let (x, y) = (at(2 * p), at(2 * p + 1));
+                low |= low_bits(x) | low_bits(y);
+                *o = pair(x, y);
+            }
+        }
+        if k % 2 == 1 {
+            let x = a.data[i * a.row_stride + (k - 1) * a.col_stride];
+            low |= low_bits(x);
+            row[k2 - 1] = pair(x, 0.0);
+        }
+        if low != 0 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Packs `b` (`k x n`) in panels of [`NR`] columns, each `k2` runs of [`NR`] pairs (an odd `k`
+/// ends with zeros); `false` when an element is not a bfloat16 value.
+#[inline(always)]
+fn pack_b(b: View<'_>, k2: usize, out: &mut [u32]) -> bool {
+    let (k, n) = (b.rows, b.cols);
+    let at = |r: usize, j: usize| b.data[r * b.row_stride + j * b.col_stride];
+    // Where pair `p` of column `j` goes.
+    let slot = |p: usize, j: usize| ((j / NR) * k2 + p) * NR + j % NR;
+    let mut low = 0u32;
+    if b.col_stride == 1 {
+        // Rows contiguous (a weight matrix, im2col columns): two rows make a run.
+        for p in 0..k / 2 {
+            for j0 in (0..n).step_by(NR) {
+                let width = NR.min(n - j0);
+                let r0 = &b.data[2 * p * b.row_stride + j0..][..width];
+                let r1 = &b.data[(2 * p + 1) * b.row_stride + j0..][..width];
+                let run = &mut out[slot(p, j0)..][..width];
+                for ((o, &x), &y) in run.iter_mut().zip(r0).zip(r1) {
+                    low |= low_bits(x) | low_bits(y);
+                    *o = pair(x, y);
+                }
+            }
+            if low != 0 {
+                return false;
+            }
+        }
+    } else {
+        // Columns contiguous (a transposed matrix): each pair is two neighbours in memory.
+        // Blocks of pairs keep the lines being written in the first-level cache.
+        const BLOCK: usize = 64;
+        for p0 in (0..k / 2).step_by(BLOCK) {
+            let p1 = (p0 + BLOCK).min(k / 2);
+            for j in 0..n {
+                let start = 2 * p0 * b.row_stride + j * b.col_stride;
+                let src = &b.data[start..=start + (2 * (p1 - p0) - 1) * b.row_stride];
+                let dst = out[slot(p0, j)..].iter_mut().step_by(NR);
+                if b.row_stride == 1 {
+                    for (o, s) in dst.zip(src.chunks_exact(2)) {
+                        low |= low_bits(s[0]) | low_bits(s[1]);
+                        *o = pair(s[0], s[1]);
+                    }
+                } else {
+                    let pairs = src.iter().step_by(b.row_stride);
+                    for (o, s) in dst.zip(pairs.clone().step_by(2).zip(pairs.skip(1).step_by(2))) {
+                        low |= low_bits(*s.0) | low_bits(*s.1);
+                        *o = pair(*s.0, *s.1);
+                    }
+                }
+            }
+            if low != 0 {
+                return false;
+            }
+        }
+    }
+    if k % 2 == 1 {
+        for j in 0..n {
+            let x = at(k - 1, j);
+            low |= low_bits(x);
+            out[slot(k2 - 1, j)] = pair(x, 0.0);
+        }
+    }
+    low == 0
+}
+
+/// Every micro-tile of `dst (+)= a @ b` from the packed operands, column panels outside so one
+/// panel of `b` stays in cache while the rows of `a` stream past it.
+///
+/// # Safety
+/// The CPU has AVX512_BF16; `pa` holds `m` rounded up to [`MR`] rows of `k2` pairs, `pb` `n`
+/// rounded up to [`NR`] columns; `dst` as in [`try_matmul`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn multiply(
+    m: usize,
+    n: usize,
+    k2: usize,
+    pa: &[u32],
+    pb: &[u32],
+    dst: *mut f32,
+    accumulate: bool,
+) {
+    for panel in 0..n.div_ceil(NR) {
+        let cols = NR.min(n - panel * NR);
+        let b = &pb[panel * k2 * NR..(panel + 1) * k2 * NR];
+        for block in 0..m.div_ceil(MR) {
+            let rows = MR.min(m - block * MR);
+            let a = &pa[block * MR * k2..(block + 1) * MR * k2];
+            let out = Tile {
+                // SAFETY: the tile's first element, in bounds of `dst` (`m x n`).
+                dst: unsafe { dst.add(block * MR * n + panel * NR) },
+                stride: n,
+                rows,
+                cols,
+                accumulate,
+            };
+            // SAFETY: the caller's contract.
+            unsafe { tile(k2, a, b, out) };
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn multiply(_: usize, _: usize, _: usize, _: &[u32], _: &[u32], _: *mut f32, _: bool) {
+    unreachable!("cpu::bf16_dot is false off x86-64")
+}
+
+/// Where a micro-tile's results go: `rows x cols` of a row-major matrix with row `stride`.
+#[cfg(target_arch = "x86_64")]
+struct Tile {
+    dst: *mut f32,
+    stride: usize,
+    rows: usize,
+    cols: usize,
+    accumulate: bool,
+}
+
+/// One [`MR`] x [`NR`] micro-tile over the whole `k`: 24 accumulators, two loads of `b` and
+/// [`MR`] broadcasts of `a` per pair.
+///
+/// # Safety
+/// The CPU has AVX512_BF16; `a` holds [`MR`] rows of `k2` pairs, `b` `k2` runs of [`NR`];
+/// `out.dst` is valid for `out.rows` rows of `out.cols` (reads too with `accumulate`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn tile(k2: usize, a: &[u32], b: &[u32], out: Tile) {
+    use std::arch::x86_64::*;
+    assert!(a.len() >= MR * k2 && b.len() >= NR * k2);
+    let mut acc = [_mm512_setzero_ps(); 2 * MR];
+    for p in 0..k2 {
+        // SAFETY: `p * NR + 32 <= b.len()` by the assert; unaligned loads.
+        let (b0, b1): (__m512bh, __m512bh) = unsafe {
+            let at = b.as_ptr().add(p * NR);
+            (
+                std::mem::transmute(_mm512_loadu_si512(at.cast())),
+                std::mem::transmute(_mm512_loadu_si512(at.add(16).cast())),
+            )
+        };
+        for r in 0..MR {
+            // SAFETY: a bit pattern reinterpreted; the index is in bounds by the assert.
+            let x: __m512bh =
+                unsafe { std::mem::transmute(_mm512_set1_epi32(a[r * k2 + p] as i32)) };
+            acc[2 * r] = _mm512_dpbf16_ps(acc[2 * r], x, b0);
+            acc[2 * r + 1] = _mm512_dpbf16_ps(acc[2 * r + 1], x, b1);
+        }
+    }
+    let mask = |from: usize| -> __mmask16 {
+        let width = out.cols.saturating_sub(from).min(16);
+        ((1u32 << width) - 1) as __mmask16
+    };
+    let (m0, m1) = (mask(0), mask(16));
+    for (r, pair) in acc.chunks_exact(2).take(out.rows).enumerate() {
+        // SAFETY: row `r < out.rows`, columns under the masks `< out.cols`: in bounds.
+        unsafe {
+            let row = out.dst.add(r * out.stride);
+            let (mut v0, mut v1) = (pair[0], pair[1]);
+            if out.accumulate {
+                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, row));
+                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, row.wrapping_add(16)));
+            }
+            _mm512_mask_storeu_ps(row, m0, v0);
+            // A zero mask touches no memory: the address may lie past the row.
+            _mm512_mask_storeu_ps(row.wrapping_add(16), m1, v1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic bfloat16 values in about [-2, 2], some zero.
+    fn values(len: usize, seed: u32) -> Vec<f32> {
+        (0..len as u32)
+            .map(|i| {
+                let h = (i ^ seed).wrapping_mul(2_654_435_761).rotate_left(13);
+                let v = (h % 4001) as f32 / 1000.0 - 2.0;
+                f32::from_bits(v.to_bits() & 0xFFFF_0000)
+            })
+            .collect()
+    }
+
+    /// `a @ b` in float64, and the sum of the products' magnitudes per element (the scale of
+    /// float32's rounding error).
+    fn reference(a: View<'_>, b: View<'_>) -> (Vec<f64>, Vec<f64>) {
+        let at =
+            |v: View<'_>, i: usize, j: usize| v.data[i * v.row_stride + j * v.col_stride] as f64;
+        let (m, n, k) = (a.rows, b.cols, a.cols);
+        let (mut c, mut s) = (vec![0.0; m * n], vec![0.0; m * n]);
+        for i in 0..m {
+            for j in 0..n {
+                for l in 0..k {
+                    let p = at(a, i, l) * at(b, l, j);
+                    c[i * n + j] += p;
+                    s[i * n + j] += p.abs();
+                }
+            }
+        }
+        (c, s)
+    }
+
+    #[test]
+    fn bf16_products_match_float64_on_every_shape_and_view() {
+        if !cpu::has_bf16() {
+            // The float32 kernels run instead: the kernel declines.
+            let a = values(64 * 64, 1);
+            let mut d = vec![0.0; 64 * 64];
+            let v = View::new(&a, 64, 64);
+            // SAFETY: `d` holds 64 x 64; the views cover their slices.
+            assert!(!unsafe { try_matmul(v, v, d.as_mut_ptr(), false) });
+            eprintln!("no AVX512_BF16 on this CPU: checked that the bf16 kernel declines");
+            return;
+        }
+        cpu::set_bf16(true).unwrap();
+        for (m, k, n) in [
+            (12, 64, 32),
+            (13, 65, 33),
+            (1, 784, 512),
+            (64, 288, 196),
+            (40, 3, 700),
+            (7, 1000, 5),
+        ] {
+            let a = values(m * k, 3);
+            let b = values(k * n, 7);
+            let at: Vec<f32> = (0..k * m).map(|v| a[(v % m) * k + v / m]).collect();
+            let bt: Vec<f32> = (0..n * k).map(|v| b[(v % k) * n + v / k]).collect();
+            // Neither rows nor columns contiguous: element (r, j) of `b` at 2r + (2k + 1)j.
+            let mut spread = vec![f32::NAN; (2 * k + 1) * n];
+            for r in 0..k {
+                for j in 0..n {
+                    spread[2 * r + (2 * k + 1) * j] = b[r * n + j];
+                }
+            }
+            let strided = View {
+                data: &spread,
+                rows: k,
+                cols: n,
+                row_stride: 2,
+                col_stride: 2 * k + 1,
+            };
+            let views = [
+                (View::new(&a, m, k), View::new(&b, k, n)),
+                (View::new(&at, k, m).t(), View::new(&bt, n, k).t()),
+                (View::new(&a, m, k), strided),
+            ];
+            for (va, vb) in views {
+                let (want, scale) = reference(va, vb);
+                for accumulate in [false, true] {
+                    let mut got = vec![0.5f32; m * n];
+                    // SAFETY: `got` holds m x n; the views cover their slices.
+                    let used = unsafe { try_matmul(va, vb, got.as_mut_ptr(), accumulate) };
+                    assert_eq!(used, n * k >= MIN_ROW_MACS, "m={m} k={k} n={n}");
+                    if !used {
+                        continue;
+                    }
+                    let base = if accumulate { 0.5 } else { 0.0 };
+                    for (e, ((g, w), s)) in got.iter().zip(&want).zip(&scale).enumerate() {
+                        let err = (*g as f64 - base - w).abs();
+                        assert!(
+                            err <= 1e-6 * s.max(1.0),
+                            "m={m} k={k} n={n} element {e}: {g} vs {w} (+{base})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_float32_operand_leaves_the_product_to_the_float32_kernels() {
+        let a = values(32 * 64, 5);
+        let mut b = values(64 * 48, 9);
+        b[64 * 48 - 1] += 1e-4; // one element that is not a bfloat16 value, at the very end
+        let mut d = vec![3.0f32; 32 * 48];
+        // SAFETY: `d` holds 32 x 48; the views cover their slices.
+        let used = unsafe {
+            try_matmul(
+                View::new(&a, 32, 64),
+                View::new(&b, 64, 48),
+                d.as_mut_ptr(),
+                false,
+            )
+        };
+        assert!(!used);
+        assert!(d.iter().all(|&v| v == 3.0), "nothing written");
+    }
+
+    #[test]
+    fn a_rows_result_does_not_depend_on_the_rows_beside_it() {
+        if !cpu::has_bf16() {
+            eprintln!("no AVX512_BF16 on this CPU: the float32 kernels' own test covers this");
+            return;
+        }
+        cpu::set_bf16(true).unwrap();
+        let (k, n) = (300, 70);
+        let x = values(30 * k, 11);
+        let w = values(k * n, 13);
+        let mut all = vec![0.0; 30 * n];
+        // SAFETY: as above.
+        assert!(unsafe {
+            try_matmul(
+                View::new(&x, 30, k),
+                View::new(&w, k, n),
+                all.as_mut_ptr(),
+                false,
+            )
+        });
+        for (m, start) in [(1, 0), (1, 29), (5, 12), (13, 17)] {
+            let mut y = vec![0.0; m * n];
+            let rows = View::new(&x[start * k..(start + m) * k], m, k);
+            // SAFETY: as above.
+            assert!(unsafe { try_matmul(rows, View::new(&w, k, n), y.as_mut_ptr(), false) });
+            assert_eq!(y, all[start * n..(start + m) * n], "{m} rows from {start}");
+        }
+    }
+}
