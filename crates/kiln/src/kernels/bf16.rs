@@ -281,8 +281,8 @@ unsafe fn tile(k2: usize, a: &[u32], b: &[u32], out: Tile) {
         let (b0, b1): (__m512bh, __m512bh) = unsafe {
             let at = b.as_ptr().add(p * NR);
             (
-                std::mem::transmute(_mm512_loadu_si512(at.cast())),
-                std::mem::transmute(_mm512_loadu_si512(at.add(16).cast())),
+                std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(at.cast())),
+                std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(at.add(16).cast())),
             )
         };
         for r in 0..MR {
