@@ -20,6 +20,7 @@ pub mod conv2d;
 pub mod cpu;
 pub mod dense;
 mod gemm;
+pub mod lstm;
 pub mod pool;
 pub mod round;
 mod scratch;

@@ -7,7 +7,7 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
 
-use super::{AdamArgs, ConvArgs, DenseArgs, KilnOps, PoolArgs, fused_relu};
+use super::{AdamArgs, ConvArgs, DenseArgs, KilnOps, LstmArgs, PoolArgs, fused_relu};
 
 /// The layers whose backward pass [`AffineBackward`] computes: `y = act(x ⊛ w + b)`.
 #[derive(Debug, Clone, Copy)]
@@ -100,6 +100,30 @@ fn untracked3<B: KilnOps, C: CheckpointStrategy>((a, b, c): Three<B>) -> Three<A
         FloatTensor::<Autodiff<B, C>>::new(b),
         FloatTensor::<Autodiff<B, C>>::new(c),
     )
+}
+
+#[derive(Debug)]
+struct LstmBackward;
+
+impl<B: KilnOps> Backward<B, 4> for LstmBackward {
+    /// The recurrent kernel, the initial state, the outputs, the saved cells and the sizes.
+    type State = (
+        [FloatTensor<B>; 3],
+        FloatTensor<B>,
+        FloatTensor<B>,
+        LstmArgs,
+    );
+
+    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dhs = grads.consume::<B>(&ops.node);
+        let ([rk, h0, c0], hs, cells, dims) = ops.state;
+        let (dproj, drk, dh0, dc0) = B::kiln_lstm_backward(dhs, rk, h0, c0, hs, cells, dims);
+        for (node, grad) in ops.parents.into_iter().zip([dproj, drk, dh0, dc0]) {
+            if let Some(node) = node {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -223,6 +247,56 @@ impl<B: KilnOps, C: CheckpointStrategy> KilnOps for Autodiff<B, C> {
             g.into_primitive(),
             args,
         ))
+    }
+
+    fn kiln_lstm(
+        proj: FloatTensor<Self>,
+        rk: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        dims: LstmArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let nodes = [proj.node(), rk.node(), h0.node(), c0.node()];
+        let (proj, rk, h0, c0) = (
+            proj.into_primitive(),
+            rk.into_primitive(),
+            h0.into_primitive(),
+            c0.into_primitive(),
+        );
+        let kept = [rk.clone(), h0.clone(), c0.clone()];
+        let (hs, cells) = B::kiln_lstm(proj, rk, h0, c0, dims);
+        let out = match LstmBackward.prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((kept, hs.clone(), cells.clone(), dims), hs),
+            OpsKind::UnTracked(prep) => prep.finish(hs),
+        };
+        (out, FloatTensor::<Self>::new(cells))
+    }
+
+    fn kiln_lstm_backward(
+        dhs: FloatTensor<Self>,
+        rk: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        hs: FloatTensor<Self>,
+        cells: FloatTensor<Self>,
+        dims: LstmArgs,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    ) {
+        let (a, b, c, d) = B::kiln_lstm_backward(
+            dhs.into_primitive(),
+            rk.into_primitive(),
+            h0.into_primitive(),
+            c0.into_primitive(),
+            hs.into_primitive(),
+            cells.into_primitive(),
+            dims,
+        );
+        let (a, b, c) = untracked3::<B, C>((a, b, c));
+        (a, b, c, FloatTensor::<Self>::new(d))
     }
 
     fn kiln_max_pool2d(x: FloatTensor<Self>, args: PoolArgs) -> FloatTensor<Self> {

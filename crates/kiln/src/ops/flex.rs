@@ -6,10 +6,11 @@ use burn::tensor::TensorData;
 use burn_flex::FlexTensor;
 
 use super::{
-    AdamArgs, ConvArgs, DenseArgs, KilnOps, PoolArgs, conv_geometry, fused_relu, pool_geometry,
+    AdamArgs, ConvArgs, DenseArgs, KilnOps, LstmArgs, PoolArgs, conv_geometry, fused_relu,
+    pool_geometry,
 };
 use crate::kernels::adam::{self, AdamStep};
-use crate::kernels::{conv2d, dense, pool};
+use crate::kernels::{conv2d, dense, lstm, pool};
 
 /// The tensor's values as a contiguous `f32` slice (copying only when it is a strided view).
 fn values(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
@@ -156,6 +157,57 @@ impl KilnOps for Flex {
             &step,
         );
         (w, m, v)
+    }
+
+    fn kiln_lstm(
+        proj: FloatTensor<Self>,
+        rk: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        dims: LstmArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let [b, t, u] = dims;
+        let saved = lstm::forward(
+            &values(&proj),
+            &values(&rk),
+            &values(&h0),
+            &values(&c0),
+            dims,
+        );
+        (
+            tensor(saved.hs, &[b, t, u]),
+            tensor(saved.cells, &[b, t, 5 * u]),
+        )
+    }
+
+    fn kiln_lstm_backward(
+        dhs: FloatTensor<Self>,
+        rk: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        hs: FloatTensor<Self>,
+        cells: FloatTensor<Self>,
+        dims: LstmArgs,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    ) {
+        let [b, t, u] = dims;
+        let g = lstm::backward(
+            &values(&dhs),
+            &values(&rk),
+            (&values(&h0), &values(&c0)),
+            (&values(&hs), &values(&cells)),
+            dims,
+        );
+        (
+            tensor(g.dproj, &[b, t, 4 * u]),
+            tensor(g.drk, &[u, 4 * u]),
+            tensor(g.dh0, &[b, u]),
+            tensor(g.dc0, &[b, u]),
+        )
     }
 
     fn kiln_max_pool2d(x: FloatTensor<Self>, args: PoolArgs) -> FloatTensor<Self> {

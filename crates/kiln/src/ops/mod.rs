@@ -29,6 +29,9 @@ pub type PoolArgs = [usize; 11];
 /// when a ReLU is fused.
 pub type DenseArgs = [usize; 4];
 
+/// Sizes of an LSTM layer: `[batch, steps, units]`.
+pub type LstmArgs = [usize; 3];
+
 /// The hyperparameters of one Adam/AdamW update as plain numbers:
 /// `[learning_rate, beta_1, beta_2, epsilon, weight_decay, step]`.
 pub type AdamArgs = [f64; 6];
@@ -85,6 +88,34 @@ pub trait KilnOps: Backend {
         g: FloatTensor<Self>,
         args: AdamArgs,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+
+    /// A whole LSTM layer over `dims = [b, t, u]` ([`crate::kernels::lstm`]): the outputs
+    /// `hs [b, t, u]` of every step from `proj [b, t, 4u]` (`x·kernel + bias`), the recurrent
+    /// kernel `rk [u, 4u]` and the initial state `h0`, `c0 [b, u]`, and the cells the backward
+    /// pass reads (`[b, t, 5u]`, not differentiable).
+    fn kiln_lstm(
+        proj: FloatTensor<Self>,
+        rk: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        dims: LstmArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
+    /// `(dproj, drk, dh0, dc0)` of [`KilnOps::kiln_lstm`] for the output gradient `dhs`.
+    fn kiln_lstm_backward(
+        dhs: FloatTensor<Self>,
+        rk: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        hs: FloatTensor<Self>,
+        cells: FloatTensor<Self>,
+        dims: LstmArgs,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    );
 
     /// Max pooling of `x [n, c, h, w]`.
     fn kiln_max_pool2d(x: FloatTensor<Self>, args: PoolArgs) -> FloatTensor<Self>;
@@ -290,6 +321,33 @@ pub fn dense(x: Tensor<2>, weight: Tensor<2>, bias: Option<Tensor<1>>, relu: boo
         bias.into_dispatch(),
         [n, i, u, usize::from(relu)],
     ))
+}
+
+/// Keras' LSTM cell (`sigmoid` gates, `tanh` activation) over every step at once, on the fast
+/// path only ([`fast_path`]; the caller runs the step-by-step loop elsewhere): returns every
+/// step's output `h`. Differentiable in all four inputs.
+///
+/// # Shapes
+/// - `proj`: `[batch, steps, 4·units]`, `x·kernel + bias` for every step (gates `i, f, c, o`)
+/// - `recurrent_kernel`: `[units, 4·units]`
+/// - `h0`, `c0`: `[batch, units]`
+/// - output: `[batch, steps, units]`
+pub fn lstm(
+    proj: Tensor<3>,
+    recurrent_kernel: Tensor<2>,
+    h0: Tensor<2>,
+    c0: Tensor<2>,
+) -> Tensor<3> {
+    let [b, t, _] = proj.dims();
+    let [u, _] = recurrent_kernel.dims();
+    let (hs, _cells) = burn::backend::Dispatch::kiln_lstm(
+        proj.into_dispatch(),
+        recurrent_kernel.into_dispatch(),
+        h0.into_dispatch(),
+        c0.into_dispatch(),
+        [b, t, u],
+    );
+    Tensor::from_dispatch(hs)
 }
 
 /// 2-D max pooling with explicit `(begin, end)` padding per spatial axis (padding never wins),

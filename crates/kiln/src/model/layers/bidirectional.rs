@@ -188,6 +188,7 @@ impl Layer for Bidirectional {
         let run = Run {
             training: ctx.training,
             zero_masked: rnn.returns_sequences(),
+            carry: rnn.returns_state(),
         };
         let (y, mut states) = rnn.run(x.clone(), mask.clone(), w, &fw, run);
         let (y_rev, states_rev) = rnn.reversed().run(x, mask, w, &bw, run);

@@ -228,6 +228,8 @@ pub(crate) struct Run {
     /// which `Bidirectional` sets exactly when it returns sequences); the last output is the
     /// final state either way.
     pub zero_masked: bool,
+    /// The final carry (an LSTM's `c`) is used: returned as a state.
+    pub carry: bool,
 }
 
 /// The state between steps: the output `h` and an LSTM's carry `c`.
@@ -433,15 +435,15 @@ impl<const CELL: u8> Recurrent<CELL> {
             false => x,
         };
         let (input_bias, recurrent_bias) = self.biases(w, prefix);
-        let mut proj = x
-            .reshape([b * t, f])
-            .matmul(w.get::<2>(&format!("{prefix}kernel")));
-        if let Some(bias) = input_bias {
-            proj = proj + bias.unsqueeze_dim(0);
-        }
+        let kernel = w.get::<2>(&format!("{prefix}kernel"));
+        let proj = crate::ops::dense(x.reshape([b * t, f]), kernel, input_bias, false);
         let proj = proj.reshape([b, t, n]);
+        let rk = w.get::<2>(&format!("{prefix}recurrent_kernel"));
+        if self.fused(&proj, mask.is_none(), ctx) {
+            return self.run_fused(proj, rk, initial);
+        }
         let sw = StepWeights {
-            recurrent_kernel: w.get::<2>(&format!("{prefix}recurrent_kernel")),
+            recurrent_kernel: rk,
             recurrent_bias,
         };
         let zeros = Tensor::<2>::zeros([b, u], &proj.device());
@@ -481,6 +483,38 @@ impl<const CELL: u8> Recurrent<CELL> {
             false => Act::Flat(s.h.clone()),
         };
         (out, s)
+    }
+
+    /// Whether the whole sequence runs as one kiln operation ([`crate::ops::lstm`]): an LSTM
+    /// with Keras' default activations on the CPU in float32, without a mask, recurrent
+    /// dropout or a returned carry (Keras' cuDNN conditions, less the carry).
+    fn fused(&self, proj: &Tensor<3>, unmasked: bool, ctx: Run) -> bool {
+        CELL == LSTM_CELL
+            && self.activation == Activation::Tanh
+            && self.gate_activation() == Activation::Sigmoid
+            && unmasked
+            && !(ctx.training && self.recurrent_dropout > 0.0)
+            && !ctx.carry
+            && crate::ops::fast_path(&proj.device(), proj.dtype())
+    }
+
+    /// [`Self::run_from`] through [`crate::ops::lstm`]: every step's output, the last one as
+    /// the state (the carry is not returned).
+    fn run_fused(&self, proj: Tensor<3>, rk: Tensor<2>, initial: Option<State>) -> (Act, State) {
+        let [b, t, _] = proj.dims();
+        let u = self.units;
+        let zeros = || Tensor::<2>::zeros([b, u], &proj.device());
+        let (h0, c0) = match initial {
+            Some(s) => (s.h, s.c.unwrap_or_else(zeros)),
+            None => (zeros(), zeros()),
+        };
+        let hs = crate::ops::lstm(proj, rk, h0, c0);
+        let last = hs.clone().narrow(1, t - 1, 1).reshape([b, u]);
+        let out = match self.return_sequences {
+            true => Act::Seq(hs),
+            false => Act::Flat(last.clone()),
+        };
+        (out, State { h: last, c: None })
     }
 
     /// The inputs after the sequence (Keras' `initial_state`) must each be `(units,)`.
@@ -572,6 +606,7 @@ where
         let run = Run {
             training: ctx.training,
             zero_masked: false,
+            carry: self.return_state,
         };
         let mask = masks.first().cloned().flatten();
         let (y, s) = self.run_from(x, mask, initial, w, "", run);

@@ -276,3 +276,55 @@ fn time_distributed_dense_equals_dense_on_steps() {
         .to_string();
     assert!(e.contains("model.layers[1] (TimeDistributed): `layer` (RepeatVector) gives each step the shape [2, 3]"), "{e}");
 }
+
+/// The fused LSTM ([`crate::ops::lstm`], taken when the carry is not returned) equals the
+/// step-by-step loop (taken when it is) in outputs and in the gradients of the input, every
+/// weight and the initial state, on random values bigger than the Keras cases.
+#[test]
+fn fused_lstm_equals_the_step_loop_in_values_and_gradients() {
+    use super::recurrent::{LSTM, Rnn, Run};
+    let device = Device::flex().autodiff();
+    let [b, t, f, u] = [9, 7, 5, 16];
+    let layer = LSTM::new(u).with_return_sequences(true);
+    let specs = Layer::weights(&layer, &[&[t, f]]);
+    let mut params = LayerParams::empty();
+    let at = slots(&specs);
+    for (k, (spec, slot)) in specs.iter().zip(&at).enumerate() {
+        let n: usize = spec.shape.iter().product();
+        let v = (0..n)
+            .map(|i| (0.31 * i as f32 + k as f32).sin() * 0.4)
+            .collect();
+        params.put(*slot, spec, v, true, &device);
+    }
+    let x: Vec<f32> = (0..b * t * f).map(|i| (0.17 * i as f32).cos()).collect();
+    let r: Vec<f32> = (0..b * t * u).map(|i| (0.23 * i as f32).sin()).collect();
+    let run = |carry: bool| {
+        let x =
+            Tensor::<3>::from_data(TensorData::new(x.clone(), [b, t, f]), &device).require_grad();
+        let weights = Weights::new(specs.clone(), &params);
+        let ctx = Run {
+            training: true,
+            zero_masked: false,
+            carry,
+        };
+        let (y, _) = layer.run(x.clone(), None, &weights, "", ctx);
+        let Act::Seq(y) = y else { panic!("a sequence") };
+        let rt = Tensor::<3>::from_data(TensorData::new(r.clone(), [b, t, u]), &device);
+        let grads = (y.clone() * rt).sum().backward();
+        let mut all = vec![
+            to_vec(y.flatten::<2>(0, 1)),
+            to_vec(x.grad(&grads).unwrap()),
+        ];
+        all.extend(at.iter().map(|slot| weight_grad(&params, *slot, &grads)));
+        all
+    };
+    let (fused, looped) = (run(false), run(true));
+    for (k, (a, b)) in fused.iter().zip(&looped).enumerate() {
+        let scale = b.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+        assert!(
+            max_diff(a, b) < 2e-5 * scale,
+            "result {k}: {}",
+            max_diff(a, b)
+        );
+    }
+}
