@@ -127,6 +127,32 @@ impl<B: KilnOps> Backward<B, 4> for LstmBackward {
 }
 
 #[derive(Debug)]
+struct BatchNormBackward;
+
+impl<B: KilnOps> Backward<B, 3> for BatchNormBackward {
+    /// The input, `gamma`, the batch's mean and variance, the sizes and epsilon.
+    type State = (
+        FloatTensor<B>,
+        FloatTensor<B>,
+        (FloatTensor<B>, FloatTensor<B>),
+        [usize; 3],
+        f64,
+    );
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dy = grads.consume::<B>(&ops.node);
+        let (x, gamma, (mean, var), dims, epsilon) = ops.state;
+        let (dx, dg, db) =
+            B::kiln_batch_norm_train_backward(x, dy, gamma, mean, var, dims, epsilon);
+        for (node, grad) in ops.parents.into_iter().zip([dx, dg, db]) {
+            if let Some(node) = node {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
 struct MaxPoolBackward;
 
 impl<B: KilnOps> Backward<B, 1> for MaxPoolBackward {
@@ -297,6 +323,57 @@ impl<B: KilnOps, C: CheckpointStrategy> KilnOps for Autodiff<B, C> {
         );
         let (a, b, c) = untracked3::<B, C>((a, b, c));
         (a, b, c, FloatTensor::<Self>::new(d))
+    }
+
+    fn kiln_batch_norm_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        dims: [usize; 3],
+        epsilon: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let nodes = [x.node(), gamma.node(), beta.node()];
+        let (x, gamma, beta) = (
+            x.into_primitive(),
+            gamma.into_primitive(),
+            beta.into_primitive(),
+        );
+        let kept = (x.clone(), gamma.clone());
+        let (y, mean, var) = B::kiln_batch_norm_train(x, gamma, beta, dims, epsilon);
+        let stats = (mean.clone(), var.clone());
+        let y = match BatchNormBackward
+            .prepare::<C>(nodes)
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((kept.0, kept.1, stats, dims, epsilon), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        };
+        (
+            y,
+            FloatTensor::<Self>::new(mean),
+            FloatTensor::<Self>::new(var),
+        )
+    }
+
+    fn kiln_batch_norm_train_backward(
+        x: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        variance: FloatTensor<Self>,
+        dims: [usize; 3],
+        epsilon: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        untracked3::<B, C>(B::kiln_batch_norm_train_backward(
+            x.into_primitive(),
+            dy.into_primitive(),
+            gamma.into_primitive(),
+            mean.into_primitive(),
+            variance.into_primitive(),
+            dims,
+            epsilon,
+        ))
     }
 
     fn kiln_max_pool2d(x: FloatTensor<Self>, args: PoolArgs) -> FloatTensor<Self> {

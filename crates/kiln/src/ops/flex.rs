@@ -10,7 +10,7 @@ use super::{
     pool_geometry,
 };
 use crate::kernels::adam::{self, AdamStep};
-use crate::kernels::{conv2d, dense, lstm, pool};
+use crate::kernels::{batch_norm, conv2d, dense, lstm, pool};
 
 /// The tensor's values as a contiguous `f32` slice (copying only when it is a strided view).
 fn values(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
@@ -208,6 +208,49 @@ impl KilnOps for Flex {
             tensor(g.dh0, &[b, u]),
             tensor(g.dc0, &[b, u]),
         )
+    }
+
+    fn kiln_batch_norm_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        dims: [usize; 3],
+        epsilon: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let shape = x.layout().shape().to_vec();
+        let (y, stats) =
+            batch_norm::forward(&values(&x), &values(&gamma), &values(&beta), epsilon, dims);
+        (
+            tensor(y, &shape),
+            tensor(stats.mean, &[dims[1]]),
+            tensor(stats.variance, &[dims[1]]),
+        )
+    }
+
+    fn kiln_batch_norm_train_backward(
+        x: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        variance: FloatTensor<Self>,
+        dims: [usize; 3],
+        epsilon: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let shape = x.layout().shape().to_vec();
+        let stats = batch_norm::Stats {
+            mean: values(&mean).into_owned(),
+            variance: values(&variance).into_owned(),
+        };
+        let (dx, dg, db) = batch_norm::backward(
+            &values(&x),
+            &values(&dy),
+            &values(&gamma),
+            &stats,
+            epsilon,
+            dims,
+        );
+        let c = [dims[1]];
+        (tensor(dx, &shape), tensor(dg, &c), tensor(db, &c))
     }
 
     fn kiln_max_pool2d(x: FloatTensor<Self>, args: PoolArgs) -> FloatTensor<Self> {

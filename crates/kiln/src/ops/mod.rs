@@ -117,6 +117,30 @@ pub trait KilnOps: Backend {
         FloatTensor<Self>,
     );
 
+    /// Batch normalization with the batch's statistics ([`crate::kernels::batch_norm`]) of `x`
+    /// (`dims = [n, c, s]`: examples, channels, values per channel): returns the output
+    /// (differentiable in `x`, `gamma`, `beta`) and the batch's mean and biased variance `[c]`
+    /// (not differentiable).
+    fn kiln_batch_norm_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        dims: [usize; 3],
+        epsilon: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+
+    /// `(dx, dgamma, dbeta)` of [`KilnOps::kiln_batch_norm_train`] for the output gradient
+    /// `dy`, given the statistics it returned.
+    fn kiln_batch_norm_train_backward(
+        x: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        variance: FloatTensor<Self>,
+        dims: [usize; 3],
+        epsilon: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+
     /// Max pooling of `x [n, c, h, w]`.
     fn kiln_max_pool2d(x: FloatTensor<Self>, args: PoolArgs) -> FloatTensor<Self>;
 
@@ -348,6 +372,40 @@ pub fn lstm(
         [b, t, u],
     );
     Tensor::from_dispatch(hs)
+}
+
+/// Batch normalization of `x` over axis 1 with the batch's statistics, as
+/// [`burn::tensor::module::batch_norm_train`]: returns the output and the batch's mean and
+/// biased variance (`[channels]`, detached). kiln's kernel on the fast path ([`fast_path`]),
+/// Burn's operation elsewhere.
+///
+/// # Shapes
+/// - `x`: `[batch, channels, ...]`
+/// - `gamma`, `beta`: `[channels]`
+pub fn batch_norm_train<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    beta: Tensor<1>,
+    epsilon: f64,
+) -> (Tensor<D>, Tensor<1>, Tensor<1>) {
+    if !fast_path(&x.device(), x.dtype()) {
+        let out = burn::tensor::module::batch_norm_train(x, gamma, beta, epsilon);
+        return (out.output, out.mean, out.variance);
+    }
+    let shape = x.dims();
+    let dims = [shape[0], shape[1], shape[2..].iter().product()];
+    let (y, mean, variance) = burn::backend::Dispatch::kiln_batch_norm_train(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        beta.into_dispatch(),
+        dims,
+        epsilon,
+    );
+    (
+        Tensor::from_dispatch(y),
+        Tensor::from_dispatch(mean),
+        Tensor::from_dispatch(variance),
+    )
 }
 
 /// 2-D max pooling with explicit `(begin, end)` padding per spatial axis (padding never wins),

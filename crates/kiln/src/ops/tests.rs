@@ -222,3 +222,62 @@ pub(crate) fn dense_matches_burn_forward_and_gradients() {
         }
     }
 }
+
+/// kiln's batch normalization in training against Burn's `batch_norm_train`: output, mean,
+/// variance and the gradients of the input, `gamma` and `beta`, for images, flat features and
+/// a 3-D tensor (norm-wise relative error below 1e-5).
+#[test]
+fn batch_norm_train_matches_burn_forward_and_gradients() {
+    let device = Device::flex().autodiff();
+    device.seed(17);
+    for shape in [
+        vec![8, 5, 6, 7],
+        vec![32, 12],
+        vec![3, 4, 9],
+        vec![1, 3, 2, 2],
+    ] {
+        let c = shape[1];
+        let x = Tensor::<1>::random(
+            [shape.iter().product::<usize>()],
+            Distribution::Normal(0.5, 2.0),
+            &device,
+        );
+        let gamma = Tensor::<1>::random([c], Distribution::Normal(1.0, 0.5), &device);
+        let beta = Tensor::<1>::random([c], Distribution::Normal(0.0, 0.5), &device);
+        let n = x.dims()[0];
+        let r = Tensor::<1>::random([n], Distribution::Uniform(0.1, 1.0), &device);
+        let run = |fast: bool| {
+            let (x, g, b) = (
+                x.clone().detach().require_grad(),
+                gamma.clone().detach().require_grad(),
+                beta.clone().detach().require_grad(),
+            );
+            let xs: Tensor<4> = match shape.len() {
+                4 => x.clone().reshape([shape[0], shape[1], shape[2], shape[3]]),
+                3 => x.clone().reshape([shape[0], shape[1], shape[2], 1]),
+                _ => x.clone().reshape([shape[0], shape[1], 1, 1]),
+            };
+            let (y, mean, var) = if fast {
+                super::batch_norm_train(xs, g.clone(), b.clone(), 1e-3)
+            } else {
+                let o = burn::tensor::module::batch_norm_train(xs, g.clone(), b.clone(), 1e-3);
+                (o.output, o.mean, o.variance)
+            };
+            let y: Tensor<1> = y.reshape([n]);
+            let grads = (y.clone() * r.clone()).sum().backward();
+            let v = |t: Tensor<1>| t.into_data().try_to_vec::<f32>().unwrap();
+            [
+                v(y),
+                v(mean),
+                v(var),
+                grad(&x, &grads),
+                grad(&g, &grads),
+                grad(&b, &grads),
+            ]
+        };
+        for (k, (ours, theirs)) in run(true).into_iter().zip(run(false)).enumerate() {
+            let e = rel(ours, theirs);
+            assert!(e < 1e-5, "{shape:?} result {k}: relative error {e}");
+        }
+    }
+}

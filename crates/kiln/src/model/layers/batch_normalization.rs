@@ -2,7 +2,7 @@
 //! scale=True)` over the last (channel) axis.
 
 use burn::prelude::*;
-use burn::tensor::module::{batch_norm, batch_norm_train};
+use burn::tensor::module::batch_norm;
 use serde::{Deserialize, Serialize};
 
 use crate::model::act::Act;
@@ -79,8 +79,8 @@ impl BatchNormalization {
             let (y, m, v) = super::batch_norm_sync::batch_norm_sync(x, gamma, beta, mean, eps);
             (y, Some((m, v)))
         } else if train {
-            let out = batch_norm_train(x, gamma, beta, eps);
-            (out.output, Some((out.mean, out.variance)))
+            let (y, mean, variance) = crate::ops::batch_norm_train(x, gamma, beta, eps);
+            (y, Some((mean, variance)))
         } else {
             let var = w.get::<1>("moving_variance");
             (batch_norm(x, gamma, beta, mean, var, eps), None)
