@@ -24,18 +24,38 @@ fn runs(x: &[f32], [n, c, s]: [usize; 3], k: usize) -> impl Iterator<Item = &[f3
     (0..n).map(move |i| &x[(i * c + k) * s..(i * c + k + 1) * s])
 }
 
-/// `(Σ a, Σ a·b)` over channel `k` of `a` and `b`, in float64, with `b` shifted by `shift`.
-fn channel_sums(a: &[f32], b: &[f32], shift: f32, dims: [usize; 3], k: usize) -> (f64, f64) {
+/// `Σ f(a_i, b_i)` in float64 over eight independent lanes, so that it vectorizes (a fixed
+/// order: the same result on every run).
+#[inline(always)]
+fn lane_sum(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f64) -> f64 {
+    let mut lanes = [0.0f64; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f64 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(&x, &y)| f(x, y))
+        .sum();
+    for (xa, xb) in ca.zip(cb) {
+        for l in 0..8 {
+            lanes[l] += f(xa[l], xb[l]);
+        }
+    }
+    lanes.iter().sum::<f64>() + tail
+}
+
+/// `Σ f(a, b)` over channel `k` of `a` and `b`.
+fn channel_sum(
+    a: &[f32],
+    b: &[f32],
+    dims: [usize; 3],
+    k: usize,
+    f: impl Fn(f32, f32) -> f64,
+) -> f64 {
     runs(a, dims, k)
         .zip(runs(b, dims, k))
-        .fold((0.0, 0.0), |(sa, sab), (ra, rb)| {
-            let (mut ta, mut tab) = (0.0f64, 0.0f64);
-            for (&va, &vb) in ra.iter().zip(rb) {
-                ta += va as f64;
-                tab += va as f64 * (vb - shift) as f64;
-            }
-            (sa + ta, sab + tab)
-        })
+        .map(|(ra, rb)| lane_sum(ra, rb, &f))
+        .sum()
 }
 
 /// `y [n, c, s]` normalized with the batch's statistics, and those statistics.
@@ -56,12 +76,8 @@ pub fn forward(
     let stats: Vec<(f32, f32)> = (0..c)
         .into_par_iter()
         .map(|k| {
-            let sum: f64 = runs(x, dims, k).flatten().map(|&v| v as f64).sum();
-            let mean = sum / m;
-            let sq: f64 = runs(x, dims, k)
-                .flatten()
-                .map(|&v| (v as f64 - mean).powi(2))
-                .sum();
+            let mean = channel_sum(x, x, dims, k, |v, _| v as f64) / m;
+            let sq = channel_sum(x, x, dims, k, |v, _| (v as f64 - mean).powi(2));
             (mean as f32, (sq / m) as f32)
         })
         .collect();
@@ -107,7 +123,14 @@ pub fn backward(
     // Σ dy and Σ dy·(x - mean) per channel; dγ = inv_std · the latter.
     let sums: Vec<(f64, f64)> = (0..c)
         .into_par_iter()
-        .map(|k| channel_sums(dy, x, stats.mean[k], dims, k))
+        .map(|k| {
+            let mu = stats.mean[k];
+            let sum = channel_sum(dy, x, dims, k, |d, _| d as f64);
+            (
+                sum,
+                channel_sum(dy, x, dims, k, |d, v| d as f64 * (v - mu) as f64),
+            )
+        })
         .collect();
     let dbeta: Vec<f32> = sums.iter().map(|&(d, _)| d as f32).collect();
     let dgamma: Vec<f32> = (0..c)
