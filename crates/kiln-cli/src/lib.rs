@@ -211,7 +211,16 @@ pub fn main() -> ExitCode {
             let first = text.lines().next().unwrap_or("invalid arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
             let first = kiln::error::escape_for_terminal(first);
-            eprintln!("kiln: error: {first} (see kiln --help)");
+            // The binary's own name: a custom-step binary built on kiln-cli is not `kiln`.
+            let bin = std::env::args_os()
+                .next()
+                .and_then(|a| {
+                    let p = std::path::PathBuf::from(a);
+                    p.file_name().map(|f| f.to_string_lossy().into_owned())
+                })
+                .unwrap_or_else(|| "kiln".into());
+            let bin = kiln::error::escape_for_terminal(&bin);
+            eprintln!("kiln: error: {first} (see {bin} --help)");
             return ExitCode::from(2);
         }
     };

@@ -346,6 +346,15 @@ fn bad_custom_step_configs_are_refused_naming_the_key() {
         stray_key.contains("parts.decoder.learning_rate: unknown key; a part takes optimizer"),
         "{stray_key}"
     );
+    for name in ["\"a/b\"", "\"../up\"", "\"dé\""] {
+        let path_like = refused(&format!(
+            "{vae}\n[parts.{name}]\noptimizer = \"adam\"\nlayers = [{{ type = \"Input\", shape = [2] }}]\n"
+        ));
+        assert!(
+            path_like.contains("a part's name becomes part of file names"),
+            "{path_like}"
+        );
+    }
     let no_loss = refused(&SMALL.replace("loss = \"mse\"\n", ""));
     assert!(no_loss.contains("compile.loss: missing"), "{no_loss}");
 }

@@ -40,6 +40,17 @@ pub(super) fn read(
         .collect()
 }
 
+/// Why `name` cannot name a part's files, if it cannot: ASCII letters, digits, `_` and `-`,
+/// at most 64 characters.
+fn bad_name(name: &str) -> Option<String> {
+    if name.len() > 64 {
+        return Some(format!("the name is {} characters long", name.len()));
+    }
+    name.chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+        .map(|c| format!("the name contains {c:?}"))
+}
+
 fn part(name: &str, value: &toml::Value, precision: Precision) -> Result<PartSpec> {
     let key = format!("parts.{name}");
     let Some(table) = value.as_table() else {
@@ -58,6 +69,14 @@ fn part(name: &str, value: &toml::Value, precision: Precision) -> Result<PartSpe
         return Err(KilnError::config(
             key,
             "the name main is the compiled model ([model]); name the part otherwise",
+        ));
+    }
+    if let Some(problem) = bad_name(name) {
+        return Err(KilnError::config(
+            key,
+            format!(
+                "{problem}: a part's name becomes part of file names in the run directory                  (part-<name>.safetensors); use letters, digits, _ and - (at most 64)"
+            ),
         ));
     }
     if let Some(k) = table
