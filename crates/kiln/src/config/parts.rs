@@ -75,7 +75,8 @@ fn part(name: &str, value: &toml::Value, precision: Precision) -> Result<PartSpe
         return Err(KilnError::config(
             key,
             format!(
-                "{problem}: a part's name becomes part of file names in the run directory                  (part-<name>.safetensors); use letters, digits, _ and - (at most 64)"
+                "{problem}: a part's name becomes part of file names in the run directory \
+                 (part-<name>.safetensors); use ASCII letters, digits, underscores and hyphens, at most 64 characters"
             ),
         ));
     }
