@@ -25,9 +25,9 @@ fn runs(x: &[f32], [n, c, s]: [usize; 3], k: usize) -> impl Iterator<Item = &[f3
 }
 
 /// `Σ f(a_i, b_i)` in float64 over eight independent lanes, so that it vectorizes (a fixed
-/// order: the same result on every run).
+/// order: the same result on every run). Also the convolution's bias-gradient sum.
 #[inline(always)]
-fn lane_sum(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f64) -> f64 {
+pub(super) fn lane_sum(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f64) -> f64 {
     let mut lanes = [0.0f64; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f64 = ca

@@ -212,15 +212,7 @@ pub fn forward(
 /// The sum of `row` in f64 (bias gradients add many terms of both signs), over eight
 /// independent lanes so that it vectorizes.
 fn sum_f64(row: &[f32]) -> f64 {
-    let mut lanes = [0.0f64; 8];
-    let chunks = row.chunks_exact(8);
-    let tail: f64 = chunks.remainder().iter().map(|&v| v as f64).sum();
-    for c in chunks {
-        for (l, &v) in lanes.iter_mut().zip(c) {
-            *l += v as f64;
-        }
-    }
-    lanes.iter().sum::<f64>() + tail
+    super::batch_norm::lane_sum(row, row, |v, _| v as f64)
 }
 
 /// Gradients of a convolution: `(dx, dw, db)` for the output gradient `dy [n, o, oh, ow]`.
