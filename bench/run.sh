@@ -2,11 +2,11 @@
 # Side-by-side training benchmark on Fashion-MNIST: kiln (`kiln train`, as a user runs it),
 # TensorFlow/Keras (model.fit + tf.data AUTOTUNE), PyTorch (plain loop) and a raw Burn loop,
 # on the same models (bench/configs/*.toml), batch 128, AdamW: the MLP and the CNN on all 60,000
-# training images, resnet-small and the LSTM on the first 15,360 (120 batches an epoch).
+# training images, resnet-small, the LSTM and the Transformer encoder on the first 15,360 (120 batches an epoch).
 #
 #   bench/run.sh [rounds]        # default 2 rounds: A B C D A B C D ... so drift hits all alike
 #
-# BENCH_MODELS (default "mlp cnn resnet-small lstm") picks the models; BENCH_PRECISIONS (default
+# BENCH_MODELS (default "mlp cnn resnet-small lstm transformer") picks the models; BENCH_PRECISIONS (default
 # "float32") the dtype policies, e.g. "float32 mixed_bfloat16" (Keras' policy, PyTorch's
 # autocast to bfloat16). The raw Burn loop has the MLP and the CNN only.
 #
@@ -77,12 +77,12 @@ PYEOF
 # peer_run SCRIPT MODEL PRECISION: a peer's script on the same images as the model's config.
 peer_run() {
   local take=()
-  case $2 in resnet-small | lstm) take=(--take 15360) ;; esac
+  case $2 in resnet-small | lstm | transformer) take=(--take 15360) ;; esac
   (cd bench/peers && "$PY" "$1" --model "$2" --precision "$3" --epochs "$EPOCHS" "${take[@]}" 2>/dev/null) | tail -1
 }
 
 for round in $(seq "$ROUNDS"); do
-  for model in ${BENCH_MODELS:-mlp cnn resnet-small lstm}; do
+  for model in ${BENCH_MODELS:-mlp cnn resnet-small lstm transformer}; do
     for precision in ${BENCH_PRECISIONS:-float32}; do
       echo "bench: round $round, $model, $precision" >&2
       kiln_run "$model" "$precision" | tee -a "$OUT"

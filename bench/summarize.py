@@ -15,6 +15,9 @@ MACS = {
     + 14 * 14 * 64 * 9 * (32 + 64) + 14 * 14 * 64 * 32 + 64 * 10,
     # 28 steps of the four gates over [input 28, state 128], the Dense logits.
     "lstm": 28 * 4 * 128 * (28 + 128) + 128 * 10,
+    # 28 steps: the projection, per block Q/K/V/output (4 x 64x64), the scores and the weighted
+    # sum (2 x 28 x 64), the feed-forward network (2 x 64x128); the Dense logits.
+    "transformer": 28 * 28 * 64 + 2 * 28 * (4 * 64 * 64 + 2 * 28 * 64 + 2 * 64 * 128) + 64 * 10,
 }
 # Training FLOPs per sample: forward + backward ~ 3x the forward's multiply-adds x 2.
 FLOPS = {m: 3 * 2 * v for m, v in MACS.items()}

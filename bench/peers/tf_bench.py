@@ -13,7 +13,7 @@ from keras import layers
 from fashion_mnist import train_set
 
 p = argparse.ArgumentParser()
-p.add_argument("--model", choices=["mlp", "cnn", "resnet-small", "lstm"], required=True)
+p.add_argument("--model", choices=["mlp", "cnn", "resnet-small", "lstm", "transformer"], required=True)
 p.add_argument("--epochs", type=int, default=3)
 p.add_argument("--batch-size", type=int, default=128)
 p.add_argument("--take", type=int, default=None, help="train on the first N images (tf.data's take)")
@@ -46,6 +46,24 @@ def resnet_small():
     return keras.Model(inp, layers.Dense(10, dtype="float32")(t))
 
 
+def encoder_block(t, heads=4, inner=128):
+    """keras_hub's TransformerEncoder (post-norm, no dropout) from Keras' core layers."""
+    f = t.shape[-1]
+    a = layers.MultiHeadAttention(heads, f // heads)(t, t)
+    t = layers.LayerNormalization(epsilon=1e-5)(layers.Add()([t, a]))
+    h = layers.Dense(f)(layers.Dense(inner, activation="relu")(t))
+    return layers.LayerNormalization(epsilon=1e-5)(layers.Add()([t, h]))
+
+
+def transformer():
+    """bench/configs/transformer.toml: 28 rows as steps, Dense(64), two encoder blocks, mean."""
+    inp = keras.Input((28, 28, 1))
+    t = layers.Dense(64)(layers.Reshape((28, 28))(inp))
+    t = encoder_block(encoder_block(t))
+    t = layers.GlobalAveragePooling1D()(t)
+    return keras.Model(inp, layers.Dense(10, dtype="float32")(t))
+
+
 def model(kind):
     if kind == "mlp":
         return keras.Sequential([keras.Input((28, 28, 1)), layers.Flatten(),
@@ -53,6 +71,8 @@ def model(kind):
                                  layers.Dense(10, dtype="float32")])
     if kind == "resnet-small":
         return resnet_small()
+    if kind == "transformer":
+        return transformer()
     if kind == "lstm":
         return keras.Sequential([keras.Input((28, 28, 1)), layers.Reshape((28, 28)), layers.LSTM(128),
                                  layers.Dense(10, dtype="float32")])

@@ -12,7 +12,7 @@ from torch import nn
 from fashion_mnist import train_set
 
 p = argparse.ArgumentParser()
-p.add_argument("--model", choices=["mlp", "cnn", "resnet-small", "lstm"], required=True)
+p.add_argument("--model", choices=["mlp", "cnn", "resnet-small", "lstm", "transformer"], required=True)
 p.add_argument("--epochs", type=int, default=3)
 p.add_argument("--batch-size", type=int, default=128)
 p.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -66,12 +66,29 @@ class Lstm(nn.Module):
         return self.out(seq[:, -1])
 
 
+class Transformer(nn.Module):
+    """bench/configs/transformer.toml: 28 rows as steps, Linear(64), two post-norm encoder
+    blocks (4 heads, feed-forward 128, relu, LayerNorm eps 1e-5, no dropout), mean, logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(28, 64)
+        block = lambda: nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, layer_norm_eps=1e-5, batch_first=True)
+        self.blocks = nn.Sequential(block(), block())
+        self.out = nn.Linear(64, 10)
+
+    def forward(self, t):
+        return self.out(self.blocks(self.proj(t.squeeze(1))).mean(dim=1))
+
+
 if a.model == "mlp":
     net = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
 elif a.model == "resnet-small":
     net = ResNetSmall()
 elif a.model == "lstm":
     net = Lstm()
+elif a.model == "transformer":
+    net = Transformer()
 else:
     net = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
