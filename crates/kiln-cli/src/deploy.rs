@@ -1,4 +1,5 @@
-//! `kiln export` and `kiln serve`: thin wrappers over `kiln::export` and `kiln_serve`.
+//! `kiln export`, `kiln import` and `kiln serve`: thin wrappers over `kiln::export`,
+//! `kiln::keras_file` and `kiln_serve`.
 
 use std::path::PathBuf;
 
@@ -13,7 +14,8 @@ use kiln_serve::{BatchingConfig, ModelConfig, ServeConfig, ServeError};
 pub struct ExportArgs {
     /// A run directory written by `kiln train`.
     pub run_dir: PathBuf,
-    /// onnx (model.onnx plus what `kiln serve` reads) or safetensors (only what it reads).
+    /// onnx (model.onnx plus what `kiln serve` reads), keras (model.keras, for Keras'
+    /// load_model, plus what `kiln serve` reads) or safetensors (only what it reads).
     #[arg(long, default_value = "onnx")]
     pub format: String,
     /// Version number (default: one more than the largest already exported).
@@ -25,6 +27,55 @@ pub struct ExportArgs {
     /// Model name (default: the run's `name`).
     #[arg(long)]
     pub name: Option<String>,
+}
+
+/// Arguments of `kiln import`.
+#[derive(Args)]
+pub struct ImportArgs {
+    /// A Keras 3 model file (`model.save("model.keras")`).
+    pub file: PathBuf,
+    /// The run directory to write (default: runs/<name>); it must not hold a run yet.
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// The run's name (default: the model's name in the file).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// A kiln config whose [data], [fit] and [[callbacks]] (and [compile], over the file's)
+    /// the run takes; its [model] is replaced by the file's.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+/// Runs `kiln import`, printing what was written and what to do next.
+pub fn import(args: ImportArgs) -> anyhow::Result<()> {
+    let opts = kiln::keras_file::ImportOptions {
+        run_dir: args.run_dir,
+        name: args.name,
+        config: args.config,
+    };
+    let i = kiln::keras_file::import(&args.file, &opts)?;
+    let (trainable, frozen) = i.params;
+    println!(
+        "Imported {} ({} layers, {} trainable and {} non-trainable parameters) into {}",
+        i.name,
+        i.layers,
+        kiln::model::thousands(trainable),
+        kiln::model::thousands(frozen),
+        i.run_dir.display()
+    );
+    match i.compile_from {
+        kiln::keras_file::CompileFrom::File => println!("  [compile] from the file"),
+        kiln::keras_file::CompileFrom::Config => println!("  [compile] from --config"),
+        kiln::keras_file::CompileFrom::Default => println!(
+            "  the file was saved uncompiled: [compile] is optimizer \"rmsprop\" and loss \
+             \"mean_squared_error\"; set yours (or pass --config) before training"
+        ),
+    }
+    let dir = i.run_dir.display();
+    println!("Predict:   kiln predict {dir} INPUT.npy");
+    println!("Export:    kiln export {dir} --format onnx|keras|safetensors");
+    println!("Fine-tune: kiln train {dir}/config.toml (give --config a config with your [data])");
+    Ok(())
 }
 
 /// Arguments of `kiln serve` (TF Serving's flag names, with dashes).

@@ -116,6 +116,9 @@ enum Command {
     Data(DataCommand),
     /// Export a trained run as a numbered version directory (ONNX, weights, signature).
     Export(deploy::ExportArgs),
+    /// Import a Keras model file (.keras) as a run directory: config.toml and weights, ready
+    /// for evaluate, predict, export, serve, and train to fine-tune (docs/keras-files.md).
+    Import(deploy::ImportArgs),
     /// Serve exported models over TF Serving's REST API (until SIGTERM).
     Serve(deploy::ServeArgs),
     /// Tune hyperparameters: run (or resume) the study of a tune config, each trial a
@@ -352,6 +355,7 @@ fn run_command(command: Command) -> anyhow::Result<()> {
         Command::Data(data) => run_data(data),
         Command::Estimate(args) => estimate::run(args),
         Command::Export(args) => deploy::export(args),
+        Command::Import(args) => deploy::import(args),
         Command::Serve(args) => deploy::serve(args),
         Command::Tune(args) => tune::run(args),
         Command::Train(args) => train::run(args),

@@ -58,6 +58,7 @@ pub mod files;
 pub mod fit;
 pub mod guards;
 pub mod input;
+pub mod keras_file;
 pub mod kernels;
 pub mod logs;
 pub mod model;

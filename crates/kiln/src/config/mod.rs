@@ -87,6 +87,9 @@ pub struct RunConfig {
     pub train_step: Option<String>,
     /// `[parts.<name>]`: the extra networks of a custom train step, by name.
     pub parts: Vec<crate::step::custom::PartSpec>,
+    /// `[model] weights`: the weights training starts from instead of fresh ones (Keras'
+    /// `model.load_weights` before `fit`; a resume starts from its checkpoint instead).
+    pub initial_weights: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -244,6 +247,22 @@ fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
+/// Takes `weights` out of the `[model]` table: the file training starts from (relative paths
+/// from the current directory, as `data_dir`).
+fn take_initial_weights(model: &mut toml::Table) -> Result<Option<PathBuf>> {
+    match model.remove("weights") {
+        None => Ok(None),
+        Some(toml::Value::String(s)) if !s.is_empty() => Ok(Some(PathBuf::from(s))),
+        Some(other) => Err(KilnError::config(
+            "model.weights",
+            format!(
+                "must be the path of a weights file (a run's model.safetensors, or a .keras \
+                 file), got {other}"
+            ),
+        )),
+    }
+}
+
 impl RunConfig {
     /// Parses a config from TOML text.
     ///
@@ -263,7 +282,9 @@ impl RunConfig {
             Some(p) => crate::precision::Precision::parse(p, "precision")?,
             None => Default::default(),
         };
-        let model = ModelSpec::from_toml(&raw.model)?.with_precision(precision);
+        let mut model_table = raw.model.clone();
+        let initial_weights = take_initial_weights(&mut model_table)?;
+        let model = ModelSpec::from_toml(&model_table)?.with_precision(precision);
         let parts = parts::read(&raw.parts, precision, raw.compile.train_step.as_deref())?;
         let optimizer = OptimizerSpec::from_toml(&raw.compile.optimizer)?;
         let gradients = GradientOptions::from_toml(&raw.compile.optimizer)?;
@@ -319,6 +340,7 @@ impl RunConfig {
             distribute: raw.distribute,
             train_step: raw.compile.train_step,
             parts,
+            initial_weights,
         };
         cfg.check_forms()?;
         Ok(cfg)
@@ -353,7 +375,11 @@ impl RunConfig {
             table.retain(|k, _| !ARRAY_FORM_KEYS.iter().any(|a| *k == **a));
         }
         t.insert("data".into(), data);
-        t.insert("model".into(), toml::Value::Table(self.model.to_toml()));
+        let mut model = self.model.to_toml();
+        if let Some(w) = &self.initial_weights {
+            model.insert("weights".into(), w.display().to_string().into());
+        }
+        t.insert("model".into(), toml::Value::Table(model));
         let mut c = toml::Table::new();
         let optimizer = optimizer_toml(&self.compile.optimizer, self.compile.gradients);
         c.insert("optimizer".into(), optimizer);

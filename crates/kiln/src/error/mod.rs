@@ -50,6 +50,17 @@ pub enum KilnError {
         /// What does not match.
         message: String,
     },
+    /// A Keras model file kiln cannot read or write: the file, the archive entry
+    /// (`config.json`, `model.weights.h5`) and what is wrong there (the layer, the weight).
+    #[error("{}: {entry}: {message}", path.display())]
+    KerasFile {
+        /// The `.keras` file.
+        path: PathBuf,
+        /// The archive entry (or `zip` for the archive itself).
+        entry: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
     /// Data does not fit the model (wrong feature shape, label out of range…).
     #[error("{0}")]
     Shape(String),
@@ -181,6 +192,7 @@ impl KilnError {
         matches!(
             self,
             KilnError::Config { .. }
+                | KilnError::KerasFile { .. }
                 | KilnError::Device(_)
                 | KilnError::RunDirLocked { .. }
                 | KilnError::UnusableCheckpoints(_)

@@ -6,6 +6,7 @@
 //! | file | content |
 //! |---|---|
 //! | `model.onnx` | the inference graph, ONNX opset 17 ([`onnx`]); `--format onnx` only |
+//! | `model.keras` | Keras 3's model file ([`crate::keras_file`]); `--format keras` only |
 //! | `model.safetensors` | the weights (Keras names and layouts, as the run directory's) |
 //! | `model.toml` | `name` and the `[model]` table (the layer spec) |
 //! | `signature.json` | the `serving_default` signature, as a SavedModel's ([`signature`]) |
@@ -34,6 +35,8 @@ pub use signature::SignatureDefMap;
 
 /// File name of the ONNX graph in a version directory.
 pub const ONNX_FILE: &str = "model.onnx";
+/// File name of the Keras model in a version directory.
+pub const KERAS_FILE: &str = "model.keras";
 /// File name of the weights in a version directory.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
 /// File name of the model spec in a version directory.
@@ -49,6 +52,8 @@ pub enum ExportFormat {
     Onnx,
     /// Only the files `kiln serve` reads (weights, spec, signature).
     Safetensors,
+    /// `model.keras` (for `keras.saving.load_model`) plus the files `kiln serve` reads.
+    Keras,
 }
 
 impl std::str::FromStr for ExportFormat {
@@ -57,9 +62,10 @@ impl std::str::FromStr for ExportFormat {
         match s {
             "onnx" => Ok(ExportFormat::Onnx),
             "safetensors" => Ok(ExportFormat::Safetensors),
+            "keras" => Ok(ExportFormat::Keras),
             other => Err(KilnError::config(
                 "--format",
-                format!("unknown export format \"{other}\"; allowed: onnx, safetensors"),
+                format!("unknown export format \"{other}\"; allowed: onnx, keras, safetensors"),
             )),
         }
     }
@@ -209,8 +215,12 @@ pub fn export(run_dir: &Path, opts: &ExportOptions) -> Result<Exported> {
     let net = weights::load(&spec, &dir.weights(), &Device::flex())?;
     let keras = weights::keras_weights(&spec, &net);
     // Built before anything is written: a model that cannot be exported leaves no trace.
-    let onnx_bytes = match opts.format {
-        ExportFormat::Onnx => Some(onnx::to_bytes(&name, &spec, &keras, version as i64)?),
+    let model_file = match opts.format {
+        ExportFormat::Onnx => Some((
+            ONNX_FILE,
+            onnx::to_bytes(&name, &spec, &keras, version as i64)?,
+        )),
+        ExportFormat::Keras => Some((KERAS_FILE, crate::keras_file::to_bytes(&spec, &net, &name)?)),
         ExportFormat::Safetensors => None,
     };
 
@@ -219,7 +229,7 @@ pub fn export(run_dir: &Path, opts: &ExportOptions) -> Result<Exported> {
     let tmp = base.join(format!(".tmp-{version}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir(&tmp).map_err(|e| KilnError::io(&tmp, e))?;
-    let written = write_version(&tmp, &name, &spec, &net, onnx_bytes);
+    let written = write_version(&tmp, &name, &spec, &net, model_file);
     let files = match written {
         Ok(files) => files,
         Err(e) => {
@@ -247,19 +257,19 @@ fn writes_into(out: Option<&Path>, run_dir: &Path) -> bool {
     out.is_none_or(|o| absolute(o).starts_with(absolute(run_dir)))
 }
 
-/// Writes the files of one version into `dir` (`model.onnx` when `onnx` is given); returns
-/// their names.
+/// Writes the files of one version into `dir` (`model`: the model file of the format, e.g.
+/// `model.onnx`, and its bytes); returns their names.
 fn write_version(
     dir: &Path,
     name: &str,
     spec: &crate::model::ModelSpec,
     net: &crate::model::Network,
-    onnx: Option<Vec<u8>>,
+    model: Option<(&'static str, Vec<u8>)>,
 ) -> Result<Vec<&'static str>> {
     let mut files = Vec::new();
-    if let Some(bytes) = onnx {
-        std::fs::write(dir.join(ONNX_FILE), bytes).map_err(|e| KilnError::io(dir, e))?;
-        files.push(ONNX_FILE);
+    if let Some((file, bytes)) = model {
+        std::fs::write(dir.join(file), bytes).map_err(|e| KilnError::io(dir, e))?;
+        files.push(file);
     }
     weights::save(spec, net, &dir.join(WEIGHTS_FILE))?;
     files.push(WEIGHTS_FILE);

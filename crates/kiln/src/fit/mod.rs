@@ -142,6 +142,35 @@ impl Model {
         Ok(Model::assemble(name.into(), spec, compiled, net, device, 0))
     }
 
+    /// Replaces the weights by those of `path` (Keras' `model.load_weights`): a safetensors
+    /// file in kiln's layout (a run's `model.safetensors`) or a Keras `.keras` file whose model
+    /// has the same layers (`kiln import` writes such a pair).
+    ///
+    /// # Errors
+    /// [`crate::KilnError::Weights`] when a weight is missing or has another shape;
+    /// [`crate::KilnError::KerasFile`] for an unreadable `.keras` file.
+    pub fn load_weights(&mut self, path: &Path) -> Result<()> {
+        let device = self.device.clone().autodiff();
+        self.net = if path.extension().is_some_and(|e| e == "keras") {
+            let file = crate::keras_file::read(path)?;
+            let get = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
+                match file.weights.get(name) {
+                    Some((s, v)) if s == shape => Ok(v.clone()),
+                    _ => Err(crate::KilnError::Weights {
+                        path: path.into(),
+                        message: format!(
+                            "the file's model has no weight `{name}` of shape {shape:?};                              model.weights must come from a model with the same layers"
+                        ),
+                    }),
+                }
+            };
+            weights::load_with(&self.spec, &device, &get)?
+        } else {
+            weights::load(&self.spec, path, &device)?
+        };
+        Ok(())
+    }
+
     /// Times each stage of the training step (and each layer's forward pass); `fit` returns
     /// the profile of its last epoch in [`History::profile`].
     pub fn set_profiling(&mut self, on: bool) {

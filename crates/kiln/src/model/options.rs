@@ -133,6 +133,12 @@ impl LayerOptions {
     /// # Errors
     /// [`KilnError::Config`] naming the key for a value the modules refuse.
     pub(crate) fn take_from_toml(table: &mut toml::Table, key: &str) -> Result<LayerOptions> {
+        // Keras names three kernels' options without `_kernel` (`recurrent_initializer` is
+        // the recurrent kernel's, `depthwise_*` and `pointwise_*` a separable convolution's).
+        let weight = |w: &str| match w {
+            "recurrent" | "depthwise" | "pointwise" => format!("{w}_kernel"),
+            other => other.to_string(),
+        };
         let mut o = LayerOptions::default();
         let names: Vec<String> = table.keys().cloned().collect();
         for name in names {
@@ -152,13 +158,13 @@ impl LayerOptions {
                 o.activity_regularizer = Some(Regularizer::from_toml(&take(table), &at)?);
             } else if let Some(w) = name.strip_suffix("_initializer") {
                 let init = Initializer::from_toml(&take(table), &at)?;
-                o.initializers.insert(w.into(), init);
+                o.initializers.insert(weight(w), init);
             } else if let Some(w) = name.strip_suffix("_regularizer") {
                 let r = Regularizer::from_toml(&take(table), &at)?;
-                o.regularizers.insert(w.into(), r);
+                o.regularizers.insert(weight(w), r);
             } else if let Some(w) = name.strip_suffix("_constraint") {
                 let c = Constraint::from_toml(&take(table), &at)?;
-                o.constraints.insert(w.into(), c);
+                o.constraints.insert(weight(w), c);
             }
         }
         Ok(o)
@@ -172,6 +178,14 @@ impl LayerOptions {
         }
         fn put<T: serde::Serialize>(t: &mut toml::Table, key: String, v: &T) {
             let v = toml::Value::try_from(v).expect("options serialize to TOML tables");
+            // Keras' spelling: `recurrent_initializer` for the recurrent kernel's.
+            let key = ["recurrent", "depthwise", "pointwise"]
+                .iter()
+                .find_map(|w| {
+                    let rest = key.strip_prefix(&format!("{w}_kernel_"))?;
+                    Some(format!("{w}_{rest}"))
+                })
+                .unwrap_or(key);
             t.insert(key, v);
         }
         for (w, v) in &self.initializers {

@@ -642,7 +642,7 @@ impl ModelSpec {
         {
             return Err(KilnError::config(
                 format!("model.{k}"),
-                "unknown key; `[model]` takes `layers` and `outputs`",
+                "unknown key; `[model]` takes `layers`, `outputs` and `weights`",
             ));
         }
         let outputs = match model.get("outputs") {

@@ -80,6 +80,10 @@ pub fn train_with(
         cfg.seed,
         device,
     );
+    // `[model] weights`: the start of a fresh run; a resume continues from its checkpoint.
+    if let Some(w) = cfg.initial_weights.as_ref().filter(|_| resume.is_none()) {
+        model.load_weights(w)?;
+    }
     model.set_check_numerics(cfg.fit.check_numerics);
     model.set_strategy(place.strategy.clone());
     custom_step(cfg, &mut model)?;

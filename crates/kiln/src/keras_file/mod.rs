@@ -1,0 +1,256 @@
+//! Keras 3's native model file, `.keras`, in and out (`keras/src/saving/saving_lib.py`).
+//!
+//! A `.keras` file is a zip archive of three entries, stored uncompressed:
+//!
+//! | entry | content |
+//! |---|---|
+//! | `metadata.json` | `keras_version`, `date_saved` |
+//! | `config.json` | the model: `serialize_keras_object(model)` with its `compile_config` |
+//! | `model.weights.h5` | the weights, HDF5 groups `layers/<snake_case class>[_N]/…/vars/<i>` ([`paths`]) |
+//!
+//! [`to_bytes`] writes one that `keras.saving.load_model` loads without custom objects;
+//! [`read`] reads one (from Keras or kiln) into a kiln model spec, the weights in kiln's names
+//! and an optional `[compile]` table. kiln stores weights in Keras' layouts (HWIO convolution
+//! kernels, `[features, heads, key_dim]` attention kernels), so only names change, never
+//! values. Errors name the file, the archive entry and the layer.
+
+mod from_keras;
+mod h5;
+mod import;
+mod paths;
+mod to_keras;
+
+pub use import::{CompileFrom, ImportOptions, Imported, import};
+
+use std::collections::BTreeMap;
+use std::io::{Cursor, Read, Write};
+use std::path::{Path, PathBuf};
+
+use burn::prelude::Device;
+use serde_json::{Value, json};
+
+use crate::error::{KilnError, Result};
+use crate::model::{ModelSpec, Network, weights};
+
+/// The archive's model entry.
+pub const CONFIG_ENTRY: &str = "config.json";
+/// The archive's metadata entry.
+pub const METADATA_ENTRY: &str = "metadata.json";
+/// The archive's weights entry.
+pub const WEIGHTS_ENTRY: &str = "model.weights.h5";
+/// The Keras version whose file layout kiln writes (and reads).
+pub const KERAS_FORMAT_VERSION: &str = "3.15.1";
+
+fn bad(path: &Path, entry: &str, message: impl Into<String>) -> KilnError {
+    KilnError::KerasFile {
+        path: path.to_path_buf(),
+        entry: entry.to_string(),
+        message: message.into(),
+    }
+}
+
+/// The `.keras` file of a kiln model named `name`, as bytes.
+///
+/// # Errors
+/// [`KilnError::KerasFile`] (entry `config.json` or `model.weights.h5`) for a model Keras
+/// cannot be given: a shared layer, a layer whose weights kiln cannot place in Keras' file.
+pub fn to_bytes(spec: &ModelSpec, net: &Network, name: &str) -> Result<Vec<u8>> {
+    let here = Path::new(name);
+    let config = to_keras::model_config(spec, name).map_err(|m| bad(here, CONFIG_ENTRY, m))?;
+    let paths: BTreeMap<String, String> = paths::weight_paths(spec)
+        .map_err(|m| bad(here, WEIGHTS_ENTRY, m))?
+        .into_iter()
+        .collect();
+    let datasets = weights::keras_weights(spec, net)
+        .into_iter()
+        .map(|(n, shape, values)| (paths[&n].clone(), shape, values))
+        .collect();
+    let h5 = h5::write(datasets, &paths::empty_groups(spec))
+        .map_err(|m| bad(here, WEIGHTS_ENTRY, m))?;
+    let metadata = json!({"keras_version": KERAS_FORMAT_VERSION,
+                          "kiln_version": env!("CARGO_PKG_VERSION")});
+    let entries: [(&str, Vec<u8>); 3] = [
+        (METADATA_ENTRY, serde_json::to_vec(&metadata).expect("json")),
+        (CONFIG_ENTRY, serde_json::to_vec(&config).expect("json")),
+        (WEIGHTS_ENTRY, h5),
+    ];
+    zip_stored(&entries).map_err(|e| bad(here, "zip", e.to_string()))
+}
+
+/// A zip archive of `entries`, stored uncompressed (as Keras writes it).
+fn zip_stored(entries: &[(&str, Vec<u8>)]) -> zip::result::ZipResult<Vec<u8>> {
+    let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    let opts = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Stored)
+        .large_file(entries.iter().any(|(_, b)| b.len() >= u32::MAX as usize));
+    for (name, bytes) in entries {
+        w.start_file(*name, opts)?;
+        w.write_all(bytes)?;
+    }
+    Ok(w.finish()?.into_inner())
+}
+
+/// A model read from a `.keras` file.
+#[derive(Debug)]
+pub struct KerasModel {
+    /// The file.
+    pub path: PathBuf,
+    /// The model's name in the file.
+    pub name: String,
+    /// The `[model]` table (kiln reads it with [`ModelSpec::from_toml`]).
+    pub model: toml::Table,
+    /// The model, checked.
+    pub spec: ModelSpec,
+    /// The `[compile]` table of the file's `compile_config` (`None`: saved uncompiled).
+    pub compile: Option<toml::Table>,
+    /// The weights, by kiln name (`dense/kernel`): Keras shape and values.
+    pub weights: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+}
+
+impl KerasModel {
+    /// The network with the file's weights.
+    ///
+    /// # Errors
+    /// None in practice: [`read`] has checked every weight.
+    pub fn network(&self, device: &Device) -> Result<Network> {
+        let get = |name: &str, _: &[usize]| -> Result<Vec<f32>> {
+            Ok(self.weights.get(name).map(|w| w.1.clone()).unwrap_or_default())
+        };
+        weights::load_with(&self.spec, device, &get)
+    }
+}
+
+/// The entries of the zip archive at `path`, by name.
+fn unzip(path: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
+    let bytes = std::fs::read(path).map_err(|e| KilnError::io(path, e))?;
+    let mut archive = zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| {
+        bad(
+            path,
+            "zip",
+            format!("not a readable zip archive ({e}); a .keras file is the zip Keras' model.save writes"),
+        )
+    })?;
+    let mut out = BTreeMap::new();
+    for i in 0..archive.len() {
+        let mut f = archive
+            .by_index(i)
+            .map_err(|e| bad(path, &format!("entry {i}"), e.to_string()))?;
+        let name = f
+            .name()
+            .map_err(|e| bad(path, &format!("entry {i}"), e.to_string()))?
+            .to_string();
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf)
+            .map_err(|e| bad(path, &name, format!("cannot be read: {e} (a truncated file?)")))?;
+        out.insert(name, buf);
+    }
+    Ok(out)
+}
+
+/// A config error of the `[model]` table read from a file, naming the layer (`layer "lstm"
+/// (LSTM): …`) instead of kiln's `model.layers[4]` key.
+fn named(model: &toml::Table, e: KilnError) -> String {
+    let KilnError::Config { key, message, .. } = &e else {
+        return e.to_string();
+    };
+    let index = key
+        .strip_prefix("model.layers[")
+        .and_then(|r| r.split(']').next())
+        .and_then(|i| i.parse::<usize>().ok());
+    let layer = index.and_then(|i| model["layers"].as_array()?.get(i)?.as_table());
+    match layer {
+        Some(l) => {
+            let rest = key.split_once(']').map_or("", |(_, f)| f);
+            // kiln's key may already carry the class: `model.layers[4] (LSTM)`.
+            let rest = match rest.strip_prefix(" (") {
+                Some(r) => r.split_once(')').map_or("", |(_, f)| f),
+                None => rest,
+            };
+            let field = rest.trim_start_matches('.');
+            let name = l.get("name").and_then(toml::Value::as_str).unwrap_or("?");
+            let class = l.get("type").and_then(toml::Value::as_str).unwrap_or("?");
+            let at = if field.is_empty() { String::new() } else { format!(" {field}") };
+            format!("layer \"{name}\" ({class}){at}: {message}")
+        }
+        None => e.to_string(),
+    }
+}
+
+/// Reads the `.keras` file at `path`: its model (checked by kiln's config reader), compile
+/// config and weights (every weight present with the shape the model needs, and no weight the
+/// model lacks).
+///
+/// # Errors
+/// [`KilnError::KerasFile`] naming the entry: not a zip (or truncated), `config.json` or
+/// `model.weights.h5` missing or unreadable, a layer kiln does not have or an argument it would
+/// ignore (with the layer's name and class), a weight missing or of another shape.
+pub fn read(path: &Path) -> Result<KerasModel> {
+    let mut entries = unzip(path)?;
+    let config = entries
+        .remove(CONFIG_ENTRY)
+        .ok_or_else(|| bad(path, CONFIG_ENTRY, "missing: not a Keras 3 .keras file"))?;
+    let config: Value = serde_json::from_slice(&config)
+        .map_err(|e| bad(path, CONFIG_ENTRY, format!("not valid JSON: {e}")))?;
+    let name = config["config"]["name"].as_str().unwrap_or("model").to_string();
+    let model = from_keras::model_table(&config).map_err(|m| bad(path, CONFIG_ENTRY, m))?;
+    let spec =
+        ModelSpec::from_toml(&model).map_err(|e| bad(path, CONFIG_ENTRY, named(&model, e)))?;
+    let compile = from_keras::compile_table(&config["compile_config"])
+        .map_err(|m| bad(path, CONFIG_ENTRY, m))?;
+    let h5 = entries
+        .remove(WEIGHTS_ENTRY)
+        .ok_or_else(|| bad(path, WEIGHTS_ENTRY, "missing (only .h5 weights are read)"))?;
+    let h5 = h5::H5::parse(h5).map_err(|m| bad(path, WEIGHTS_ENTRY, m))?;
+    let weights = read_weights(&spec, &h5).map_err(|m| bad(path, WEIGHTS_ENTRY, m))?;
+    Ok(KerasModel {
+        path: path.to_path_buf(),
+        name,
+        model,
+        spec,
+        compile,
+        weights,
+    })
+}
+
+/// Every weight of `spec` from the weights file, checked against the shape kiln needs; a
+/// `vars` group holding more datasets than kiln reads is refused (a weight kiln would drop).
+fn read_weights(
+    spec: &ModelSpec,
+    h5: &h5::H5,
+) -> std::result::Result<BTreeMap<String, (Vec<usize>, Vec<f32>)>, String> {
+    let shapes: BTreeMap<String, Vec<usize>> = spec
+        .layers()
+        .iter()
+        .enumerate()
+        .flat_map(|(i, l)| {
+            spec.own_weights(i)
+                .into_iter()
+                .map(move |(w, _)| (format!("{}/{}", l.name, w.name), w.shape))
+        })
+        .collect();
+    let mut per_group: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for (name, path) in paths::weight_paths(spec)? {
+        let (shape, values) = h5
+            .f32s(&path)?
+            .ok_or_else(|| format!("{path}: missing; the model needs `{name}` there"))?;
+        if shape != shapes[&name] {
+            return Err(format!(
+                "{path} (`{name}`) has shape {shape:?}, the model in config.json needs {:?}",
+                shapes[&name]
+            ));
+        }
+        let group = path.rsplit_once('/').map_or("", |g| g.0).to_string();
+        *per_group.entry(group).or_insert(0) += 1;
+        out.insert(name, (shape, values));
+    }
+    for (group, n) in per_group {
+        let found = h5.datasets_in(&group).len();
+        if found != n {
+            return Err(format!(
+                "{group} holds {found} weights, kiln's layer has {n}: a weight kiln would drop"
+            ));
+        }
+    }
+    Ok(out)
+}
