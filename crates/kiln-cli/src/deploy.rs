@@ -1,5 +1,5 @@
 //! `kiln export`, `kiln import` and `kiln serve`: thin wrappers over `kiln::export`,
-//! `kiln::keras_file` and `kiln_serve`.
+//! `kiln::import` and `kiln_serve`.
 
 use std::path::PathBuf;
 
@@ -48,12 +48,12 @@ pub struct ImportArgs {
 
 /// Runs `kiln import`, printing what was written and what to do next.
 pub fn import(args: ImportArgs) -> anyhow::Result<()> {
-    let opts = kiln::keras_file::ImportOptions {
+    let opts = kiln::import::ImportOptions {
         run_dir: args.run_dir,
         name: args.name,
         config: args.config,
     };
-    let i = kiln::keras_file::import(&args.file, &opts)?;
+    let i = kiln::import::import(&args.file, &opts)?;
     let (trainable, frozen) = i.params;
     println!(
         "Imported {} ({} layers, {} trainable and {} non-trainable parameters) into {}",
@@ -64,9 +64,9 @@ pub fn import(args: ImportArgs) -> anyhow::Result<()> {
         i.run_dir.display()
     );
     match i.compile_from {
-        kiln::keras_file::CompileFrom::File => println!("  [compile] from the file"),
-        kiln::keras_file::CompileFrom::Config => println!("  [compile] from --config"),
-        kiln::keras_file::CompileFrom::Default => println!(
+        kiln::import::CompileFrom::File => println!("  [compile] from the file"),
+        kiln::import::CompileFrom::Config => println!("  [compile] from --config"),
+        kiln::import::CompileFrom::Default => println!(
             "  the file was saved uncompiled: [compile] is optimizer \"rmsprop\" and loss \
              \"mean_squared_error\"; set yours (or pass --config) before training"
         ),

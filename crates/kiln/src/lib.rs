@@ -24,7 +24,7 @@
 //! 4. `ops`: kiln's custom autodiff operations.
 //! 5. `precision`, `onnx`: 16-bit rounding and loss scaling; the ONNX protobuf writer.
 //! 6. `model`: layers, specs and networks.
-//! 7. `compile`: optimizers, losses, metrics, schedules.
+//! 7. `compile`, `keras_file`: optimizers, losses, metrics, schedules; Keras' `.keras` files.
 //! 8. `guards`, `run_dir`: input checks; run directories and their locks.
 //! 9. `batch`, `checkpoint`: host batches into device tensors; training checkpoints.
 //! 10. `step`: one training or evaluation step.
@@ -33,7 +33,8 @@
 //! 13. `callbacks`: Keras' callbacks.
 //! 14. `config`: the TOML config, checked and resolved.
 //! 15. `pipeline`: tf.data pipelines from a config.
-//! 16. `input`, `estimate`, `export`: prediction input, memory estimates, exports.
+//! 16. `input`, `estimate`, `export`, `import`: prediction input, memory estimates, exports,
+//!     `.keras` files as run directories.
 //! 17. `run`: a whole run, as the `kiln` command does it.
 //!
 //! ## Cargo features
@@ -57,6 +58,7 @@ pub mod export;
 pub mod files;
 pub mod fit;
 pub mod guards;
+pub mod import;
 pub mod input;
 pub mod keras_file;
 pub mod kernels;

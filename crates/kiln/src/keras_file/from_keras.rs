@@ -48,7 +48,10 @@ fn keras_object(o: &Map<String, Value>) -> toml::Table {
         _ => o,
     };
     for (k, v) in source {
-        if matches!(k.as_str(), "module" | "registered_name" | "shared_object_id") {
+        if matches!(
+            k.as_str(),
+            "module" | "registered_name" | "shared_object_id"
+        ) {
             continue;
         }
         if let Some(v) = toml_of(v) {
@@ -70,7 +73,15 @@ fn is_unwritten_default(key: &str, value: &Value) -> bool {
         "dilation_rate" => all_ones(value),
         "groups" => value.as_i64() == Some(1),
         // Recurrent layers, MultiHeadAttention, BatchNormalization, global pooling.
-        "zero_output_for_mask" | "use_gate" | "synchronized" | "renorm" | "keepdims" => is_false,
+        "zero_output_for_mask"
+        | "use_gate"
+        | "synchronized"
+        | "renorm"
+        | "keepdims"
+        | "rms_scaling" => is_false,
+        // LayerNormalization and BatchNormalization: a shift and a scale, on the last axis.
+        "center" | "scale" => value == &Value::Bool(true),
+        "axis" => value.as_i64() == Some(-1) || value == &serde_json::json!([-1]),
         // Only read with `renorm = true`, which kiln refuses.
         "renorm_momentum" => true,
         // Keras' default for a sequence: attend over the steps.
@@ -109,7 +120,11 @@ fn class_and_config(layer: &Value) -> Result<(String, Map<String, Value>), Refus
 /// The kiln table of one serialized layer (without `inputs`).
 fn layer_table(layer: &Value) -> Result<toml::Table, Refusal> {
     let (class, config) = class_and_config(layer)?;
-    let name = config["name"].as_str().unwrap_or_default().to_string();
+    let name = config
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let mut t = toml::Table::new();
     if class == "InputLayer" {
         let shape = config
@@ -136,7 +151,9 @@ fn layer_table(layer: &Value) -> Result<toml::Table, Refusal> {
         ));
     }
     t.insert("type".into(), class.clone().into());
-    t.insert("name".into(), name.into());
+    if !name.is_empty() {
+        t.insert("name".into(), name.into());
+    }
     if config.get("trainable") == Some(&Value::Bool(false)) {
         t.insert("trainable".into(), false.into());
     }
@@ -144,7 +161,9 @@ fn layer_table(layer: &Value) -> Result<toml::Table, Refusal> {
         t.insert("dtype".into(), p.into());
     }
     for (k, v) in &config {
-        if is_unwritten_default(k, v) || (k == "backward_layer" && mirrors(v, &config["layer"])) {
+        if is_unwritten_default(k, v)
+            || (k == "backward_layer" && mirrors(v, config.get("layer").unwrap_or(&Value::Null)))
+        {
             continue;
         }
         if matches!(k.as_str(), "layer" | "backward_layer") && v.get("class_name").is_some() {
@@ -178,7 +197,10 @@ fn mirrors(backward: &Value, forward: &Value) -> bool {
 
 /// The input names of a layer's call, from its `inbound_nodes`.
 fn inbound(layer: &Value, name: &str) -> Result<Vec<String>, Refusal> {
-    let nodes = layer["inbound_nodes"].as_array().cloned().unwrap_or_default();
+    let nodes = layer["inbound_nodes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     if nodes.len() > 1 {
         return Err(format!(
             "layer \"{name}\" is shared (called {} times); kiln does not import shared layers yet",
@@ -192,11 +214,21 @@ fn inbound(layer: &Value, name: &str) -> Result<Vec<String>, Refusal> {
     match node {
         // Keras 3: {"args": [...], "kwargs": {...}}.
         Value::Object(o) => {
-            for a in o.get("args").and_then(Value::as_array).into_iter().flatten() {
+            for a in o
+                .get("args")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 collect_tensors(a, &mut names);
             }
             let mut kw = Vec::new();
-            for v in o.get("kwargs").and_then(Value::as_object).into_iter().flatten() {
+            for v in o
+                .get("kwargs")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
                 collect_tensors(v.1, &mut kw);
             }
             if !kw.is_empty() {
@@ -234,7 +266,7 @@ fn collect_tensors(v: &Value, out: &mut Vec<String>) {
     match v {
         Value::Array(a) => a.iter().for_each(|x| collect_tensors(x, out)),
         Value::Object(o) if o.get("class_name") == Some(&Value::from("__keras_tensor__")) => {
-            if let Some(h) = o["config"]["keras_history"].as_array() {
+            if let Some(h) = o.get("config").and_then(|c| c["keras_history"].as_array()) {
                 out.push(history_name(h));
             }
         }
@@ -269,7 +301,11 @@ pub(super) fn model_table(model: &Value) -> Result<toml::Table, Refusal> {
         "Functional" | "Model" => {
             for l in layers {
                 let mut table = layer_table(l)?;
-                let name = table["name"].as_str().unwrap_or_default().to_string();
+                let name = table
+                    .get("name")
+                    .and_then(toml::Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
                 let inputs = inbound(l, &name)?;
                 if table["type"].as_str() != Some("Input") {
                     let list = inputs.into_iter().map(toml::Value::String).collect();
@@ -278,7 +314,8 @@ pub(super) fn model_table(model: &Value) -> Result<toml::Table, Refusal> {
                 entries.push(toml::Value::Table(table));
             }
             let mut outs = Vec::new();
-            collect_outputs(&config["output_layers"], &mut outs);
+            let output_layers = config.get("output_layers").unwrap_or(&Value::Null);
+            collect_outputs(output_layers, &mut outs);
             t.insert(
                 "outputs".into(),
                 toml::Value::Array(outs.into_iter().map(toml::Value::String).collect()),
@@ -353,12 +390,17 @@ fn compile_item(v: &Value, snake: bool, drop: &[&str]) -> Option<toml::Value> {
 /// A compile setting kiln does not have (weighted metrics, metrics per output as a nested
 /// list).
 pub(super) fn compile_table(compile: &Value) -> Result<Option<toml::Table>, Refusal> {
-    let Some(c) = compile.as_object().filter(|c| !c.is_empty()) else {
+    if compile.as_object().is_none_or(|c| c.is_empty()) {
         return Ok(None);
-    };
+    }
+    let c = compile;
     let mut t = toml::Table::new();
     let optimizer_defaults = [
-        "name", "use_ema", "ema_momentum", "ema_overwrite_frequency", "loss_scale_factor",
+        "name",
+        "use_ema",
+        "ema_momentum",
+        "ema_overwrite_frequency",
+        "loss_scale_factor",
     ];
     let optimizer = compile_item(&c["optimizer"], false, &optimizer_defaults)
         .unwrap_or_else(|| "rmsprop".into());
@@ -366,7 +408,7 @@ pub(super) fn compile_table(compile: &Value) -> Result<Option<toml::Table>, Refu
     if let Some(loss) = compile_item(&c["loss"], true, &["name", "reduction"]) {
         t.insert("loss".into(), loss);
     }
-    if let Some(m) = c.get("metrics").and_then(Value::as_array) {
+    if let Some(m) = c["metrics"].as_array() {
         let items: Option<Vec<toml::Value>> = m
             .iter()
             .map(|x| compile_item(x, true, &["name", "dtype"]))
@@ -375,10 +417,10 @@ pub(super) fn compile_table(compile: &Value) -> Result<Option<toml::Table>, Refu
         let items = items.ok_or("compile_config.metrics is not a flat list of metrics")?;
         t.insert("metrics".into(), toml::Value::Array(items));
     }
-    if let Some(w) = c.get("loss_weights").and_then(toml_of) {
+    if let Some(w) = toml_of(&c["loss_weights"]) {
         t.insert("loss_weights".into(), w);
     }
-    if c.get("weighted_metrics").is_some_and(|w| !w.is_null()) {
+    if !c["weighted_metrics"].is_null() {
         return Err("compile_config.weighted_metrics: kiln has no weighted metrics".into());
     }
     Ok(Some(t))

@@ -6,10 +6,13 @@ use std::collections::BTreeMap;
 
 use hdf5_pure::{File, FileBuilder, GroupBuilder};
 
+/// A dataset's shape and float32 values.
+pub(super) type Array = (Vec<usize>, Vec<f32>);
+
 /// A group: its datasets (`name → (shape, values)`) and subgroups, by name.
 #[derive(Default)]
 struct Node {
-    datasets: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+    datasets: BTreeMap<String, Array>,
     groups: BTreeMap<String, Node>,
 }
 
@@ -17,13 +20,17 @@ impl Node {
     fn group(&mut self, path: &str) -> &mut Node {
         path.split('/')
             .filter(|p| !p.is_empty())
-            .fold(self, |node, part| node.groups.entry(part.into()).or_default())
+            .fold(self, |node, part| {
+                node.groups.entry(part.into()).or_default()
+            })
     }
 
     fn fill(self, g: &mut GroupBuilder) {
         for (name, (shape, values)) in self.datasets {
             let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-            g.create_dataset(&name).with_f32_data(&values).with_shape(&shape);
+            g.create_dataset(&name)
+                .with_f32_data(&values)
+                .with_shape(&shape);
         }
         for (name, node) in self.groups {
             let mut child = g.create_group(&name);
@@ -48,7 +55,9 @@ pub(super) fn write(
     }
     for (path, shape, values) in datasets {
         let (dir, name) = path.rsplit_once('/').unwrap_or(("", &path));
-        root.group(dir).datasets.insert(name.into(), (shape, values));
+        root.group(dir)
+            .datasets
+            .insert(name.into(), (shape, values));
     }
     let mut file = FileBuilder::new();
     for (name, node) in root.groups {
@@ -79,7 +88,7 @@ impl H5 {
     ///
     /// # Errors
     /// A dataset that cannot be read as numbers.
-    pub(super) fn f32s(&self, path: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>, String> {
+    pub(super) fn f32s(&self, path: &str) -> Result<Option<Array>, String> {
         let Ok(ds) = self.file.dataset(path) else {
             return Ok(None);
         };

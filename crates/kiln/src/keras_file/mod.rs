@@ -16,11 +16,8 @@
 
 mod from_keras;
 mod h5;
-mod import;
 mod paths;
 mod to_keras;
-
-pub use import::{CompileFrom, ImportOptions, Imported, import};
 
 use std::collections::BTreeMap;
 use std::io::{Cursor, Read, Write};
@@ -65,8 +62,8 @@ pub fn to_bytes(spec: &ModelSpec, net: &Network, name: &str) -> Result<Vec<u8>> 
         .into_iter()
         .map(|(n, shape, values)| (paths[&n].clone(), shape, values))
         .collect();
-    let h5 = h5::write(datasets, &paths::empty_groups(spec))
-        .map_err(|m| bad(here, WEIGHTS_ENTRY, m))?;
+    let h5 =
+        h5::write(datasets, &paths::empty_groups(spec)).map_err(|m| bad(here, WEIGHTS_ENTRY, m))?;
     let metadata = json!({"keras_version": KERAS_FORMAT_VERSION,
                           "kiln_version": env!("CARGO_PKG_VERSION")});
     let entries: [(&str, Vec<u8>); 3] = [
@@ -77,8 +74,12 @@ pub fn to_bytes(spec: &ModelSpec, net: &Network, name: &str) -> Result<Vec<u8>> 
     zip_stored(&entries).map_err(|e| bad(here, "zip", e.to_string()))
 }
 
-/// A zip archive of `entries`, stored uncompressed (as Keras writes it).
-fn zip_stored(entries: &[(&str, Vec<u8>)]) -> zip::result::ZipResult<Vec<u8>> {
+/// A zip archive of `entries` (name, bytes), stored uncompressed as Keras writes `.keras`
+/// files (for tools and tests that assemble one).
+///
+/// # Errors
+/// The zip writer's error (an entry over 4 GiB without zip64 support, in practice none).
+pub fn zip_stored(entries: &[(&str, Vec<u8>)]) -> zip::result::ZipResult<Vec<u8>> {
     let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
     let opts = zip::write::SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Stored)
@@ -114,15 +115,18 @@ impl KerasModel {
     /// None in practice: [`read`] has checked every weight.
     pub fn network(&self, device: &Device) -> Result<Network> {
         let get = |name: &str, _: &[usize]| -> Result<Vec<f32>> {
-            Ok(self.weights.get(name).map(|w| w.1.clone()).unwrap_or_default())
+            Ok(self
+                .weights
+                .get(name)
+                .map(|w| w.1.clone())
+                .unwrap_or_default())
         };
         weights::load_with(&self.spec, device, &get)
     }
 }
 
-/// The entries of the zip archive at `path`, by name.
-fn unzip(path: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
-    let bytes = std::fs::read(path).map_err(|e| KilnError::io(path, e))?;
+/// The entries of the zip archive `bytes` (read from `path`), by name.
+fn unzip(path: &Path, bytes: Vec<u8>) -> Result<BTreeMap<String, Vec<u8>>> {
     let mut archive = zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| {
         bad(
             path,
@@ -140,8 +144,13 @@ fn unzip(path: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
             .map_err(|e| bad(path, &format!("entry {i}"), e.to_string()))?
             .to_string();
         let mut buf = Vec::new();
-        f.read_to_end(&mut buf)
-            .map_err(|e| bad(path, &name, format!("cannot be read: {e} (a truncated file?)")))?;
+        f.read_to_end(&mut buf).map_err(|e| {
+            bad(
+                path,
+                &name,
+                format!("cannot be read: {e} (a truncated file?)"),
+            )
+        })?;
         out.insert(name, buf);
     }
     Ok(out)
@@ -169,7 +178,11 @@ fn named(model: &toml::Table, e: KilnError) -> String {
             let field = rest.trim_start_matches('.');
             let name = l.get("name").and_then(toml::Value::as_str).unwrap_or("?");
             let class = l.get("type").and_then(toml::Value::as_str).unwrap_or("?");
-            let at = if field.is_empty() { String::new() } else { format!(" {field}") };
+            let at = if field.is_empty() {
+                String::new()
+            } else {
+                format!(" {field}")
+            };
             format!("layer \"{name}\" ({class}){at}: {message}")
         }
         None => e.to_string(),
@@ -185,13 +198,25 @@ fn named(model: &toml::Table, e: KilnError) -> String {
 /// `model.weights.h5` missing or unreadable, a layer kiln does not have or an argument it would
 /// ignore (with the layer's name and class), a weight missing or of another shape.
 pub fn read(path: &Path) -> Result<KerasModel> {
-    let mut entries = unzip(path)?;
+    let bytes = std::fs::read(path).map_err(|e| KilnError::io(path, e))?;
+    read_bytes(path, bytes)
+}
+
+/// [`read`] on the bytes of a `.keras` file (`path` names it in errors).
+///
+/// # Errors
+/// As [`read`].
+pub fn read_bytes(path: &Path, bytes: Vec<u8>) -> Result<KerasModel> {
+    let mut entries = unzip(path, bytes)?;
     let config = entries
         .remove(CONFIG_ENTRY)
         .ok_or_else(|| bad(path, CONFIG_ENTRY, "missing: not a Keras 3 .keras file"))?;
     let config: Value = serde_json::from_slice(&config)
         .map_err(|e| bad(path, CONFIG_ENTRY, format!("not valid JSON: {e}")))?;
-    let name = config["config"]["name"].as_str().unwrap_or("model").to_string();
+    let name = config["config"]["name"]
+        .as_str()
+        .unwrap_or("model")
+        .to_string();
     let model = from_keras::model_table(&config).map_err(|m| bad(path, CONFIG_ENTRY, m))?;
     let spec =
         ModelSpec::from_toml(&model).map_err(|e| bad(path, CONFIG_ENTRY, named(&model, e)))?;
@@ -217,7 +242,7 @@ pub fn read(path: &Path) -> Result<KerasModel> {
 fn read_weights(
     spec: &ModelSpec,
     h5: &h5::H5,
-) -> std::result::Result<BTreeMap<String, (Vec<usize>, Vec<f32>)>, String> {
+) -> std::result::Result<BTreeMap<String, h5::Array>, String> {
     let shapes: BTreeMap<String, Vec<usize>> = spec
         .layers()
         .iter()
@@ -254,3 +279,6 @@ fn read_weights(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests;

@@ -32,8 +32,10 @@ fn json_of(v: &toml::Value, module: &str) -> Value {
         toml::Value::Datetime(d) => json!(d.to_string()),
         toml::Value::Array(a) => a.iter().map(|x| json_of(x, module)).collect(),
         toml::Value::Table(t) => {
-            let mut config: Map<String, Value> =
-                t.iter().map(|(k, x)| (k.clone(), json_of(x, module))).collect();
+            let mut config: Map<String, Value> = t
+                .iter()
+                .map(|(k, x)| (k.clone(), json_of(x, module)))
+                .collect();
             if let Some(class) = config.remove("class_name") {
                 return json!({"module": module, "class_name": class, "config": config,
                               "registered_name": null});
@@ -152,9 +154,11 @@ pub(super) fn model_config(spec: &ModelSpec, name: &str) -> Result<Value, String
             "build_config": {"input_shape": batch_shape(spec.input_shape())}}));
     }
     let inputs = spec.inputs().iter().map(|(n, _)| n.clone()).collect();
-    Ok(json!({"module": "keras.src.models.functional", "class_name": "Functional",
+    Ok(
+        json!({"module": "keras.src.models.functional", "class_name": "Functional",
         "config": {"name": name, "trainable": true, "layers": layers,
                    "input_layers": node_list(inputs),
                    "output_layers": node_list(spec.output_names())},
-        "registered_name": "Functional", "build_config": {"input_shape": null}}))
+        "registered_name": "Functional", "build_config": {"input_shape": null}}),
+    )
 }

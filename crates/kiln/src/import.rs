@@ -1,4 +1,4 @@
-//! `kiln import`: a `.keras` file as a kiln run directory (`config.toml` and
+//! `kiln import`: a `.keras` file ([`crate::keras_file`]) as a kiln run directory (`config.toml` and
 //! `model.safetensors`), ready for `kiln evaluate`, `predict`, `export` and `serve`, and for
 //! `kiln train` to fine-tune (its `[model] weights` names the imported weights).
 
@@ -55,23 +55,26 @@ fn base_table(config: Option<&Path>) -> Result<toml::Table> {
         return Ok(toml::Table::new());
     };
     let text = std::fs::read_to_string(path).map_err(|e| KilnError::io(path, e))?;
-    toml::from_str(&text).map_err(|e| {
-        KilnError::config("config", crate::error::humanize(e.message())).in_file(path)
-    })
+    toml::from_str(&text)
+        .map_err(|e| KilnError::config("config", crate::error::humanize(e.message())).in_file(path))
 }
 
 /// Imports the `.keras` file `path` as a run directory (see the module docs). Nothing is
 /// written unless the whole model, its weights and the resulting config are valid.
 ///
 /// # Errors
-/// [`KilnError::KerasFile`] for a file kiln cannot import (see [`super::read`]);
+/// [`KilnError::KerasFile`] for a file kiln cannot import (see [`crate::keras_file::read`]);
 /// [`KilnError::Config`] for a bad name, a run directory that already holds a run, or a base
 /// config that does not fit the model; [`KilnError::Io`] when the directory cannot be written.
 pub fn import(path: &Path, opts: &ImportOptions) -> Result<Imported> {
-    let file = super::read(path)?;
+    let file = crate::keras_file::read(path)?;
     let name = opts.name.clone().unwrap_or_else(|| file.name.clone());
     crate::config::paths::check_run_name(
-        if opts.name.is_some() { "--name" } else { "name" },
+        if opts.name.is_some() {
+            "--name"
+        } else {
+            "name"
+        },
         &name,
     )?;
     let run_dir = opts
@@ -117,7 +120,7 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<Imported> {
         Some(base) => e.in_file(base),
         None => KilnError::KerasFile {
             path: path.to_path_buf(),
-            entry: super::CONFIG_ENTRY.into(),
+            entry: crate::keras_file::CONFIG_ENTRY.into(),
             message: e.to_string(),
         },
     })?;
