@@ -15,7 +15,8 @@ pub struct ExportArgs {
     /// A run directory written by `kiln train`.
     pub run_dir: PathBuf,
     /// onnx (model.onnx plus what `kiln serve` reads), keras (model.keras, for Keras'
-    /// load_model, plus what `kiln serve` reads) or safetensors (only what it reads).
+    /// load_model), tflite (model.tflite, TensorFlow Lite float32) or safetensors (only what
+    /// `kiln serve` reads).
     #[arg(long, default_value = "onnx")]
     pub format: String,
     /// Version number (default: one more than the largest already exported).

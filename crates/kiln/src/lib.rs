@@ -22,7 +22,8 @@
 //! 3. `files`, `device`, `kernels`, `replica`, `summary`: atomic writes, devices, CPU kernels,
 //!    the current replica group of a synchronized step, TensorBoard event files.
 //! 4. `ops`: kiln's custom autodiff operations.
-//! 5. `precision`, `onnx`: 16-bit rounding and loss scaling; the ONNX protobuf writer.
+//! 5. `precision`, `onnx`, `tflite`: 16-bit rounding and loss scaling; the ONNX protobuf
+//!    writer; the TensorFlow Lite graph and flatbuffer writer.
 //! 6. `model`: layers, specs and networks.
 //! 7. `compile`, `keras_file`: optimizers, losses, metrics, schedules; Keras' `.keras` files.
 //! 8. `guards`, `run_dir`: input checks; run directories and their locks.
@@ -74,6 +75,7 @@ pub mod run;
 pub mod run_dir;
 pub mod step;
 pub mod summary;
+pub mod tflite;
 
 pub use compile::Compiled;
 pub use config::RunConfig;

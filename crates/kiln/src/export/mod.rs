@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `model.onnx` | the inference graph, ONNX opset 17 ([`onnx`]); `--format onnx` only |
 //! | `model.keras` | Keras 3's model file ([`crate::keras_file`]); `--format keras` only |
+//! | `model.tflite` | a TensorFlow Lite flatbuffer, float32 ([`tflite`]); `--format tflite` only |
 //! | `model.safetensors` | the weights (Keras names and layouts, as the run directory's) |
 //! | `model.toml` | `name` and the `[model]` table (the layer spec) |
 //! | `signature.json` | the `serving_default` signature, as a SavedModel's ([`signature`]) |
@@ -18,6 +19,7 @@
 
 pub mod onnx;
 pub use crate::onnx::proto as onnx_proto;
+pub mod tflite;
 pub mod servable;
 pub mod signature;
 
@@ -35,6 +37,8 @@ pub use signature::SignatureDefMap;
 
 /// File name of the ONNX graph in a version directory.
 pub const ONNX_FILE: &str = "model.onnx";
+/// File name of the TensorFlow Lite model in a version directory.
+pub const TFLITE_FILE: &str = "model.tflite";
 /// File name of the Keras model in a version directory.
 pub const KERAS_FILE: &str = "model.keras";
 /// File name of the weights in a version directory.
@@ -54,6 +58,8 @@ pub enum ExportFormat {
     Safetensors,
     /// `model.keras` (for `keras.saving.load_model`) plus the files `kiln serve` reads.
     Keras,
+    /// `model.tflite` (TensorFlow Lite, float32) plus the files `kiln serve` reads.
+    Tflite,
 }
 
 impl std::str::FromStr for ExportFormat {
@@ -63,9 +69,12 @@ impl std::str::FromStr for ExportFormat {
             "onnx" => Ok(ExportFormat::Onnx),
             "safetensors" => Ok(ExportFormat::Safetensors),
             "keras" => Ok(ExportFormat::Keras),
+            "tflite" => Ok(ExportFormat::Tflite),
             other => Err(KilnError::config(
                 "--format",
-                format!("unknown export format \"{other}\"; allowed: onnx, keras, safetensors"),
+                format!(
+                    "unknown export format \"{other}\"; allowed: onnx, keras, tflite, safetensors"
+                ),
             )),
         }
     }
@@ -221,6 +230,7 @@ pub fn export(run_dir: &Path, opts: &ExportOptions) -> Result<Exported> {
             onnx::to_bytes(&name, &spec, &keras, version as i64)?,
         )),
         ExportFormat::Keras => Some((KERAS_FILE, crate::keras_file::to_bytes(&spec, &net, &name)?)),
+        ExportFormat::Tflite => Some((TFLITE_FILE, tflite::to_bytes(&name, &spec, &keras)?)),
         ExportFormat::Safetensors => None,
     };
 

@@ -33,6 +33,7 @@ use super::act::Act;
 use super::params::LayerParams;
 pub use super::params::{Field, Storage, WeightInit, WeightSpec};
 use crate::onnx::{OnnxGraph, OnnxValue};
+use crate::tflite::{TfliteGraph, TfliteValue};
 
 /// What a forward pass knows besides the inputs.
 #[derive(Debug, Clone, Copy)]
@@ -333,6 +334,25 @@ pub trait Layer: Debug + Send + Sync + 'static {
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let _ = (g, inputs, name);
         Err(self.onnx_unsupported())
+    }
+
+    /// Adds the layer to a TensorFlow Lite graph as TFLite builtin operators, at inference (no
+    /// dropout, moving statistics): `inputs` are its input values (NHWC, Keras shapes), `name`
+    /// the layer's name, its weights `<name>/<weight name>` in `g` ([`TfliteGraph::weight`]).
+    /// The default says the layer has no mapping.
+    ///
+    /// # Errors
+    /// Why the layer cannot be exported (kiln's export names the layer and its class).
+    fn tflite(
+        &self,
+        g: &mut TfliteGraph,
+        inputs: &[TfliteValue],
+        name: &str,
+    ) -> Result<TfliteValue, String> {
+        let _ = (g, inputs, name);
+        Err("it has no TensorFlow Lite mapping yet (a layer gets one by implementing \
+             `Layer::tflite`); export with --format onnx or keras"
+            .into())
     }
 
     /// Why the layer has no ONNX mapping (kiln's ONNX export names the layer, its class and

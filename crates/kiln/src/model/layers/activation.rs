@@ -7,6 +7,7 @@ use crate::model::act::Act;
 use crate::model::args::Activation;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
 use crate::onnx::{OnnxGraph, OnnxValue};
+use crate::tflite::{TfliteGraph, TfliteValue};
 
 /// `Activation(activation)` (Keras' class `Activation`; the Rust type is named apart from the
 /// [`Activation`] function names it takes). Output the input's shape; softmax runs over the
@@ -58,6 +59,15 @@ impl Layer for ActivationLayer {
             self.activation,
             x.layout(),
         ))
+    }
+
+    fn tflite(
+        &self,
+        g: &mut TfliteGraph,
+        inputs: &[TfliteValue],
+        name: &str,
+    ) -> Result<TfliteValue, String> {
+        super::tflite_ops::activate(g, name, inputs[0].clone(), self.activation)
     }
 }
 

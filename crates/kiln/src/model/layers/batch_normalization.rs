@@ -10,6 +10,7 @@ use crate::model::layer::{
     Field, ForwardContext, Layer, LayerConfig, Storage, WeightInit, WeightSpec, Weights,
 };
 use crate::onnx::{Layout, OnnxGraph, OnnxValue, float};
+use crate::tflite::{Options, TfliteGraph, TfliteValue, op};
 
 fn default_momentum() -> f64 {
     0.99
@@ -201,6 +202,37 @@ impl Layer for BatchNormalization {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         let y = g.node(name, "BatchNormalization", &refs, attrs);
         Ok(g.transpose(name, &y, &[0, 2, 1]))
+    }
+
+    fn tflite(
+        &self,
+        g: &mut TfliteGraph,
+        inputs: &[TfliteValue],
+        name: &str,
+    ) -> Result<TfliteValue, String> {
+        // Inference: x * scale + shift per channel (the last axis), with scale = gamma /
+        // sqrt(moving_variance + epsilon) and shift = beta - moving_mean * scale.
+        let x = &inputs[0];
+        let c = x.shape.last().copied().unwrap_or(0);
+        let get = |g: &TfliteGraph, w: &str, present: bool, default: f32| -> Result<Vec<f32>, String> {
+            match present {
+                true => Ok(g.weight(&format!("{name}/{w}"), &[c])?.to_vec()),
+                false => Ok(vec![default; c]),
+            }
+        };
+        let gamma = get(g, "gamma", self.scale, 1.0)?;
+        let beta = get(g, "beta", self.center, 0.0)?;
+        let mean = get(g, "moving_mean", true, 0.0)?;
+        let var = get(g, "moving_variance", true, 1.0)?;
+        let scale: Vec<f32> = (0..c)
+            .map(|i| (gamma[i] as f64 / (var[i] as f64 + self.epsilon).sqrt()) as f32)
+            .collect();
+        let shift: Vec<f32> = (0..c).map(|i| beta[i] - mean[i] * scale[i]).collect();
+        let s = g.constant(&format!("{name}/scale"), &[c], &scale);
+        let t = g.constant(&format!("{name}/shift"), &[c], &shift);
+        let shape = x.shape.clone();
+        let y = g.op(&format!("{name}/mul"), op::MUL, &[x.index, s], &shape, Options::Elementwise);
+        Ok(g.op(name, op::ADD, &[y.index, t], &shape, Options::Elementwise))
     }
 }
 

@@ -11,6 +11,7 @@ use crate::model::layer::{
     Field, ForwardContext, Layer, LayerConfig, Storage, WeightInit, WeightSpec, Weights,
 };
 use crate::onnx::{Layout, OnnxGraph, OnnxValue};
+use crate::tflite::{Options, TfliteGraph, TfliteValue, op};
 
 /// `Conv2D(filters, kernel_size, strides, padding, dilation_rate, groups, activation,
 /// use_bias)`: `kernel [kh, kw, in / groups, filters]` (`glorot_uniform`; held as Burn's
@@ -120,6 +121,42 @@ impl Layer for Conv2D {
         };
         let y = conv::onnx_conv(g, name, x, &window, setup, "kernel");
         Ok(activation_onnx(g, name, y, self.activation, Layout::Image))
+    }
+
+    fn tflite(
+        &self,
+        g: &mut TfliteGraph,
+        inputs: &[TfliteValue],
+        name: &str,
+    ) -> Result<TfliteValue, String> {
+        if self.groups != 1 || self.dilation_rate.0 != [1, 1] {
+            return Err("grouped and dilated convolutions have no TensorFlow Lite mapping in \
+                        kiln yet"
+                .into());
+        }
+        let x = &inputs[0];
+        let ([kh, kw], cin, f) = (self.kernel_size.0, x.shape[2], self.filters);
+        let hwio = g.weight(&format!("{name}/kernel"), &[kh, kw, cin, f])?;
+        // HWIO -> OHWI: [kh * kw * cin, f] transposed.
+        let ohwi = super::tflite_ops::transpose(hwio, kh * kw * cin, f);
+        let w = g.constant(&format!("{name}/kernel"), &[f, kh, kw, cin], &ohwi);
+        let b = match self.use_bias {
+            true => {
+                let bias = g.weight(&format!("{name}/bias"), &[f])?.to_vec();
+                g.constant(&format!("{name}/bias"), &[f], &bias)
+            }
+            // TFLite's CONV_2D wants a bias: zeros.
+            false => g.constant(&format!("{name}/bias"), &[f], &vec![0.0; f]),
+        };
+        let shape = self.output_shape(&[&x.shape])?;
+        let (act, rest) = super::tflite_ops::fused(self.activation);
+        let options = Options::Conv2D {
+            padding: super::tflite_ops::padding(self.padding),
+            strides: self.strides.0,
+            act,
+        };
+        let y = g.op(name, op::CONV_2D, &[x.index, w, b], &shape, options);
+        super::tflite_ops::activate(g, name, y, rest)
     }
 }
 

@@ -9,6 +9,7 @@ use crate::model::layer::{
     Field, ForwardContext, Layer, LayerConfig, Storage, WeightInit, WeightSpec, Weights,
 };
 use crate::onnx::{OnnxGraph, OnnxValue};
+use crate::tflite::{Options, TfliteGraph, TfliteValue, op};
 
 /// `Dense(units, activation, use_bias)` on the last axis of an input of any rank: `kernel
 /// [inputs, units]` (`glorot_uniform`), `bias [units]` (zeros); output the input's shape with
@@ -123,6 +124,35 @@ impl Layer for Dense {
             g.dense(&prefix, v, [cin, self.units], self.use_bias)
         })?;
         Ok(activation_onnx(g, name, y, self.activation, x.layout()))
+    }
+
+    fn tflite(
+        &self,
+        g: &mut TfliteGraph,
+        inputs: &[TfliteValue],
+        name: &str,
+    ) -> Result<TfliteValue, String> {
+        let x = &inputs[0];
+        let cin = x.shape.last().copied().unwrap_or(0);
+        let kernel = g.weight(&format!("{name}/kernel"), &[cin, self.units])?;
+        let kernel = super::tflite_ops::transpose(kernel, cin, self.units);
+        let w = g.constant(&format!("{name}/kernel"), &[self.units, cin], &kernel);
+        let b = match self.use_bias {
+            true => {
+                let bias = g.weight(&format!("{name}/bias"), &[self.units])?.to_vec();
+                g.constant(&format!("{name}/bias"), &[self.units], &bias)
+            }
+            false => -1,
+        };
+        let (act, rest) = super::tflite_ops::fused(self.activation);
+        let mut shape = x.shape.clone();
+        *shape.last_mut().expect("Dense takes a feature axis") = self.units;
+        let options = Options::FullyConnected {
+            act,
+            keep_num_dims: x.shape.len() > 1,
+        };
+        let y = g.op(name, op::FULLY_CONNECTED, &[x.index, w, b], &shape, options);
+        super::tflite_ops::activate(g, name, y, rest)
     }
 }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::act::{Act, ElementWise};
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
 use crate::onnx::{OnnxGraph, OnnxValue};
+use crate::tflite::{TfliteGraph, TfliteValue};
 
 /// `Dropout(rate)`: output the input's shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,6 +74,11 @@ impl Layer for Dropout {
     }
     fn onnx(&self, _: &mut OnnxGraph, inputs: &[OnnxValue], _: &str) -> Result<String, String> {
         Ok(inputs[0].name.clone())
+    }
+
+    fn tflite(&self, _: &mut TfliteGraph, inputs: &[TfliteValue], _: &str) -> Result<TfliteValue, String> {
+        // Inference: the identity.
+        Ok(inputs[0].clone())
     }
 }
 

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::act::Act;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
 use crate::onnx::{Layout, OnnxGraph, OnnxValue, int};
+use crate::tflite::{TfliteGraph, TfliteValue};
 
 /// `Flatten()`: any input shape to `(product of its axes,)`. Images are flattened as Keras
 /// holds them, `[height, width, channels]`, so that the next Dense's kernel matches Keras'.
@@ -42,6 +43,16 @@ impl Layer for Flatten {
                 flat(g, &t)
             }
         })
+    }
+
+    fn tflite(
+        &self,
+        g: &mut TfliteGraph,
+        inputs: &[TfliteValue],
+        name: &str,
+    ) -> Result<TfliteValue, String> {
+        let size = inputs[0].shape.iter().product::<usize>();
+        Ok(g.reshape(name, &inputs[0], &[size]))
     }
 }
 

@@ -128,6 +128,7 @@ mod recurrent_state_tests;
 #[cfg(test)]
 mod recurrent_tests;
 mod repeat;
+mod tflite_ops;
 #[cfg(test)]
 mod shape_tests;
 #[cfg(test)]

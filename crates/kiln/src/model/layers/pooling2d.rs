@@ -12,6 +12,7 @@ use crate::model::act::Act;
 use crate::model::args::{Padding, Pair};
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
 use crate::onnx::{OnnxGraph, OnnxValue, int, ints};
+use crate::tflite::{Options, TfliteGraph, TfliteValue, op};
 
 /// A 2-D pooling window: the maximum (`MAX = true`, [`MaxPooling2D`]) or the mean
 /// ([`AveragePooling2D`]; with `same` padding the padded positions are not counted, as in
@@ -89,6 +90,23 @@ impl<const MAX: bool> Layer for Pooling2D<MAX> {
         let (k, s) = (self.pool_size.0, self.step());
         let pads = pads2(self.padding, [x.shape[0], x.shape[1]], k, s);
         Ok(pool_onnx(g, name, &x.name, MAX, (k, s, pads), false))
+    }
+
+    fn tflite(
+        &self,
+        g: &mut TfliteGraph,
+        inputs: &[TfliteValue],
+        name: &str,
+    ) -> Result<TfliteValue, String> {
+        let x = &inputs[0];
+        let shape = self.output_shape(&[&x.shape])?;
+        let options = Options::Pool2D {
+            padding: super::tflite_ops::padding(self.padding),
+            strides: self.strides.unwrap_or(self.pool_size).0,
+            filter: self.pool_size.0,
+        };
+        let code = if MAX { op::MAX_POOL_2D } else { op::AVERAGE_POOL_2D };
+        Ok(g.op(name, code, &[x.index], &shape, options))
     }
 }
 

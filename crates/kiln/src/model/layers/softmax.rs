@@ -8,6 +8,7 @@ use crate::model::act::Act;
 use crate::model::args::Activation;
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, Weights};
 use crate::onnx::{OnnxGraph, OnnxValue};
+use crate::tflite::{TfliteGraph, TfliteValue};
 
 fn default_axis() -> i64 {
     -1
@@ -56,6 +57,21 @@ impl Layer for Softmax {
     }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         SOFTMAX.onnx(g, inputs, name)
+    }
+
+    fn tflite(
+        &self,
+        g: &mut TfliteGraph,
+        inputs: &[TfliteValue],
+        name: &str,
+    ) -> Result<TfliteValue, String> {
+        let last = inputs[0].shape.len() as i64;
+        if self.axis != -1 && self.axis != last {
+            return Err("a softmax over another axis than the last has no TensorFlow Lite \
+                        mapping in kiln yet"
+                .into());
+        }
+        super::tflite_ops::activate(g, name, inputs[0].clone(), Activation::Softmax)
     }
 }
 

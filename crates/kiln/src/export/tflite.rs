@@ -1,0 +1,105 @@
+//! A kiln model as a TensorFlow Lite flatbuffer (`model.tflite`), float32.
+//!
+//! Inputs and outputs as Keras users give and get them (`[batch, ...shape]`, images NHWC,
+//! batch 1 resizable with `resize_tensor_input`); the model alone, at inference (Dropout the
+//! identity, BatchNormalization with its moving statistics folded into a multiply and an add).
+//! Every layer writes its own operators ([`crate::model::Layer::tflite`]); a layer without a
+//! mapping is an error naming the layer and its class.
+//!
+//! | kiln layer | TFLite builtin operators |
+//! |---|---|
+//! | `Dense` | `FULLY_CONNECTED` (kernel `[units, in]`, RELU/TANH fused) |
+//! | `Conv2D` | `CONV_2D` (kernel OHWI, RELU/TANH fused) |
+//! | `MaxPooling2D`, `AveragePooling2D` | `MAX_POOL_2D`, `AVERAGE_POOL_2D` |
+//! | `Flatten` | `RESHAPE` |
+//! | `Dropout` | nothing |
+//! | `BatchNormalization` | `MUL` + `ADD` (per-channel constants) |
+//! | activations (`Activation`, `Softmax`, a layer's `activation`) | `RELU`, `LOGISTIC`, `TANH`, `SOFTMAX` |
+
+use crate::error::{KilnError, Result};
+use crate::model::{LayerKind, ModelSpec, NodeRef};
+use crate::tflite::{TfliteGraph, TfliteValue};
+
+/// The values of every layer of `spec`, in order, after `inputs`' values.
+fn layer_values(
+    g: &mut TfliteGraph,
+    spec: &ModelSpec,
+    inputs: &[TfliteValue],
+) -> Result<Vec<TfliteValue>> {
+    let mut values: Vec<TfliteValue> = Vec::with_capacity(spec.layers().len());
+    for (i, layer) in spec.layers().iter().enumerate() {
+        let xs: std::result::Result<Vec<TfliteValue>, String> = layer
+            .inputs
+            .iter()
+            .map(|r| match *r {
+                NodeRef::Input(k) => Ok(inputs[k].clone()),
+                NodeRef::Layer(j) => Ok(values[j].clone()),
+                NodeRef::State(..) => Err(format!(
+                    "it reads \"{}\", a recurrent state, which kiln's TensorFlow Lite export \
+                     does not write",
+                    spec.node_name(*r)
+                )),
+            })
+            .collect();
+        // A shared layer's call runs on its owner's weights.
+        let owner = &spec.layers()[layer.shares.unwrap_or(i)].name;
+        let value = xs
+            .and_then(|xs| match &layer.kind {
+                LayerKind::Input { .. } => Ok(xs[0].clone()),
+                LayerKind::Declared(l) => l.tflite(g, &xs, owner),
+            })
+            .map_err(|why| {
+                KilnError::config(
+                    format!("model.layers[{}]", i + spec.inputs().len()),
+                    format!(
+                        "layer `{}` ({}) cannot be exported to TensorFlow Lite because {why}",
+                        layer.name,
+                        layer.kind.class_name()
+                    ),
+                )
+            })?;
+        values.push(value);
+    }
+    Ok(values)
+}
+
+/// The `.tflite` bytes of `spec` with `weights` (Keras names and layouts, as
+/// [`crate::model::weights::keras_weights`] returns them).
+///
+/// # Errors
+/// [`KilnError::Config`] at `model.layers[k]`, naming the layer and its class, when a layer has
+/// no TensorFlow Lite mapping.
+pub fn to_bytes(
+    name: &str,
+    spec: &ModelSpec,
+    weights: &[(String, Vec<usize>, Vec<f32>)],
+) -> Result<Vec<u8>> {
+    let mut g = TfliteGraph::new(weights);
+    let inputs: Vec<TfliteValue> = spec
+        .inputs()
+        .iter()
+        .map(|(n, shape)| g.activation(n, shape))
+        .collect();
+    let values = layer_values(&mut g, spec, &inputs)?;
+    let named_inputs: Vec<(String, i32)> = spec
+        .inputs()
+        .iter()
+        .zip(&inputs)
+        .map(|((n, _), v)| (n.clone(), v.index))
+        .collect();
+    let named_outputs: Vec<(String, i32)> = spec
+        .output_layers()
+        .iter()
+        .enumerate()
+        .map(|(k, &o)| (format!("output_{k}"), values[o].index))
+        .collect();
+    if named_outputs.iter().any(|(_, i)| named_inputs.iter().any(|(_, j)| i == j)) {
+        return Err(KilnError::config(
+            "model",
+            "the model computes nothing at inference (its output is its input); TensorFlow \
+             Lite has no such model",
+        ));
+    }
+    let description = format!("{name}, exported by kiln {}", env!("CARGO_PKG_VERSION"));
+    Ok(crate::tflite::to_bytes(&g, &named_inputs, &named_outputs, &description))
+}
