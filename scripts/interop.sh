@@ -46,6 +46,9 @@ echo "== interop: HParams summaries of two kiln train runs with TensorBoard's HP
 echo "== interop: ONNX exports with onnxruntime, kiln serve with requests"
 "$py" tests/interop/onnx_serving_interop.py --kiln "$CARGO_TARGET_DIR/release/kiln"
 
+echo "== interop: TensorFlow Lite exports (float32, dynamic range int8) with TFLite's interpreter"
+"$py" tests/interop/tflite_interop.py --kiln "$CARGO_TARGET_DIR/release/kiln"
+
 echo "== load: kiln serve under a storm of malformed, valid, slow and half-open requests (bounded)"
 # CI size; the full run (30,000 malformed + 6,000 valid) is in bench/README.md.
 "$py" tests/load/serve_storm.py --kiln "$CARGO_TARGET_DIR/release/kiln" --malformed 3000 --valid 600 --slow 16

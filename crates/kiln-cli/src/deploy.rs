@@ -28,6 +28,10 @@ pub struct ExportArgs {
     /// Model name (default: the run's `name`).
     #[arg(long)]
     pub name: Option<String>,
+    /// With --format tflite: none (float32) or dynamic_range (int8 Dense and Conv2D kernels,
+    /// float32 activations: TFLite's dynamic range quantization, about 4x smaller).
+    #[arg(long, default_value = "none")]
+    pub quantization: String,
 }
 
 /// Arguments of `kiln import`.
@@ -143,6 +147,17 @@ fn seconds(key: &str, seconds: f64) -> anyhow::Result<std::time::Duration> {
 /// Runs `kiln export`, printing where the version went.
 pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     let format: ExportFormat = args.format.parse()?;
+    let quantization = match args.quantization.as_str() {
+        "none" => kiln::tflite::Quantization::None,
+        "dynamic_range" => kiln::tflite::Quantization::DynamicRange,
+        other => {
+            return Err(KilnError::config(
+                "--quantization",
+                format!("unknown quantization \"{other}\"; allowed: none, dynamic_range"),
+            )
+            .into());
+        }
+    };
     let e = kiln::export::export(
         &args.run_dir,
         &ExportOptions {
@@ -150,6 +165,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
             version: args.version,
             out: args.out,
             name: args.name,
+            quantization,
         },
     )?;
     println!(

@@ -70,6 +70,7 @@ pub fn export_layers(out: &Path, name: &str, layers: &str, seed: u64, version: u
             version: Some(version),
             out: Some(out.to_path_buf()),
             name: None,
+            ..Default::default()
         },
     )
     .unwrap()

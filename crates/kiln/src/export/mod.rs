@@ -19,9 +19,9 @@
 
 pub mod onnx;
 pub use crate::onnx::proto as onnx_proto;
-pub mod tflite;
 pub mod servable;
 pub mod signature;
+pub mod tflite;
 
 use std::path::{Path, PathBuf};
 
@@ -93,6 +93,8 @@ pub struct ExportOptions {
     /// The model name (the directory under `OUT` and the name clients use); default: the
     /// run's `name`.
     pub name: Option<String>,
+    /// How `--format tflite` stores kernels (float32 by default).
+    pub quantization: crate::tflite::Quantization,
 }
 
 /// What [`export`] wrote.
@@ -203,6 +205,13 @@ pub fn export(run_dir: &Path, opts: &ExportOptions) -> Result<Exported> {
         .clone()
         .unwrap_or_else(|| dir.path().join("export"));
     let base = out.join(&name);
+    if opts.quantization != crate::tflite::Quantization::None && opts.format != ExportFormat::Tflite
+    {
+        return Err(KilnError::config(
+            "--quantization",
+            "applies to --format tflite only",
+        ));
+    }
     let version = match opts.version {
         Some(0) => return Err(KilnError::config("--version", "must be at least 1")),
         Some(v) => v,
@@ -230,7 +239,10 @@ pub fn export(run_dir: &Path, opts: &ExportOptions) -> Result<Exported> {
             onnx::to_bytes(&name, &spec, &keras, version as i64)?,
         )),
         ExportFormat::Keras => Some((KERAS_FILE, crate::keras_file::to_bytes(&spec, &net, &name)?)),
-        ExportFormat::Tflite => Some((TFLITE_FILE, tflite::to_bytes(&name, &spec, &keras)?)),
+        ExportFormat::Tflite => Some((
+            TFLITE_FILE,
+            tflite::to_bytes(&name, &spec, &keras, opts.quantization)?,
+        )),
         ExportFormat::Safetensors => None,
     };
 

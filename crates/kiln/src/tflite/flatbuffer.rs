@@ -25,14 +25,22 @@ fn options(b: &mut FlatBufferBuilder, o: &Options) -> Option<(u8, Table)> {
     let t = b.start_table();
     let kind = match o {
         Options::None => unreachable!("returned above"),
-        Options::Conv2D { padding, strides, act } => {
+        Options::Conv2D {
+            padding,
+            strides,
+            act,
+        } => {
             b.push_slot::<i8>(slot(0), *padding as i8, 0);
             b.push_slot::<i32>(slot(1), strides[1] as i32, 0);
             b.push_slot::<i32>(slot(2), strides[0] as i32, 0);
             b.push_slot::<i8>(slot(3), *act as i8, 0);
             1
         }
-        Options::Pool2D { padding, strides, filter } => {
+        Options::Pool2D {
+            padding,
+            strides,
+            filter,
+        } => {
             b.push_slot::<i8>(slot(0), *padding as i8, 0);
             b.push_slot::<i32>(slot(1), strides[1] as i32, 0);
             b.push_slot::<i32>(slot(2), strides[0] as i32, 0);
@@ -115,11 +123,23 @@ fn tensors_and_buffers(b: &mut FlatBufferBuilder, g: &TfliteGraph) -> (Vec<Table
             b.create_vector(&s)
         });
         let name = b.create_string(&t.name);
+        let quant = t.quant.as_ref().map(|q| {
+            let scale = b.create_vector(&q.scale);
+            let zero = b.create_vector(&q.zero_point);
+            let qt = b.start_table();
+            b.push_slot_always(slot(2), scale);
+            b.push_slot_always(slot(3), zero);
+            b.push_slot::<i32>(slot(6), q.dimension, 0);
+            b.end_table(qt)
+        });
         let tt = b.start_table();
         b.push_slot_always(slot(0), shape);
         b.push_slot::<i8>(slot(1), t.dtype, 0);
         b.push_slot::<u32>(slot(2), buffer, 0);
         b.push_slot_always(slot(3), name);
+        if let Some(q) = quant {
+            b.push_slot_always(slot(4), q);
+        }
         if let Some(s) = signature {
             b.push_slot_always(slot(7), s);
         }
@@ -170,7 +190,10 @@ pub fn to_bytes(
     }
     let index = |v: &[(String, i32)]| v.iter().map(|(_, i)| *i).collect::<Vec<i32>>();
     let (tensors, ops) = (b.create_vector(&tensors), b.create_vector(&ops));
-    let (ins, outs) = (b.create_vector(&index(inputs)), b.create_vector(&index(outputs)));
+    let (ins, outs) = (
+        b.create_vector(&index(inputs)),
+        b.create_vector(&index(outputs)),
+    );
     let name = b.create_string("main");
     let sg = b.start_table();
     b.push_slot_always(slot(0), tensors);

@@ -36,8 +36,6 @@ pub enum Fused {
     None = 0,
     /// max(x, 0).
     Relu = 1,
-    /// tanh.
-    Tanh = 4,
 }
 
 /// `SAME` or `VALID` (schema.fbs `Padding`).
@@ -100,6 +98,30 @@ pub enum Options {
     },
 }
 
+/// Quantization parameters of an int8 tensor: `real = scale * (q - zero_point)`, per tensor
+/// or per slice of `dimension`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Quant {
+    /// One scale per tensor, or per slice.
+    pub scale: Vec<f32>,
+    /// One zero point per scale.
+    pub zero_point: Vec<i64>,
+    /// The axis the scales run along (0 for a whole tensor).
+    pub dimension: i32,
+}
+
+/// How [`TfliteGraph::kernel`] stores weight matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Quantization {
+    /// float32 (TFLite's float model).
+    #[default]
+    None,
+    /// int8 kernels, symmetric (zero point 0), per output channel for convolutions and per
+    /// tensor for FULLY_CONNECTED; activations stay float32 and TFLite's hybrid kernels
+    /// quantize them on the fly (TFLite's "dynamic range quantization").
+    DynamicRange,
+}
+
 /// A tensor of the graph.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TensorDef {
@@ -109,10 +131,12 @@ pub struct TensorDef {
     pub shape: Vec<i32>,
     /// True for activations (the batch axis is -1 in `shape_signature`).
     pub batched: bool,
-    /// `TensorType`: 0 float32, 2 int32.
+    /// `TensorType`: 0 float32, 2 int32, 9 int8.
     pub dtype: i8,
     /// Constant data (little-endian), none for activations.
     pub data: Option<Vec<u8>>,
+    /// Quantization of an int8 tensor.
+    pub quant: Option<Quant>,
 }
 
 /// An operator of the graph.
@@ -144,7 +168,34 @@ pub struct TfliteGraph {
     pub tensors: Vec<TensorDef>,
     /// Operators, in execution order.
     pub ops: Vec<OpDef>,
+    /// How kernels are stored.
+    pub quantization: Quantization,
     weights: std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+}
+
+/// `values` (slices along axis 0 of `shape`, one scale each when `per_slice`) as symmetric
+/// int8: `q = round(v / scale)` with `scale = max|v| / 127` (1 for an all-zero slice).
+pub fn quantize_symmetric(values: &[f32], shape: &[usize], per_slice: bool) -> (Vec<u8>, Quant) {
+    let slices = if per_slice { shape[0].max(1) } else { 1 };
+    let len = values.len() / slices.max(1);
+    let mut bytes = Vec::with_capacity(values.len());
+    let mut scale = Vec::with_capacity(slices);
+    for chunk in values.chunks(len.max(1)) {
+        let max = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let s = if max > 0.0 { max / 127.0 } else { 1.0 };
+        bytes.extend(
+            chunk
+                .iter()
+                .map(|v| (v / s).round().clamp(-127.0, 127.0) as i8 as u8),
+        );
+        scale.push(s);
+    }
+    let quant = Quant {
+        zero_point: vec![0; scale.len()],
+        scale,
+        dimension: 0,
+    };
+    (bytes, quant)
 }
 
 fn f32_bytes(values: &[f32]) -> Vec<u8> {
@@ -174,6 +225,7 @@ impl TfliteGraph {
             batched: true,
             dtype: 0,
             data: None,
+            quant: None,
         });
         TfliteValue {
             index: self.tensors.len() as i32 - 1,
@@ -189,6 +241,32 @@ impl TfliteGraph {
             batched: false,
             dtype: 0,
             data: Some(f32_bytes(values)),
+            quant: None,
+        });
+        self.tensors.len() as i32 - 1
+    }
+
+    /// A weight matrix (`shape` in TFLite's layout, the output channels first), stored as the
+    /// graph's [`Quantization`] says: float32, or int8 per output channel (`per_channel`, a
+    /// convolution's filter) or per tensor (a FULLY_CONNECTED's weights).
+    pub fn kernel(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        values: &[f32],
+        per_channel: bool,
+    ) -> i32 {
+        if self.quantization == Quantization::None {
+            return self.constant(name, shape, values);
+        }
+        let (bytes, quant) = quantize_symmetric(values, shape, per_channel);
+        self.tensors.push(TensorDef {
+            name: name.into(),
+            shape: shape.iter().map(|&d| d as i32).collect(),
+            batched: false,
+            dtype: 9,
+            data: Some(bytes),
+            quant: Some(quant),
         });
         self.tensors.len() as i32 - 1
     }
@@ -201,6 +279,7 @@ impl TfliteGraph {
             batched: false,
             dtype: 2,
             data: Some(values.iter().flat_map(|v| v.to_le_bytes()).collect()),
+            quant: None,
         });
         self.tensors.len() as i32 - 1
     }
@@ -242,6 +321,12 @@ impl TfliteGraph {
             .chain(shape.iter().map(|&d| d as i32))
             .collect();
         let s = self.int32s(&format!("{name}/shape"), &new_shape);
-        self.op(name, op::RESHAPE, &[x.index, s], shape, Options::Reshape { new_shape })
+        self.op(
+            name,
+            op::RESHAPE,
+            &[x.index, s],
+            shape,
+            Options::Reshape { new_shape },
+        )
     }
 }

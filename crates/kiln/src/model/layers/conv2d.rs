@@ -139,7 +139,7 @@ impl Layer for Conv2D {
         let hwio = g.weight(&format!("{name}/kernel"), &[kh, kw, cin, f])?;
         // HWIO -> OHWI: [kh * kw * cin, f] transposed.
         let ohwi = super::tflite_ops::transpose(hwio, kh * kw * cin, f);
-        let w = g.constant(&format!("{name}/kernel"), &[f, kh, kw, cin], &ohwi);
+        let w = g.kernel(&format!("{name}/kernel"), &[f, kh, kw, cin], &ohwi, true);
         let b = match self.use_bias {
             true => {
                 let bias = g.weight(&format!("{name}/bias"), &[f])?.to_vec();

@@ -136,7 +136,7 @@ impl Layer for Dense {
         let cin = x.shape.last().copied().unwrap_or(0);
         let kernel = g.weight(&format!("{name}/kernel"), &[cin, self.units])?;
         let kernel = super::tflite_ops::transpose(kernel, cin, self.units);
-        let w = g.constant(&format!("{name}/kernel"), &[self.units, cin], &kernel);
+        let w = g.kernel(&format!("{name}/kernel"), &[self.units, cin], &kernel, false);
         let b = match self.use_bias {
             true => {
                 let bias = g.weight(&format!("{name}/bias"), &[self.units])?.to_vec();

@@ -128,11 +128,11 @@ mod recurrent_state_tests;
 #[cfg(test)]
 mod recurrent_tests;
 mod repeat;
-mod tflite_ops;
 #[cfg(test)]
 mod shape_tests;
 #[cfg(test)]
 mod small_layers_tests;
+mod tflite_ops;
 
 pub use bidirectional::{MergeMode, Wrapped};
 pub use conv::SpatialSize;

@@ -4,11 +4,11 @@
 use crate::model::args::Activation;
 use crate::tflite::{Fused, Options, TfliteGraph, TfliteValue, op};
 
-/// The fused form of `act` (RELU, TANH or none) and what is left to apply after the operator.
+/// The fused form of `act` (RELU, or none) and what is left to apply after the operator
+/// (TFLite's FULLY_CONNECTED and CONV_2D fuse only the ReLU family).
 pub(super) fn fused(act: Activation) -> (Fused, Activation) {
     match act {
         Activation::Relu => (Fused::Relu, Activation::Linear),
-        Activation::Tanh => (Fused::Tanh, Activation::Linear),
         other => (Fused::None, other),
     }
 }
@@ -40,7 +40,13 @@ pub(super) fn activate(
         _ => Options::None,
     };
     let shape = x.shape.clone();
-    Ok(g.op(&format!("{name}/activation"), code, &[x.index], &shape, options))
+    Ok(g.op(
+        &format!("{name}/activation"),
+        code,
+        &[x.index],
+        &shape,
+        options,
+    ))
 }
 
 /// A row-major `[rows, cols]` matrix transposed.
