@@ -509,3 +509,78 @@ fn the_onnx_interop_models_use_every_builtin_layer() {
         script.display()
     );
 }
+
+const TFLITE_CNN: &str = r#"[
+  { type = "Input", shape = [6, 5, 2] },
+  { type = "Conv2D", filters = 3, kernel_size = 3, padding = "same", activation = "relu" },
+  { type = "BatchNormalization" },
+  { type = "MaxPooling2D", pool_size = 2, padding = "same" },
+  { type = "Flatten" },
+  { type = "Dense", units = 3, activation = "softmax" },
+]"#;
+
+fn tflite_export(
+    run: &Path,
+    version: u64,
+    quantization: crate::tflite::Quantization,
+) -> Result<Vec<u8>> {
+    let opts = ExportOptions {
+        format: ExportFormat::Tflite,
+        version: Some(version),
+        out: Some(run.join("out")),
+        quantization,
+        ..Default::default()
+    };
+    let e = export(run, &opts)?;
+    Ok(std::fs::read(e.dir.join(TFLITE_FILE)).unwrap())
+}
+
+#[test]
+fn tflite_exports_are_tflite_flatbuffers_and_unmapped_layers_are_named() {
+    let run = run_dir("tflite", TFLITE_CNN);
+    let float = tflite_export(&run, 1, crate::tflite::Quantization::None).unwrap();
+    let int8 = tflite_export(&run, 2, crate::tflite::Quantization::DynamicRange).unwrap();
+    // The root table's offset, then schema.fbs' file identifier.
+    assert_eq!(&float[4..8], b"TFL3");
+    assert_eq!(&int8[4..8], b"TFL3");
+    // 99 kernel weights (3*3*2*3 + 15*3) lose 3 bytes each, less the scales added.
+    assert!(
+        float.len() > int8.len() + 200,
+        "float {} int8 {}",
+        float.len(),
+        int8.len()
+    );
+    let _ = std::fs::remove_dir_all(&run);
+
+    let lstm = r#"[
+  { type = "Input", shape = [4, 3] },
+  { type = "LSTM", units = 2 },
+  { type = "Dense", units = 3 },
+]"#;
+    let run = run_dir("tflite-lstm", lstm);
+    let err = tflite_export(&run, 1, crate::tflite::Quantization::None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`lstm` (LSTM)") && err.contains("TensorFlow Lite"),
+        "{err}"
+    );
+    assert!(
+        !run.join("out").join("tiny-tflite-lstm").join("1").exists(),
+        "nothing written"
+    );
+    let _ = std::fs::remove_dir_all(&run);
+}
+
+#[test]
+fn dynamic_range_kernels_are_symmetric_int8_per_output_channel() {
+    // Two output channels of three weights: scales max|w| / 127.
+    let w = [0.5, -1.0, 0.25, 0.0, 0.0, 0.0];
+    let (q, quant) = crate::tflite::quantize_symmetric(&w, &[2, 3], true);
+    assert_eq!(quant.scale, vec![1.0 / 127.0, 1.0]);
+    assert_eq!(quant.zero_point, vec![0, 0]);
+    let q: Vec<i8> = q.into_iter().map(|b| b as i8).collect();
+    assert_eq!(q, vec![64, -127, 32, 0, 0, 0]);
+    let (_, whole) = crate::tflite::quantize_symmetric(&w, &[2, 3], false);
+    assert_eq!(whole.scale, vec![1.0 / 127.0]);
+}
