@@ -1,6 +1,7 @@
 """Keras 3 model files for kiln's `.keras` reader (crates/kiln/src/keras_file/tests.rs).
 
-Writes crates/kiln/tests/data/keras/{cnn,mixed,text}.keras and expected.json: three small
+Writes crates/kiln/tests/data/keras/{cnn,mixed,text}.keras, {cnn,mixed}.h5 (the legacy HDF5
+format, `model.save("x.h5")`) and expected.json: three small
 models saved with `model.save`, their weights set to `0.1 * sin(0.7 * i + 0.3 * k)` (flat index
 `i` of weight `k` in `model.weights` order; moving variances `0.5 + |that|` so that they stay
 positive), fixed inputs and Keras' predictions on them.
@@ -69,6 +70,8 @@ for name, build in [("cnn", cnn), ("mixed", mixed), ("text", text)]:
     model, x = build()
     fix_weights(model)
     model.save(os.path.join(OUT, f"{name}.keras"))
+    if name != "text":
+        model.save(os.path.join(OUT, f"{name}.h5"))
     y = model.predict(x, verbose=0)
     expected["models"][name] = {"input_shape": list(x.shape), "inputs": x.reshape(-1).tolist(),
                                 "predictions": np.asarray(y).reshape(-1).tolist(),

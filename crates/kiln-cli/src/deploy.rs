@@ -37,7 +37,8 @@ pub struct ExportArgs {
 /// Arguments of `kiln import`.
 #[derive(Args)]
 pub struct ImportArgs {
-    /// A Keras 3 model file (`model.save("model.keras")`).
+    /// A Keras model file: `.keras` (Keras 3's `model.save("model.keras")`) or a legacy HDF5
+    /// `.h5` (`model.save("model.h5")`).
     pub file: PathBuf,
     /// The run directory to write (default: runs/<name>); it must not hold a run yet.
     #[arg(long)]

@@ -1,6 +1,6 @@
 //! Fuzz target for the `.keras` reader (issue 24): mutations of Keras-written files
 //! (tests/data/keras, from tests/reference/keras_files_reference.py) through
-//! `kiln::keras_file::read_bytes`: the whole archive, its `config.json` and its
+//! `kiln::keras_file::read_bytes`: the whole archive (and the legacy `.h5` files), its `config.json` and its
 //! `model.weights.h5` (each mutated alone, repacked with the other entries intact). Every
 //! input must give a model or an error, never a panic or a hang.
 //! `KILN_FUZZ_CASES=100000 cargo test --release -p kiln --test fuzz_keras_file` for the long run.
@@ -13,7 +13,12 @@ use kiln_fuzz::{Limits, fuzz};
 const MODELS: [&str; 3] = ["cnn", "mixed", "text"];
 
 fn file(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/keras/{name}.keras"));
+    let file = if name.contains('.') {
+        name.to_string()
+    } else {
+        format!("{name}.keras")
+    };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/keras/{file}"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -45,11 +50,16 @@ fn check(bytes: Vec<u8>) -> Result<(), String> {
 
 #[test]
 fn fuzz_keras_archive() {
-    let seeds = MODELS.iter().map(|m| file(m)).collect();
+    // The legacy HDF5 files too (read_bytes tells them by their signature).
+    let seeds = MODELS
+        .iter()
+        .map(|m| file(m))
+        .chain(["cnn.h5", "mixed.h5"].map(file))
+        .collect();
     let report = fuzz("keras-archive", seeds, Limits::new(3_000), |b: &[u8]| {
         check(b.to_vec())
     });
-    assert!(report.accepted >= 3 && report.refused > 0, "{report:?}");
+    assert!(report.accepted >= 5 && report.refused > 0, "{report:?}");
 }
 
 #[test]

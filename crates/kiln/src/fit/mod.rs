@@ -151,7 +151,7 @@ impl Model {
     /// [`crate::KilnError::KerasFile`] for an unreadable `.keras` file.
     pub fn load_weights(&mut self, path: &Path) -> Result<()> {
         let device = self.device.clone().autodiff();
-        self.net = if path.extension().is_some_and(|e| e == "keras") {
+        self.net = if path.extension().is_some_and(|e| e == "keras" || e == "h5") {
             let file = crate::keras_file::read(path)?;
             let get = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
                 match file.weights.get(name) {

@@ -104,4 +104,36 @@ impl H5 {
             .and_then(|g| g.datasets())
             .unwrap_or_default()
     }
+
+    /// The string attribute `name` of the group at `path` (`""`: the root).
+    pub(super) fn attr_string(&self, path: &str, name: &str) -> Option<String> {
+        let attrs = self.group_attrs(path)?;
+        attrs.get(name)?.as_str().map(str::to_string)
+    }
+
+    /// The string-list attribute `name` of the group at `path`; an empty list for a numeric
+    /// empty array (h5py writes a layer without weights' `weight_names` so).
+    pub(super) fn attr_strings(&self, path: &str, name: &str) -> Option<Vec<String>> {
+        let attrs = self.group_attrs(path)?;
+        let value = attrs.get(name)?;
+        match value.as_strings() {
+            Some(list) => Some(list.to_vec()),
+            None => value
+                .as_str()
+                .map(|s| vec![s.to_string()])
+                .or(Some(Vec::new())),
+        }
+    }
+
+    fn group_attrs(
+        &self,
+        path: &str,
+    ) -> Option<std::collections::HashMap<String, hdf5_pure::AttrValue>> {
+        let group = if path.is_empty() {
+            self.file.root()
+        } else {
+            self.file.group(path).ok()?
+        };
+        group.attrs().ok()
+    }
 }

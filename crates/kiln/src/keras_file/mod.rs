@@ -16,6 +16,7 @@
 
 mod from_keras;
 mod h5;
+mod legacy;
 mod paths;
 mod to_keras;
 
@@ -189,7 +190,7 @@ fn named(model: &toml::Table, e: KilnError) -> String {
     }
 }
 
-/// Reads the `.keras` file at `path`: its model (checked by kiln's config reader), compile
+/// Reads the `.keras` file (or legacy `.h5` model file, told by its first bytes) at `path`: its model (checked by kiln's config reader), compile
 /// config and weights (every weight present with the shape the model needs, and no weight the
 /// model lacks).
 ///
@@ -207,6 +208,9 @@ pub fn read(path: &Path) -> Result<KerasModel> {
 /// # Errors
 /// As [`read`].
 pub fn read_bytes(path: &Path, bytes: Vec<u8>) -> Result<KerasModel> {
+    if bytes.starts_with(HDF5_SIGNATURE) {
+        return read_legacy(path, bytes);
+    }
     let mut entries = unzip(path, bytes)?;
     let config = entries
         .remove(CONFIG_ENTRY)
@@ -227,6 +231,46 @@ pub fn read_bytes(path: &Path, bytes: Vec<u8>) -> Result<KerasModel> {
         .ok_or_else(|| bad(path, WEIGHTS_ENTRY, "missing (only .h5 weights are read)"))?;
     let h5 = h5::H5::parse(h5).map_err(|m| bad(path, WEIGHTS_ENTRY, m))?;
     let weights = read_weights(&spec, &h5).map_err(|m| bad(path, WEIGHTS_ENTRY, m))?;
+    Ok(KerasModel {
+        path: path.to_path_buf(),
+        name,
+        model,
+        spec,
+        compile,
+        weights,
+    })
+}
+
+/// The first bytes of an HDF5 file (a legacy `.h5` model).
+const HDF5_SIGNATURE: &[u8] = b"\x89HDF\r\n\x1a\n";
+
+/// A legacy `.h5` model file ([`legacy`]): entries are the file's attributes and groups.
+fn read_legacy(path: &Path, bytes: Vec<u8>) -> Result<KerasModel> {
+    let h5 = h5::H5::parse(bytes).map_err(|m| bad(path, "hdf5", m))?;
+    let text = h5.attr_string("", "model_config").ok_or_else(|| {
+        bad(
+            path,
+            "model_config",
+            "missing: a weights-only .h5 file (model.save_weights) has no model; save the \
+             whole model (model.save)",
+        )
+    })?;
+    let config: Value = serde_json::from_str(&text)
+        .map_err(|e| bad(path, "model_config", format!("not valid JSON: {e}")))?;
+    let name = config["config"]["name"]
+        .as_str()
+        .unwrap_or("model")
+        .to_string();
+    let model = from_keras::model_table(&config).map_err(|m| bad(path, "model_config", m))?;
+    let spec =
+        ModelSpec::from_toml(&model).map_err(|e| bad(path, "model_config", named(&model, e)))?;
+    let training = h5
+        .attr_string("", "training_config")
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .unwrap_or(Value::Null);
+    let compile = from_keras::compile_table(&legacy::compile_config(&training))
+        .map_err(|m| bad(path, "training_config", m))?;
+    let weights = legacy::weights(&spec, &h5).map_err(|m| bad(path, "model_weights", m))?;
     Ok(KerasModel {
         path: path.to_path_buf(),
         name,

@@ -79,6 +79,21 @@ fn keras_written_models_predict_as_keras_does() {
 }
 
 #[test]
+fn legacy_h5_files_predict_as_keras_does() {
+    for name in ["cnn", "mixed"] {
+        let model = read(&data(&format!("{name}.h5"))).unwrap();
+        let e = &expected()["models"][name];
+        assert_close(&predict(&model, name), &floats(&e["predictions"]), name);
+    }
+    let cnn = read(&data("cnn.h5")).unwrap().compile.unwrap();
+    assert_eq!(cnn["optimizer"]["type"].as_str(), Some("Adam"));
+    assert_eq!(
+        cnn["loss"].as_str(),
+        Some("sparse_categorical_crossentropy")
+    );
+}
+
+#[test]
 fn compile_configs_become_compile_tables() {
     let cnn = read(&data("cnn.keras")).unwrap().compile.unwrap();
     let optimizer = cnn["optimizer"].as_table().unwrap();
