@@ -46,6 +46,9 @@ echo "== interop: HParams summaries of two kiln train runs with TensorBoard's HP
 echo "== interop: ONNX exports with onnxruntime, kiln serve with requests"
 "$py" tests/interop/onnx_serving_interop.py --kiln "$CARGO_TARGET_DIR/release/kiln"
 
+echo "== interop: Keras model files (.keras) in and out, fine-tuning, bad files, with Keras 3"
+"$py" tests/interop/keras_file_interop.py --kiln "$CARGO_TARGET_DIR/release/kiln"
+
 echo "== interop: TensorFlow Lite exports (float32, dynamic range int8) with TFLite's interpreter"
 "$py" tests/interop/tflite_interop.py --kiln "$CARGO_TARGET_DIR/release/kiln"
 

@@ -53,6 +53,9 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+tf.get_logger().setLevel("ERROR")  # no retracing warnings from the many small predicts
 
 TOL = 1e-5
 FAILURES = []
@@ -145,7 +148,8 @@ def resnet_model(rng):
     m.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
               metrics=["accuracy"])
     xs = rng.normal(1.5, 2.0, size=(64, 16, 16, 3)).astype(np.float32)
-    m.fit(xs, rng.integers(0, 5, size=64), epochs=1, batch_size=16, verbose=0)
+    # Batches of 2: 32 updates move the moving statistics (momentum 0.99) well off 0 and 1.
+    m.fit(xs, rng.integers(0, 5, size=64), epochs=1, batch_size=2, verbose=0)
     return m
 
 
@@ -160,7 +164,7 @@ def text_model(rng):
     m = keras.Model(inp, out, name="keras_text")
     m.compile(optimizer="adam", loss="mse")
     m.fit(rng.integers(0, 50, size=(64, 12)).astype(np.int32), rng.normal(size=(64, 3)),
-          epochs=1, batch_size=16, verbose=0)
+          epochs=1, batch_size=2, verbose=0)
     return m
 
 
@@ -389,7 +393,7 @@ def bad_inputs(kiln, work, good):
         lines = r.stderr.strip().splitlines()
         line = lines[0] if lines else ""
         fname = os.path.basename(path)
-        prefix = f"kiln: error: "
+        prefix = "kiln: error: "
         ok = (r.returncode == 2 and len(lines) == 1 and line.startswith(prefix)
               and fname in line and f": {entry}" in line and all(w in line for w in words))
         check(ok, f"bad input ({what}): exit 2, one line naming {fname}, {entry}"
@@ -421,7 +425,7 @@ def main():
     resnet = resnet_model(rng)
     bn = resnet.get_layer("stem_bn")
     mm, mv = (np.asarray(v) for v in (bn.moving_mean, bn.moving_variance))
-    check(np.abs(mm).max() > 1e-2 and np.abs(mv - 1).max() > 1e-2,
+    check(np.abs(mm).max() > 0.05 and np.abs(mv - 1).max() > 0.05,
           f"keras_resnet: BatchNormalization moving statistics trained (|mean| up to "
           f"{np.abs(mm).max():.3f}, variance {mv.min():.3f}..{mv.max():.3f})")
     runs["keras_resnet"] = import_predict_export(

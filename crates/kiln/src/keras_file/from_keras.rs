@@ -91,6 +91,22 @@ fn is_unwritten_default(key: &str, value: &Value) -> bool {
     }
 }
 
+/// Whether `key` is an option (initializer, regularizer, constraint) of a weight the layer does
+/// not create: Keras writes `bias_initializer` even with `use_bias = false` (and `beta_*`,
+/// `gamma_*` with BatchNormalization's `center`/`scale` off).
+fn absent_weight_option(key: &str, config: &Map<String, Value>) -> bool {
+    let off = |flag: &str| config.get(flag) == Some(&Value::Bool(false));
+    let option = ["_initializer", "_regularizer", "_constraint"]
+        .iter()
+        .find_map(|s| key.strip_suffix(s));
+    match option {
+        Some("bias") => off("use_bias"),
+        Some("beta") => off("center"),
+        Some("gamma") => off("scale"),
+        _ => false,
+    }
+}
+
 /// The dtype policy name of a layer config (`float32` when absent).
 fn policy_name(config: &Map<String, Value>) -> Option<String> {
     match config.get("dtype")? {
@@ -150,6 +166,17 @@ fn layer_table(layer: &Value) -> Result<toml::Table, Refusal> {
              rebuild the model flat in Keras before saving"
         ));
     }
+    if crate::model::registry::lookup(&class).is_none() {
+        let what = match class.as_str() {
+            "Lambda" => "a Lambda (Python code)".to_string(),
+            _ => format!("the class {class}, which kiln does not have (a custom layer?)"),
+        };
+        return Err(format!(
+            "layer \"{name}\" ({class}) is {what}; build it from kiln's layers \
+             (docs/layers.md) or register a Rust layer of that class name \
+             (examples/custom-layer)"
+        ));
+    }
     t.insert("type".into(), class.clone().into());
     if !name.is_empty() {
         t.insert("name".into(), name.into());
@@ -161,9 +188,10 @@ fn layer_table(layer: &Value) -> Result<toml::Table, Refusal> {
         t.insert("dtype".into(), p.into());
     }
     for (k, v) in &config {
-        if is_unwritten_default(k, v)
-            || (k == "backward_layer" && mirrors(v, config.get("layer").unwrap_or(&Value::Null)))
-        {
+        let skip = is_unwritten_default(k, v)
+            || absent_weight_option(k, &config)
+            || (k == "backward_layer" && mirrors(v, config.get("layer").unwrap_or(&Value::Null)));
+        if skip {
             continue;
         }
         if matches!(k.as_str(), "layer" | "backward_layer") && v.get("class_name").is_some() {
@@ -171,6 +199,9 @@ fn layer_table(layer: &Value) -> Result<toml::Table, Refusal> {
             let mut inner = layer_table(v)?;
             // kiln keeps per-weight options on the wrapper, not on the wrapped layer: the
             // wrapped layer's initializers go (the file's weights replace what they draw).
+            // Bidirectional sets `zero_output_for_mask` on its layers itself (true when they
+            // return sequences): not an argument of the wrapped layer in kiln.
+            inner.remove("zero_output_for_mask");
             inner.retain(|k, _| {
                 !matches!(k, "name" | "trainable" | "dtype") && !k.ends_with("_initializer")
             });

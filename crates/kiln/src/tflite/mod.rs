@@ -7,7 +7,9 @@
 //! TFLite's layouts: a Dense kernel `[units, in]` (FULLY_CONNECTED), a Conv2D kernel `[out, kh,
 //! kw, in]` (OHWI).
 
+pub mod eval;
 mod flatbuffer;
+pub mod quantize;
 
 pub use flatbuffer::to_bytes;
 
@@ -28,6 +30,9 @@ pub mod op {
     pub const TANH: i32 = 28;
     pub const MEAN: i32 = 40;
 }
+
+/// A model's inputs or outputs: `(name, tensor index)`.
+pub type Named = Vec<(String, i32)>;
 
 /// A fused activation (schema.fbs `ActivationFunctionType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +125,9 @@ pub enum Quantization {
     /// tensor for FULLY_CONNECTED; activations stay float32 and TFLite's hybrid kernels
     /// quantize them on the fly (TFLite's "dynamic range quantization").
     DynamicRange,
+    /// Every tensor int8, activations calibrated on a representative set, float32 in and out
+    /// ([`quantize`]; TFLite's "full integer quantization").
+    FullInteger,
 }
 
 /// A tensor of the graph.
@@ -170,7 +178,7 @@ pub struct TfliteGraph {
     pub ops: Vec<OpDef>,
     /// How kernels are stored.
     pub quantization: Quantization,
-    weights: std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+    pub(crate) weights: std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)>,
 }
 
 /// `values` (slices along axis 0 of `shape`, one scale each when `per_slice`) as symmetric
@@ -256,7 +264,8 @@ impl TfliteGraph {
         values: &[f32],
         per_channel: bool,
     ) -> i32 {
-        if self.quantization == Quantization::None {
+        if self.quantization != Quantization::DynamicRange {
+            // Float, or full integer (quantized after calibration).
             return self.constant(name, shape, values);
         }
         let (bytes, quant) = quantize_symmetric(values, shape, per_channel);

@@ -1,0 +1,193 @@
+//! Full-integer int8 models (TFLite's "full integer quantization" with a float interface):
+//! every activation int8 with a scale and zero point from its range over a representative
+//! set ([`super::eval`]), kernels int8 symmetric (per output channel for CONV_2D, per tensor
+//! for FULLY_CONNECTED), biases int32 at `input scale × kernel scale`, the other constants
+//! int8 per tensor; a QUANTIZE after each float input and a DEQUANTIZE before each float
+//! output, as TensorFlow's converter writes them by default.
+//!
+//! Fixed output ranges, as TFLite's int8 kernels require: SOFTMAX and LOGISTIC `1/256, -128`,
+//! TANH `1/128, 0`; pooling and RESHAPE keep their input's parameters.
+
+use std::collections::BTreeMap;
+
+use super::{Named, OpDef, Options, Quant, TensorDef, TfliteGraph, op, quantize_symmetric};
+
+const QUANTIZE: i32 = 114;
+const DEQUANTIZE: i32 = 6;
+
+/// `(scale, zero point)` of an int8 tensor over `[lo, hi]` (widened to hold 0).
+fn affine(lo: f32, hi: f32) -> (f32, i64) {
+    let (lo, hi) = (lo.min(0.0), hi.max(0.0));
+    let scale = if hi > lo { (hi - lo) / 255.0 } else { 1e-8 };
+    let zero = (-128.0 - lo / scale).round().clamp(-128.0, 127.0) as i64;
+    (scale, zero)
+}
+
+fn range(values: &[f32]) -> (f32, f32) {
+    values
+        .iter()
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
+            (a.min(v), b.max(v))
+        })
+}
+
+fn per_tensor(scale: f32, zero: i64) -> Quant {
+    Quant {
+        scale: vec![scale],
+        zero_point: vec![zero],
+        dimension: 0,
+    }
+}
+
+fn floats(t: &TensorDef) -> Vec<f32> {
+    t.data
+        .as_deref()
+        .unwrap_or_default()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The activations' parameters, in operator order (fixed ranges and pass-through operators
+/// as the module docs say, the others from `calibration`).
+fn activation_params(
+    g: &TfliteGraph,
+    calibration: &[Option<Vec<f32>>],
+) -> BTreeMap<i32, (f32, i64)> {
+    let from = |i: i32| {
+        let v = calibration[i as usize].as_deref().unwrap_or(&[0.0]);
+        let (lo, hi) = range(v);
+        affine(lo, hi)
+    };
+    let mut params = BTreeMap::new();
+    for (i, t) in g.tensors.iter().enumerate() {
+        if t.batched {
+            params.insert(i as i32, from(i as i32));
+        }
+    }
+    for o in &g.ops {
+        let out = o.outputs[0];
+        let fixed = match o.code {
+            op::SOFTMAX | op::LOGISTIC => Some((1.0 / 256.0, -128)),
+            op::TANH => Some((1.0 / 128.0, 0)),
+            op::MAX_POOL_2D | op::AVERAGE_POOL_2D | op::RESHAPE => {
+                params.get(&o.inputs[0]).copied()
+            }
+            _ => None,
+        };
+        if let Some(p) = fixed {
+            params.insert(out, p);
+        }
+    }
+    params
+}
+
+/// Requantizes constant `k` of op `o` (its kernel, bias or other operand) in `q`.
+fn constant(q: &mut TfliteGraph, o: &OpDef, k: usize, params: &BTreeMap<i32, (f32, i64)>) {
+    let index = o.inputs[k];
+    if index < 0 || q.tensors[index as usize].dtype != 0 {
+        return;
+    }
+    let t = &q.tensors[index as usize];
+    let values = floats(t);
+    let shape: Vec<usize> = t.shape.iter().map(|&d| d as usize).collect();
+    let kernel = matches!(o.code, op::CONV_2D | op::FULLY_CONNECTED);
+    let new = match (kernel, k) {
+        (true, 1) => {
+            let (bytes, quant) = quantize_symmetric(&values, &shape, o.code == op::CONV_2D);
+            (9, bytes, quant)
+        }
+        (true, 2) => {
+            let s_in = params[&o.inputs[0]].0;
+            let w = q.tensors[o.inputs[1] as usize]
+                .quant
+                .clone()
+                .expect("kernel first");
+            let scales: Vec<f32> = (0..values.len())
+                .map(|c| s_in * w.scale[if w.scale.len() == 1 { 0 } else { c }])
+                .collect();
+            let bytes = values
+                .iter()
+                .zip(&scales)
+                .flat_map(|(v, s)| ((v / s).round() as i32).to_le_bytes())
+                .collect();
+            let quant = Quant {
+                zero_point: vec![0; scales.len()],
+                scale: scales,
+                dimension: 0,
+            };
+            (2, bytes, quant)
+        }
+        _ => {
+            let (lo, hi) = range(&values);
+            let (scale, zero) = affine(lo, hi);
+            let bytes = values
+                .iter()
+                .map(|v| ((v / scale).round() as i64 + zero).clamp(-128, 127) as i8 as u8)
+                .collect();
+            (9, bytes, per_tensor(scale, zero))
+        }
+    };
+    let t = &mut q.tensors[index as usize];
+    (t.dtype, t.data, t.quant) = (new.0, Some(new.1), Some(new.2));
+}
+
+/// The full-integer graph of float graph `g`, its activations calibrated by `calibration`
+/// (every tensor's values over a representative set, [`super::eval::run`]); returns the
+/// graph and its float interface's `(inputs, outputs)`.
+pub fn full_integer(
+    g: &TfliteGraph,
+    inputs: &[(String, i32)],
+    outputs: &[(String, i32)],
+    calibration: &[Option<Vec<f32>>],
+) -> (TfliteGraph, Named, Named) {
+    let params = activation_params(g, calibration);
+    let mut q = TfliteGraph {
+        tensors: g.tensors.clone(),
+        ops: Vec::new(),
+        quantization: g.quantization,
+        weights: BTreeMap::new(),
+    };
+    for (&i, &(scale, zero)) in &params {
+        let t = &mut q.tensors[i as usize];
+        (t.dtype, t.quant) = (9, Some(per_tensor(scale, zero)));
+    }
+    for o in &g.ops {
+        for k in 0..o.inputs.len() {
+            constant(&mut q, o, k, &params);
+        }
+    }
+    // The float interface: QUANTIZE in, DEQUANTIZE out.
+    let mut ops = Vec::new();
+    let mut new_inputs = Vec::new();
+    for (name, i) in inputs {
+        let mut t = g.tensors[*i as usize].clone();
+        t.name = format!("{name}_float");
+        q.tensors.push(t);
+        let f = q.tensors.len() as i32 - 1;
+        ops.push(OpDef {
+            code: QUANTIZE,
+            inputs: vec![f],
+            outputs: vec![*i],
+            options: Options::None,
+        });
+        new_inputs.push((name.clone(), f));
+    }
+    ops.extend(g.ops.iter().cloned());
+    let mut new_outputs = Vec::new();
+    for (name, i) in outputs {
+        let mut t = g.tensors[*i as usize].clone();
+        t.name = format!("{name}_float");
+        q.tensors.push(t);
+        let f = q.tensors.len() as i32 - 1;
+        ops.push(OpDef {
+            code: DEQUANTIZE,
+            inputs: vec![*i],
+            outputs: vec![f],
+            options: Options::None,
+        });
+        new_outputs.push((name.clone(), f));
+    }
+    q.ops = ops;
+    (q, new_inputs, new_outputs)
+}
