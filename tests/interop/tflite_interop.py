@@ -4,8 +4,9 @@
    README's CNN (Conv2D, MaxPooling2D, Flatten, Dense, logits) and one with
    BatchNormalization, an Activation layer, AveragePooling2D, Dropout, a tanh Dense and a
    softmax output.
-2. Exports each with `kiln export --format tflite` (float32) and with `--quantization
-   dynamic_range` (int8 kernels).
+2. Exports each with `kiln export --format tflite` (float32), with `--quantization
+   dynamic_range` (int8 kernels) and with `--quantization full_integer` (every tensor int8,
+   calibrated on the run's first 500 training examples, float32 in and out).
 3. Runs both files with `tf.lite.Interpreter` (batch resized to 500): the float32 file's
    outputs equal `kiln predict`'s within 1e-5 on 64 test images (kiln predict applies the
    run's rescale and a softmax to logits; the TFLite model is the bare model, so the script does
@@ -118,8 +119,11 @@ def main():
             run([a.kiln, "export", run_dir, "--format", "tflite", "--out", out, "--version", "1"])
             run([a.kiln, "export", run_dir, "--format", "tflite", "--quantization", "dynamic_range",
                  "--out", out, "--version", "2"])
+            run([a.kiln, "export", run_dir, "--format", "tflite", "--quantization", "full_integer",
+                 "--out", out, "--version", "3"])
             f32_path = os.path.join(out, name, "1", "model.tflite")
             int8_path = os.path.join(out, name, "2", "model.tflite")
+            full_path = os.path.join(out, name, "3", "model.tflite")
 
             npy = os.path.join(tmp, "x64.npy")
             np.save(npy, (x[:64, :, :, 0]).astype(np.uint8))
@@ -137,6 +141,14 @@ def main():
             ratio = os.path.getsize(f32_path) / os.path.getsize(int8_path)
             check(ratio >= 3.5, f"{name}: dynamic range file {ratio:.2f}x smaller")
             check(acc_f32 > 0.7, f"{name}: the trained model learned ({acc_f32:.3f} > 0.7)")
+            full, _ = tflite_predict(full_path, x, logits)
+            acc_full = float((full.argmax(1) == y).mean())
+            check(abs(acc_f32 - acc_full) <= 0.01,
+                  f"{name}: test accuracy float32 {acc_f32:.4f}, full integer int8 {acc_full:.4f} (within 1 point)")
+            ratio = os.path.getsize(f32_path) / os.path.getsize(full_path)
+            check(ratio >= 3.5, f"{name}: full integer file {ratio:.2f}x smaller")
+            types = {d["dtype"].__name__ for d in tf.lite.Interpreter(model_path=full_path).get_tensor_details()}
+            check("int8" in types and "int32" in types, f"{name}: full integer tensor types {sorted(types)}")
     print("tflite interop: all checks passed")
 
 

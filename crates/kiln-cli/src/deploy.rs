@@ -28,8 +28,9 @@ pub struct ExportArgs {
     /// Model name (default: the run's `name`).
     #[arg(long)]
     pub name: Option<String>,
-    /// With --format tflite: none (float32) or dynamic_range (int8 Dense and Conv2D kernels,
-    /// float32 activations: TFLite's dynamic range quantization, about 4x smaller).
+    /// With --format tflite: none (float32), dynamic_range (int8 Dense and Conv2D kernels,
+    /// float32 activations) or full_integer (every tensor int8, calibrated on the run's first
+    /// 500 training examples; float32 in and out).
     #[arg(long, default_value = "none")]
     pub quantization: String,
 }
@@ -151,13 +152,24 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     let quantization = match args.quantization.as_str() {
         "none" => kiln::tflite::Quantization::None,
         "dynamic_range" => kiln::tflite::Quantization::DynamicRange,
+        "full_integer" => kiln::tflite::Quantization::FullInteger,
         other => {
             return Err(KilnError::config(
                 "--quantization",
-                format!("unknown quantization \"{other}\"; allowed: none, dynamic_range"),
+                format!(
+                    "unknown quantization \"{other}\"; allowed: none, dynamic_range, full_integer"
+                ),
             )
             .into());
         }
+    };
+    // TFLite's converter calibrates on a representative dataset: the run's first 500
+    // training examples.
+    let representative = match quantization {
+        kiln::tflite::Quantization::FullInteger => {
+            Some(kiln::run::representative_set(&args.run_dir, 500)?)
+        }
+        _ => None,
     };
     let e = kiln::export::export(
         &args.run_dir,
@@ -167,6 +179,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
             out: args.out,
             name: args.name,
             quantization,
+            representative,
         },
     )?;
     println!(

@@ -252,6 +252,41 @@ fn input_datasets(cfg: &RunConfig) -> Result<Inputs> {
     }
 }
 
+/// The first `examples` training examples of the run in `run_dir` as the model receives them
+/// (the run's preprocessing applied), flattened in Keras' layout: TensorFlow Lite's
+/// "representative dataset" for calibrating a full-integer model. Returns the values and the
+/// number of examples (fewer when the training data is smaller).
+///
+/// # Errors
+/// As [`load_run`]'s config, the pipeline's errors, and a model with several inputs
+/// ([`KilnError::Config`]).
+pub fn representative_set(run_dir: &Path, examples: usize) -> Result<(Vec<f32>, usize)> {
+    let dir = RunDir::open(run_dir)?;
+    let cfg = RunConfig::load(&dir.config())?;
+    if cfg.model.inputs().len() != 1 {
+        return Err(KilnError::config(
+            "--quantization",
+            "full_integer calibrates a model with one Input; this one has several",
+        ));
+    }
+    let (_, _, train, _, _) = input_datasets(&cfg)?;
+    let per: usize = cfg.model.input_shape().iter().product();
+    let mut values = Vec::with_capacity(examples * per);
+    for element in train.iter() {
+        let element = element?;
+        let Some(x) = element.get(crate::batch::FEATURES) else {
+            continue;
+        };
+        values.extend(x.data().try_to_f32()?);
+        if values.len() >= examples * per {
+            break;
+        }
+    }
+    values.truncate(examples * per);
+    let n = values.len() / per.max(1);
+    Ok((values, n))
+}
+
 /// Removes `dir` when it holds nothing but its lock file.
 /// Removes the empty folders from `dir`'s parent up to `top` (which this call created).
 fn remove_empty_up_to(dir: &Path, top: &Path) {

@@ -95,6 +95,9 @@ pub struct ExportOptions {
     pub name: Option<String>,
     /// How `--format tflite` stores kernels (float32 by default).
     pub quantization: crate::tflite::Quantization,
+    /// The representative examples a full-integer model is calibrated on (values in Keras'
+    /// layout, count), e.g. `crate::run::representative_set`.
+    pub representative: Option<(Vec<f32>, usize)>,
 }
 
 /// What [`export`] wrote.
@@ -241,7 +244,13 @@ pub fn export(run_dir: &Path, opts: &ExportOptions) -> Result<Exported> {
         ExportFormat::Keras => Some((KERAS_FILE, crate::keras_file::to_bytes(&spec, &net, &name)?)),
         ExportFormat::Tflite => Some((
             TFLITE_FILE,
-            tflite::to_bytes(&name, &spec, &keras, opts.quantization)?,
+            tflite::to_bytes(
+                &name,
+                &spec,
+                &keras,
+                opts.quantization,
+                opts.representative.as_ref(),
+            )?,
         )),
         ExportFormat::Safetensors => None,
     };

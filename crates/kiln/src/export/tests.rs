@@ -584,3 +584,50 @@ fn dynamic_range_kernels_are_symmetric_int8_per_output_channel() {
     let (_, whole) = crate::tflite::quantize_symmetric(&w, &[2, 3], false);
     assert_eq!(whole.scale, vec![1.0 / 127.0]);
 }
+
+#[test]
+fn the_tflite_reference_run_equals_kilns_forward_pass() {
+    // The calibration of full-integer models runs the TFLite graph in float: it must compute
+    // what kiln computes (convolutions with both paddings and strides, pools, BatchNormalization
+    // folded, Dense, softmax).
+    let layers = r#"[
+  { type = "Input", shape = [7, 6, 2] },
+  { type = "Conv2D", filters = 3, kernel_size = 3, padding = "same", activation = "relu" },
+  { type = "BatchNormalization" },
+  { type = "Conv2D", filters = 4, kernel_size = 2, strides = 2 },
+  { type = "AveragePooling2D", pool_size = 2, strides = 1, padding = "same" },
+  { type = "MaxPooling2D", pool_size = 2 },
+  { type = "Flatten" },
+  { type = "Dense", units = 5, activation = "tanh" },
+  { type = "Dense", units = 3, activation = "softmax" },
+]"#;
+    let run = run_dir("tflite-eval", layers);
+    let cfg = RunConfig::load(&run.join("config.toml")).unwrap();
+    let device = Device::flex();
+    let net =
+        crate::model::weights::load(&cfg.model, &run.join("model.safetensors"), &device).unwrap();
+    let keras = crate::model::weights::keras_weights(&cfg.model, &net);
+    let (g, ins, outs) =
+        tflite::graph(&cfg.model, &keras, crate::tflite::Quantization::None).unwrap();
+    let n = 3;
+    let x: Vec<f32> = (0..n * 7 * 6 * 2)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+        .collect();
+    let values = crate::tflite::eval::run(&g, &[(ins[0].1, x.clone())], n).unwrap();
+    let got = values[outs[0].1 as usize].clone().unwrap();
+    let act = crate::model::Act::from_keras_image(burn::tensor::Tensor::from_data(
+        burn::tensor::TensorData::new(x, [n, 7, 6, 2]),
+        &device,
+    ));
+    let want = net
+        .forward(&cfg.model, act, false)
+        .output
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() < 1e-5, "reference run {g}, kiln {w}");
+    }
+    let _ = std::fs::remove_dir_all(&run);
+}

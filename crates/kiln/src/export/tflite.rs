@@ -1,7 +1,9 @@
 //! A kiln model as a TensorFlow Lite flatbuffer (`model.tflite`): float32, or with int8
 //! kernels (`--quantization dynamic_range`, TFLite's dynamic range quantization: Dense and
 //! Conv2D kernels int8, symmetric, per output channel for convolutions; activations float32,
-//! quantized on the fly by TFLite's hybrid kernels; about 4x smaller).
+//! quantized on the fly by TFLite's hybrid kernels; about 4x smaller), or every tensor int8
+//! (`--quantization full_integer`, activations calibrated on the run's own training examples,
+//! float32 in and out: [`crate::tflite::quantize`]).
 //!
 //! Inputs and outputs as Keras users give and get them (`[batch, ...shape]`, images NHWC,
 //! batch 1 resizable with `resize_tensor_input`); the model alone, at inference (Dropout the
@@ -21,7 +23,7 @@
 
 use crate::error::{KilnError, Result};
 use crate::model::{LayerKind, ModelSpec, NodeRef};
-use crate::tflite::{Quantization, TfliteGraph, TfliteValue};
+use crate::tflite::{Named, Quantization, TfliteGraph, TfliteValue};
 
 /// The values of every layer of `spec`, in order, after `inputs`' values.
 fn layer_values(
@@ -66,19 +68,16 @@ fn layer_values(
     Ok(values)
 }
 
-/// The `.tflite` bytes of `spec` with `weights` (Keras names and layouts, as
-/// [`crate::model::weights::keras_weights`] returns them), kernels stored as `quantization`
-/// says.
+/// The float32 TFLite graph of `spec` with `weights` (kernels stored as `quantization` says)
+/// and its named inputs and outputs.
 ///
 /// # Errors
-/// [`KilnError::Config`] at `model.layers[k]`, naming the layer and its class, when a layer has
-/// no TensorFlow Lite mapping.
-pub fn to_bytes(
-    name: &str,
+/// As [`to_bytes`].
+pub fn graph(
     spec: &ModelSpec,
     weights: &[(String, Vec<usize>, Vec<f32>)],
     quantization: Quantization,
-) -> Result<Vec<u8>> {
+) -> Result<(TfliteGraph, Named, Named)> {
     let mut g = TfliteGraph::new(weights);
     g.quantization = quantization;
     let inputs: Vec<TfliteValue> = spec
@@ -87,13 +86,13 @@ pub fn to_bytes(
         .map(|(n, shape)| g.activation(n, shape))
         .collect();
     let values = layer_values(&mut g, spec, &inputs)?;
-    let named_inputs: Vec<(String, i32)> = spec
+    let named_inputs: Named = spec
         .inputs()
         .iter()
         .zip(&inputs)
         .map(|((n, _), v)| (n.clone(), v.index))
         .collect();
-    let named_outputs: Vec<(String, i32)> = spec
+    let named_outputs: Named = spec
         .output_layers()
         .iter()
         .enumerate()
@@ -109,11 +108,44 @@ pub fn to_bytes(
              Lite has no such model",
         ));
     }
+    Ok((g, named_inputs, named_outputs))
+}
+
+/// The `.tflite` bytes of `spec` with `weights` (Keras names and layouts, as
+/// [`crate::model::weights::keras_weights`] returns them), kernels stored as `quantization`
+/// says; `representative` (values in Keras' layout, count) calibrates a full-integer model.
+///
+/// # Errors
+/// [`KilnError::Config`] at `model.layers[k]`, naming the layer and its class, when a layer has
+/// no TensorFlow Lite mapping; at `--quantization` for a full-integer model without
+/// representative examples.
+pub fn to_bytes(
+    name: &str,
+    spec: &ModelSpec,
+    weights: &[(String, Vec<usize>, Vec<f32>)],
+    quantization: Quantization,
+    representative: Option<&(Vec<f32>, usize)>,
+) -> Result<Vec<u8>> {
+    let (g, named_inputs, named_outputs) = graph(spec, weights, quantization)?;
     let description = format!("{name}, exported by kiln {}", env!("CARGO_PKG_VERSION"));
-    Ok(crate::tflite::to_bytes(
-        &g,
-        &named_inputs,
-        &named_outputs,
-        &description,
-    ))
+    if quantization != Quantization::FullInteger {
+        return Ok(crate::tflite::to_bytes(
+            &g,
+            &named_inputs,
+            &named_outputs,
+            &description,
+        ));
+    }
+    let Some((values, n)) = representative.filter(|(_, n)| *n > 0) else {
+        return Err(KilnError::config(
+            "--quantization",
+            "full_integer needs representative examples to calibrate on (the run's training \
+             data); none were found",
+        ));
+    };
+    let calibration = crate::tflite::eval::run(&g, &[(named_inputs[0].1, values.clone())], *n)
+        .map_err(|m| KilnError::config("--quantization", m))?;
+    let (q, ins, outs) =
+        crate::tflite::quantize::full_integer(&g, &named_inputs, &named_outputs, &calibration);
+    Ok(crate::tflite::to_bytes(&q, &ins, &outs, &description))
 }

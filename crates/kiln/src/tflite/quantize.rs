@@ -103,13 +103,15 @@ fn constant(q: &mut TfliteGraph, o: &OpDef, k: usize, params: &BTreeMap<i32, (f3
                 .quant
                 .clone()
                 .expect("kernel first");
-            let scales: Vec<f32> = (0..values.len())
-                .map(|c| s_in * w.scale[if w.scale.len() == 1 { 0 } else { c }])
-                .collect();
+            // One scale per kernel scale: per channel for CONV_2D, one for FULLY_CONNECTED.
+            let scales: Vec<f32> = w.scale.iter().map(|s| s_in * s).collect();
             let bytes = values
                 .iter()
-                .zip(&scales)
-                .flat_map(|(v, s)| ((v / s).round() as i32).to_le_bytes())
+                .enumerate()
+                .flat_map(|(c, v)| {
+                    let s = scales[if scales.len() == 1 { 0 } else { c }];
+                    ((v / s).round() as i32).to_le_bytes()
+                })
                 .collect();
             let quant = Quant {
                 zero_point: vec![0; scales.len()],
