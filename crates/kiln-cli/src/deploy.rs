@@ -78,10 +78,16 @@ pub fn import(args: ImportArgs) -> anyhow::Result<()> {
              \"mean_squared_error\"; set yours (or pass --config) before training"
         ),
     }
+    if i.default_data {
+        println!(
+            "  [data] is kiln's default (Fashion-MNIST IDX files, rescale 1): pass --config with \
+             your input pipeline before training, evaluating or a full_integer export"
+        );
+    }
     let dir = i.run_dir.display();
     println!("Predict:   kiln predict {dir} INPUT.npy");
-    println!("Export:    kiln export {dir} --format onnx|keras|safetensors");
-    println!("Fine-tune: kiln train {dir}/config.toml (give --config a config with your [data])");
+    println!("Export:    kiln export {dir} --format onnx|keras|tflite|safetensors");
+    println!("Fine-tune: kiln train {dir}/config.toml --run-dir {dir}");
     Ok(())
 }
 
@@ -165,12 +171,9 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     };
     // TFLite's converter calibrates on a representative dataset: the run's first 500
     // training examples.
-    let representative = match quantization {
-        kiln::tflite::Quantization::FullInteger => {
-            Some(kiln::run::representative_set(&args.run_dir, 500)?)
-        }
-        _ => None,
-    };
+    let full_integer = quantization == kiln::tflite::Quantization::FullInteger;
+    let representative: Option<kiln::export::Representative> =
+        full_integer.then_some(|dir| kiln::run::representative_set(dir, 500));
     let e = kiln::export::export(
         &args.run_dir,
         &ExportOptions {
@@ -190,6 +193,12 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     );
     for f in &e.files {
         println!("  {}", f.display());
+    }
+    if full_integer {
+        println!(
+            "  int8 ranges calibrated on the run's first 500 training examples, preprocessed by \
+             its [data] as training does: they must be what the model expects"
+        );
     }
     println!(
         "Serve it with: kiln serve --model-name {} --model-base-path {}",

@@ -1,6 +1,7 @@
-//! `kiln import`: a `.keras` file ([`crate::keras_file`]) as a kiln run directory (`config.toml` and
-//! `model.safetensors`), ready for `kiln evaluate`, `predict`, `export` and `serve`, and for
-//! `kiln train` to fine-tune (its `[model] weights` names the imported weights).
+//! `kiln import`: a `.keras` file ([`crate::keras_file`]) as a kiln run directory
+//! (`config.toml`, `model.safetensors` and `imported.safetensors`), ready for `kiln evaluate`,
+//! `predict`, `export` and `serve`, and for `kiln train` to fine-tune (its `[model] weights`
+//! names `imported.safetensors`, which training never overwrites).
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +10,10 @@ use burn::prelude::Device;
 use crate::config::RunConfig;
 use crate::error::{KilnError, Result};
 use crate::model::weights;
+
+/// The file of the imported weights in the run directory (training starts from it and never
+/// writes it).
+pub const IMPORTED_WEIGHTS: &str = "imported.safetensors";
 
 /// Options of [`import`].
 #[derive(Debug, Clone, Default)]
@@ -35,6 +40,9 @@ pub struct Imported {
     pub params: (usize, usize),
     /// Where `[compile]` came from.
     pub compile_from: CompileFrom,
+    /// Whether `[data]` is kiln's default (no `--config`): Fashion-MNIST IDX files with
+    /// `rescale = 1`, not the model's own input pipeline.
+    pub default_data: bool,
 }
 
 /// Where an imported run's `[compile]` came from.
@@ -91,13 +99,16 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<Imported> {
             ),
         ));
     }
-    let weights_path = std::path::absolute(run_dir.join("model.safetensors"))
+    // The imported weights in a file of their own, which `[model] weights` names and training
+    // never overwrites; `model.safetensors` (what predict, export and serve read) is a copy.
+    let weights_path = std::path::absolute(run_dir.join(IMPORTED_WEIGHTS))
         .map_err(|e| KilnError::io(&run_dir, e))?;
     let mut t = base_table(opts.config.as_deref())?;
     t.insert("name".into(), name.clone().into());
     let mut model = file.model.clone();
     model.insert("weights".into(), weights_path.display().to_string().into());
     t.insert("model".into(), toml::Value::Table(model));
+    let default_data = !t.contains_key("data");
     t.entry("data").or_insert_with(|| toml::Table::new().into());
     let compile_from = match (t.contains_key("compile"), &file.compile) {
         (true, _) => CompileFrom::Config,
@@ -127,6 +138,7 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<Imported> {
     let net = file.network(&Device::flex())?;
     std::fs::create_dir_all(&run_dir).map_err(|e| KilnError::io(&run_dir, e))?;
     weights::save(&cfg.model, &net, &weights_path)?;
+    weights::save(&cfg.model, &net, &run_dir.join("model.safetensors"))?;
     let header = format!(
         "# Imported by kiln {} from {}.\n# `[model] weights` is where training starts (a resume \
          continues from its checkpoint).\n",
@@ -140,5 +152,6 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<Imported> {
         layers: cfg.model.layers().len(),
         params: cfg.model.param_count(),
         compile_from,
+        default_data,
     })
 }

@@ -95,10 +95,14 @@ pub struct ExportOptions {
     pub name: Option<String>,
     /// How `--format tflite` stores kernels (float32 by default).
     pub quantization: crate::tflite::Quantization,
-    /// The representative examples a full-integer model is calibrated on (values in Keras'
-    /// layout, count), e.g. `crate::run::representative_set`.
-    pub representative: Option<(Vec<f32>, usize)>,
+    /// Reads the representative examples a full-integer model is calibrated on (values in
+    /// Keras' layout, count) from the run directory, e.g. `crate::run::representative_set`;
+    /// called only once the model is known to export.
+    pub representative: Option<Representative>,
 }
+
+/// Reads a run directory's representative examples: values in Keras' layout and their count.
+pub type Representative = fn(&Path) -> Result<(Vec<f32>, usize)>;
 
 /// What [`export`] wrote.
 #[derive(Debug, Clone)]
@@ -249,7 +253,7 @@ pub fn export(run_dir: &Path, opts: &ExportOptions) -> Result<Exported> {
                 &spec,
                 &keras,
                 opts.quantization,
-                opts.representative.as_ref(),
+                opts.representative.map(|read| move || read(run_dir)),
             )?,
         )),
         ExportFormat::Safetensors => None,

@@ -113,7 +113,8 @@ pub fn graph(
 
 /// The `.tflite` bytes of `spec` with `weights` (Keras names and layouts, as
 /// [`crate::model::weights::keras_weights`] returns them), kernels stored as `quantization`
-/// says; `representative` (values in Keras' layout, count) calibrates a full-integer model.
+/// says; `representative` reads the examples (values in Keras' layout, count) a full-integer
+/// model is calibrated on, after the graph is known to build.
 ///
 /// # Errors
 /// [`KilnError::Config`] at `model.layers[k]`, naming the layer and its class, when a layer has
@@ -124,7 +125,7 @@ pub fn to_bytes(
     spec: &ModelSpec,
     weights: &[(String, Vec<usize>, Vec<f32>)],
     quantization: Quantization,
-    representative: Option<&(Vec<f32>, usize)>,
+    representative: Option<impl FnOnce() -> Result<(Vec<f32>, usize)>>,
 ) -> Result<Vec<u8>> {
     let (g, named_inputs, named_outputs) = graph(spec, weights, quantization)?;
     let description = format!("{name}, exported by kiln {}", env!("CARGO_PKG_VERSION"));
@@ -136,14 +137,18 @@ pub fn to_bytes(
             &description,
         ));
     }
-    let Some((values, n)) = representative.filter(|(_, n)| *n > 0) else {
-        return Err(KilnError::config(
+    let none = || {
+        KilnError::config(
             "--quantization",
             "full_integer needs representative examples to calibrate on (the run's training \
              data); none were found",
-        ));
+        )
     };
-    let calibration = crate::tflite::eval::run(&g, &[(named_inputs[0].1, values.clone())], *n)
+    let (values, n) = representative.ok_or_else(none)?()?;
+    if n == 0 {
+        return Err(none());
+    }
+    let calibration = crate::tflite::eval::run(&g, &[(named_inputs[0].1, values)], n)
         .map_err(|m| KilnError::config("--quantization", m))?;
     let (q, ins, outs) =
         crate::tflite::quantize::full_integer(&g, &named_inputs, &named_outputs, &calibration);

@@ -150,6 +150,14 @@ impl Model {
     /// [`crate::KilnError::Weights`] when a weight is missing or has another shape;
     /// [`crate::KilnError::KerasFile`] for an unreadable `.keras` file.
     pub fn load_weights(&mut self, path: &Path) -> Result<()> {
+        if !path.is_file() {
+            return Err(crate::KilnError::Weights {
+                path: path.into(),
+                message: "no such file: give the path of a weights file (a run's \
+                          model.safetensors, a .keras or .h5 model file)"
+                    .into(),
+            });
+        }
         let device = self.device.clone().autodiff();
         self.net = if path.extension().is_some_and(|e| e == "keras" || e == "h5") {
             let file = crate::keras_file::read(path)?;
@@ -159,7 +167,8 @@ impl Model {
                     _ => Err(crate::KilnError::Weights {
                         path: path.into(),
                         message: format!(
-                            "the file's model has no weight `{name}` of shape {shape:?};                              model.weights must come from a model with the same layers"
+                            "the file's model has no weight `{name}` of shape {shape:?}; `model.weights` \
+                             must come from a model with the same layers"
                         ),
                     }),
                 }

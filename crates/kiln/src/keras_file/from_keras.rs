@@ -322,10 +322,11 @@ pub(super) fn model_table(model: &Value) -> Result<toml::Table, Refusal> {
             let first_is_input = layers
                 .first()
                 .is_some_and(|l| l["class_name"] == "InputLayer");
+            let mut layers = layers.clone();
             if !first_is_input {
-                entries.push(sequential_input(model)?);
+                entries.push(sequential_input(model, layers.first_mut())?);
             }
-            for l in layers {
+            for l in &layers {
                 entries.push(toml::Value::Table(layer_table(l)?));
             }
         }
@@ -373,9 +374,17 @@ fn collect_outputs(v: &Value, out: &mut Vec<String>) {
     }
 }
 
-/// The `Input` of a Sequential model saved without an `InputLayer` (its `build_config`).
-fn sequential_input(model: &Value) -> Result<toml::Value, Refusal> {
-    let shape = model["build_config"]["input_shape"]
+/// The `Input` of a Sequential model saved without an `InputLayer`: Keras 2's
+/// `batch_input_shape` on the first layer (taken out of it), else the `build_config`.
+fn sequential_input(model: &Value, first: Option<&mut Value>) -> Result<toml::Value, Refusal> {
+    let from_layer = first
+        .and_then(|l| l.get_mut("config"))
+        .and_then(Value::as_object_mut)
+        .and_then(|c| c.remove("batch_input_shape"));
+    let from_build = model["build_config"]["input_shape"].clone();
+    let shape = from_layer
+        .as_ref()
+        .unwrap_or(&from_build)
         .as_array()
         .filter(|s| s.len() > 1)
         .ok_or("the Sequential model has no InputLayer and no build_config input_shape")?;
@@ -394,6 +403,12 @@ fn sequential_input(model: &Value) -> Result<toml::Value, Refusal> {
 /// object as `{ type = <name>, …arguments }` (`snake` turns the class name into kiln's
 /// snake_case identifier, for losses and metrics).
 fn compile_item(v: &Value, snake: bool, drop: &[&str]) -> Option<toml::Value> {
+    // Keras 2 wraps a metric named by a string (`"accuracy"`) as a MeanMetricWrapper.
+    if v["class_name"] == "MeanMetricWrapper" {
+        return v["config"]["name"]
+            .as_str()
+            .map(|n| toml::Value::String(n.into()));
+    }
     match v {
         Value::Object(o) => {
             let mut t = keras_object(o);
@@ -439,7 +454,12 @@ pub(super) fn compile_table(compile: &Value) -> Result<Option<toml::Table>, Refu
     if let Some(loss) = compile_item(&c["loss"], true, &["name", "reduction"]) {
         t.insert("loss".into(), loss);
     }
-    if let Some(m) = c["metrics"].as_array() {
+    // Keras 2 writes one list per output: `[[...]]` for a single output.
+    let metrics = match c["metrics"].as_array() {
+        Some(m) if m.len() == 1 && m[0].is_array() => m[0].as_array(),
+        other => other,
+    };
+    if let Some(m) = metrics {
         let items: Option<Vec<toml::Value>> = m
             .iter()
             .map(|x| compile_item(x, true, &["name", "dtype"]))

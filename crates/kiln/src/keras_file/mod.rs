@@ -149,7 +149,7 @@ fn unzip(path: &Path, bytes: Vec<u8>) -> Result<BTreeMap<String, Vec<u8>>> {
             bad(
                 path,
                 &name,
-                format!("cannot be read: {e} (a truncated file?)"),
+                format!("cannot be read: {e} (stored and deflate entries are read)"),
             )
         })?;
         out.insert(name, buf);

@@ -237,3 +237,33 @@ fn arguments_kiln_would_ignore_are_refused_with_the_layer() {
         "{m}"
     );
 }
+
+#[test]
+fn keras_2_configs_map_their_input_shape_and_wrapped_metrics() {
+    // tf.keras 2 writes the input shape on the first layer and metrics per output, wrapped.
+    let model: Value = serde_json::from_str(
+        r#"{"class_name": "Sequential", "config": {"name": "k2", "layers": [
+            {"class_name": "Dense", "config": {"name": "d", "units": 3, "activation": "relu",
+             "batch_input_shape": [null, 4], "use_bias": true, "dtype": "float32"}}]}}"#,
+    )
+    .unwrap();
+    let t = from_keras::model_table(&model).unwrap();
+    let spec = ModelSpec::from_toml(&t).unwrap();
+    assert_eq!(spec.input_shape(), &[4]);
+    assert_eq!(spec.output_shape(), &[3]);
+    let training: Value = serde_json::from_str(
+        r#"{"loss": "mse", "metrics": [[{"class_name": "MeanMetricWrapper",
+            "config": {"name": "accuracy", "dtype": "float32", "fn": "categorical_accuracy"}}]],
+            "optimizer_config": {"class_name": "SGD", "config": {"name": "SGD", "learning_rate": 0.1}}}"#,
+    )
+    .unwrap();
+    let c = from_keras::compile_table(&legacy::compile_config(&training))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        c["metrics"].as_array().unwrap()[0].as_str(),
+        Some("accuracy")
+    );
+    assert_eq!(c["optimizer"]["type"].as_str(), Some("SGD"));
+    assert_eq!(c["loss"].as_str(), Some("mse"));
+}

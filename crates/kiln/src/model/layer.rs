@@ -350,11 +350,7 @@ pub trait Layer: Debug + Send + Sync + 'static {
         name: &str,
     ) -> Result<TfliteValue, String> {
         let _ = (g, inputs, name);
-        Err(
-            "it has no TensorFlow Lite mapping yet (a layer gets one by implementing \
-             `Layer::tflite`); export with --format onnx or keras"
-                .into(),
-        )
+        Err("it has no TensorFlow Lite mapping yet; export it with --format onnx or keras".into())
     }
 
     /// Why the layer has no ONNX mapping (kiln's ONNX export names the layer, its class and

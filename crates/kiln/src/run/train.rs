@@ -82,7 +82,9 @@ pub fn train_with(
     );
     // `[model] weights`: the start of a fresh run; a resume continues from its checkpoint.
     if let Some(w) = cfg.initial_weights.as_ref().filter(|_| resume.is_none()) {
-        model.load_weights(w)?;
+        model
+            .load_weights(w)
+            .map_err(|e| KilnError::config("model.weights", e.to_string()))?;
     }
     model.set_check_numerics(cfg.fit.check_numerics);
     model.set_strategy(place.strategy.clone());
