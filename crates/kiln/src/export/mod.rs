@@ -285,6 +285,51 @@ pub fn export(run_dir: &Path, opts: &ExportOptions) -> Result<Exported> {
     })
 }
 
+/// The values of every layer of `spec`, in order, after `inputs`' values, for a graph format
+/// (`format`, e.g. "ONNX"): `layer(i, values of its inputs)` writes layer `i` and returns its
+/// output value or why it cannot. Reading a recurrent layer's extra state (`NodeRef::State`)
+/// is refused (`unwritten` says how to export such a model instead).
+///
+/// # Errors
+/// [`KilnError::Config`] at `model.layers[k]`, naming the layer, its class and the reason.
+pub(crate) fn layer_values<V: Clone>(
+    spec: &crate::model::ModelSpec,
+    inputs: &[V],
+    format: &str,
+    unwritten: &str,
+    mut layer: impl FnMut(usize, Vec<V>) -> std::result::Result<V, String>,
+) -> Result<Vec<V>> {
+    use crate::model::NodeRef;
+    let mut values: Vec<V> = Vec::with_capacity(spec.layers().len());
+    for (i, l) in spec.layers().iter().enumerate() {
+        let xs: std::result::Result<Vec<V>, String> = l
+            .inputs
+            .iter()
+            .map(|r| match *r {
+                NodeRef::Input(k) => Ok(inputs[k].clone()),
+                NodeRef::Layer(j) => Ok(values[j].clone()),
+                NodeRef::State(..) => Err(format!(
+                    "it reads \"{}\", a state of a layer with `return_state = true`, which \
+                     kiln's {format} export does not write{unwritten}",
+                    spec.node_name(*r)
+                )),
+            })
+            .collect();
+        let value = xs.and_then(|xs| layer(i, xs)).map_err(|why| {
+            KilnError::config(
+                format!("model.layers[{}]", i + spec.inputs().len()),
+                format!(
+                    "layer `{}` ({}) cannot be exported to {format} because {why}",
+                    l.name,
+                    l.kind.class_name()
+                ),
+            )
+        })?;
+        values.push(value);
+    }
+    Ok(values)
+}
+
 /// Whether exporting to `out` (`None`: the default, `<run_dir>/export`) writes inside
 /// `run_dir`.
 fn writes_into(out: Option<&Path>, run_dir: &Path) -> bool {

@@ -39,8 +39,8 @@ use prost::Message;
 use super::onnx_proto::{
     GraphProto, ModelProto, OperatorSetIdProto, StringStringEntryProto, ValueInfoProto,
 };
-use crate::error::{KilnError, Result};
-use crate::model::{LayerKind, ModelSpec, NodeRef};
+use crate::error::Result;
+use crate::model::{LayerKind, ModelSpec};
 use crate::onnx::{OnnxGraph, OnnxValue, value_info};
 
 /// ONNX operator set version the graph uses.
@@ -105,39 +105,13 @@ fn layer_values(
     spec: &ModelSpec,
     inputs: &[OnnxValue],
 ) -> Result<Vec<OnnxValue>> {
-    let mut values: Vec<OnnxValue> = Vec::with_capacity(spec.layers().len());
-    for (i, layer) in spec.layers().iter().enumerate() {
-        let xs: std::result::Result<Vec<OnnxValue>, String> = layer
-            .inputs
-            .iter()
-            .map(|r| match *r {
-                NodeRef::Input(k) => Ok(inputs[k].clone()),
-                NodeRef::Layer(j) => Ok(values[j].clone()),
-                NodeRef::State(..) => Err(format!(
-                    "it reads \"{}\", a state of a layer with `return_state = true`, which \
-                     kiln's ONNX export does not write; export with --format safetensors",
-                    spec.node_name(*r)
-                )),
-            })
-            .collect();
-        let name = xs
-            .and_then(|xs| layer_onnx(g, spec, i, &xs))
-            .map_err(|why| {
-                KilnError::config(
-                    format!("model.layers[{}]", i + spec.inputs().len()),
-                    format!(
-                        "layer `{}` ({}) cannot be exported to ONNX because {why}",
-                        layer.name,
-                        layer.kind.class_name()
-                    ),
-                )
-            })?;
-        values.push(OnnxValue {
-            name,
+    let unwritten = "; export with --format safetensors";
+    super::layer_values(spec, inputs, "ONNX", unwritten, |i, xs| {
+        Ok(OnnxValue {
+            name: layer_onnx(g, spec, i, &xs)?,
             shape: spec.shape_after(i).to_vec(),
-        });
-    }
-    Ok(values)
+        })
+    })
 }
 
 /// `weights` plus, for each call of a shared layer (`shares`), the owner's weights under the
@@ -168,7 +142,7 @@ fn with_shared_weights(
 /// [`crate::model::weights::keras_weights`] returns them) as a `ModelProto`.
 ///
 /// # Errors
-/// [`KilnError::Config`] at `model.layers[k]`, naming the layer and its class, when a layer
+/// [`crate::KilnError::Config`] at `model.layers[k]`, naming the layer and its class, when a layer
 /// cannot be exported (a custom layer without an ONNX mapping, or whose mapping asks for a
 /// weight it does not have).
 pub fn model_proto(

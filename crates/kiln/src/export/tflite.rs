@@ -22,7 +22,7 @@
 //! | activations (`Activation`, `Softmax`, a layer's `activation`) | `RELU`, `LOGISTIC`, `TANH`, `SOFTMAX` |
 
 use crate::error::{KilnError, Result};
-use crate::model::{LayerKind, ModelSpec, NodeRef};
+use crate::model::{LayerKind, ModelSpec};
 use crate::tflite::{Named, Quantization, TfliteGraph, TfliteValue};
 
 /// The values of every layer of `spec`, in order, after `inputs`' values.
@@ -31,41 +31,15 @@ fn layer_values(
     spec: &ModelSpec,
     inputs: &[TfliteValue],
 ) -> Result<Vec<TfliteValue>> {
-    let mut values: Vec<TfliteValue> = Vec::with_capacity(spec.layers().len());
-    for (i, layer) in spec.layers().iter().enumerate() {
-        let xs: std::result::Result<Vec<TfliteValue>, String> = layer
-            .inputs
-            .iter()
-            .map(|r| match *r {
-                NodeRef::Input(k) => Ok(inputs[k].clone()),
-                NodeRef::Layer(j) => Ok(values[j].clone()),
-                NodeRef::State(..) => Err(format!(
-                    "it reads \"{}\", a recurrent state, which kiln's TensorFlow Lite export \
-                     does not write",
-                    spec.node_name(*r)
-                )),
-            })
-            .collect();
+    super::layer_values(spec, inputs, "TensorFlow Lite", "", |i, xs| {
+        let layer = &spec.layers()[i];
         // A shared layer's call runs on its owner's weights.
         let owner = &spec.layers()[layer.shares.unwrap_or(i)].name;
-        let value = xs
-            .and_then(|xs| match &layer.kind {
-                LayerKind::Input { .. } => Ok(xs[0].clone()),
-                LayerKind::Declared(l) => l.tflite(g, &xs, owner),
-            })
-            .map_err(|why| {
-                KilnError::config(
-                    format!("model.layers[{}]", i + spec.inputs().len()),
-                    format!(
-                        "layer `{}` ({}) cannot be exported to TensorFlow Lite because {why}",
-                        layer.name,
-                        layer.kind.class_name()
-                    ),
-                )
-            })?;
-        values.push(value);
-    }
-    Ok(values)
+        match &layer.kind {
+            LayerKind::Input { .. } => Ok(xs[0].clone()),
+            LayerKind::Declared(l) => l.tflite(g, &xs, owner),
+        }
+    })
 }
 
 /// The float32 TFLite graph of `spec` with `weights` (kernels stored as `quantization` says)

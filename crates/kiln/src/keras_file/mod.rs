@@ -215,15 +215,7 @@ pub fn read_bytes(path: &Path, bytes: Vec<u8>) -> Result<KerasModel> {
     let config = entries
         .remove(CONFIG_ENTRY)
         .ok_or_else(|| bad(path, CONFIG_ENTRY, "missing: not a Keras 3 .keras file"))?;
-    let config: Value = serde_json::from_slice(&config)
-        .map_err(|e| bad(path, CONFIG_ENTRY, format!("not valid JSON: {e}")))?;
-    let name = config["config"]["name"]
-        .as_str()
-        .unwrap_or("model")
-        .to_string();
-    let model = from_keras::model_table(&config).map_err(|m| bad(path, CONFIG_ENTRY, m))?;
-    let spec =
-        ModelSpec::from_toml(&model).map_err(|e| bad(path, CONFIG_ENTRY, named(&model, e)))?;
+    let (config, name, model, spec) = model_of(path, CONFIG_ENTRY, &config)?;
     let compile = from_keras::compile_table(&config["compile_config"])
         .map_err(|m| bad(path, CONFIG_ENTRY, m))?;
     let h5 = entries
@@ -241,6 +233,27 @@ pub fn read_bytes(path: &Path, bytes: Vec<u8>) -> Result<KerasModel> {
     })
 }
 
+/// The serialized model `json` (the file's `entry`): the parsed JSON, the model's name, its
+/// `[model]` table and spec, checked by kiln's config reader.
+///
+/// # Errors
+/// [`KilnError::KerasFile`] at `entry`: not JSON, or a model kiln cannot import.
+fn model_of(
+    path: &Path,
+    entry: &str,
+    json: &[u8],
+) -> Result<(Value, String, toml::Table, ModelSpec)> {
+    let config: Value = serde_json::from_slice(json)
+        .map_err(|e| bad(path, entry, format!("not valid JSON: {e}")))?;
+    let name = config["config"]["name"]
+        .as_str()
+        .unwrap_or("model")
+        .to_string();
+    let model = from_keras::model_table(&config).map_err(|m| bad(path, entry, m))?;
+    let spec = ModelSpec::from_toml(&model).map_err(|e| bad(path, entry, named(&model, e)))?;
+    Ok((config, name, model, spec))
+}
+
 /// The first bytes of an HDF5 file (a legacy `.h5` model).
 const HDF5_SIGNATURE: &[u8] = b"\x89HDF\r\n\x1a\n";
 
@@ -255,15 +268,7 @@ fn read_legacy(path: &Path, bytes: Vec<u8>) -> Result<KerasModel> {
              whole model (model.save)",
         )
     })?;
-    let config: Value = serde_json::from_str(&text)
-        .map_err(|e| bad(path, "model_config", format!("not valid JSON: {e}")))?;
-    let name = config["config"]["name"]
-        .as_str()
-        .unwrap_or("model")
-        .to_string();
-    let model = from_keras::model_table(&config).map_err(|m| bad(path, "model_config", m))?;
-    let spec =
-        ModelSpec::from_toml(&model).map_err(|e| bad(path, "model_config", named(&model, e)))?;
+    let (_, name, model, spec) = model_of(path, "model_config", text.as_bytes())?;
     let training = h5
         .attr_string("", "training_config")
         .and_then(|t| serde_json::from_str::<Value>(&t).ok())

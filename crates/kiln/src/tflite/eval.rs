@@ -13,14 +13,6 @@ fn dims(t: &TensorDef, n: usize) -> Vec<usize> {
     d
 }
 
-fn floats(t: &TensorDef) -> Vec<f32> {
-    let bytes = t.data.as_deref().unwrap_or_default();
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
 /// `(output size, padding before)` of a window of `k` with stride `s` over `n` cells.
 fn window(n: usize, k: usize, s: usize, padding: Padding) -> (usize, usize) {
     match padding {
@@ -46,7 +38,7 @@ pub fn run(
     let mut v: Vec<Option<Vec<f32>>> = g
         .tensors
         .iter()
-        .map(|t| (t.dtype == 0 && t.data.is_some()).then(|| floats(t)))
+        .map(|t| (t.dtype == 0 && t.data.is_some()).then(|| t.f32_values()))
         .collect();
     for (i, x) in inputs {
         v[*i as usize] = Some(x.clone());

@@ -147,6 +147,18 @@ pub struct TensorDef {
     pub quant: Option<Quant>,
 }
 
+impl TensorDef {
+    /// Its constant data read as little-endian float32 (empty for an activation).
+    pub fn f32_values(&self) -> Vec<f32> {
+        self.data
+            .as_deref()
+            .unwrap_or_default()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+}
+
 /// An operator of the graph.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpDef {

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Named, OpDef, Options, Quant, TensorDef, TfliteGraph, op, quantize_symmetric};
+use super::{Named, OpDef, Options, Quant, TfliteGraph, op, quantize_symmetric};
 
 const QUANTIZE: i32 = 114;
 const DEQUANTIZE: i32 = 6;
@@ -37,15 +37,6 @@ fn per_tensor(scale: f32, zero: i64) -> Quant {
         zero_point: vec![zero],
         dimension: 0,
     }
-}
-
-fn floats(t: &TensorDef) -> Vec<f32> {
-    t.data
-        .as_deref()
-        .unwrap_or_default()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 /// The activations' parameters, in operator order (fixed ranges and pass-through operators
@@ -89,7 +80,7 @@ fn constant(q: &mut TfliteGraph, o: &OpDef, k: usize, params: &BTreeMap<i32, (f3
         return;
     }
     let t = &q.tensors[index as usize];
-    let values = floats(t);
+    let values = t.f32_values();
     let shape: Vec<usize> = t.shape.iter().map(|&d| d as usize).collect();
     let kernel = matches!(o.code, op::CONV_2D | op::FULLY_CONNECTED);
     let new = match (kernel, k) {
@@ -134,6 +125,34 @@ fn constant(q: &mut TfliteGraph, o: &OpDef, k: usize, params: &BTreeMap<i32, (f3
     (t.dtype, t.data, t.quant) = (new.0, Some(new.1), Some(new.2));
 }
 
+/// For each int8 model input (`code` QUANTIZE) or output (DEQUANTIZE) of `named`: a float
+/// copy of its tensor in `q` (`<name>_float`) and the op between the two; returns the ops and
+/// the float tensors by name.
+fn float_interface(
+    q: &mut TfliteGraph,
+    g: &TfliteGraph,
+    named: &[(String, i32)],
+    code: i32,
+) -> (Vec<OpDef>, Named) {
+    let mut ops = Vec::new();
+    let mut floats = Vec::new();
+    for (name, i) in named {
+        let mut t = g.tensors[*i as usize].clone();
+        t.name = format!("{name}_float");
+        q.tensors.push(t);
+        let f = q.tensors.len() as i32 - 1;
+        let (from, to) = if code == QUANTIZE { (f, *i) } else { (*i, f) };
+        ops.push(OpDef {
+            code,
+            inputs: vec![from],
+            outputs: vec![to],
+            options: Options::None,
+        });
+        floats.push((name.clone(), f));
+    }
+    (ops, floats)
+}
+
 /// The full-integer graph of float graph `g`, its activations calibrated by `calibration`
 /// (every tensor's values over a representative set, [`super::eval::run`]); returns the
 /// graph and its float interface's `(inputs, outputs)`.
@@ -160,36 +179,13 @@ pub fn full_integer(
         }
     }
     // The float interface: QUANTIZE in, DEQUANTIZE out.
-    let mut ops = Vec::new();
-    let mut new_inputs = Vec::new();
-    for (name, i) in inputs {
-        let mut t = g.tensors[*i as usize].clone();
-        t.name = format!("{name}_float");
-        q.tensors.push(t);
-        let f = q.tensors.len() as i32 - 1;
-        ops.push(OpDef {
-            code: QUANTIZE,
-            inputs: vec![f],
-            outputs: vec![*i],
-            options: Options::None,
-        });
-        new_inputs.push((name.clone(), f));
-    }
-    ops.extend(g.ops.iter().cloned());
-    let mut new_outputs = Vec::new();
-    for (name, i) in outputs {
-        let mut t = g.tensors[*i as usize].clone();
-        t.name = format!("{name}_float");
-        q.tensors.push(t);
-        let f = q.tensors.len() as i32 - 1;
-        ops.push(OpDef {
-            code: DEQUANTIZE,
-            inputs: vec![*i],
-            outputs: vec![f],
-            options: Options::None,
-        });
-        new_outputs.push((name.clone(), f));
-    }
+    let (quantize, new_inputs) = float_interface(&mut q, g, inputs, QUANTIZE);
+    let (dequantize, new_outputs) = float_interface(&mut q, g, outputs, DEQUANTIZE);
+    let ops = quantize
+        .into_iter()
+        .chain(g.ops.iter().cloned())
+        .chain(dequantize)
+        .collect();
     q.ops = ops;
     (q, new_inputs, new_outputs)
 }
