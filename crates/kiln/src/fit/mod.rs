@@ -160,20 +160,7 @@ impl Model {
         }
         let device = self.device.clone().autodiff();
         self.net = if path.extension().is_some_and(|e| e == "keras" || e == "h5") {
-            let file = crate::keras_file::read(path)?;
-            let get = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
-                match file.weights.get(name) {
-                    Some((s, v)) if s == shape => Ok(v.clone()),
-                    _ => Err(crate::KilnError::Weights {
-                        path: path.into(),
-                        message: format!(
-                            "the file's model has no weight `{name}` of shape {shape:?}; `model.weights` \
-                             must come from a model with the same layers"
-                        ),
-                    }),
-                }
-            };
-            weights::load_with(&self.spec, &device, &get)?
+            crate::keras_file::read(path)?.network_for(&self.spec, &device)?
         } else {
             weights::load(&self.spec, path, &device)?
         };

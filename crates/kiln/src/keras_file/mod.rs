@@ -115,14 +115,29 @@ impl KerasModel {
     /// # Errors
     /// None in practice: [`read`] has checked every weight.
     pub fn network(&self, device: &Device) -> Result<Network> {
-        let get = |name: &str, _: &[usize]| -> Result<Vec<f32>> {
-            Ok(self
-                .weights
-                .get(name)
-                .map(|w| w.1.clone())
-                .unwrap_or_default())
+        self.network_for(&self.spec, device)
+    }
+
+    /// A network for `spec` (a model with the same layers as the file's) with the file's
+    /// weights, as Keras' `model.load_weights` fills a model.
+    ///
+    /// # Errors
+    /// [`KilnError::Weights`] naming a weight `spec` needs that the file lacks or holds with
+    /// another shape.
+    pub fn network_for(&self, spec: &ModelSpec, device: &Device) -> Result<Network> {
+        let get = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
+            match self.weights.get(name) {
+                Some((s, v)) if s == shape => Ok(v.clone()),
+                _ => Err(KilnError::Weights {
+                    path: self.path.clone(),
+                    message: format!(
+                        "the file's model has no weight `{name}` of shape {shape:?}; the \
+                         weights must come from a model with the same layers"
+                    ),
+                }),
+            }
         };
-        weights::load_with(&self.spec, device, &get)
+        weights::load_with(spec, device, &get)
     }
 }
 
