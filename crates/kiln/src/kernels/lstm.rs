@@ -44,7 +44,7 @@ pub struct Grads {
 /// `e^x` (Cephes' `expf`: `x = n·ln 2 + r`, a degree-6 polynomial in `r`, `2^n` from the
 /// exponent bits), arguments clamped to `[-87.3, 88.3]`; plain arithmetic so loops vectorize.
 #[inline(always)]
-fn exp(x: f32) -> f32 {
+pub(super) fn exp(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to the nearest integer.
     let x = x.clamp(-87.3, 88.3);
     let n = (x * std::f32::consts::LOG2_E + MAGIC) - MAGIC;

@@ -15,6 +15,7 @@
 //! [`crate::ops`] wires these into Burn's autodiff as custom operations.
 
 pub mod adam;
+pub mod attention;
 pub mod batch_norm;
 mod bf16;
 pub mod conv2d;

@@ -7,7 +7,9 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
 
-use super::{AdamArgs, ConvArgs, DenseArgs, KilnOps, LstmArgs, PoolArgs, fused_relu};
+use super::{
+    AdamArgs, AttentionArgs, ConvArgs, DenseArgs, KilnOps, LstmArgs, PoolArgs, fused_relu,
+};
 
 /// The layers whose backward pass [`AffineBackward`] computes: `y = act(x ⊛ w + b)`.
 #[derive(Debug, Clone, Copy)]
@@ -119,6 +121,25 @@ impl<B: KilnOps> Backward<B, 4> for LstmBackward {
         let ([rk, h0, c0], hs, cells, dims) = ops.state;
         let (dproj, drk, dh0, dc0) = B::kiln_lstm_backward(dhs, rk, h0, c0, hs, cells, dims);
         for (node, grad) in ops.parents.into_iter().zip([dproj, drk, dh0, dc0]) {
+            if let Some(node) = node {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct AttentionBackward;
+
+impl<B: KilnOps> Backward<B, 3> for AttentionBackward {
+    /// The queries, keys and values, the attention weights and the sizes.
+    type State = ([FloatTensor<B>; 3], FloatTensor<B>, AttentionArgs);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dctx = grads.consume::<B>(&ops.node);
+        let ([q, k, v], weights, args) = ops.state;
+        let (dq, dk, dv) = B::kiln_attention_backward(dctx, q, k, v, weights, args);
+        for (node, grad) in ops.parents.into_iter().zip([dq, dk, dv]) {
             if let Some(node) = node {
                 grads.register::<B>(node.id, grad);
             }
@@ -323,6 +344,46 @@ impl<B: KilnOps, C: CheckpointStrategy> KilnOps for Autodiff<B, C> {
         );
         let (a, b, c) = untracked3::<B, C>((a, b, c));
         (a, b, c, FloatTensor::<Self>::new(d))
+    }
+
+    fn kiln_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        args: AttentionArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let nodes = [q.node(), k.node(), v.node()];
+        let (q, k, v) = (q.into_primitive(), k.into_primitive(), v.into_primitive());
+        let kept = [q.clone(), k.clone(), v.clone()];
+        let (context, weights) = B::kiln_attention(q, k, v, mask.into_primitive(), args);
+        let out = match AttentionBackward
+            .prepare::<C>(nodes)
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((kept, weights.clone(), args), context),
+            OpsKind::UnTracked(prep) => prep.finish(context),
+        };
+        (out, FloatTensor::<Self>::new(weights))
+    }
+
+    fn kiln_attention_backward(
+        dctx: FloatTensor<Self>,
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        weights: FloatTensor<Self>,
+        args: AttentionArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        untracked3::<B, C>(B::kiln_attention_backward(
+            dctx.into_primitive(),
+            q.into_primitive(),
+            k.into_primitive(),
+            v.into_primitive(),
+            weights.into_primitive(),
+            args,
+        ))
     }
 
     fn kiln_batch_norm_train(

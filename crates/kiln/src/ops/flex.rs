@@ -6,10 +6,11 @@ use burn::tensor::TensorData;
 use burn_flex::FlexTensor;
 
 use super::{
-    AdamArgs, ConvArgs, DenseArgs, KilnOps, LstmArgs, PoolArgs, conv_geometry, fused_relu,
-    pool_geometry,
+    AdamArgs, AttentionArgs, ConvArgs, DenseArgs, KilnOps, LstmArgs, PoolArgs, conv_geometry,
+    fused_relu, pool_geometry,
 };
 use crate::kernels::adam::{self, AdamStep};
+use crate::kernels::attention::{self, AttentionDims};
 use crate::kernels::{batch_norm, conv2d, dense, lstm, pool};
 
 /// The tensor's values as a contiguous `f32` slice (copying only when it is a strided view).
@@ -207,6 +208,49 @@ impl KilnOps for Flex {
             tensor(g.drk, &[u, 4 * u]),
             tensor(g.dh0, &[b, u]),
             tensor(g.dc0, &[b, u]),
+        )
+    }
+
+    fn kiln_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        args: AttentionArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let d = AttentionDims::from_array(args);
+        let mask = match d.mask_rows {
+            0 => std::borrow::Cow::Borrowed(&[][..]),
+            _ => values(&mask),
+        };
+        let s = attention::forward(&values(&q), &values(&k), &values(&v), &mask, d);
+        let (n, sq, sv, h) = (d.batch, d.query_steps, d.value_steps, d.heads);
+        (
+            tensor(s.context, &[n, sq, h * d.value_dim]),
+            tensor(s.weights, &[n, h, sq, sv]),
+        )
+    }
+
+    fn kiln_attention_backward(
+        dctx: FloatTensor<Self>,
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        weights: FloatTensor<Self>,
+        args: AttentionArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let d = AttentionDims::from_array(args);
+        let g = attention::backward(
+            &values(&dctx),
+            (&values(&q), &values(&k), &values(&v)),
+            &values(&weights),
+            d,
+        );
+        let (n, sq, sv, h) = (d.batch, d.query_steps, d.value_steps, d.heads);
+        (
+            tensor(g.dq, &[n, sq, h * d.key_dim]),
+            tensor(g.dk, &[n, sv, h * d.key_dim]),
+            tensor(g.dv, &[n, sv, h * d.value_dim]),
         )
     }
 

@@ -32,6 +32,10 @@ pub type DenseArgs = [usize; 4];
 /// Sizes of an LSTM layer: `[batch, steps, units]`.
 pub type LstmArgs = [usize; 3];
 
+/// Sizes of an attention: `[batch, query_steps, value_steps, heads, key_dim, value_dim,
+/// mask_rows]` ([`crate::kernels::attention::AttentionDims`]).
+pub type AttentionArgs = [usize; 7];
+
 /// The hyperparameters of one Adam/AdamW update as plain numbers:
 /// `[learning_rate, beta_1, beta_2, epsilon, weight_decay, step]`.
 pub type AdamArgs = [f64; 6];
@@ -116,6 +120,30 @@ pub trait KilnOps: Backend {
         FloatTensor<Self>,
         FloatTensor<Self>,
     );
+
+    /// Multi-head scaled dot-product attention ([`crate::kernels::attention`]) of `q [n, sq,
+    /// heads·kd]`, `k [n, sv, heads·kd]` and `v [n, sv, heads·vd]` with the mask `[n,
+    /// mask_rows, sv]` (read only when `mask_rows > 0`): returns the context `[n, sq,
+    /// heads·vd]` (differentiable in `q`, `k`, `v`) and the attention weights `[n, heads, sq,
+    /// sv]` (not differentiable).
+    fn kiln_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        args: AttentionArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
+    /// `(dq, dk, dv)` of [`KilnOps::kiln_attention`] for the context's gradient `dctx`, given
+    /// the weights it returned.
+    fn kiln_attention_backward(
+        dctx: FloatTensor<Self>,
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        weights: FloatTensor<Self>,
+        args: AttentionArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 
     /// Batch normalization with the batch's statistics ([`crate::kernels::batch_norm`]) of `x`
     /// (`dims = [n, c, s]`: examples, channels, values per channel): returns the output
@@ -372,6 +400,53 @@ pub fn lstm(
         [b, t, u],
     );
     Tensor::from_dispatch(hs)
+}
+
+/// Multi-head scaled dot-product attention, `softmax(Q Kᵀ / sqrt(key_dim)) V` per head with
+/// Keras' attention mask (masked scores get no weight; a query that may attend to nothing gets
+/// zeros), as one operation on the fast path only ([`fast_path`]; the caller runs Burn's
+/// operations elsewhere). Differentiable in `q`, `k` and `v`.
+///
+/// # Shapes
+/// - `q`: `[batch, query_steps, heads·key_dim]`, the projected queries, heads side by side
+/// - `k`: `[batch, value_steps, heads·key_dim]`
+/// - `v`: `[batch, value_steps, heads·value_dim]`
+/// - `mask`: `[batch or 1, query_steps or 1, value_steps or 1]`, 1 where a query may attend
+/// - output: `[batch, query_steps, heads·value_dim]`
+pub fn attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    heads: usize,
+    mask: Option<Tensor<3>>,
+) -> Tensor<3> {
+    let [n, sq, qf] = q.dims();
+    let [_, sv, vf] = v.dims();
+    // A mask broadcast over the batch (causal) or the value steps (a query mask alone) is
+    // spelled out.
+    let mask = mask.map(|m| {
+        let rows = m.dims()[1];
+        m.expand([n, rows, sv])
+    });
+    let dims = crate::kernels::attention::AttentionDims {
+        batch: n,
+        query_steps: sq,
+        value_steps: sv,
+        heads,
+        key_dim: qf / heads,
+        value_dim: vf / heads,
+        mask_rows: mask.as_ref().map_or(0, |m| m.dims()[1]),
+    };
+    // Without a mask the kernel reads none: any tensor stands in.
+    let mask = mask.unwrap_or_else(|| q.clone().detach());
+    let (context, _weights) = burn::backend::Dispatch::kiln_attention(
+        q.into_dispatch(),
+        k.into_dispatch(),
+        v.into_dispatch(),
+        mask.into_dispatch(),
+        dims.to_array(),
+    );
+    Tensor::from_dispatch(context)
 }
 
 /// Batch normalization of `x` over axis 1 with the batch's statistics, as

@@ -281,3 +281,90 @@ fn batch_norm_train_matches_burn_forward_and_gradients() {
         }
     }
 }
+
+/// Burn's operations for [`super::attention`]: split heads, `softmax(Q Kᵀ / sqrt(kd))` with
+/// Keras' masked softmax, weighted sum, heads joined again.
+fn attention_reference(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    heads: usize,
+    mask: Option<Tensor<3>>,
+) -> Tensor<3> {
+    let [n, sq, qf] = q.dims();
+    let [_, sv, vf] = v.dims();
+    let (kd, vd) = (qf / heads, vf / heads);
+    let split = |t: Tensor<3>, s: usize, d: usize| t.reshape([n, s, heads, d]).swap_dims(1, 2);
+    let q = split(q, sq, kd) * (1.0 / (kd as f64).sqrt());
+    let scores = q.matmul(split(k, sv, kd).swap_dims(2, 3));
+    let weights = match mask {
+        Some(m) => {
+            let m = m.unsqueeze_dim::<4>(1);
+            let masked = scores * m.clone() + (m.clone() - 1.0) * 1e9;
+            burn::tensor::activation::softmax(masked, 3) * m
+        }
+        None => burn::tensor::activation::softmax(scores, 3),
+    };
+    weights
+        .matmul(split(v, sv, vd))
+        .swap_dims(1, 2)
+        .reshape([n, sq, heads * vd])
+}
+
+/// kiln's attention against Burn's operations: context and the gradients of the queries, keys
+/// and values, with no mask, a mask per batch row and a mask per query (some rows fully
+/// masked).
+#[test]
+pub(crate) fn attention_matches_burn_forward_and_gradients() {
+    let device = Device::flex().autodiff();
+    device.seed(23);
+    for &(n, sq, sv, heads, kd, vd, mask_rows) in &[
+        (2, 5, 5, 2, 4, 4, 0),
+        (3, 4, 7, 3, 5, 2, 1),
+        (2, 6, 6, 1, 8, 8, 6),
+        (16, 28, 28, 4, 16, 16, 0),
+        (1, 1, 1, 1, 1, 1, 0),
+    ] {
+        let q = Tensor::<3>::random([n, sq, heads * kd], Distribution::Normal(0.0, 1.0), &device);
+        let k = Tensor::<3>::random([n, sv, heads * kd], Distribution::Normal(0.0, 1.0), &device);
+        let v = Tensor::<3>::random([n, sv, heads * vd], Distribution::Normal(0.0, 1.0), &device);
+        let mask = (mask_rows > 0).then(|| {
+            let m: Vec<f32> = (0..n * mask_rows * sv)
+                .map(|i| f32::from(i % 4 != 1 && i >= sv))
+                .collect();
+            Tensor::<3>::from_data(TensorData::new(m, [n, mask_rows, sv]), &device)
+        });
+        let r = Tensor::<3>::random(
+            [n, sq, heads * vd],
+            Distribution::Uniform(0.1, 1.0),
+            &device,
+        );
+        let run = |fast: bool| {
+            let (q, k, v) = (
+                q.clone().detach().require_grad(),
+                k.clone().detach().require_grad(),
+                v.clone().detach().require_grad(),
+            );
+            let (qq, kk, vv, m) = (q.clone(), k.clone(), v.clone(), mask.clone());
+            let y = if fast {
+                super::attention(qq, kk, vv, heads, m)
+            } else {
+                attention_reference(qq, kk, vv, heads, m)
+            };
+            let g = (y.clone() * r.clone()).sum().backward();
+            [
+                y.detach().into_data().try_to_vec::<f32>().unwrap(),
+                grad(&q, &g),
+                grad(&k, &g),
+                grad(&v, &g),
+            ]
+        };
+        for (i, (ours, theirs)) in run(true).into_iter().zip(run(false)).enumerate() {
+            let e = rel(ours, theirs);
+            assert!(
+                e < 1e-5,
+                "n={n} sq={sq} sv={sv} heads={heads} mask_rows={mask_rows} result {i}: {e}"
+            );
+        }
+    }
+}

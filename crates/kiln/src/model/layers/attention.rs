@@ -65,7 +65,9 @@ fn projection(w: &Weights, prefix: &str, part: &str) -> (Tensor<2>, Option<Tenso
 }
 
 /// `softmax(Q Kᵀ / sqrt(key_dim)) V` over `heads`, then the output projection (Vaswani et al.
-/// 2017; Keras' `MultiHeadAttention._compute_attention`), with the weights `<prefix>…`.
+/// 2017; Keras' `MultiHeadAttention._compute_attention`), with the weights `<prefix>…`. On the
+/// CPU fast path without dropout of the weights the heads run as one kiln operation
+/// ([`crate::ops::attention`]); elsewhere as Burn's operations.
 pub(super) fn forward(
     query: Tensor<3>,
     value: Tensor<3>,
@@ -83,6 +85,12 @@ pub(super) fn forward(
     let q = dense3(query, wq, bq);
     let k = dense3(value.clone(), wk, bk);
     let v = dense3(value, wv, bv);
+    let fused =
+        crate::ops::fast_path(&q.device(), q.dtype()) && !(opts.training && opts.dropout > 0.0);
+    if fused {
+        let context = crate::ops::attention(q, k, v, heads, opts.mask.clone());
+        return dense3(context, wo, bo);
+    }
     let kd = q.dims()[2] / heads;
     let vd = v.dims()[2] / heads;
     let split = |t: Tensor<3>, s: usize, d: usize| t.reshape([n, s, heads, d]).swap_dims(1, 2);
