@@ -186,14 +186,13 @@ multiversion! {
             for i in 0..sq {
                 // The scores of query i against every key, their softmax, the weighted values.
                 gemv(s, &q[i * qs + h * kd..][..kd], kt, svp);
-                let p = &mut s[..sv];
-                map(p, |x| x * scale);
                 let m = match dims.mask_rows {
                     0 => None,
                     1 => Some(&mask[..sv]),
                     _ => Some(&mask[i * sv..(i + 1) * sv]),
                 };
-                softmax(p, m);
+                softmax(&mut s[..sv.next_multiple_of(LANES)], sv, scale, m);
+                let p = &s[..sv];
                 weights[(h * sq + i) * sv..][..sv].copy_from_slice(p);
                 gemv(&mut ctx[i * vs + h * vd..][..vd], p, &v[h * vd..], vs);
             }
@@ -246,23 +245,32 @@ fn gemv(out: &mut [f32], a: &[f32], m: &[f32], stride: usize) {
 }
 
 /// [`gemv`]'s columns `c..c + N·LANES`: even and odd rows summed apart (two independent chains
-/// of additions), then added.
+/// of additions, each in registers), then added.
 #[inline(always)]
 fn tile<const N: usize>(out: &mut [f32], a: &[f32], m: &[f32], (stride, c): (usize, usize)) {
-    let mut acc = [[[0.0f32; LANES]; N]; 2];
-    for (r, &ar) in a.iter().enumerate() {
-        let row = &m[r * stride + c..][..N * LANES];
-        for (n, acc) in acc[r % 2].iter_mut().enumerate() {
+    #[inline(always)]
+    fn add_row<const N: usize>(acc: &mut [[f32; LANES]; N], ar: f32, row: &[f32]) {
+        for (n, acc) in acc.iter_mut().enumerate() {
             let x: [f32; LANES] = row[n * LANES..(n + 1) * LANES].try_into().expect("lanes");
             for l in 0..LANES {
                 acc[l] += ar * x[l];
             }
         }
     }
+    let (mut even, mut odd) = ([[0.0f32; LANES]; N], [[0.0f32; LANES]; N]);
+    let pairs = a.len() / 2;
+    for r in 0..pairs {
+        add_row(&mut even, a[2 * r], &m[2 * r * stride + c..][..N * LANES]);
+        add_row(&mut odd, a[2 * r + 1], &m[(2 * r + 1) * stride + c..][..N * LANES]);
+    }
+    if a.len() % 2 == 1 {
+        let r = a.len() - 1;
+        add_row(&mut even, a[r], &m[r * stride + c..][..N * LANES]);
+    }
     for n in 0..N {
         let o = &mut out[c + n * LANES..][..LANES];
         for l in 0..LANES {
-            o[l] = acc[0][n][l] + acc[1][n][l];
+            o[l] = even[n][l] + odd[n][l];
         }
     }
 }
@@ -339,24 +347,28 @@ fn map(p: &mut [f32], f: impl Fn(f32) -> f32) {
     }
 }
 
-/// The softmax of the scores `p` in place; with a mask, masked entries get 0 and a row with
-/// nothing to attend to all zeros (Keras' masked softmax times the mask).
+/// The softmax of `scale` times the first `n` scores of `p` in place (`p` holds whole chunks of
+/// [`LANES`]; the entries from `n` on end as 0); with a mask (`n` long), masked entries get 0
+/// and a row with nothing to attend to all zeros (Keras' masked softmax times the mask).
 #[inline(always)]
-fn softmax(p: &mut [f32], mask: Option<&[f32]>) {
+fn softmax(p: &mut [f32], n: usize, scale: f32, mask: Option<&[f32]>) {
+    p[n..].fill(f32::NEG_INFINITY);
     if let Some(m) = mask {
         p.iter_mut()
             .zip(m)
             .filter(|(_, m)| **m == 0.0)
             .for_each(|(x, _)| *x = f32::NEG_INFINITY);
     }
+    // max(scale·x) = scale·max(x) for scale > 0.
     let top = max(p);
     if top == f32::NEG_INFINITY {
         p.fill(0.0);
         return;
     }
-    map(p, |x| exp(x - top));
+    map(p, |x| exp(scale * (x - top)));
+    // `exp` never returns 0 (its argument is clamped): zero the padding and the masked ones.
+    p[n..].fill(0.0);
     if let Some(m) = mask {
-        // `exp` never returns 0 (its argument is clamped): the mask zeroes the masked ones.
         p.iter_mut().zip(m).for_each(|(x, &m)| *x *= m);
     }
     let inv = 1.0 / sum(p);

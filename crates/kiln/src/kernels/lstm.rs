@@ -56,7 +56,12 @@ pub(super) fn exp(x: f32) -> f32 {
     let p = p * r + 0.166_666_65;
     let p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    // 2^n from the exponent bits. `n + 127` (1..=254 after the clamp) sits in the low mantissa
+    // bits of `n + 127 + MAGIC`; the shift moves it into the exponent field and drops the
+    // rest. Unlike `n as i32` (a saturating conversion the compiler does one lane at a time),
+    // this is a vector addition and a vector shift.
+    let bits = (n + (127.0 + MAGIC)).to_bits() << 23;
+    y * f32::from_bits(bits)
 }
 
 #[inline(always)]
