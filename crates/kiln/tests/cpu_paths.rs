@@ -1,6 +1,6 @@
 //! Every CPU kernel path this machine runs (`kiln::kernels::cpu`: AVX-512, AVX2 + FMA,
 //! portable), forced one after another in this process, against Burn's reference operations:
-//! Dense, Conv2D, MaxPooling2D and attention forward and gradients on the grid of shapes of
+//! Dense, Conv2D, MaxPooling2D, attention and layer normalization forward and gradients on the grid of shapes of
 //! `src/ops/tests.rs` (norm-wise relative error below 1e-5 in float32), and the paths against
 //! each other: the element-wise kernels (the Adam update) bit for bit, the GEMM to float32
 //! rounding.
@@ -13,7 +13,7 @@ use kiln::kernels::cpu::{self, CpuPath};
 
 // `src/ops/tests.rs` calls the operations as `super::…`: these are kiln's.
 #[allow(unused_imports)]
-use kiln::ops::{attention, batch_norm_train, conv2d, dense, fast_path, max_pool2d};
+use kiln::ops::{attention, batch_norm_train, conv2d, dense, fast_path, layer_norm, max_pool2d};
 
 #[path = "../src/ops/tests.rs"]
 #[allow(dead_code)]
@@ -73,6 +73,7 @@ fn every_kernel_path_matches_burn_and_the_others() {
         ops_checks::conv2d_matches_burn_forward_and_gradients();
         ops_checks::max_pool2d_matches_burn_forward_and_gradients();
         ops_checks::attention_matches_burn_forward_and_gradients();
+        ops_checks::layer_norm_matches_burn_forward_and_gradients();
     }
     // Element-wise loops: the same operations in the same order on every path.
     let n = 70_001;

@@ -24,6 +24,7 @@
 use rayon::prelude::*;
 
 use super::cpu::{self, multiversion};
+use super::lanes::{LANES, dot, map, max, sum};
 use super::lstm::exp;
 use super::scratch::with_scratch;
 
@@ -156,11 +157,6 @@ pub fn forward(q: &[f32], k: &[f32], v: &[f32], mask: &[f32], dims: AttentionDim
     saved
 }
 
-/// Vectors are cut into chunks of this many floats, each one vector operation: the compiler's
-/// own loop vectorization unrolls by 32 or 64 floats, more than a row of attention scores or a
-/// head's features usually has, and leaves such short rows scalar.
-const LANES: usize = 8;
-
 /// `n` rounded up to whole blocks of [`gemv`]'s widest tile.
 fn padded(n: usize) -> usize {
     n.next_multiple_of(4 * LANES)
@@ -261,7 +257,11 @@ fn tile<const N: usize>(out: &mut [f32], a: &[f32], m: &[f32], (stride, c): (usi
     let pairs = a.len() / 2;
     for r in 0..pairs {
         add_row(&mut even, a[2 * r], &m[2 * r * stride + c..][..N * LANES]);
-        add_row(&mut odd, a[2 * r + 1], &m[(2 * r + 1) * stride + c..][..N * LANES]);
+        add_row(
+            &mut odd,
+            a[2 * r + 1],
+            &m[(2 * r + 1) * stride + c..][..N * LANES],
+        );
     }
     if a.len() % 2 == 1 {
         let r = a.len() - 1;
@@ -272,78 +272,6 @@ fn tile<const N: usize>(out: &mut [f32], a: &[f32], m: &[f32], (stride, c): (usi
         for l in 0..LANES {
             o[l] = even[n][l] + odd[n][l];
         }
-    }
-}
-
-/// `Σ a[j]·b[j]`, [`LANES`] partial sums at a time.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; LANES];
-    let (ac, bc) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail = ac
-        .remainder()
-        .iter()
-        .zip(bc.remainder())
-        .fold(0.0, |s, (x, y)| s + x * y);
-    for (x, y) in ac.zip(bc) {
-        let (x, y): ([f32; LANES], [f32; LANES]) =
-            (x.try_into().expect("lanes"), y.try_into().expect("lanes"));
-        for l in 0..LANES {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-/// `Σ p[j]`, [`LANES`] partial sums at a time.
-#[inline(always)]
-fn sum(p: &[f32]) -> f32 {
-    let mut acc = [0.0f32; LANES];
-    let chunks = p.chunks_exact(LANES);
-    let tail: f32 = chunks.remainder().iter().sum();
-    for c in chunks {
-        let c: [f32; LANES] = c.try_into().expect("lanes");
-        for l in 0..LANES {
-            acc[l] += c[l];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-/// The largest value of `p` (NaN is not looked for: it reaches the result through `exp`),
-/// [`LANES`] at a time.
-#[inline(always)]
-fn max(p: &[f32]) -> f32 {
-    let larger = |a: f32, b: f32| if b > a { b } else { a };
-    let mut acc = [f32::NEG_INFINITY; LANES];
-    let chunks = p.chunks_exact(LANES);
-    let tail = chunks
-        .remainder()
-        .iter()
-        .fold(f32::NEG_INFINITY, |m, &x| larger(m, x));
-    for c in chunks {
-        let c: [f32; LANES] = c.try_into().expect("lanes");
-        for l in 0..LANES {
-            acc[l] = larger(acc[l], c[l]);
-        }
-    }
-    acc.into_iter().fold(tail, larger)
-}
-
-/// `f` on every element of `p`, [`LANES`] at a time.
-#[inline(always)]
-fn map(p: &mut [f32], f: impl Fn(f32) -> f32) {
-    let mut chunks = p.chunks_exact_mut(LANES);
-    for c in &mut chunks {
-        let c: &mut [f32; LANES] = c.try_into().expect("lanes");
-        let mut v = *c;
-        for x in v.iter_mut() {
-            *x = f(*x);
-        }
-        *c = v;
-    }
-    for x in chunks.into_remainder() {
-        *x = f(*x);
     }
 }
 

@@ -22,6 +22,8 @@ pub mod conv2d;
 pub mod cpu;
 pub mod dense;
 mod gemm;
+mod lanes;
+pub mod layer_norm;
 pub mod lstm;
 pub mod pool;
 pub mod round;

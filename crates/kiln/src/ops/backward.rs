@@ -147,30 +147,73 @@ impl<B: KilnOps> Backward<B, 3> for AttentionBackward {
     }
 }
 
-#[derive(Debug)]
-struct BatchNormBackward;
+/// The normalizations whose backward pass [`NormBackward`] computes, with their sizes.
+#[derive(Debug, Clone, Copy)]
+enum Norm {
+    /// Batch normalization over `dims = [n, c, s]`, with epsilon.
+    Batch([usize; 3], f64),
+    /// Layer normalization over a last axis of this many features, with epsilon.
+    Layer(usize, f64),
+}
 
-impl<B: KilnOps> Backward<B, 3> for BatchNormBackward {
-    /// The input, `gamma`, the batch's mean and variance, the sizes and epsilon.
+#[derive(Debug)]
+struct NormBackward;
+
+impl<B: KilnOps> Backward<B, 3> for NormBackward {
+    /// The input, `gamma`, the two statistics the forward returned and the normalization.
     type State = (
         FloatTensor<B>,
         FloatTensor<B>,
         (FloatTensor<B>, FloatTensor<B>),
-        [usize; 3],
-        f64,
+        Norm,
     );
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
         let dy = grads.consume::<B>(&ops.node);
-        let (x, gamma, (mean, var), dims, epsilon) = ops.state;
-        let (dx, dg, db) =
-            B::kiln_batch_norm_train_backward(x, dy, gamma, mean, var, dims, epsilon);
+        let (x, gamma, (s1, s2), norm) = ops.state;
+        let (dx, dg, db) = match norm {
+            Norm::Batch(dims, epsilon) => {
+                B::kiln_batch_norm_train_backward(x, dy, gamma, s1, s2, dims, epsilon)
+            }
+            Norm::Layer(features, _) => B::kiln_layer_norm_backward(x, dy, gamma, s1, s2, features),
+        };
         for (node, grad) in ops.parents.into_iter().zip([dx, dg, db]) {
             if let Some(node) = node {
                 grads.register::<B>(node.id, grad);
             }
         }
     }
+}
+
+/// Runs a normalization's forward on the inner backend, recording [`NormBackward`] when any
+/// input is tracked: the output and the two statistics (not differentiable).
+fn norm_forward<B: KilnOps, C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<B, C>>,
+    gamma: FloatTensor<Autodiff<B, C>>,
+    beta: FloatTensor<Autodiff<B, C>>,
+    norm: Norm,
+) -> Three<Autodiff<B, C>> {
+    let nodes = [x.node(), gamma.node(), beta.node()];
+    let (x, gamma, beta) = (
+        x.into_primitive(),
+        gamma.into_primitive(),
+        beta.into_primitive(),
+    );
+    let kept = (x.clone(), gamma.clone());
+    let (y, s1, s2) = match norm {
+        Norm::Batch(dims, epsilon) => B::kiln_batch_norm_train(x, gamma, beta, dims, epsilon),
+        Norm::Layer(features, epsilon) => B::kiln_layer_norm(x, gamma, beta, features, epsilon),
+    };
+    let stats = (s1.clone(), s2.clone());
+    let y = match NormBackward.prepare::<C>(nodes).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish((kept.0, kept.1, stats, norm), y),
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    };
+    (
+        y,
+        FloatTensor::<Autodiff<B, C>>::new(s1),
+        FloatTensor::<Autodiff<B, C>>::new(s2),
+    )
 }
 
 #[derive(Debug)]
@@ -393,28 +436,35 @@ impl<B: KilnOps, C: CheckpointStrategy> KilnOps for Autodiff<B, C> {
         dims: [usize; 3],
         epsilon: f64,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let nodes = [x.node(), gamma.node(), beta.node()];
-        let (x, gamma, beta) = (
+        norm_forward::<B, C>(x, gamma, beta, Norm::Batch(dims, epsilon))
+    }
+
+    fn kiln_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        features: usize,
+        epsilon: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        norm_forward::<B, C>(x, gamma, beta, Norm::Layer(features, epsilon))
+    }
+
+    fn kiln_layer_norm_backward(
+        x: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        inv_std: FloatTensor<Self>,
+        features: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        untracked3::<B, C>(B::kiln_layer_norm_backward(
             x.into_primitive(),
+            dy.into_primitive(),
             gamma.into_primitive(),
-            beta.into_primitive(),
-        );
-        let kept = (x.clone(), gamma.clone());
-        let (y, mean, var) = B::kiln_batch_norm_train(x, gamma, beta, dims, epsilon);
-        let stats = (mean.clone(), var.clone());
-        let y = match BatchNormBackward
-            .prepare::<C>(nodes)
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish((kept.0, kept.1, stats, dims, epsilon), y),
-            OpsKind::UnTracked(prep) => prep.finish(y),
-        };
-        (
-            y,
-            FloatTensor::<Self>::new(mean),
-            FloatTensor::<Self>::new(var),
-        )
+            mean.into_primitive(),
+            inv_std.into_primitive(),
+            features,
+        ))
     }
 
     fn kiln_batch_norm_train_backward(

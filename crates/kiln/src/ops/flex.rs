@@ -11,7 +11,7 @@ use super::{
 };
 use crate::kernels::adam::{self, AdamStep};
 use crate::kernels::attention::{self, AttentionDims};
-use crate::kernels::{batch_norm, conv2d, dense, lstm, pool};
+use crate::kernels::{batch_norm, conv2d, dense, layer_norm, lstm, pool};
 
 /// The tensor's values as a contiguous `f32` slice (copying only when it is a strided view).
 fn values(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
@@ -295,6 +295,53 @@ impl KilnOps for Flex {
         );
         let c = [dims[1]];
         (tensor(dx, &shape), tensor(dg, &c), tensor(db, &c))
+    }
+
+    fn kiln_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        features: usize,
+        epsilon: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let shape = x.layout().shape().to_vec();
+        let s = layer_norm::forward(
+            &values(&x),
+            &values(&gamma),
+            &values(&beta),
+            features,
+            epsilon,
+        );
+        let rows = [s.mean.len()];
+        (
+            tensor(s.y, &shape),
+            tensor(s.mean, &rows),
+            tensor(s.inv_std, &rows),
+        )
+    }
+
+    fn kiln_layer_norm_backward(
+        x: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        inv_std: FloatTensor<Self>,
+        features: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let shape = x.layout().shape().to_vec();
+        let g = layer_norm::backward(
+            &values(&x),
+            &values(&dy),
+            &values(&gamma),
+            (&values(&mean), &values(&inv_std)),
+            features,
+        );
+        let f = [features];
+        (
+            tensor(g.dx, &shape),
+            tensor(g.dgamma, &f),
+            tensor(g.dbeta, &f),
+        )
     }
 
     fn kiln_max_pool2d(x: FloatTensor<Self>, args: PoolArgs) -> FloatTensor<Self> {

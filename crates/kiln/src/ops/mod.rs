@@ -169,6 +169,28 @@ pub trait KilnOps: Backend {
         epsilon: f64,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 
+    /// Layer normalization of `x` over its last axis of `features` values
+    /// ([`crate::kernels::layer_norm`]): returns the output (differentiable in `x`, `gamma`,
+    /// `beta`) and each row's mean and `1 / sqrt(variance + epsilon)` (not differentiable).
+    fn kiln_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        features: usize,
+        epsilon: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+
+    /// `(dx, dgamma, dbeta)` of [`KilnOps::kiln_layer_norm`] for the output gradient `dy`,
+    /// given the row statistics it returned.
+    fn kiln_layer_norm_backward(
+        x: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        inv_std: FloatTensor<Self>,
+        features: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+
     /// Max pooling of `x [n, c, h, w]`.
     fn kiln_max_pool2d(x: FloatTensor<Self>, args: PoolArgs) -> FloatTensor<Self>;
 
@@ -481,6 +503,34 @@ pub fn batch_norm_train<const D: usize>(
         Tensor::from_dispatch(mean),
         Tensor::from_dispatch(variance),
     )
+}
+
+/// Layer normalization of `x` over its last axis, `gamma · (x − mean) / sqrt(variance +
+/// epsilon) + beta` per row (biased variance), as [`burn::tensor::module::layer_norm`]: kiln's
+/// kernel on the fast path ([`fast_path`]), Burn's operation elsewhere.
+///
+/// # Shapes
+/// - `x`: `[..., features]`
+/// - `gamma`, `beta`: `[features]`
+/// - output: `x`'s shape
+pub fn layer_norm<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    beta: Tensor<1>,
+    epsilon: f64,
+) -> Tensor<D> {
+    let features = x.dims()[D - 1];
+    if !fast_path(&x.device(), x.dtype()) || x.shape().num_elements() == 0 || features == 0 {
+        return burn::tensor::module::layer_norm(x, gamma, Some(beta), epsilon);
+    }
+    let (y, _mean, _inv_std) = burn::backend::Dispatch::kiln_layer_norm(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        beta.into_dispatch(),
+        features,
+        epsilon,
+    );
+    Tensor::from_dispatch(y)
 }
 
 /// 2-D max pooling with explicit `(begin, end)` padding per spatial axis (padding never wins),

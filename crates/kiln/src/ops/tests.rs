@@ -368,3 +368,57 @@ pub(crate) fn attention_matches_burn_forward_and_gradients() {
         }
     }
 }
+
+/// kiln's layer normalization against Burn's `layer_norm`: output and the gradients of the
+/// input, `gamma` and `beta`, on rows of several lengths and a permuted (strided) input.
+#[test]
+pub(crate) fn layer_norm_matches_burn_forward_and_gradients() {
+    let device = Device::flex().autodiff();
+    device.seed(29);
+    for (shape, permuted) in [
+        ([4, 7, 28, 64], false),
+        ([2, 3, 5, 9], false),
+        ([3, 4, 6, 5], true),
+        ([1, 1, 1, 1], false),
+        ([64, 1, 1, 3], false),
+    ] {
+        let x = Tensor::<4>::random(shape, Distribution::Normal(0.5, 2.0), &device);
+        let f = if permuted { shape[1] } else { shape[3] };
+        let gamma = Tensor::<1>::random([f], Distribution::Normal(1.0, 0.5), &device);
+        let beta = Tensor::<1>::random([f], Distribution::Normal(0.0, 0.5), &device);
+        let out_shape = if permuted {
+            [shape[0], shape[2], shape[3], shape[1]]
+        } else {
+            shape
+        };
+        let r = Tensor::<4>::random(out_shape, Distribution::Uniform(0.1, 1.0), &device);
+        let run = |fast: bool| {
+            let (x, g, b) = (
+                x.clone().detach().require_grad(),
+                gamma.clone().detach().require_grad(),
+                beta.clone().detach().require_grad(),
+            );
+            let input = if permuted {
+                x.clone().permute([0, 2, 3, 1])
+            } else {
+                x.clone()
+            };
+            let y = if fast {
+                super::layer_norm(input, g.clone(), b.clone(), 1e-3)
+            } else {
+                burn::tensor::module::layer_norm(input, g.clone(), Some(b.clone()), 1e-3)
+            };
+            let grads = (y.clone() * r.clone()).sum().backward();
+            [
+                y.detach().into_data().try_to_vec::<f32>().unwrap(),
+                grad(&x, &grads),
+                grad(&g, &grads),
+                grad(&b, &grads),
+            ]
+        };
+        for (k, (ours, theirs)) in run(true).into_iter().zip(run(false)).enumerate() {
+            let e = rel(ours, theirs);
+            assert!(e < 1e-5, "{shape:?} permuted={permuted} result {k}: {e}");
+        }
+    }
+}

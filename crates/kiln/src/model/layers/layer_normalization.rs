@@ -1,6 +1,6 @@
 //! `keras.layers.LayerNormalization(epsilon=0.001)` over the last axis.
 
-use burn::tensor::module::layer_norm;
+use crate::ops::layer_norm;
 use serde::{Deserialize, Serialize};
 
 use super::channels_last;
@@ -55,11 +55,11 @@ impl Layer for LayerNormalization {
     fn forward(&self, mut inputs: Vec<Act>, w: &Weights, _: ForwardContext) -> Act {
         let (gamma, beta, eps) = (w.get::<1>("gamma"), w.get::<1>("beta"), self.epsilon);
         match inputs.pop().expect("one input") {
-            Act::Flat(t) => Act::Flat(layer_norm(t, gamma, Some(beta), eps)),
-            Act::Seq(t) => Act::Seq(layer_norm(t, gamma, Some(beta), eps)),
+            Act::Flat(t) => Act::Flat(layer_norm(t, gamma, beta, eps)),
+            Act::Seq(t) => Act::Seq(layer_norm(t, gamma, beta, eps)),
             // Keras normalizes the last (channel) axis: NCHW -> NHWC and back.
             Act::Image(t) => Act::Image(
-                layer_norm(t.permute([0, 2, 3, 1]), gamma, Some(beta), eps).permute([0, 3, 1, 2]),
+                layer_norm(t.permute([0, 2, 3, 1]), gamma, beta, eps).permute([0, 3, 1, 2]),
             ),
             Act::Volume(_) => crate::model::act::volume_refused("LayerNormalization"),
         }

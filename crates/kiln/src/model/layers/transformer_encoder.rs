@@ -4,7 +4,7 @@
 //! keras_hub's `padding_mask`.
 
 use burn::prelude::*;
-use burn::tensor::module::layer_norm;
+use crate::ops::layer_norm;
 use serde::{Deserialize, Serialize};
 
 use super::attention::{self, Dims, dense3};
@@ -138,7 +138,7 @@ impl Layer for TransformerEncoder {
         let norm = |t, part: &str| {
             let gamma = w.get::<1>(&format!("{part}/gamma"));
             let beta = w.get::<1>(&format!("{part}/beta"));
-            layer_norm(t, gamma, Some(beta), eps)
+            layer_norm(t, gamma, beta, eps)
         };
         let dense = |t, part: &str| {
             let kernel = w.get::<2>(&format!("{part}/kernel"));
