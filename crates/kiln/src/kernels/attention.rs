@@ -290,7 +290,9 @@ fn softmax(p: &mut [f32], n: usize, scale: f32, mask: Option<&[f32]>) {
     // max(scale·x) = scale·max(x) for scale > 0.
     let top = max(p);
     if top == f32::NEG_INFINITY {
-        p.fill(0.0);
+        // Nothing to attend to gives zeros; scores that are all NaN stay NaN (`max` skips NaN).
+        let fill = if p.iter().any(|x| x.is_nan()) { f32::NAN } else { 0.0 };
+        p.fill(fill);
         return;
     }
     map(p, |x| exp(scale * (x - top)));
@@ -491,6 +493,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn nan_scores_stay_nan_and_a_fully_masked_row_gives_zeros() {
+        let dims = AttentionDims {
+            batch: 1,
+            query_steps: 2,
+            value_steps: 3,
+            heads: 1,
+            key_dim: 2,
+            value_dim: 2,
+            mask_rows: 2,
+        };
+        let q = [f32::NAN, f32::NAN, 0.5, 0.25];
+        let (k, v) = ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let mask = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0];
+        let s = forward(&q, &k, &v, &mask, dims);
+        assert!(s.context[..2].iter().all(|x| x.is_nan()), "{:?}", s.context);
+        assert_eq!(&s.context[2..], &[0.0, 0.0]);
+        let s = forward(&[0.5, 0.25, f32::NAN, 1.0], &k, &v, &[1.0; 6], dims);
+        assert!(s.context[..2].iter().all(|x| x.is_finite()));
+        assert!(s.context[2..].iter().all(|x| x.is_nan()));
     }
 
     #[test]
