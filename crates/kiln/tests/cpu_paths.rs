@@ -13,7 +13,10 @@ use kiln::kernels::cpu::{self, CpuPath};
 
 // `src/ops/tests.rs` calls the operations as `super::…`: these are kiln's.
 #[allow(unused_imports)]
-use kiln::ops::{attention, batch_norm_train, conv2d, dense, fast_path, layer_norm, max_pool2d};
+use kiln::ops::{
+    attention, attention_context, attention_weights, batch_norm_train, conv2d, dense, fast_path,
+    layer_norm, max_pool2d,
+};
 
 #[path = "../src/ops/tests.rs"]
 #[allow(dead_code)]

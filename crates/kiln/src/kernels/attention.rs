@@ -291,7 +291,11 @@ fn softmax(p: &mut [f32], n: usize, scale: f32, mask: Option<&[f32]>) {
     let top = max(p);
     if top == f32::NEG_INFINITY {
         // Nothing to attend to gives zeros; scores that are all NaN stay NaN (`max` skips NaN).
-        let fill = if p.iter().any(|x| x.is_nan()) { f32::NAN } else { 0.0 };
+        let fill = if p.iter().any(|x| x.is_nan()) {
+            f32::NAN
+        } else {
+            0.0
+        };
         p.fill(fill);
         return;
     }
@@ -507,7 +511,10 @@ mod tests {
             mask_rows: 2,
         };
         let q = [f32::NAN, f32::NAN, 0.5, 0.25];
-        let (k, v) = ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let (k, v) = (
+            [0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
+            [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+        );
         let mask = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0];
         let s = forward(&q, &k, &v, &mask, dims);
         assert!(s.context[..2].iter().all(|x| x.is_nan()), "{:?}", s.context);

@@ -50,7 +50,7 @@ fn block_rows(rows: usize) -> usize {
 /// # Panics
 /// When `f` is 0 or the lengths of `x`, `gamma`, `beta` disagree with it.
 pub fn forward(x: &[f32], gamma: &[f32], beta: &[f32], f: usize, epsilon: f64) -> Saved {
-    assert!(f > 0 && x.len() % f == 0 && gamma.len() == f && beta.len() == f);
+    assert!(f > 0 && x.len().is_multiple_of(f) && gamma.len() == f && beta.len() == f);
     let rows = x.len() / f;
     let mut s = Saved {
         y: vec![0.0; x.len()],

@@ -426,8 +426,8 @@ pub fn lstm(
 
 /// Multi-head scaled dot-product attention, `softmax(Q Kᵀ / sqrt(key_dim)) V` per head with
 /// Keras' attention mask (masked scores get no weight; a query that may attend to nothing gets
-/// zeros), as one operation on the fast path only ([`fast_path`]; the caller runs Burn's
-/// operations elsewhere). Differentiable in `q`, `k` and `v`.
+/// zeros): kiln's kernel on the fast path ([`fast_path`]), [`attention_weights`] then
+/// [`attention_context`] (Burn's operations) elsewhere. Differentiable in `q`, `k` and `v`.
 ///
 /// # Shapes
 /// - `q`: `[batch, query_steps, heads·key_dim]`, the projected queries, heads side by side
@@ -442,6 +442,9 @@ pub fn attention(
     heads: usize,
     mask: Option<Tensor<3>>,
 ) -> Tensor<3> {
+    if !fast_path(&q.device(), q.dtype()) {
+        return attention_context(attention_weights(q, k, heads, mask), v);
+    }
     let [n, sq, qf] = q.dims();
     let [_, sv, vf] = v.dims();
     // A mask broadcast over the batch (causal) or the value steps (a query mask alone) is
@@ -469,6 +472,42 @@ pub fn attention(
         dims.to_array(),
     );
     Tensor::from_dispatch(context)
+}
+
+/// The attention weights `softmax(Q Kᵀ / sqrt(key_dim))` per head, `[batch, heads,
+/// query_steps, value_steps]`, with Keras' masked softmax (masked scores become -1e9 and masked
+/// weights 0, so a query that may attend to nothing gets zeros, not a uniform average), as
+/// Burn's operations. Shapes of `q`, `k` and `mask` as for [`attention`].
+pub fn attention_weights(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    heads: usize,
+    mask: Option<Tensor<3>>,
+) -> Tensor<4> {
+    let [n, sq, qf] = q.dims();
+    let sv = k.dims()[1];
+    let kd = qf / heads;
+    let q = q.reshape([n, sq, heads, kd]).swap_dims(1, 2) * (1.0 / (kd as f64).sqrt());
+    let k = k.reshape([n, sv, heads, kd]).swap_dims(1, 2);
+    let scores = q.matmul(k.swap_dims(2, 3));
+    match mask {
+        Some(m) => {
+            let m = m.unsqueeze_dim::<4>(1); // [n, 1, sq | 1, sv]
+            let masked = scores * m.clone() + (m.clone() - 1.0) * 1e9;
+            burn::tensor::activation::softmax(masked, 3) * m
+        }
+        None => burn::tensor::activation::softmax(scores, 3),
+    }
+}
+
+/// The weighted sum of the values per head with `weights [batch, heads, query_steps,
+/// value_steps]`, heads joined again: `[batch, query_steps, heads·value_dim]` for `v [batch,
+/// value_steps, heads·value_dim]`, as Burn's operations.
+pub fn attention_context(weights: Tensor<4>, v: Tensor<3>) -> Tensor<3> {
+    let [n, heads, sq, _] = weights.dims();
+    let [_, sv, vf] = v.dims();
+    let v = v.reshape([n, sv, heads, vf / heads]).swap_dims(1, 2);
+    weights.matmul(v).swap_dims(1, 2).reshape([n, sq, vf])
 }
 
 /// Batch normalization of `x` over axis 1 with the batch's statistics, as

@@ -282,35 +282,6 @@ fn batch_norm_train_matches_burn_forward_and_gradients() {
     }
 }
 
-/// Burn's operations for [`super::attention`]: split heads, `softmax(Q Kᵀ / sqrt(kd))` with
-/// Keras' masked softmax, weighted sum, heads joined again.
-fn attention_reference(
-    q: Tensor<3>,
-    k: Tensor<3>,
-    v: Tensor<3>,
-    heads: usize,
-    mask: Option<Tensor<3>>,
-) -> Tensor<3> {
-    let [n, sq, qf] = q.dims();
-    let [_, sv, vf] = v.dims();
-    let (kd, vd) = (qf / heads, vf / heads);
-    let split = |t: Tensor<3>, s: usize, d: usize| t.reshape([n, s, heads, d]).swap_dims(1, 2);
-    let q = split(q, sq, kd) * (1.0 / (kd as f64).sqrt());
-    let scores = q.matmul(split(k, sv, kd).swap_dims(2, 3));
-    let weights = match mask {
-        Some(m) => {
-            let m = m.unsqueeze_dim::<4>(1);
-            let masked = scores * m.clone() + (m.clone() - 1.0) * 1e9;
-            burn::tensor::activation::softmax(masked, 3) * m
-        }
-        None => burn::tensor::activation::softmax(scores, 3),
-    };
-    weights
-        .matmul(split(v, sv, vd))
-        .swap_dims(1, 2)
-        .reshape([n, sq, heads * vd])
-}
-
 /// kiln's attention against Burn's operations: context and the gradients of the queries, keys
 /// and values, with no mask, a mask per batch row and a mask per query (some rows fully
 /// masked).
@@ -349,7 +320,7 @@ pub(crate) fn attention_matches_burn_forward_and_gradients() {
             let y = if fast {
                 super::attention(qq, kk, vv, heads, m)
             } else {
-                attention_reference(qq, kk, vv, heads, m)
+                super::attention_context(super::attention_weights(qq, kk, heads, m), vv)
             };
             let g = (y.clone() * r.clone()).sum().backward();
             [

@@ -8,7 +8,6 @@
 //! features]`), so the projections are plain Dense maps.
 
 use burn::prelude::*;
-use burn::tensor::activation;
 
 use crate::model::layer::{Storage, WeightInit, WeightSpec, Weights};
 use crate::onnx::{OnnxGraph, int};
@@ -65,9 +64,9 @@ fn projection(w: &Weights, prefix: &str, part: &str) -> (Tensor<2>, Option<Tenso
 }
 
 /// `softmax(Q Kᵀ / sqrt(key_dim)) V` over `heads`, then the output projection (Vaswani et al.
-/// 2017; Keras' `MultiHeadAttention._compute_attention`), with the weights `<prefix>…`. On the
-/// CPU fast path without dropout of the weights the heads run as one kiln operation
-/// ([`crate::ops::attention`]); elsewhere as Burn's operations.
+/// 2017; Keras' `MultiHeadAttention._compute_attention`), with the weights `<prefix>…`: one
+/// kiln operation on the CPU fast path ([`crate::ops::attention`]), except with dropout of the
+/// attention weights while training (Burn's operations, the weights dropped between the two).
 pub(super) fn forward(
     query: Tensor<3>,
     value: Tensor<3>,
@@ -76,8 +75,6 @@ pub(super) fn forward(
     heads: usize,
     opts: &Attend,
 ) -> Tensor<3> {
-    let [n, sq, _] = query.dims();
-    let sv = value.dims()[1];
     let (wq, bq) = projection(w, prefix, "query");
     let (wk, bk) = projection(w, prefix, "key");
     let (wv, bv) = projection(w, prefix, "value");
@@ -85,34 +82,13 @@ pub(super) fn forward(
     let q = dense3(query, wq, bq);
     let k = dense3(value.clone(), wk, bk);
     let v = dense3(value, wv, bv);
-    let fused =
-        crate::ops::fast_path(&q.device(), q.dtype()) && !(opts.training && opts.dropout > 0.0);
-    if fused {
-        let context = crate::ops::attention(q, k, v, heads, opts.mask.clone());
-        return dense3(context, wo, bo);
-    }
-    let kd = q.dims()[2] / heads;
-    let vd = v.dims()[2] / heads;
-    let split = |t: Tensor<3>, s: usize, d: usize| t.reshape([n, s, heads, d]).swap_dims(1, 2);
-    let q = split(q, sq, kd) * (1.0 / (kd as f64).sqrt());
-    let k = split(k, sv, kd);
-    let v = split(v, sv, vd);
-    let scores = q.matmul(k.swap_dims(2, 3)); // [n, heads, sq, sv]
-    let weights = match &opts.mask {
-        // Keras' masked softmax: masked scores become -1e9, and masked weights 0 (a query
-        // that may attend to nothing gets zeros, not a uniform average).
-        Some(m) => {
-            let m = m.clone().unsqueeze_dim::<4>(1); // [n, 1, sq | 1, sv]
-            let masked = scores * m.clone() + (m.clone() - 1.0) * 1e9;
-            activation::softmax(masked, 3) * m
-        }
-        None => activation::softmax(scores, 3),
+    let context = if opts.training && opts.dropout > 0.0 {
+        let weights = crate::ops::attention_weights(q, k, heads, opts.mask.clone());
+        let weights = super::dropout::dropped(weights, opts.dropout, opts.training);
+        crate::ops::attention_context(weights, v)
+    } else {
+        crate::ops::attention(q, k, v, heads, opts.mask.clone())
     };
-    let weights = super::dropout::dropped(weights, opts.dropout, opts.training);
-    let context = weights
-        .matmul(v)
-        .swap_dims(1, 2)
-        .reshape([n, sq, heads * vd]);
     dense3(context, wo, bo)
 }
 
