@@ -22,7 +22,8 @@ use std::sync::{LazyLock, Mutex};
 
 use burn::prelude::*;
 use kiln::compile::{Compiled, LossKind, LossSpec, OptimizerSpec};
-use kiln::estimate::{Precision, estimate};
+use kiln::device::DeviceKind;
+use kiln::estimate::{Precision, estimate, estimate_on};
 use kiln::model::{Act, ModelSpec, Network};
 use kiln_data::{Array, Buffer, Dataset, Element};
 
@@ -158,7 +159,7 @@ fn activations_match() {
     let batch = 64;
     for (name, layers) in cases {
         let spec = spec(layers);
-        let e = estimate(&spec, &adam, batch, Precision::Float32);
+        let e = estimate_on(DeviceKind::Cpu, &spec, &adam, batch, Precision::Float32);
         // The input batch exists before the forward pass: not part of the measurement.
         let want = (e.activation_bytes() - e.input_bytes) as f64;
         let got = kept_bytes(&spec, batch);

@@ -14,17 +14,22 @@
 //! | Dense/Conv2D/Activation with sigmoid, tanh, gelu | the pre-activation: `out` |
 //! | … with softmax | `2 · out` |
 //! | Dropout | its mask: `out` |
-//! | LayerNormalization | `1.3 · out` (normalized values, per-row statistics) |
-//! | MultiHeadAttention | `1.1 · s·(2·h·k + 2·h·v) + 3 · h·s_q·s_v` (projections, scores, softmax) |
-//! | TransformerEncoder | attention + `5.6 · s·f + 2 · s·i` (residual sums, two LayerNormalizations, feed-forward) |
+//! | LayerNormalization | `1.3 · out` (normalized values, per-row statistics); on the CPU `2 · rows` |
+//! | MultiHeadAttention | `1.1 · s·(2·h·k + 2·h·v) + 3 · h·s_q·s_v` (projections, scores, softmax); on the CPU `1 · h·s_q·s_v` |
+//! | TransformerEncoder | attention + `5.6 · s·f + 2 · s·i` (residual sums, two LayerNormalizations, feed-forward); on the CPU `3.0 · s·f` |
 //!
-//! The constants were measured on kiln's CPU backend with a counting allocator
-//! (`crates/kiln/tests/estimate_memory.rs` checks them); for a transformer layer they give
+//! Burn's operations (GPU backends) keep the first numbers; kiln's fused CPU operations for
+//! attention and layer normalization keep only the attention weights and two statistics per
+//! row ([`Layer::extra_kept_cpu`](crate::model::Layer::extra_kept_cpu)), so an estimate is made
+//! for a device ([`super::estimate_on`]). The constants were measured with a counting allocator
+//! (`crates/kiln/tests/estimate_memory.rs` checks the CPU's); for a transformer layer on a GPU
+//! they give
 //! `18.5·s·h + 3·a·s²` values per example (`s` steps, `h` features, `a` heads, feed-forward
 //! `4h`), the same form as Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
 //! Transformer Models", eq. 2: `34·s·b·h + 5·a·s²·b` bytes at 2 bytes per value with dropout
 //! masks, i.e. `17·s·h + 2.5·a·s²` values).
 
+use crate::device::DeviceKind;
 use crate::model::{LayerKind, ModelSpec, NodeRef};
 
 /// What one layer adds to the activations kept for backward, per example (in values).
@@ -56,11 +61,17 @@ fn keeps_output(kind: &LayerKind) -> bool {
 }
 
 /// Internal tensors of layer `i` and its largest tensor (values per example).
-fn extras(spec: &ModelSpec, i: usize) -> (f64, f64) {
+fn extras(spec: &ModelSpec, i: usize, device: DeviceKind) -> (f64, f64) {
     let ins = spec.shapes_before(i);
     let out = spec.shape_after(i);
     match &spec.layers()[i].kind {
-        LayerKind::Declared(l) => (l.extra_kept(&ins, out), l.largest_tensor(&ins, out)),
+        LayerKind::Declared(l) => {
+            let kept = match device {
+                DeviceKind::Cpu => l.extra_kept_cpu(&ins, out),
+                DeviceKind::Gpu => l.extra_kept(&ins, out),
+            };
+            (kept, l.largest_tensor(&ins, out))
+        }
         LayerKind::Input { .. } => (0.0, size(out)),
     }
 }
@@ -79,9 +90,9 @@ fn view_source(spec: &ModelSpec, mut r: NodeRef) -> NodeRef {
     r
 }
 
-/// Per layer, what it adds to the activations kept for backward (values per example), and
-/// the values of the model's inputs kept (when their first consumer saves them).
-pub fn per_layer(spec: &ModelSpec) -> (Vec<LayerActivations>, f64) {
+/// Per layer, what it adds to the activations kept for backward (values per example) on
+/// `device`, and the values of the model's inputs kept (when their first consumer saves them).
+pub fn per_layer(spec: &ModelSpec, device: DeviceKind) -> (Vec<LayerActivations>, f64) {
     let n = spec.layers().len();
     let mut kept_out = vec![false; n];
     let mut kept_in = vec![false; spec.inputs().len()];
@@ -111,7 +122,7 @@ pub fn per_layer(spec: &ModelSpec) -> (Vec<LayerActivations>, f64) {
     let mut layers = Vec::with_capacity(n);
     for (i, kept) in kept_out.iter().enumerate() {
         let out = size(spec.shape_after(i));
-        let (extra, largest) = extras(spec, i);
+        let (extra, largest) = extras(spec, i, device);
         let mut kept = if *kept { out } else { 0.0 } + extra;
         if i == output && spec.shape_after(i).len() > 1 {
             kept += out; // the output is flattened (copied) for the loss

@@ -44,6 +44,7 @@ pub use resolve::{DEFAULT_BUDGET_FRACTION, resolve_batch_size};
 pub use search::{AutoBatch, GPU_SIZES_GB, auto_batch_size, max_batch_size};
 
 use crate::compile::OptimizerSpec;
+use crate::device::DeviceKind;
 use crate::model::ModelSpec;
 
 /// One layer's share of the estimate.
@@ -105,8 +106,22 @@ pub fn optimizer_slots(optimizer: &OptimizerSpec) -> u64 {
 }
 
 /// Estimates the memory of training `spec` with `optimizer` at `batch_size` examples per step
-/// in `precision` (model side only; see [`Estimate::with_host`] for the CPU's data side).
+/// in `precision` on a GPU (model side only; see [`Estimate::with_host`] for the CPU's data
+/// side): Burn's operations throughout. [`estimate_on`] for the CPU, where some layers keep
+/// less.
 pub fn estimate(
+    spec: &ModelSpec,
+    optimizer: &OptimizerSpec,
+    batch_size: usize,
+    precision: Precision,
+) -> Estimate {
+    estimate_on(DeviceKind::Gpu, spec, optimizer, batch_size, precision)
+}
+
+/// [`estimate`] on `device`: on the CPU, kiln's fused attention and LayerNormalization keep
+/// less for backward than Burn's operations do on a GPU.
+pub fn estimate_on(
+    device: DeviceKind,
     spec: &ModelSpec,
     optimizer: &OptimizerSpec,
     batch_size: usize,
@@ -115,7 +130,7 @@ pub fn estimate(
     let b = batch_size as f64;
     let c = precision.compute_bytes();
     let slots = optimizer_slots(optimizer);
-    let (acts, input_values) = activations::per_layer(spec);
+    let (acts, input_values) = activations::per_layer(spec, device);
     let mut largest: f64 = spec
         .inputs()
         .iter()

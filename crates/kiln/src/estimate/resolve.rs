@@ -2,7 +2,7 @@
 //! estimate exceeds the available memory refused up front.
 
 use super::{
-    AutoBatch, Precision, auto_batch_size, estimate, format_bytes, host, max_batch_size,
+    AutoBatch, Precision, auto_batch_size, estimate_on, format_bytes, host, max_batch_size,
     parse_bytes,
 };
 use crate::config::Overrides;
@@ -47,7 +47,7 @@ pub fn resolve_batch_size(
     };
     let at = |cfg: &RunConfig, b: usize| {
         let b = host::effective_batch(data.as_ref(), cfg, b);
-        let e = estimate(&cfg.model, &cfg.compile.optimizer, b, precision);
+        let e = estimate_on(device, &cfg.model, &cfg.compile.optimizer, b, precision);
         match &data {
             Some(d) => e.with_host(d, cfg),
             None => e,
@@ -72,6 +72,7 @@ pub fn resolve_batch_size(
             .unwrap_or(1 << 20);
         let host = data.as_ref().map(|d| (d, &*cfg));
         let auto = auto_batch_size(
+            device,
             &cfg.model,
             &cfg.compile.optimizer,
             precision,
@@ -92,7 +93,8 @@ pub fn resolve_batch_size(
         if e.total_bytes() > available {
             let fits = max_batch_size(available, cfg.fit.batch_size, |b| at(cfg, b).total_bytes());
             let batch = host::effective_batch(data.as_ref(), cfg, cfg.fit.batch_size);
-            let mixed = estimate(
+            let mixed = estimate_on(
+                device,
                 &cfg.model,
                 &cfg.compile.optimizer,
                 batch,
@@ -162,9 +164,21 @@ mod tests {
         assert_eq!(auto.batch_size, 4139);
         assert_eq!(cfg.fit.batch_size, 4139);
         assert!(auto.reason.contains("chose 4139"), "{}", auto.reason);
-        let e = estimate(&cfg.model, &cfg.compile.optimizer, 4139, Precision::Float32);
+        let e = estimate_on(
+            DeviceKind::Cpu,
+            &cfg.model,
+            &cfg.compile.optimizer,
+            4139,
+            Precision::Float32,
+        );
         assert!(e.total_bytes() <= 64 << 20);
-        let e = estimate(&cfg.model, &cfg.compile.optimizer, 4140, Precision::Float32);
+        let e = estimate_on(
+            DeviceKind::Cpu,
+            &cfg.model,
+            &cfg.compile.optimizer,
+            4140,
+            Precision::Float32,
+        );
         assert!(e.total_bytes() > 64 << 20);
         // Without a memory_budget: 90% of what is available.
         let mut cfg = mlp("\"auto\"", None);

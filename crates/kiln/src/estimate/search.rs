@@ -1,6 +1,6 @@
 //! The largest batch that fits a memory size, and which common GPUs fit.
 
-use super::{Estimate, Precision, estimate, format_bytes};
+use super::{Estimate, Precision, format_bytes};
 use crate::compile::OptimizerSpec;
 use crate::model::ModelSpec;
 
@@ -61,12 +61,13 @@ pub struct AutoBatch {
 }
 
 /// Largest batch size (at most `max`, e.g. the training set size) whose estimated peak
-/// ([`Estimate::total_bytes`], with `host` data when given) fits `budget` bytes.
+/// ([`Estimate::total_bytes`] on `device`, with `host` data when given) fits `budget` bytes.
 ///
 /// # Errors
 /// [`crate::KilnError::Config`] (key `fit.batch_size`) when not even batch 1 fits, with the
 /// numbers and the remedies.
 pub fn auto_batch_size(
+    device: crate::device::DeviceKind,
     spec: &ModelSpec,
     optimizer: &OptimizerSpec,
     precision: Precision,
@@ -75,7 +76,7 @@ pub fn auto_batch_size(
     host: Option<(&super::HostData, &crate::config::RunConfig)>,
 ) -> crate::error::Result<AutoBatch> {
     let at = |b: usize| {
-        let e = estimate(spec, optimizer, b, precision);
+        let e = super::estimate_on(device, spec, optimizer, b, precision);
         match host {
             Some((d, cfg)) => e.with_host(d, cfg),
             None => e,

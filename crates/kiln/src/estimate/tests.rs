@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::config::RunConfig;
+use crate::device::DeviceKind;
 
 fn example(path: &str) -> RunConfig {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -164,7 +165,16 @@ fn auto_batch_size_picks_the_largest_fitting_batch_and_says_why() {
     let opt = &cfg.compile.optimizer;
     let at = |b| estimate(&cfg.model, opt, b, Precision::Float32).total_bytes();
     let budget = at(1000) + 1;
-    let auto = auto_batch_size(&cfg.model, opt, Precision::Float32, budget, 60_000, None).unwrap();
+    let auto = auto_batch_size(
+        DeviceKind::Gpu,
+        &cfg.model,
+        opt,
+        Precision::Float32,
+        budget,
+        60_000,
+        None,
+    )
+    .unwrap();
     assert_eq!(auto.batch_size, 1000);
     assert!(auto.reason.contains("chose 1000"), "{}", auto.reason);
     assert!(
@@ -173,12 +183,29 @@ fn auto_batch_size_picks_the_largest_fitting_batch_and_says_why() {
         auto.reason
     );
     // The training set caps it.
-    let auto = auto_batch_size(&cfg.model, opt, Precision::Float32, 64 * GIB, 500, None).unwrap();
+    let auto = auto_batch_size(
+        DeviceKind::Gpu,
+        &cfg.model,
+        opt,
+        Precision::Float32,
+        64 * GIB,
+        500,
+        None,
+    )
+    .unwrap();
     assert_eq!(auto.batch_size, 500);
     // Too small a budget: refused with the numbers and remedies.
-    let e = auto_batch_size(&cfg.model, opt, Precision::Float32, 1 << 20, 500, None)
-        .unwrap_err()
-        .to_string();
+    let e = auto_batch_size(
+        DeviceKind::Gpu,
+        &cfg.model,
+        opt,
+        Precision::Float32,
+        1 << 20,
+        500,
+        None,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("fit.batch_size") && e.contains("mixed"), "{e}");
 }
 

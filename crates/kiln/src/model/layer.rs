@@ -280,6 +280,12 @@ pub trait Layer: Debug + Send + Sync + 'static {
         0.0
     }
 
+    /// [`Layer::extra_kept`] on the CPU, where kiln runs some layers as fused operations that
+    /// keep less (attention, LayerNormalization); the same by default.
+    fn extra_kept_cpu(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
+        self.extra_kept(inputs, output)
+    }
+
     /// The largest single tensor the layer creates, in values per example (its gradient is
     /// what the backward pass holds at once on top of the kept tensors); by default the
     /// largest of its inputs and output.

@@ -146,6 +146,13 @@ pub(super) fn kept(dims: Dims, sq: f64, sv: f64) -> (f64, f64) {
     (projections + 3.0 * scores, scores)
 }
 
+/// [`kept`] of kiln's fused CPU attention, which keeps the attention weights only, not the
+/// scores and the softmax's intermediates too.
+pub(super) fn kept_cpu(dims: Dims, sq: f64, sv: f64) -> f64 {
+    let (all, scores) = kept(dims, sq, sv);
+    all - 2.0 * scores
+}
+
 /// Forward operations per example of an attention layer with `trainable` parameters over
 /// `positions` steps of `features`: the projections and the two products with the scores.
 pub(super) fn flops(trainable: usize, positions: f64, features: f64) -> f64 {

@@ -127,10 +127,7 @@ impl Layer for BatchNormalization {
                 self.momentum
             ));
         }
-        if self.epsilon <= 0.0 {
-            return Err(format!("`epsilon` must be positive, got {}", self.epsilon));
-        }
-        Ok(())
+        super::positive_epsilon("epsilon", self.epsilon)
     }
     fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
         super::pointwise::last_axis(self.axis, inputs[0])?;

@@ -65,8 +65,14 @@ impl Layer for LayerNormalization {
         }
     }
     fn extra_kept(&self, _: &[&[usize]], output: &[usize]) -> f64 {
-        // The normalized values and the per-row statistics.
+        // Burn's operations: the normalized values and the per-row statistics.
         1.3 * super::size(output)
+    }
+    fn extra_kept_cpu(&self, _: &[&[usize]], output: &[usize]) -> f64 {
+        // kiln's fused operation: two statistics per row (its input is counted as the
+        // previous layer's output).
+        let features = output.last().copied().unwrap_or(1).max(1);
+        2.0 * super::size(output) / features as f64
     }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let x = &inputs[0];

@@ -235,10 +235,12 @@ fn is_zero(v: &f64) -> bool {
 
 /// A positive `epsilon`-like argument.
 fn positive_epsilon(name: &str, v: f64) -> Result<(), String> {
-    if v > 0.0 {
+    if v > 0.0 && v.is_finite() {
         Ok(())
     } else {
-        Err(format!("`{name}` must be positive, got {v}"))
+        Err(format!(
+            "`{name}` must be a positive finite number, got {v}"
+        ))
     }
 }
 

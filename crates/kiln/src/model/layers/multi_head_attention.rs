@@ -108,6 +108,11 @@ impl Layer for MultiHeadAttention {
     fn extra_kept(&self, inputs: &[&[usize]], _: &[usize]) -> f64 {
         self.kept(inputs).0
     }
+    fn extra_kept_cpu(&self, inputs: &[&[usize]], _: &[usize]) -> f64 {
+        let sq = inputs[0][0] as f64;
+        let sv = inputs.get(1).map_or(sq, |s| s[0] as f64);
+        attention::kept_cpu(self.dims(inputs), sq, sv)
+    }
     fn largest_tensor(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
         let largest = super::largest(inputs, output);
         largest.max(self.kept(inputs).1)

@@ -186,6 +186,18 @@ fn bad_arguments_are_one_line_errors_naming_the_layer_and_key() {
             "`rate` must be in [0, 1), got -0.1",
         ),
         (r#"{type="Rescaling"}"#, "scale"),
+        (
+            r#"{type="LayerNormalization",epsilon=inf}"#,
+            "(LayerNormalization): `epsilon` must be a positive finite number, got inf",
+        ),
+        (
+            r#"{type="BatchNormalization",epsilon=0.0}"#,
+            "`epsilon` must be a positive finite number, got 0",
+        ),
+        (
+            r#"{type="TransformerEncoder",intermediate_dim=8,num_heads=2,layer_norm_epsilon=nan}"#,
+            "`layer_norm_epsilon` must be a positive finite number, got NaN",
+        ),
     ];
     for (layer, want) in cases {
         let e = error(&format!("{seq},{layer}"));
