@@ -155,6 +155,32 @@ fn callback_paths_that_leave_the_run_dir_are_refused() {
 }
 
 #[test]
+fn a_gpu_in_distribute_devices_without_a_gpu_backend_is_refused_and_writes_nothing() {
+    require_data();
+    let dir = scratch("hostile-gpu-devices");
+    let config = example_with(
+        &dir,
+        "[model]",
+        "[distribute]\nstrategy = \"mirrored\"\ndevices = [\"cpu\", \"gpu\"]\n\n[model]",
+    );
+    let mut c = common::train_command(&config, &dir.join("runs").join("run"), &[]);
+    c.current_dir(&dir);
+    // The tests' kiln has no GPU backend: the device's own reason, under the config key.
+    assert_config_error(
+        &run_bounded(c),
+        &[
+            "distribute.devices[1]",
+            "\"gpu\": this kiln was built without a GPU backend",
+            "\"cpu\" in [distribute] devices",
+        ],
+    );
+    assert!(
+        !dir.join("runs").exists(),
+        "the run directory was left behind"
+    );
+}
+
+#[test]
 fn a_config_cut_after_an_equals_sign_says_what_is_missing() {
     let dir = scratch("hostile-cut");
     let text = std::fs::read_to_string(EXAMPLE).unwrap();

@@ -31,6 +31,9 @@ impl std::str::FromStr for DeviceKind {
     }
 }
 
+/// How a device error ends: where to ask for the CPU instead.
+const USE_CPU: &str = "or train on the CPU (--device cpu, or \"cpu\" in [distribute] devices)";
+
 /// True when a GPU backend was compiled in.
 pub const HAS_GPU_BACKEND: bool = cfg!(any(feature = "vulkan", feature = "cuda"));
 
@@ -67,44 +70,53 @@ fn gpu() -> Result<Device> {
 /// What a CUDA run found on this machine before creating the device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CudaRuntime {
-    /// The driver library `libcuda.so.1` loaded.
-    pub driver: bool,
-    /// GPUs the driver counts (`cuDeviceGetCount`), or the driver's error code when it failed
-    /// to start (`cuInit`).
-    pub devices: std::result::Result<i32, i32>,
-    /// The NVRTC library loaded (the first of `libnvrtc.so`, `.so.13`, `.so.12`).
+    /// The driver library `libcuda.so.1` and what it said.
+    pub driver: Driver,
+    /// An NVRTC library (`libnvrtc.so`, `.so.13` or `.so.12`) loaded and has `nvrtcVersion`.
     pub nvrtc: bool,
     /// The CUDA headers' folder (`$CUDA_PATH/include`, else `/usr/local/cuda/include`, ...)
-    /// and whether it holds `cuda_fp16.h`.
-    pub headers: Option<(std::path::PathBuf, bool)>,
+    /// and the headers NVRTC includes that it lacks (`cuda_fp16.h`, `cuda_bf16.h`, `mma.h`).
+    pub headers: Option<(std::path::PathBuf, Vec<&'static str>)>,
 }
+
+/// The NVIDIA driver as loading `libcuda.so.1` found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// The library did not load.
+    Missing,
+    /// It loaded but has no `cuInit` / `cuDeviceGetCount` (not the NVIDIA driver).
+    NotTheDriver,
+    /// `cuInit` or `cuDeviceGetCount` returned this CUDA error code.
+    Failed(i32),
+    /// It counts this many GPUs.
+    Devices(i32),
+}
+
+/// The headers NVRTC includes when it compiles kiln's kernels.
+pub const CUDA_HEADERS: [&str; 3] = ["cuda_fp16.h", "cuda_bf16.h", "mma.h"];
 
 /// `None` when `found` has everything a CUDA run needs, else one message naming each missing
 /// part and how to provide it (the requirements of `--features cuda`: docs/gpu.md).
 pub fn cuda_missing(found: &CudaRuntime) -> Option<String> {
     let mut missing = Vec::new();
-    if !found.driver {
-        missing.push("the NVIDIA driver (libcuda.so.1 did not load: install the driver, or add its folder to LD_LIBRARY_PATH)".to_string());
-    } else {
-        match found.devices {
-            Err(code) => missing.push(format!(
-                "a working NVIDIA GPU (the driver failed to start: cuInit error {code})"
-            )),
-            Ok(0) => missing.push("an NVIDIA GPU (the driver sees none)".to_string()),
-            Ok(_) => {}
-        }
+    match found.driver {
+        Driver::Missing => missing.push("the NVIDIA driver (libcuda.so.1 did not load: install the driver, or add its folder to LD_LIBRARY_PATH)".to_string()),
+        Driver::NotTheDriver => missing.push("the NVIDIA driver (the libcuda.so.1 found has no cuInit: it is not the NVIDIA driver; check LD_LIBRARY_PATH)".to_string()),
+        Driver::Failed(code) => missing.push(format!("a working NVIDIA GPU (the driver failed to start: CUDA error {code})")),
+        Driver::Devices(0) => missing.push("an NVIDIA GPU (the driver sees none)".to_string()),
+        Driver::Devices(_) => {}
     }
     if !found.nvrtc {
-        missing.push("NVRTC (libnvrtc.so did not load: install the CUDA runtime compiler, e.g. pip's nvidia-cuda-nvrtc, and add its lib folder to LD_LIBRARY_PATH)".to_string());
+        missing.push("NVRTC (none of libnvrtc.so, libnvrtc.so.13, libnvrtc.so.12 loaded with nvrtcVersion: install the CUDA runtime compiler, e.g. pip's nvidia-cuda-nvrtc, and add its lib folder to LD_LIBRARY_PATH)".to_string());
     }
     match &found.headers {
         None => missing.push("the CUDA headers (no CUDA_PATH, /usr/local/cuda or /opt/cuda: set CUDA_PATH to a CUDA toolkit folder with include/cuda_fp16.h)".to_string()),
-        Some((dir, false)) => missing.push(format!("the CUDA headers ({} has no cuda_fp16.h: set CUDA_PATH to a CUDA toolkit folder)", dir.display())),
-        Some((_, true)) => {}
+        Some((dir, lacks)) if !lacks.is_empty() => missing.push(format!("the CUDA headers ({} has no {}: set CUDA_PATH to a CUDA toolkit folder)", dir.display(), lacks.join(", "))),
+        Some(_) => {}
     }
     (!missing.is_empty()).then(|| {
         format!(
-            "--device gpu (CUDA) cannot start; missing: {}; or use --device cpu",
+            "--device gpu (CUDA) cannot start; missing: {}; {USE_CPU}",
             missing.join("; ")
         )
     })
@@ -113,7 +125,7 @@ pub fn cuda_missing(found: &CudaRuntime) -> Option<String> {
 /// Looks for the CUDA run-time parts by loading them by name, as cudarc does.
 #[cfg(feature = "cuda")]
 mod cuda_probe {
-    use super::CudaRuntime;
+    use super::{CudaRuntime, Driver};
     use std::ffi::{CStr, c_void};
 
     /// A shared library by name, `None` when it does not load (kept loaded: the CUDA backend
@@ -124,60 +136,62 @@ mod cuda_probe {
         (!handle.is_null()).then_some(handle)
     }
 
+    /// `sym` in the library `lib`, null when it has none.
+    fn symbol(lib: *mut c_void, sym: &CStr) -> *mut c_void {
+        // SAFETY: dlsym on a handle from dlopen with a NUL-terminated name.
+        unsafe { libc::dlsym(lib, sym.as_ptr()) }
+    }
+
     /// `cuInit(0)`, then `cuDeviceGetCount`, through the driver library `lib`.
-    fn device_count(lib: *mut c_void) -> Result<i32, i32> {
+    fn driver(lib: *mut c_void) -> Driver {
         type Init = unsafe extern "C" fn(u32) -> i32;
         type Count = unsafe extern "C" fn(*mut i32) -> i32;
+        let (init, count) = (symbol(lib, c"cuInit"), symbol(lib, c"cuDeviceGetCount"));
+        if init.is_null() || count.is_null() {
+            return Driver::NotTheDriver;
+        }
         // SAFETY: both symbols have these C signatures in every CUDA driver (cuda.h).
-        unsafe {
-            let init = libc::dlsym(lib, c"cuInit".as_ptr());
-            let count = libc::dlsym(lib, c"cuDeviceGetCount".as_ptr());
-            if init.is_null() || count.is_null() {
-                return Err(-1);
-            }
-            let init: Init = std::mem::transmute(init);
-            let count: Count = std::mem::transmute(count);
-            match init(0) {
-                0 => {}
-                code => return Err(code),
-            }
-            let mut n = 0;
-            match count(&mut n) {
-                0 => Ok(n),
-                code => Err(code),
-            }
+        let (init, count): (Init, Count) =
+            unsafe { (std::mem::transmute(init), std::mem::transmute(count)) };
+        // SAFETY: plain C calls with a valid out-pointer.
+        let code = unsafe { init(0) };
+        if code != 0 {
+            return Driver::Failed(code);
+        }
+        let mut n = 0;
+        match unsafe { count(&mut n) } {
+            0 => Driver::Devices(n),
+            code => Driver::Failed(code),
         }
     }
 
     pub fn probe() -> CudaRuntime {
-        let driver = open(c"libcuda.so.1");
+        let driver = open(c"libcuda.so.1").map_or(Driver::Missing, driver);
         let nvrtc = [c"libnvrtc.so", c"libnvrtc.so.13", c"libnvrtc.so.12"]
             .into_iter()
-            .any(|name| open(name).is_some());
+            .filter_map(open)
+            .any(|lib| !symbol(lib, c"nvrtcVersion").is_null());
         let headers = cubecl_cuda::install::cuda_path().map(|root| {
             let include = root.join("include");
-            let has = include.join("cuda_fp16.h").is_file();
-            (include, has)
+            let lacks = super::CUDA_HEADERS
+                .into_iter()
+                .filter(|h| !include.join(h).is_file())
+                .collect();
+            (include, lacks)
         });
         CudaRuntime {
-            driver: driver.is_some(),
-            devices: driver.map_or(Ok(0), device_count),
+            driver,
             nvrtc,
             headers,
         }
     }
 }
 
-#[cfg(all(feature = "vulkan", not(feature = "cuda")))]
-fn gpu() -> Result<Device> {
-    Ok(Device::vulkan(burn::tensor::DeviceKind::DefaultDevice))
-}
-
 #[cfg(not(any(feature = "vulkan", feature = "cuda")))]
 fn gpu() -> Result<Device> {
-    Err(KilnError::Device(
-        "this kiln was built without a GPU backend; rebuild with `cargo build --release --features vulkan` (or `cuda`), or use --device cpu".into(),
-    ))
+    Err(KilnError::Device(format!(
+        "this kiln was built without a GPU backend; rebuild with `cargo build --release --features vulkan` (or `cuda`), {USE_CPU}"
+    )))
 }
 
 #[cfg(test)]
@@ -187,56 +201,51 @@ mod tests {
     #[test]
     fn a_complete_cuda_runtime_passes_and_each_missing_part_is_named() {
         let all = CudaRuntime {
-            driver: true,
-            devices: Ok(1),
+            driver: Driver::Devices(1),
             nvrtc: true,
-            headers: Some(("/usr/local/cuda/include".into(), true)),
+            headers: Some(("/usr/local/cuda/include".into(), vec![])),
         };
         assert_eq!(cuda_missing(&all), None);
         let nothing = CudaRuntime {
-            driver: false,
-            devices: Ok(0),
+            driver: Driver::Missing,
             nvrtc: false,
             headers: None,
         };
         let m = cuda_missing(&nothing).unwrap();
         assert!(
             m.starts_with(
-                "--device gpu (CUDA) cannot start; missing: the NVIDIA driver (libcuda.so.1"
+                "--device gpu (CUDA) cannot start; missing: the NVIDIA driver (libcuda.so.1 did not load"
             ),
             "{m}"
         );
         assert!(
-            m.contains("NVRTC (libnvrtc.so did not load")
-                && m.contains("the CUDA headers (no CUDA_PATH"),
+            m.contains("NVRTC (none of libnvrtc.so, libnvrtc.so.13, libnvrtc.so.12"),
             "{m}"
         );
+        assert!(m.contains("the CUDA headers (no CUDA_PATH"), "{m}");
         assert!(
-            m.ends_with("; or use --device cpu") && !m.contains('\n'),
+            m.ends_with("; or train on the CPU (--device cpu, or \"cpu\" in [distribute] devices)")
+                && !m.contains('\n'),
             "{m}"
         );
-        let no_gpu = CudaRuntime {
-            devices: Ok(0),
-            ..all.clone()
+        let with = |driver| {
+            cuda_missing(&CudaRuntime {
+                driver,
+                ..all.clone()
+            })
+            .unwrap()
         };
-        assert!(
-            cuda_missing(&no_gpu)
-                .unwrap()
-                .contains("an NVIDIA GPU (the driver sees none)")
-        );
-        let broken = CudaRuntime {
-            devices: Err(100),
-            ..all.clone()
-        };
-        assert!(cuda_missing(&broken).unwrap().contains("cuInit error 100"));
+        assert!(with(Driver::Devices(0)).contains("an NVIDIA GPU (the driver sees none)"));
+        assert!(with(Driver::Failed(100)).contains("the driver failed to start: CUDA error 100"));
+        assert!(with(Driver::NotTheDriver).contains("has no cuInit: it is not the NVIDIA driver"));
         let headers = CudaRuntime {
-            headers: Some(("/opt/x/include".into(), false)),
+            headers: Some(("/opt/x/include".into(), vec!["cuda_bf16.h", "mma.h"])),
             ..all
         };
         assert!(
             cuda_missing(&headers)
                 .unwrap()
-                .contains("/opt/x/include has no cuda_fp16.h")
+                .contains("/opt/x/include has no cuda_bf16.h, mma.h")
         );
     }
 }

@@ -361,15 +361,10 @@ impl DistributeConfig {
             .iter()
             .enumerate()
             .map(|(i, d)| {
-                crate::device::resolve(device_kind(d).expect("validated")).map_err(|_| {
-                    KilnError::config(
-                        format!("distribute.devices[{i}]"),
-                        format!(
-                            "\"{d}\" needs a GPU backend, and this kiln was built without one \
-                             (rebuild with `cargo build --release --features vulkan`), or list \
-                             \"cpu\" instead"
-                        ),
-                    )
+                // The device's own reason (no GPU backend built in, or what a CUDA run
+                // lacks), under the config key.
+                crate::device::resolve(device_kind(d).expect("validated")).map_err(|e| {
+                    KilnError::config(format!("distribute.devices[{i}]"), format!("\"{d}\": {e}"))
                 })
             })
             .collect()

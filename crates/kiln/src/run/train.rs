@@ -60,7 +60,26 @@ pub fn train_with(
     // second process is refused at once; released when this returns (or the process dies).
     let created = first_created(run_dir);
     let _locks = lock_run_dirs(cfg, run_dir, opts.notes)?;
-    let (cfg, inputs, train, validation, test) = resolved_inputs(cfg, run_dir, created)?;
+    let result = train_locked(cfg, run_dir, device, opts, callbacks, on_model);
+    // A run refused before it wrote anything (bad data, devices, weights) leaves no folder
+    // behind: the folders this call created go again when they hold only the lock.
+    if let (Err(_), Some(top)) = (&result, &created) {
+        super::remove_if_only_lock(run_dir);
+        super::remove_empty_up_to(run_dir, top);
+    }
+    result
+}
+
+/// [`train_with`] once the run directory is locked.
+fn train_locked(
+    cfg: &RunConfig,
+    run_dir: &Path,
+    device: Device,
+    opts: &TrainOptions,
+    callbacks: &mut [&mut dyn Callback],
+    on_model: impl FnOnce(&mut Model),
+) -> Result<TrainReport> {
+    let (cfg, inputs, train, validation, test) = resolved_inputs(cfg)?;
     let cfg = &cfg;
     let mut place = Placement::new(cfg, &inputs, opts)?;
     let _remove_scratch = place.scratch.as_ref().map(|d| RemoveOnDrop(d.clone()));
@@ -131,19 +150,9 @@ fn first_created(run_dir: &Path) -> Option<PathBuf> {
 }
 
 /// [`input_datasets`] with the data directory made absolute (the run directory's config must
-/// find the data from any working directory). On an error nothing was written: the folders
-/// this call created (`created`) go again.
-fn resolved_inputs(cfg: &RunConfig, run_dir: &Path, created: Option<PathBuf>) -> Result<Inputs> {
-    let (mut resolved, inputs, train, validation, test) = match input_datasets(cfg) {
-        Ok(inputs) => inputs,
-        Err(e) => {
-            if let Some(top) = &created {
-                super::remove_if_only_lock(run_dir);
-                super::remove_empty_up_to(run_dir, top);
-            }
-            return Err(e);
-        }
-    };
+/// find the data from any working directory).
+fn resolved_inputs(cfg: &RunConfig) -> Result<Inputs> {
+    let (mut resolved, inputs, train, validation, test) = input_datasets(cfg)?;
     if resolved.data.data_dir.is_relative() {
         resolved.data.data_dir = std::path::absolute(&resolved.data.data_dir)
             .map_err(|e| KilnError::io(&resolved.data.data_dir, e))?;
