@@ -146,12 +146,9 @@ pub(super) fn kept(dims: Dims, sq: f64, sv: f64) -> (f64, f64) {
     (projections + 3.0 * scores, scores)
 }
 
-/// [`kept`] of kiln's fused CPU attention, which keeps the attention weights only, not the
-/// scores and the softmax's intermediates too.
-pub(super) fn kept_cpu(dims: Dims, sq: f64, sv: f64) -> f64 {
-    let (all, scores) = kept(dims, sq, sv);
-    all - 2.0 * scores
-}
+/// Score-sized tensors that [`kept`] counts and kiln's fused CPU attention does not keep (it
+/// keeps the attention weights only, not the scores and the softmax's intermediates too).
+pub(super) const SCORES_NOT_KEPT_ON_CPU: f64 = 2.0;
 
 /// Forward operations per example of an attention layer with `trainable` parameters over
 /// `positions` steps of `features`: the projections and the two products with the scores.

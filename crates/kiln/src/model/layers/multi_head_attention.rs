@@ -109,9 +109,8 @@ impl Layer for MultiHeadAttention {
         self.kept(inputs).0
     }
     fn extra_kept_cpu(&self, inputs: &[&[usize]], _: &[usize]) -> f64 {
-        let sq = inputs[0][0] as f64;
-        let sv = inputs.get(1).map_or(sq, |s| s[0] as f64);
-        attention::kept_cpu(self.dims(inputs), sq, sv)
+        let (all, scores) = self.kept(inputs);
+        all - attention::SCORES_NOT_KEPT_ON_CPU * scores
     }
     fn largest_tensor(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
         let largest = super::largest(inputs, output);

@@ -157,11 +157,13 @@ impl Layer for TransformerEncoder {
         self.kept(inputs, output).0
     }
     fn extra_kept_cpu(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
-        // kiln's fused attention (two score-sized tensors fewer) and layer normalizations
-        // (2.6 outputs fewer: statistics per row only).
+        // kiln's fused attention and layer normalizations (2.6 outputs fewer: statistics per
+        // row only).
         let s = inputs[0][0] as f64;
         let scores = attention::kept(self.dims(inputs), s, s).1;
-        self.kept(inputs, output).0 - 2.0 * scores - 2.6 * super::size(output)
+        self.kept(inputs, output).0
+            - attention::SCORES_NOT_KEPT_ON_CPU * scores
+            - 2.6 * super::size(output)
     }
     fn largest_tensor(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
         self.kept(inputs, output).1
