@@ -11,6 +11,8 @@
 
 use rayon::prelude::*;
 
+use super::lanes::lane_sum;
+
 /// The per-channel statistics of the batch.
 pub struct Stats {
     /// `[c]`.
@@ -22,26 +24,6 @@ pub struct Stats {
 /// Channel `k`'s values: one run of `s` per example.
 fn runs(x: &[f32], [n, c, s]: [usize; 3], k: usize) -> impl Iterator<Item = &[f32]> {
     (0..n).map(move |i| &x[(i * c + k) * s..(i * c + k + 1) * s])
-}
-
-/// `Σ f(a_i, b_i)` in float64 over eight independent lanes, so that it vectorizes (a fixed
-/// order: the same result on every run). Also the convolution's bias-gradient sum.
-#[inline(always)]
-pub(super) fn lane_sum(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f64) -> f64 {
-    let mut lanes = [0.0f64; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f64 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(&x, &y)| f(x, y))
-        .sum();
-    for (xa, xb) in ca.zip(cb) {
-        for l in 0..8 {
-            lanes[l] += f(xa[l], xb[l]);
-        }
-    }
-    lanes.iter().sum::<f64>() + tail
 }
 
 /// `Σ f(a, b)` over channel `k` of `a` and `b`.

@@ -212,7 +212,7 @@ pub fn forward(
 /// The sum of `row` in f64 (bias gradients add many terms of both signs), over eight
 /// independent lanes so that it vectorizes.
 fn sum_f64(row: &[f32]) -> f64 {
-    super::batch_norm::lane_sum(row, row, |v, _| v as f64)
+    super::lanes::lane_sum(row, row, |v, _| v as f64)
 }
 
 /// Gradients of a convolution: `(dx, dw, db)` for the output gradient `dy [n, o, oh, ow]`.

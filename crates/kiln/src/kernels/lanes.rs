@@ -5,7 +5,8 @@
 //! row of attention scores or a layer's features usually has, and a plain sum not at all (it
 //! may not reorder float additions). Inlined into a [`super::cpu::multiversion`] kernel, these
 //! become 8-wide AVX or AVX-512 operations (SSE2 pairs on the portable path). Results are the
-//! same on every path: the same additions in the same order.
+//! same on every path: the same additions in the same order. Float32 sums for the attention and
+//! layer-normalization rows, float64 ones ([`lane_sum`]) for per-channel statistics.
 
 /// Floats per chunk.
 pub const LANES: usize = 8;
@@ -67,6 +68,27 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     acc.iter().fold(0.0, |s, &x| s + x) + tail
+}
+
+/// `Σ f(a_i, b_i)` in float64 over eight independent lanes, so that it vectorizes (a fixed
+/// order: the same result on every run): batch normalization's statistics and the
+/// convolution's bias-gradient sum.
+#[inline(always)]
+pub fn lane_sum(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f64) -> f64 {
+    let mut lanes = [0.0f64; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f64 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(&x, &y)| f(x, y))
+        .sum();
+    for (xa, xb) in ca.zip(cb) {
+        for l in 0..8 {
+            lanes[l] += f(xa[l], xb[l]);
+        }
+    }
+    lanes.iter().sum::<f64>() + tail
 }
 
 /// The largest value of `p`, `-∞` when it is empty. NaN is not looked for (callers' later
