@@ -17,7 +17,9 @@ p.add_argument("--epochs", type=int, default=3)
 p.add_argument("--batch-size", type=int, default=128)
 p.add_argument("--device", default="cpu", help="cpu or cuda")
 p.add_argument("--take", type=int, default=None, help="train on the first N images")
-p.add_argument("--precision", default="float32", help="float32 or mixed_bfloat16 (autocast to bfloat16)")
+p.add_argument("--precision", default="float32", choices=["float32", "mixed_bfloat16", "mixed_float16"],
+               help="float32, mixed_bfloat16 (autocast to bfloat16) or mixed_float16 (autocast to float16 "
+                    "with a GradScaler, PyTorch's AMP recipe; CUDA only)")
 a = p.parse_args()
 torch.set_num_threads(os.cpu_count())
 torch.manual_seed(1)
@@ -96,6 +98,8 @@ else:
 net = net.to(dev)
 opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.004, eps=1e-7)
 loss_fn = nn.CrossEntropyLoss()
+half = {"mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}.get(a.precision)
+scaler = torch.amp.GradScaler(dev.type, enabled=a.precision == "mixed_float16")
 times = []
 for epoch in range(a.epochs):
     perm = torch.randperm(len(x), device=dev)
@@ -103,13 +107,15 @@ for epoch in range(a.epochs):
     t = time.perf_counter()
     for i in range(0, len(xs), a.batch_size):
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.precision == "mixed_bfloat16"):
+        with torch.autocast(dev.type, dtype=half or torch.float32, enabled=half is not None):
             logits = net(xs[i:i + a.batch_size])
         loss = loss_fn(logits.float(), ys[i:i + a.batch_size])
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
     loss.item()
     times.append(time.perf_counter() - t)
 sps = [len(x) / t for t in times[1:]]
 print(json.dumps({"framework": "pytorch", "device": a.device, "version": torch.__version__, "model": a.model,
-                  "precision": a.precision, "samples_per_second": float(np.mean(sps)), "epochs_timed": len(sps)}))
+                  "precision": a.precision, "samples_per_second": float(np.mean(sps)), "epochs_timed": len(sps),
+                  **({"peak_allocated_mib": torch.cuda.max_memory_allocated() / 2**20} if dev.type == "cuda" else {})}))
