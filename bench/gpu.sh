@@ -10,7 +10,8 @@
 #  1. what the machine has: the card, the driver, NVRTC and the CUDA headers it finds;
 #  2. speed: the MLP, the CNN, resnet-small and the Transformer, 3 epochs, samples/s of epochs
 #     2-3, on kiln and on PyTorch eager on CUDA (when `python3 -c "import torch"` works there),
-#     in float32, then in mixed_float16 (PyTorch: float16 autocast and a GradScaler); the peak
+#     in float32, then in mixed_float16 (PyTorch: float16 autocast and a GradScaler), then on
+#     CUDA in mixed_bfloat16 (PyTorch: bfloat16 autocast); the peak
 #     GPU memory nvidia-smi saw during each run (sampled every 100 ms, minus the idle reading);
 #  3. correctness, after float32's runs: each of the MLP and the CNN is trained one epoch on the
 #     CPU, then those same weights are evaluated on the CPU and on the GPU (test loss within
@@ -66,7 +67,7 @@ bundle() {
 first_dir() { for d in "$@"; do [ -d "$d" ] && { echo "$d"; return; }; done; }
 
 # LD_LIBRARY_PATH and CUDA_PATH for the driver, NVRTC and the headers, wherever this machine
-# keeps them (the toolkit's folder, or pip's nvidia-* wheels beside PyTorch).
+# keeps them (the toolkit's folder, or pip's nvidia-* wheels beside PyTorch); VK_DRIVER_FILES.
 cuda_env() {
   local py nv
   py=$(python3 -c "import site; print(' '.join(site.getsitepackages()))" 2>/dev/null)
@@ -77,6 +78,9 @@ cuda_env() {
   # The bundle's own libraries last: the machine's take precedence.
   joined=$(printf '%s:' "${libs[@]}")
   export LD_LIBRARY_PATH="${joined%:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:$dir/lib"
+  # Vulkan: the NVIDIA driver's ICD where the loader does not find it by itself.
+  local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ] && export VK_DRIVER_FILES="$icd"
   if [ -z "${CUDA_PATH:-}" ]; then
     for inc in /usr/local/cuda/include /usr/local/cuda/targets/x86_64-linux/include \
       ${nv:+"$nv"/cu13/include "$nv"/cuda_runtime/include}; do
@@ -233,7 +237,10 @@ PY
 )"
   local torch_ok= model precision take
   python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null && torch_ok=1
-  for precision in float32 mixed_float16; do
+  local precisions="float32 mixed_float16"
+  # bfloat16 arithmetic exists on CUDA; Vulkan has none (kiln would only emulate it there).
+  [ "$backend" = cuda ] && precisions+=" mixed_bfloat16"
+  for precision in $precisions; do
     for model in mlp cnn resnet-small transformer; do
       take=
       [ "$model" = resnet-small ] || [ "$model" = transformer ] && take=15360

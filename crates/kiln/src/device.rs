@@ -63,7 +63,10 @@ fn gpu() -> Result<Device> {
     let found = cuda_probe::probe();
     match cuda_missing(&found) {
         Some(message) => Err(KilnError::Device(message)),
-        None => Ok(Device::cuda(0)),
+        None => {
+            first_use_note();
+            Ok(Device::cuda(0))
+        }
     }
 }
 
@@ -185,6 +188,22 @@ mod cuda_probe {
             headers,
         }
     }
+}
+
+#[cfg(all(feature = "vulkan", not(feature = "cuda")))]
+fn gpu() -> Result<Device> {
+    first_use_note();
+    Ok(Device::vulkan(burn::tensor::DeviceKind::DefaultDevice))
+}
+
+/// What a first GPU run on a machine spends before its first step, printed once per process
+/// when a GPU device is made.
+pub const FIRST_USE_NOTE: &str = "note: the GPU backend compiles and tunes each kernel the first time this machine runs it (minutes for a new model: 150 s for the benchmark CNN on an H200); later runs reuse cubecl's cache (target/environment of the enclosing Cargo workspace, else ~/.cache/cubecl; docs/gpu.md)";
+
+#[cfg(any(feature = "vulkan", feature = "cuda"))]
+fn first_use_note() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| eprintln!("{FIRST_USE_NOTE}"));
 }
 
 #[cfg(not(any(feature = "vulkan", feature = "cuda")))]

@@ -100,13 +100,19 @@ fn im2col(x: &[f32], g: &Conv2dGeometry, cols: &mut [f32], row_stride: usize) {
                 for oy in oy0..oy1 {
                     let iy = oy * sh + ky - pt;
                     let out = &mut row[oy * ow..(oy + 1) * ow];
-                    out[..ox0].fill(0.0);
-                    out[ox1..].fill(0.0);
                     let src = &plane[iy * w..(iy + 1) * w];
-                    if sw == 1 {
+                    if ox0 == ox1 {
+                        // This kernel column lies in the padding for every output column (a
+                        // kernel wider than the image): no input to take, and no valid `ix0`.
+                        out.fill(0.0);
+                    } else if sw == 1 {
                         let ix0 = ox0 + kx - pl;
+                        out[..ox0].fill(0.0);
                         out[ox0..ox1].copy_from_slice(&src[ix0..ix0 + (ox1 - ox0)]);
+                        out[ox1..].fill(0.0);
                     } else {
+                        out[..ox0].fill(0.0);
+                        out[ox1..].fill(0.0);
                         for ox in ox0..ox1 {
                             out[ox] = src[ox * sw + kx - pl];
                         }
@@ -132,6 +138,9 @@ fn col2im(cols: &[f32], g: &Conv2dGeometry, dx: &mut [f32], row_stride: usize) {
             for kx in 0..kw {
                 let row = &cols[((c * kh + ky) * kw + kx) * row_stride..][..oh * ow];
                 let (ox0, ox1) = valid_range(ow, w, kx, sw, pl);
+                if ox0 == ox1 {
+                    continue; // a kernel column in the padding only: nothing to add back
+                }
                 for oy in oy0..oy1 {
                     let iy = oy * sh + ky - pt;
                     let dst = &mut plane[iy * w..(iy + 1) * w];
@@ -388,7 +397,87 @@ mod tests {
                 });
             }
         }
+        // A 28-wide image (im2col's chunked rows), and a 5x5 "same" kernel on a 1x1 image
+        // (kernel columns that see only padding).
+        let same = |batch, c, h, w, o, k: usize| Conv2dGeometry {
+            batch,
+            in_channels: c,
+            height: h,
+            width: w,
+            out_channels: o,
+            kernel: [k, k],
+            stride: [1, 1],
+            padding: [(k / 2, k / 2), (k / 2, k / 2)],
+        };
+        out.push(same(2, 2, 4, 28, 3, 3));
+        out.push(same(2, 2, 1, 1, 3, 5));
         out
+    }
+
+    /// `im2col` by its definition, one element at a time.
+    fn im2col_naive(x: &[f32], g: &Conv2dGeometry) -> Vec<f32> {
+        let ([kh, kw], [sh, sw], [(pt, _), (pl, _)]) = (g.kernel, g.stride, g.padding);
+        let ([oh, ow], (h, w)) = (g.out_hw(), (g.height, g.width));
+        let mut cols = vec![f32::NAN; g.patch() * oh * ow];
+        for (r, row) in cols.chunks_exact_mut(oh * ow).enumerate() {
+            let (c, ky, kx) = (r / (kh * kw), r / kw % kh, r % kw);
+            for (i, v) in row.iter_mut().enumerate() {
+                let (iy, ix) = (
+                    (i / ow * sh + ky) as isize - pt as isize,
+                    (i % ow * sw + kx) as isize - pl as isize,
+                );
+                let inside = (0..h as isize).contains(&iy) && (0..w as isize).contains(&ix);
+                *v = if inside {
+                    x[c * h * w + iy as usize * w + ix as usize]
+                } else {
+                    0.0
+                };
+            }
+        }
+        cols
+    }
+
+    #[test]
+    fn im2col_rows_of_every_width_and_padding_match_the_definition() {
+        // Rows of many widths, paddings of 0 to 10, kernels wider than the image (kernel
+        // columns that fall in the padding for every output column).
+        for w in [1, 5, 7, 8, 9, 15, 16, 17, 28, 30] {
+            for (kw, pl, pr) in [
+                (1, 0, 0),
+                (3, 1, 1),
+                (3, 0, 2),
+                (5, 2, 2),
+                (9, 8, 0),
+                (11, 9, 10),
+                (3, 0, 0),
+            ] {
+                if w + pl + pr < kw {
+                    continue;
+                }
+                let g = Conv2dGeometry {
+                    batch: 1,
+                    in_channels: 2,
+                    height: 3,
+                    width: w,
+                    out_channels: 1,
+                    kernel: [3, kw],
+                    stride: [1, 1],
+                    padding: [(1, 1), (pl, pr)],
+                };
+                let x = values(g.image(), 0.3);
+                // Stale values in the buffer: every element must be written.
+                let mut cols = vec![f32::NAN; g.patch() * g.positions()];
+                im2col(&x, &g, &mut cols, g.positions());
+                let want = im2col_naive(&x, &g);
+                assert_eq!(cols.len(), want.len());
+                for (i, (a, b)) in cols.iter().zip(&want).enumerate() {
+                    assert!(
+                        a.to_bits() == b.to_bits(),
+                        "w {w} kw {kw} pad ({pl}, {pr}) at {i}: {a} vs {b}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
@@ -457,7 +546,11 @@ mod tests {
             let fused = forward(&x, &w, Some(&b), &g, true);
             let want: Vec<f32> = plain.iter().map(|&v| v.max(0.0)).collect();
             assert_eq!(fused, want, "{g:?}");
-            assert!(fused.contains(&0.0) && fused.iter().any(|&v| v > 0.0));
+            // Both sides of the ReLU occur (the 1x1 image's 6 outputs may all fall on one).
+            assert!(
+                fused.len() < 8 || fused.contains(&0.0) && fused.iter().any(|&v| v > 0.0),
+                "{g:?}"
+            );
             // Backward through the ReLU: the same as the plain backward of the masked gradient.
             let dy = values(fused.len(), 3.3);
             let masked: Vec<f32> = dy
