@@ -56,6 +56,7 @@ fn parse_kind(
     key: &str,
     class: &str,
 ) -> Result<LayerKind> {
+    bounded_geometry(&table, key, class)?;
     if let Some(reg) = declared {
         table.remove("type");
         return (reg.build)(table.clone())
@@ -73,6 +74,48 @@ fn parse_kind(
                 crate::error::humanize(e.message()),
             )
         })
+}
+
+/// The arguments that size windows, strides and paddings, whatever the layer.
+const GEOMETRY_ARGUMENTS: [&str; 8] = [
+    "kernel_size",
+    "strides",
+    "dilation_rate",
+    "pool_size",
+    "size",
+    "padding",
+    "cropping",
+    "output_padding",
+];
+
+/// The largest value a geometry argument takes: kiln's limit on one dimension of a layer's
+/// output (2^31). Beyond it the shape arithmetic (`(out - 1) * stride + kernel`, `h + 2 *
+/// padding`, `h * size`) could wrap around instead of failing.
+pub const MAX_GEOMETRY_ARGUMENT: i64 = 1 << 31;
+
+/// Refuses a [`GEOMETRY_ARGUMENTS`] integer (alone or in nested arrays) over
+/// [`MAX_GEOMETRY_ARGUMENT`], under its key.
+fn bounded_geometry(table: &toml::Table, key: &str, class: &str) -> Result<()> {
+    fn largest(v: &toml::Value) -> i64 {
+        match v {
+            toml::Value::Integer(i) => *i,
+            toml::Value::Array(a) => a.iter().map(largest).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+    for arg in GEOMETRY_ARGUMENTS {
+        let Some(v) = table.get(arg) else { continue };
+        let big = largest(v);
+        if big > MAX_GEOMETRY_ARGUMENT {
+            return Err(KilnError::config(
+                format!("{key}.{arg}"),
+                format!(
+                    "{class}: {big} is too large; a size, stride or padding is at most {MAX_GEOMETRY_ARGUMENT} (2^31)"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The argument whose value made `reg` refuse `table` with the type error or unknown enum

@@ -270,6 +270,24 @@ fn bad_convolution_arguments_and_shapes_are_one_line_errors() {
             r#"{type="Input",shape=[8,3]},{type="Conv1D",filters=4,kernel_size=0}"#,
             "`kernel_size` must be positive, got 0",
         ),
+        // Sizes so large that the shape arithmetic would wrap around (found by fuzzing: a
+        // wrong output shape, a crash, a hang on an empty output).
+        (
+            r#"{type="Input",shape=[28,28,1]},{type="Conv2D",filters=2,kernel_size=3,dilation_rate=9223372036854775807,padding="same"}"#,
+            "model.layers[1].dilation_rate: Conv2D: 9223372036854775807 is too large; a size, stride or padding is at most 2147483648 (2^31)",
+        ),
+        (
+            r#"{type="Input",shape=[28,28,1]},{type="ZeroPadding2D",padding=[[1,2],[3,9223372036854775807]]}"#,
+            "model.layers[1].padding: ZeroPadding2D: 9223372036854775807 is too large",
+        ),
+        (
+            r#"{type="Input",shape=[28,28,1]},{type="UpSampling2D",size=4611686018427387904}"#,
+            "model.layers[1].size: UpSampling2D: 4611686018427387904 is too large",
+        ),
+        (
+            r#"{type="Input",shape=[28,28,1]},{type="Conv2DTranspose",filters=2,kernel_size=3,strides=[1,2147483649]}"#,
+            "model.layers[1].strides: Conv2DTranspose: 2147483649 is too large",
+        ),
         (
             r#"{type="Input",shape=[8,3]},{type="Conv1D",filters=4,kernel_size=3,strides=2,dilation_rate=2}"#,
             "`strides` 2 > 1 cannot be combined with `dilation_rate` 2 > 1 (as in Keras)",
