@@ -184,38 +184,49 @@ impl Estimate {
 
     /// Bytes of weights.
     pub fn weight_bytes(&self) -> u64 {
-        self.layers.iter().map(|l| l.weight_bytes).sum()
+        saturating_sum(self.layers.iter().map(|l| l.weight_bytes))
     }
 
     /// Bytes of gradients.
     pub fn gradient_bytes(&self) -> u64 {
-        self.layers.iter().map(|l| l.gradient_bytes).sum()
+        saturating_sum(self.layers.iter().map(|l| l.gradient_bytes))
     }
 
     /// Bytes of optimizer state.
     pub fn optimizer_bytes(&self) -> u64 {
-        self.layers.iter().map(|l| l.optimizer_bytes).sum()
+        saturating_sum(self.layers.iter().map(|l| l.optimizer_bytes))
     }
 
     /// Bytes of activations kept for backward (layers and input batch).
     pub fn activation_bytes(&self) -> u64 {
-        self.layers.iter().map(|l| l.activation_bytes).sum::<u64>() + self.input_bytes
+        saturating_sum(self.layers.iter().map(|l| l.activation_bytes))
+            .saturating_add(self.input_bytes)
     }
 
     /// What the device holds at the peak of a step: weights, gradients, optimizer state,
-    /// activations and the backward workspace.
+    /// activations and the backward workspace. Sums saturate at `u64::MAX` (an absurd layer,
+    /// such as a pooling window of 2^31 that pads its input, must read as too large, never
+    /// wrap around to a small number).
     pub fn device_bytes(&self) -> u64 {
-        self.weight_bytes()
-            + self.gradient_bytes()
-            + self.optimizer_bytes()
-            + self.activation_bytes()
-            + self.workspace_bytes
+        saturating_sum([
+            self.weight_bytes(),
+            self.gradient_bytes(),
+            self.optimizer_bytes(),
+            self.activation_bytes(),
+            self.workspace_bytes,
+        ])
     }
 
     /// [`Estimate::device_bytes`] plus the host side when known: the peak of a CPU run.
     pub fn total_bytes(&self) -> u64 {
-        self.device_bytes() + self.host_bytes.unwrap_or(0)
+        self.device_bytes()
+            .saturating_add(self.host_bytes.unwrap_or(0))
     }
+}
+
+/// `Σ values`, saturating at `u64::MAX`.
+fn saturating_sum(values: impl IntoIterator<Item = u64>) -> u64 {
+    values.into_iter().fold(0, u64::saturating_add)
 }
 
 #[cfg(test)]

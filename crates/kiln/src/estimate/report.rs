@@ -149,7 +149,7 @@ pub fn stage_report(e: &Estimate, stages: &[std::ops::Range<usize>]) -> String {
             thousands(params as usize),
             format_bytes(state),
             format_bytes(acts),
-            format_bytes(state + acts + e.workspace_bytes),
+            format_bytes(state.saturating_add(acts).saturating_add(e.workspace_bytes)),
         ));
     }
     out

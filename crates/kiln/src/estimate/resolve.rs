@@ -110,7 +110,7 @@ pub fn resolve_batch_size(
                 format_bytes(e.weight_bytes()),
                 format_bytes(e.gradient_bytes()),
                 format_bytes(e.optimizer_bytes()),
-                format_bytes(e.activation_bytes() + e.workspace_bytes),
+                format_bytes(e.activation_bytes().saturating_add(e.workspace_bytes)),
                 e.host_bytes
                     .map(|h| format!(", data and pipeline {}", format_bytes(h)))
                     .unwrap_or_default(),

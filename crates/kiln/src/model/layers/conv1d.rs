@@ -96,6 +96,16 @@ impl Layer for Conv1D {
         let ([_, out], _) = self.resolve(steps)?;
         Ok(vec![out, self.filters])
     }
+    /// `causal` padding copies the input behind `span - 1` zeros first.
+    fn largest_tensor(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
+        match (self.padding, steps_features(inputs[0], "Conv1D")) {
+            (Padding1D::Causal, Ok([steps, c])) => {
+                let ([_, _], [_, pads]) = self.window().causal([1, steps]);
+                super::padded_largest(inputs, output, &[steps], &[pads], c)
+            }
+            _ => super::padded_largest(inputs, output, &[], &[], 0),
+        }
+    }
     fn weights(&self, inputs: &[&[usize]]) -> Vec<WeightSpec> {
         let cin = inputs[0].last().copied().unwrap_or(0) / self.groups;
         let shape = vec![self.kernel_size, cin, self.filters];

@@ -335,3 +335,47 @@ fn bad_convolution_arguments_and_shapes_are_one_line_errors() {
     ];
     assert_errors(&cases);
 }
+
+/// Layers that copy their input into a zero-padded tensor count that copy as their largest
+/// tensor (so `kiln estimate` and the CPU memory check see a window far wider than its input):
+/// average pooling with `same` padding and Conv1D's `causal` padding; the max pooling, which
+/// pads nothing, keeps the default.
+#[test]
+fn padded_copies_count_in_the_largest_tensor() {
+    use super::{AveragePooling1D, AveragePooling2D, Conv1D, MaxPooling2D};
+    use crate::model::args::{Padding, Pair};
+    let image: &[usize] = &[28, 28, 3];
+    let avg = AveragePooling2D {
+        pool_size: Pair([65536, 65536]),
+        strides: Some(Pair([1, 1])),
+        padding: Padding::Same,
+    };
+    let out = avg.output_shape(&[image]).unwrap();
+    assert_eq!(out, vec![28, 28, 3]);
+    // same: out 28, total padding 27 + 65536 - 28 = 65535 per axis.
+    assert_eq!(avg.largest_tensor(&[image], &out), 65563.0 * 65563.0 * 3.0);
+    let max = MaxPooling2D {
+        pool_size: Pair([65536, 65536]),
+        strides: Some(Pair([1, 1])),
+        padding: Padding::Same,
+    };
+    assert_eq!(max.largest_tensor(&[image], &out), 28.0 * 28.0 * 3.0);
+    // An ordinary window keeps the default: 2x2 same on 28x28 pads nothing.
+    let small = AveragePooling2D {
+        pool_size: Pair([2, 2]),
+        strides: None,
+        padding: Padding::Same,
+    };
+    let out = small.output_shape(&[image]).unwrap();
+    assert_eq!(small.largest_tensor(&[image], &out), 28.0 * 28.0 * 3.0);
+    let seq: &[usize] = &[28, 4];
+    let avg1: AveragePooling1D =
+        toml::from_str("pool_size = 1000\nstrides = 1\npadding = \"same\"").unwrap();
+    let out = avg1.output_shape(&[seq]).unwrap();
+    assert_eq!(avg1.largest_tensor(&[seq], &out), (28.0 + 999.0) * 4.0);
+    let causal: Conv1D =
+        toml::from_str("filters = 2\nkernel_size = 2\ndilation_rate = 65536\npadding = \"causal\"")
+            .unwrap();
+    let out = causal.output_shape(&[seq]).unwrap();
+    assert_eq!(causal.largest_tensor(&[seq], &out), (28.0 + 65536.0) * 4.0);
+}

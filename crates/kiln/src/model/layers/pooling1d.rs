@@ -80,6 +80,16 @@ impl<const MAX: bool> Layer for Pooling1D<MAX> {
         let [steps, c] = steps_features(inputs[0], self.class_name())?;
         Ok(vec![window(self.padding, steps, self.pool_size, self.step())?, c])
     }
+    /// The average pooling pads its input first (Burn's `avg_pool2d`); the maximum does not.
+    fn largest_tensor(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
+        match (MAX, steps_features(inputs[0], self.class_name())) {
+            (false, Ok([steps, c])) => {
+                let (_, _, [_, pads]) = self.geometry(steps);
+                super::padded_largest(inputs, output, &[steps], &[pads], c)
+            }
+            _ => super::padded_largest(inputs, output, &[], &[], 0),
+        }
+    }
     fn forward(&self, mut inputs: Vec<Act>, _: &Weights, _: ForwardContext) -> Act {
         let x = seq_as_image(inputs.pop().expect("one input").into_seq());
         let (k, s, pads) = self.geometry(x.dims()[3]);

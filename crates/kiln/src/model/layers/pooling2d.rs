@@ -75,6 +75,16 @@ impl<const MAX: bool> Layer for Pooling2D<MAX> {
         let ow = window(self.padding, w, k[1], s[1])?;
         Ok(vec![oh, ow, c])
     }
+    /// The average pooling pads its input first (Burn's `avg_pool2d`); the maximum does not.
+    fn largest_tensor(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
+        match (MAX, image_shape(inputs[0], self.class_name())) {
+            (false, Ok([h, w, c])) => {
+                let pads = pads2(self.padding, [h, w], self.pool_size.0, self.step());
+                super::padded_largest(inputs, output, &[h, w], &pads, c)
+            }
+            _ => super::padded_largest(inputs, output, &[], &[], 0),
+        }
+    }
     fn forward(&self, mut inputs: Vec<Act>, _: &Weights, _: ForwardContext) -> Act {
         let x = inputs.pop().expect("one input").into_image();
         let [_, _, h, w] = x.dims();
