@@ -95,24 +95,24 @@ fn im2col(x: &[f32], g: &Conv2dGeometry, cols: &mut [f32], row_stride: usize) {
             for kx in 0..kw {
                 let row = &mut cols[((c * kh + ky) * kw + kx) * row_stride..][..oh * ow];
                 let (ox0, ox1) = valid_range(ow, w, kx, sw, pl);
+                if ox0 == ox1 {
+                    // A kernel column in the padding for every output column (a kernel wider
+                    // than the image): no input to take, and no valid `ix0`.
+                    row.fill(0.0);
+                    continue;
+                }
                 row[..oy0 * ow].fill(0.0);
                 row[oy1 * ow..].fill(0.0);
                 for oy in oy0..oy1 {
                     let iy = oy * sh + ky - pt;
                     let out = &mut row[oy * ow..(oy + 1) * ow];
+                    out[..ox0].fill(0.0);
+                    out[ox1..].fill(0.0);
                     let src = &plane[iy * w..(iy + 1) * w];
-                    if ox0 == ox1 {
-                        // This kernel column lies in the padding for every output column (a
-                        // kernel wider than the image): no input to take, and no valid `ix0`.
-                        out.fill(0.0);
-                    } else if sw == 1 {
+                    if sw == 1 {
                         let ix0 = ox0 + kx - pl;
-                        out[..ox0].fill(0.0);
                         out[ox0..ox1].copy_from_slice(&src[ix0..ix0 + (ox1 - ox0)]);
-                        out[ox1..].fill(0.0);
                     } else {
-                        out[..ox0].fill(0.0);
-                        out[ox1..].fill(0.0);
                         for ox in ox0..ox1 {
                             out[ox] = src[ox * sw + kx - pl];
                         }
@@ -397,7 +397,7 @@ mod tests {
                 });
             }
         }
-        // A 28-wide image (im2col's chunked rows), and a 5x5 "same" kernel on a 1x1 image
+        // A 28-wide image (the benchmarks' rows), and a 5x5 "same" kernel on a 1x1 image
         // (kernel columns that see only padding).
         let same = |batch, c, h, w, o, k: usize| Conv2dGeometry {
             batch,

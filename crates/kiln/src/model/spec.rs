@@ -88,10 +88,10 @@ const GEOMETRY_ARGUMENTS: [&str; 8] = [
     "output_padding",
 ];
 
-/// The largest value a geometry argument takes: kiln's limit on one dimension of a layer's
-/// output (2^31). Beyond it the shape arithmetic (`(out - 1) * stride + kernel`, `h + 2 *
-/// padding`, `h * size`) could wrap around instead of failing.
-pub const MAX_GEOMETRY_ARGUMENT: i64 = 1 << 31;
+/// The largest value a geometry argument takes: [`MAX_ELEMENTS`], which no dimension of an
+/// activation can exceed anyway. Beyond it the shape arithmetic (`(out - 1) * stride +
+/// kernel`, `h + 2 * padding`, `h * size`) could wrap around instead of failing.
+const MAX_GEOMETRY_ARGUMENT: i64 = MAX_ELEMENTS as i64;
 
 /// Refuses a [`GEOMETRY_ARGUMENTS`] integer (alone or in nested arrays) over
 /// [`MAX_GEOMETRY_ARGUMENT`], under its key.

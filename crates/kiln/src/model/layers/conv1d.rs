@@ -98,12 +98,13 @@ impl Layer for Conv1D {
     }
     /// `causal` padding copies the input behind `span - 1` zeros first.
     fn largest_tensor(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
+        let largest = super::largest(inputs, output);
         match (self.padding, steps_features(inputs[0], "Conv1D")) {
             (Padding1D::Causal, Ok([steps, c])) => {
-                let ([_, _], [_, pads]) = self.window().causal([1, steps]);
-                super::padded_largest(inputs, output, &[steps], &[pads], c)
+                let (_, [_, pads]) = self.window().causal([1, steps]);
+                largest.max(super::padded_copy(&[steps], &[pads], c))
             }
-            _ => super::padded_largest(inputs, output, &[], &[], 0),
+            _ => largest,
         }
     }
     fn weights(&self, inputs: &[&[usize]]) -> Vec<WeightSpec> {

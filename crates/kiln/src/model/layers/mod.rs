@@ -287,27 +287,19 @@ fn pads2(
     [ph, pw]
 }
 
-/// [`Layer::largest_tensor`] of a layer that copies its input into a zero-padded tensor first
-/// (average pooling with `same` padding, Conv1D's `causal` padding): the padded copy, `dims`
-/// (an input's axes before its channels) each grown by its `pads`, times `channels`, when it
-/// is larger than the default (the largest input or output). In f64: a window far wider than
-/// its input makes that copy huge, and `kiln estimate` and the CPU's memory check must see it
-/// (a pooling window of 65,536 over a 28x28 image pads it to 65,563 x 65,563).
-fn padded_largest(
-    inputs: &[&[usize]],
-    output: &[usize],
-    dims: &[usize],
-    pads: &[(usize, usize)],
-    channels: usize,
-) -> f64 {
-    let size = |s: &[usize]| s.iter().map(|&d| d as f64).product::<f64>();
-    let default = inputs.iter().map(|s| size(s)).fold(size(output), f64::max);
+/// Values per example of the zero-padded copy some layers make of their input first (average
+/// pooling with `same` padding, Conv1D's `causal` padding): `dims` (the input's axes before its
+/// channels) each grown by its `pads`, times `channels`. Their [`Layer::largest_tensor`] is
+/// the larger of this and [`largest`]. In f64: a window far wider than its input makes that
+/// copy huge, and `kiln estimate` and the CPU's memory check must see it (a pooling window of
+/// 65,536 over a 28x28 image pads it to 65,563 x 65,563).
+fn padded_copy(dims: &[usize], pads: &[(usize, usize)], channels: usize) -> f64 {
     let padded: f64 = dims
         .iter()
         .zip(pads)
         .map(|(&d, &(b, e))| d as f64 + b as f64 + e as f64)
         .product();
-    default.max(padded * channels as f64)
+    padded * channels as f64
 }
 
 /// Values an activation after an affine map keeps for backward, per example: none for the

@@ -82,12 +82,13 @@ impl<const MAX: bool> Layer for Pooling1D<MAX> {
     }
     /// The average pooling pads its input first (Burn's `avg_pool2d`); the maximum does not.
     fn largest_tensor(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
+        let largest = super::largest(inputs, output);
         match (MAX, steps_features(inputs[0], self.class_name())) {
             (false, Ok([steps, c])) => {
                 let (_, _, [_, pads]) = self.geometry(steps);
-                super::padded_largest(inputs, output, &[steps], &[pads], c)
+                largest.max(super::padded_copy(&[steps], &[pads], c))
             }
-            _ => super::padded_largest(inputs, output, &[], &[], 0),
+            _ => largest,
         }
     }
     fn forward(&self, mut inputs: Vec<Act>, _: &Weights, _: ForwardContext) -> Act {

@@ -77,12 +77,13 @@ impl<const MAX: bool> Layer for Pooling2D<MAX> {
     }
     /// The average pooling pads its input first (Burn's `avg_pool2d`); the maximum does not.
     fn largest_tensor(&self, inputs: &[&[usize]], output: &[usize]) -> f64 {
+        let largest = super::largest(inputs, output);
         match (MAX, image_shape(inputs[0], self.class_name())) {
             (false, Ok([h, w, c])) => {
                 let pads = pads2(self.padding, [h, w], self.pool_size.0, self.step());
-                super::padded_largest(inputs, output, &[h, w], &pads, c)
+                largest.max(super::padded_copy(&[h, w], &pads, c))
             }
-            _ => super::padded_largest(inputs, output, &[], &[], 0),
+            _ => largest,
         }
     }
     fn forward(&self, mut inputs: Vec<Act>, _: &Weights, _: ForwardContext) -> Act {
