@@ -13,6 +13,7 @@
 
 use rayon::prelude::*;
 
+use super::conv_direct as direct;
 use super::gemm::{View, matmul, matmul_uninit};
 use super::scratch::with_scratch;
 
@@ -188,9 +189,24 @@ pub fn forward(
     g: &Conv2dGeometry,
     relu_on: bool,
 ) -> Vec<f32> {
-    let (k, p, o) = (g.patch(), g.positions(), g.out_channels);
+    let (k, o) = (g.patch(), g.out_channels);
     assert_eq!(x.len(), g.batch * g.image());
     assert_eq!(w.len(), o * k);
+    if direct::applies(g, o) {
+        return direct::forward(x, w, bias, g, relu_on);
+    }
+    forward_im2col(x, w, bias, g, relu_on)
+}
+
+/// [`forward`] through im2col + GEMM.
+pub(super) fn forward_im2col(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Conv2dGeometry,
+    relu_on: bool,
+) -> Vec<f32> {
+    let (k, p, o) = (g.patch(), g.positions(), g.out_channels);
     let len = g.batch * o * p;
     let mut y: Vec<f32> = Vec::with_capacity(len);
     let weights = View::new(w, o, k);
@@ -220,7 +236,7 @@ pub fn forward(
 
 /// The sum of `row` in f64 (bias gradients add many terms of both signs), over eight
 /// independent lanes so that it vectorizes.
-fn sum_f64(row: &[f32]) -> f64 {
+pub(super) fn sum_f64(row: &[f32]) -> f64 {
     super::lanes::lane_sum(row, row, |v, _| v as f64)
 }
 
@@ -246,6 +262,40 @@ pub fn backward(
     if let Some(y) = relu_output {
         assert_eq!(y.len(), dy.len());
     }
+    if direct::applies(g, g.in_channels) || direct::applies(g, o) {
+        // The ReLU's derivative once, for every product below.
+        let masked: Option<Vec<f32>> =
+            relu_output.map(|y| y.iter().zip(dy).map(|(&y, &d)| relu_grad(y, d)).collect());
+        let dy = masked.as_deref().unwrap_or(dy);
+        let dx = match need_dx && direct::applies(g, g.in_channels) {
+            true => direct::input_gradient(w, dy, g),
+            false => None,
+        };
+        if need_dx && dx.is_none() {
+            return backward_im2col(x, w, dy, None, g, true);
+        }
+        let (dw, db) = match direct::applies(g, o) {
+            true => direct::weight_gradient(x, dy, g),
+            false => {
+                let (_, dw, db) = backward_im2col(x, w, dy, None, g, false);
+                (dw, db)
+            }
+        };
+        return (dx, dw, db);
+    }
+    backward_im2col(x, w, dy, relu_output, g, need_dx)
+}
+
+/// [`backward`] through im2col + GEMM.
+pub(super) fn backward_im2col(
+    x: &[f32],
+    w: &[f32],
+    dy: &[f32],
+    relu_output: Option<&[f32]>,
+    g: &Conv2dGeometry,
+    need_dx: bool,
+) -> (Option<Vec<f32>>, Vec<f32>, Vec<f32>) {
+    let (k, p, o) = (g.patch(), g.positions(), g.out_channels);
     let weights_t = View::new(w, o, k).t();
     let mut dx = need_dx.then(|| vec![0.0f32; x.len()]);
     // A fixed split of the batch into tasks, each summing its own dW and db, then a sum of the

@@ -19,6 +19,7 @@ pub mod attention;
 pub mod batch_norm;
 mod bf16;
 pub mod conv2d;
+mod conv_direct;
 pub mod cpu;
 pub mod dense;
 mod gemm;

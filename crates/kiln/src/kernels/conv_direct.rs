@@ -1,0 +1,681 @@
+//! Stride-1 2-D convolution as an implicit GEMM: no im2col matrix, on the AVX2 (+FMA) and
+//! AVX-512 paths.
+//!
+//! The im2col route ([`super::conv2d`]) writes every image's `[c*kh*kw, oh*ow]` patch matrix
+//! (0.9 MB for 32 channels at 28x28, nine times the image), and the GEMM then copies it once
+//! more into its packed panels: two passes over a matrix larger than the core's L2 cache per
+//! image and layer, about a fifth of a ResNet step (bench/README.md). With stride 1 that
+//! matrix is never needed: the image is copied once into a zero-padded plane per channel,
+//! `xp [c, hp, wp]` (`hp = h + pad_top + pad_bottom`, `wp` likewise), and the output is
+//! computed on the padded grid, position `q = oy * wp + ox`. Patch row `r = (ch, ky, kx)` of
+//! column `q` is then `xp[q + off(r)]` with `off(r) = ch*hp*wp + ky*wp + kx`: sixteen
+//! consecutive positions are consecutive floats of the image, read in place. The micro-kernel
+//! keeps a tile of [`MR`] positions x [`NR`] filters in twelve vector registers for the whole
+//! `c*kh*kw` loop (the `gemm` crate's 6x16 kernel shape, twelve independent sums: fewer leave
+//! the FMA units waiting on their latency): per patch row it loads two vectors of the packed
+//! filters and broadcasts six image values. Its result is position-major, `[position,
+//! filter]`; the pass that adds the bias and drops the extra columns transposes it to NCHW. The grid's `wp - ow` extra columns per row are computed and
+//! dropped (2 of 30 for a 3x3 "same" kernel on 28 columns).
+//!
+//! The input gradient of a stride-1 convolution is itself one: `dx` is the "full"
+//! correlation of `dy` with the kernel flipped in both spatial axes and its filter and channel
+//! axes swapped, with padding `k - 1 - p` on each side ([`input_gradient`]).
+//!
+//! Sums run in another order than the im2col GEMM's (the `c*kh*kw` terms of each output in
+//! sequence, in one accumulator): results agree to float32 rounding (tests below).
+
+use rayon::prelude::*;
+
+use super::conv2d::Conv2dGeometry;
+use super::cpu::{self, CpuPath};
+use super::scratch::with_scratch;
+
+/// Output positions per micro-tile.
+const MR: usize = 6;
+/// Filters per micro-tile: two vectors of 8 float32.
+const NR: usize = 16;
+/// Most patch rows per block: a block's filter panel is at most `KC * NR` floats (24 KiB, most
+/// of a 32 KiB L1). Blocks cost a reload of the partial sums, so a product with fewer rows
+/// stays one block: measured on Zen 4 (one thread, 32 images), 3x3 kernels over 32 channels
+/// (288 rows) ran at 114 GFLOP/s in one block and 89 in blocks of 128; over 64 channels (576
+/// rows) at 85 in one block and 114 in blocks of 128.
+const KC: usize = 384;
+
+/// Where the direct route applies to a product with `filters` outputs per position (the
+/// forward's filters, or the input gradient's input channels): stride 1, an AVX2 or wider
+/// kernel path (the portable path keeps im2col + GEMM), and filters that fill at least 80% of
+/// the [`NR`]-wide tiles (a handful of filters, as for RGB input gradients, would mostly
+/// multiply padding).
+pub(super) fn applies(g: &Conv2dGeometry, filters: usize) -> bool {
+    cfg!(target_arch = "x86_64")
+        && g.stride == [1, 1]
+        && cpu::path() >= CpuPath::Avx2
+        && g.in_channels > 0
+        && filters > 0
+        && filters.div_ceil(NR) * NR * 4 <= filters * 5
+}
+
+/// The padded grid of one convolution.
+struct Grid {
+    /// Padded height and width.
+    hp: usize,
+    wp: usize,
+    /// Grid positions computed per image, `oh * wp` rounded up to [`MR`].
+    positions: usize,
+    /// Floats of one padded image: `c * hp * wp` plus a zero tail that the last tile's
+    /// loads (past the last row, and its dropped columns) may reach.
+    len: usize,
+    /// `off(r)` for every patch row `r = (ch, ky, kx)`.
+    offsets: Vec<usize>,
+}
+
+impl Grid {
+    fn new(g: &Conv2dGeometry) -> Grid {
+        let [(pt, pb), (pl, pr)] = g.padding;
+        let (hp, wp) = (g.height + pt + pb, g.width + pl + pr);
+        let [oh, _] = g.out_hw();
+        let positions = (oh * wp).div_ceil(MR) * MR;
+        let [kh, kw] = g.kernel;
+        let mut offsets = Vec::with_capacity(g.in_channels * kh * kw);
+        for ch in 0..g.in_channels {
+            for ky in 0..kh {
+                offsets.extend((0..kw).map(|kx| (ch * hp + ky) * wp + kx));
+            }
+        }
+        // The largest load starts at positions - MR + max offset and reads MR floats.
+        let reach = positions + offsets.last().copied().unwrap_or(0);
+        Grid {
+            hp,
+            wp,
+            positions,
+            len: reach.max(g.in_channels * hp * wp),
+            offsets,
+        }
+    }
+
+    /// Copies one image `x [c, h, w]` into `xp` (length [`Grid::len`]) with zeros around.
+    fn pad(&self, x: &[f32], g: &Conv2dGeometry, xp: &mut [f32]) {
+        let [(pt, _), (pl, _)] = g.padding;
+        let (h, w) = (g.height, g.width);
+        xp.fill(0.0);
+        for (ch, plane) in x.chunks_exact(h * w).enumerate() {
+            for (iy, row) in plane.chunks_exact(w).enumerate() {
+                let at = (ch * self.hp + iy + pt) * self.wp + pl;
+                xp[at..at + w].copy_from_slice(row);
+            }
+        }
+    }
+}
+
+/// `w [o, c, kh, kw]` as panels of [`NR`] filters, `[o/NR][c*kh*kw][NR]`, the last panel
+/// padded with zero filters.
+fn pack_weights(w: &[f32], o: usize, k: usize) -> Vec<f32> {
+    let panels = o.div_ceil(NR);
+    let mut packed = vec![0.0f32; panels * k * NR];
+    for (f, filter) in w.chunks_exact(k).enumerate() {
+        let panel = &mut packed[(f / NR) * k * NR..][..k * NR];
+        for (r, &v) in filter.iter().enumerate() {
+            panel[r * NR + f % NR] = v;
+        }
+    }
+    packed
+}
+
+/// `y [n, o, oh, ow]` for a stride-1 convolution (see [`super::conv2d::forward`]); only where
+/// [`applies`] holds.
+pub(super) fn forward(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Conv2dGeometry,
+    relu_on: bool,
+) -> Vec<f32> {
+    let grid = Grid::new(g);
+    let (o, k) = (g.out_channels, grid.offsets.len());
+    let packed = pack_weights(w, o, k);
+    let [oh, ow] = g.out_hw();
+    let p = oh * ow;
+    let len = g.batch * o * p;
+    let mut y: Vec<f32> = Vec::with_capacity(len);
+    let panels = o.div_ceil(NR);
+    let image = g.in_channels * g.height * g.width;
+    y.spare_capacity_mut()[..len]
+        .par_chunks_mut(o * p)
+        .zip(x.par_chunks(image))
+        .for_each(|(y_n, x_n)| {
+            with_scratch(grid.len + panels * NR * grid.positions, |buf| {
+                let (xp, yg) = buf.split_at_mut(grid.len);
+                grid.pad(x_n, g, xp);
+                product(xp, &packed, &grid, yg);
+                let filters = panels * NR;
+                // SAFETY: `y_n` is `o * p` floats, all written by `transpose` (each row `ch`
+                // of `o`, `ow` of each `oy`) before being read as initialized below.
+                let y_n = unsafe { &mut *(y_n as *mut [_] as *mut [f32]) };
+                for oy in 0..oh {
+                    transpose(
+                        &yg[oy * grid.wp * filters..],
+                        filters,
+                        &mut y_n[oy * ow..],
+                        p,
+                        [ow, o],
+                    );
+                }
+                for (ch, row) in y_n.chunks_exact_mut(p).enumerate() {
+                    let b = bias.map_or(0.0, |b| b[ch]);
+                    if relu_on {
+                        row.iter_mut()
+                            .for_each(|v| *v = super::conv2d::relu(*v + b));
+                    } else if b != 0.0 {
+                        row.iter_mut().for_each(|v| *v += b);
+                    }
+                }
+            })
+        });
+    // SAFETY: the loop above wrote every element of every image's `o * p` outputs.
+    unsafe { y.set_len(len) };
+    y
+}
+
+/// `dx [n, c, h, w]` of a stride-1 convolution for the output gradient `dy [n, o, oh, ow]`
+/// (the ReLU's derivative already applied), or `None` when a padding exceeds `k - 1` (the
+/// flipped convolution would need a negative padding).
+pub(super) fn input_gradient(w: &[f32], dy: &[f32], g: &Conv2dGeometry) -> Option<Vec<f32>> {
+    let [kh, kw] = g.kernel;
+    let [(pt, pb), (pl, pr)] = g.padding;
+    let flip = |k: usize, p: usize| (k - 1).checked_sub(p);
+    let padding = [
+        (flip(kh, pt)?, flip(kh, pb)?),
+        (flip(kw, pl)?, flip(kw, pr)?),
+    ];
+    let [oh, ow] = g.out_hw();
+    let (c, o) = (g.in_channels, g.out_channels);
+    let flipped_g = Conv2dGeometry {
+        batch: g.batch,
+        in_channels: o,
+        height: oh,
+        width: ow,
+        out_channels: c,
+        kernel: g.kernel,
+        stride: [1, 1],
+        padding,
+    };
+    // w'[ch, f, ky, kx] = w[f, ch, kh-1-ky, kw-1-kx]
+    let mut flipped = vec![0.0f32; w.len()];
+    for f in 0..o {
+        for ch in 0..c {
+            let src = &w[(f * c + ch) * kh * kw..][..kh * kw];
+            let dst = &mut flipped[(ch * o + f) * kh * kw..][..kh * kw];
+            for (d, s) in dst.iter_mut().zip(src.iter().rev()) {
+                *d = *s;
+            }
+        }
+    }
+    Some(forward(dy, &flipped, None, &flipped_g, false))
+}
+
+/// Images per task of [`weight_gradient`]: each task sums its own partial gradient, and the
+/// partials are added in task order, so the result does not depend on thread scheduling.
+const TASKS: usize = 16;
+/// Positions per block of [`weight_gradient`]'s sweep: a block of the output gradient
+/// (`QB x NR` floats, 16 KiB) stays in L1 while the tiles of patch rows pass over it.
+const QB: usize = 256;
+
+/// `(dw [o, c, kh, kw], db [o])` of a stride-1 convolution for the output gradient
+/// `dy [n, o, oh, ow]` (the ReLU's derivative already applied): `dw[f][r] = Σ_n Σ_q
+/// dy_n[f][q] · xp_n[q + off(r)]` on the padded grid, whose extra columns carry a zero
+/// gradient. Only where [`applies`] holds for the `o` filters.
+pub(super) fn weight_gradient(x: &[f32], dy: &[f32], g: &Conv2dGeometry) -> (Vec<f32>, Vec<f32>) {
+    let grid = Grid::new(g);
+    let (o, k) = (g.out_channels, grid.offsets.len());
+    let filters = o.div_ceil(NR) * NR;
+    let rows = k.div_ceil(MR) * MR;
+    // Patch rows padded to whole tiles with copies of row 0 (a valid address); their sums
+    // are dropped.
+    let mut offsets = grid.offsets.clone();
+    offsets.resize(rows, offsets[0]);
+    let [oh, ow] = g.out_hw();
+    let (image, out_image) = (g.in_channels * g.height * g.width, o * oh * ow);
+    let per_task = g.batch.div_ceil(TASKS).max(1);
+    let partials: Vec<Vec<f32>> = (0..g.batch.div_ceil(per_task))
+        .into_par_iter()
+        .map(|t| {
+            let mut dwt = vec![0.0f32; rows * filters];
+            let images = t * per_task..((t + 1) * per_task).min(g.batch);
+            with_scratch(grid.len + grid.positions * filters, |buf| {
+                let (xp, dyg) = buf.split_at_mut(grid.len);
+                for n in images {
+                    grid.pad(&x[n * image..][..image], g, xp);
+                    gather_positions(&dy[n * out_image..][..out_image], g, &grid, filters, dyg);
+                    weight_product(xp, dyg, &offsets, grid.positions, filters, &mut dwt);
+                }
+            });
+            dwt
+        })
+        .collect();
+    let mut dw = vec![0.0f32; o * k];
+    for dwt in &partials {
+        for (f, filter) in dw.chunks_exact_mut(k).enumerate() {
+            for (r, d) in filter.iter_mut().enumerate() {
+                *d += dwt[r * filters + f];
+            }
+        }
+    }
+    let mut db = vec![0.0f64; o];
+    for dy_n in dy.chunks_exact(out_image) {
+        for (sum, row) in db.iter_mut().zip(dy_n.chunks_exact(oh * ow)) {
+            *sum += super::conv2d::sum_f64(row);
+        }
+    }
+    (dw, db.into_iter().map(|v| v as f32).collect())
+}
+
+/// `dy_n [o, oh, ow]` as `dyg [positions, filters]` on the padded grid, zero in the grid's
+/// extra columns and rows and in the padding filters.
+fn gather_positions(
+    dy_n: &[f32],
+    g: &Conv2dGeometry,
+    grid: &Grid,
+    filters: usize,
+    dyg: &mut [f32],
+) {
+    let [oh, ow] = g.out_hw();
+    let p = oh * ow;
+    dyg.fill(0.0);
+    for oy in 0..oh {
+        transpose(
+            &dy_n[oy * ow..],
+            p,
+            &mut dyg[oy * grid.wp * filters..],
+            filters,
+            [g.out_channels, ow],
+        );
+    }
+}
+
+/// `dst[j * dst_stride + i] = src[i * src_stride + j]` for `i < rows`, `j < cols`: blocks of
+/// 8x8 through vector registers on the AVX2 path, the edges one element at a time.
+fn transpose(
+    src: &[f32],
+    src_stride: usize,
+    dst: &mut [f32],
+    dst_stride: usize,
+    shape: [usize; 2],
+) {
+    let [rows, cols] = shape;
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!(src.len() > (rows - 1) * src_stride + cols - 1);
+    assert!(dst.len() > (cols - 1) * dst_stride + rows - 1);
+    let (full_rows, full_cols) = (rows / 8 * 8, cols / 8 * 8);
+    for i in (0..full_rows).step_by(8) {
+        for j in (0..full_cols).step_by(8) {
+            // SAFETY: `applies` checked the AVX2 path; the block's corners are inside the
+            // asserted extents.
+            unsafe {
+                transpose8(
+                    src.as_ptr().add(i * src_stride + j),
+                    src_stride,
+                    dst.as_mut_ptr().add(j * dst_stride + i),
+                    dst_stride,
+                )
+            }
+        }
+    }
+    for i in 0..rows {
+        let cols_done = if i < full_rows { full_cols } else { 0 };
+        for j in cols_done..cols {
+            dst[j * dst_stride + i] = src[i * src_stride + j];
+        }
+    }
+}
+
+/// One 8x8 block of [`transpose`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn transpose8(src: *const f32, src_stride: usize, dst: *mut f32, dst_stride: usize) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's contract, for every load and store below.
+    unsafe {
+        let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * src_stride)));
+        // Interleave pairs of rows, then pairs of pairs, then swap 128-bit halves.
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        let out = [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ];
+        for (j, v) in out.iter().enumerate() {
+            _mm256_storeu_ps(dst.add(j * dst_stride), *v);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn transpose8(_: *const f32, _: usize, _: *mut f32, _: usize) {
+    unreachable!("the direct route applies on x86-64 only")
+}
+
+/// `dwt [rows, filters] += Σ_q xp[q + offsets[r]] · dyg[q, f]` over `positions`.
+fn weight_product(
+    xp: &[f32],
+    dyg: &[f32],
+    offsets: &[usize],
+    positions: usize,
+    filters: usize,
+    dwt: &mut [f32],
+) {
+    let reach = positions + offsets.iter().max().copied().unwrap_or(0);
+    assert!(xp.len() >= reach && dyg.len() >= positions * filters);
+    assert!(offsets.len().is_multiple_of(MR) && dwt.len() >= offsets.len() * filters);
+    for q0 in (0..positions).step_by(QB) {
+        let q1 = (q0 + QB).min(positions);
+        for (tile_rows, r0) in offsets.chunks_exact(MR).zip((0..).step_by(MR)) {
+            let bases: [*const f32; MR] = std::array::from_fn(|i| {
+                // SAFETY: `tile_rows[i] < reach <= xp.len()`.
+                unsafe { xp.as_ptr().add(tile_rows[i]) }
+            });
+            for t in 0..filters / NR {
+                // SAFETY: `applies` checked the AVX2 path; reads reach `bases[i] + q1 - 1 <
+                // xp + reach` and `dyg[(q1 - 1) * filters + t * NR + NR - 1]`, within the
+                // asserted lengths; the tile reads and writes `MR` rows of `NR` floats at row
+                // `r0`, column `t * NR` of `dwt`.
+                unsafe {
+                    weight_tile(
+                        &bases,
+                        dyg.as_ptr().add(t * NR),
+                        filters,
+                        q0..q1,
+                        dwt.as_mut_ptr().add(r0 * filters + t * NR),
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// One tile of the weight gradient: `out[i * stride + j] += Σ_{q in range} bases[i][q] ·
+/// dy[q * stride + j]` for `i < MR`, `j < NR`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weight_tile(
+    bases: &[*const f32; MR],
+    dy: *const f32,
+    stride: usize,
+    range: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's contract, for every load and store below.
+    unsafe {
+        let mut acc: [[__m256; 2]; MR] = std::array::from_fn(|i| {
+            [
+                _mm256_loadu_ps(out.add(i * stride)),
+                _mm256_loadu_ps(out.add(i * stride + 8)),
+            ]
+        });
+        for q in range {
+            let d0 = _mm256_loadu_ps(dy.add(q * stride));
+            let d1 = _mm256_loadu_ps(dy.add(q * stride + 8));
+            for (pair, base) in acc.iter_mut().zip(bases) {
+                let b = _mm256_broadcast_ss(&*base.add(q));
+                pair[0] = _mm256_fmadd_ps(d0, b, pair[0]);
+                pair[1] = _mm256_fmadd_ps(d1, b, pair[1]);
+            }
+        }
+        for (i, pair) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.add(i * stride), pair[0]);
+            _mm256_storeu_ps(out.add(i * stride + 8), pair[1]);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn weight_tile(
+    _: &[*const f32; MR],
+    _: *const f32,
+    _: usize,
+    _: std::ops::Range<usize>,
+    _: *mut f32,
+) {
+    unreachable!("the direct route applies on x86-64 only")
+}
+
+/// `yg [positions, panels*NR] = (W · patches(xp))ᵀ` on the padded grid, in equal blocks of at
+/// most [`KC`] patch rows, each block's filter panel kept in L1 while the tiles sweep the
+/// positions.
+fn product(xp: &[f32], packed: &[f32], grid: &Grid, yg: &mut [f32]) {
+    let k = grid.offsets.len();
+    let filters = packed.len() / k;
+    assert!(xp.len() >= grid.len && yg.len() >= filters * grid.positions);
+    let block = k.div_ceil(k.div_ceil(KC));
+    for r0 in (0..k).step_by(block) {
+        let rows = block.min(k - r0);
+        for t in 0..filters / NR {
+            let panel = &packed[t * k * NR + r0 * NR..][..rows * NR];
+            for q in (0..grid.positions).step_by(MR) {
+                // SAFETY: `applies` checked the AVX2 path; loads reach at most
+                // `q + MR - 1 + max offset < grid.len` in `xp` and the `rows * NR` floats of
+                // the panel; the tile reads and writes `MR` rows of `NR` floats at row `q`,
+                // column `t * NR` of `yg`.
+                unsafe {
+                    tile(
+                        xp.as_ptr().add(q),
+                        &grid.offsets[r0..r0 + rows],
+                        panel.as_ptr(),
+                        yg.as_mut_ptr().add(q * filters + t * NR),
+                        filters,
+                        r0 > 0,
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// One micro-tile: `out[i * stride + j] (+)= Σ_r panel[r][j] * x[offsets[r] + i]` for
+/// `i < MR`, `j < NR`, adding to `out` when `accumulate`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile(
+    x: *const f32,
+    offsets: &[usize],
+    panel: *const f32,
+    out: *mut f32,
+    stride: usize,
+    accumulate: bool,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+    if accumulate {
+        for (i, pair) in acc.iter_mut().enumerate() {
+            // SAFETY: the caller's contract.
+            unsafe {
+                pair[0] = _mm256_loadu_ps(out.add(i * stride));
+                pair[1] = _mm256_loadu_ps(out.add(i * stride + 8));
+            }
+        }
+    }
+    for (r, &off) in offsets.iter().enumerate() {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let w0 = _mm256_loadu_ps(panel.add(r * NR));
+            let w1 = _mm256_loadu_ps(panel.add(r * NR + 8));
+            for (i, pair) in acc.iter_mut().enumerate() {
+                let b = _mm256_broadcast_ss(&*x.add(off + i));
+                pair[0] = _mm256_fmadd_ps(w0, b, pair[0]);
+                pair[1] = _mm256_fmadd_ps(w1, b, pair[1]);
+            }
+        }
+    }
+    for (i, pair) in acc.iter().enumerate() {
+        // SAFETY: the caller's contract.
+        unsafe {
+            _mm256_storeu_ps(out.add(i * stride), pair[0]);
+            _mm256_storeu_ps(out.add(i * stride + 8), pair[1]);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn tile(_: *const f32, _: &[usize], _: *const f32, _: *mut f32, _: usize, _: bool) {
+    unreachable!("the direct route applies on x86-64 only")
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::super::conv2d::{backward_im2col, forward_im2col};
+    use super::*;
+
+    /// The kernels run on any AVX2 CPU, whatever path `KILN_CPU_PATH` chose: these tests call
+    /// them directly. Every x86-64 machine kiln is tested on has AVX2; one without fails here
+    /// rather than passing untested.
+    fn needs_avx2() {
+        assert!(
+            CpuPath::detected() >= CpuPath::Avx2,
+            "the direct convolution kernels need an AVX2 CPU to be tested"
+        );
+    }
+
+    fn values(n: usize, seed: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| (i as f32 * 0.737 + seed).sin() * 1.1)
+            .collect()
+    }
+
+    /// Stride-1 geometries: "same" and "valid", odd and even kernels, asymmetric padding,
+    /// filter counts that are and are not multiples of the tile's, images smaller than the
+    /// kernel, the benchmarks' 28x28.
+    fn geometries() -> Vec<Conv2dGeometry> {
+        let mut out = Vec::new();
+        for (kernel, padding) in [
+            ([3, 3], [(1, 1), (1, 1)]),
+            ([3, 3], [(0, 0), (0, 0)]),
+            ([1, 1], [(0, 0), (0, 0)]),
+            ([2, 3], [(0, 1), (1, 1)]),
+            ([5, 5], [(2, 2), (2, 2)]),
+            ([3, 1], [(2, 0), (0, 0)]),
+        ] {
+            for (batch, c, h, w, o) in [
+                (1, 1, 5, 6, 1),
+                (3, 2, 7, 5, 6),
+                (2, 3, 28, 28, 8),
+                (1, 2, 1, 1, 5),
+                (2, 50, 6, 7, 20),
+            ] {
+                let g = Conv2dGeometry {
+                    batch,
+                    in_channels: c,
+                    height: h,
+                    width: w,
+                    out_channels: o,
+                    kernel,
+                    stride: [1, 1],
+                    padding,
+                };
+                if h + padding[0].0 + padding[0].1 >= kernel[0]
+                    && w + padding[1].0 + padding[1].1 >= kernel[1]
+                {
+                    out.push(g);
+                }
+            }
+        }
+        out
+    }
+
+    /// `a` and `b` agree to float32 rounding of sums whose terms' magnitudes add up to `scale`
+    /// (per element): 32 ulps of that sum, whatever the order of the additions.
+    fn close(a: &[f32], b: &[f32], scale: &[f32], what: &str, g: &Conv2dGeometry) {
+        assert_eq!(a.len(), b.len(), "{what} {g:?}");
+        for (i, ((x, y), s)) in a.iter().zip(b).zip(scale).enumerate() {
+            assert!(
+                (x - y).abs() <= 32.0 * f32::EPSILON * (s + 1.0),
+                "{what} {g:?} at {i}: {x} vs {y} (terms' magnitudes {s})"
+            );
+        }
+    }
+
+    fn abs(v: &[f32]) -> Vec<f32> {
+        v.iter().map(|x| x.abs()).collect()
+    }
+
+    #[test]
+    fn direct_forward_and_input_gradient_match_im2col() {
+        needs_avx2();
+        for g in geometries() {
+            let [oh, ow] = g.out_hw();
+            let x = values(g.batch * g.in_channels * g.height * g.width, 0.3);
+            let k = g.in_channels * g.kernel[0] * g.kernel[1];
+            let w = values(g.out_channels * k, 1.7);
+            let b = values(g.out_channels, 2.9);
+            let scale = forward_im2col(&abs(&x), &abs(&w), Some(&abs(&b)), &g, false);
+            for relu in [false, true] {
+                let direct = forward(&x, &w, Some(&b), &g, relu);
+                let reference = forward_im2col(&x, &w, Some(&b), &g, relu);
+                close(&direct, &reference, &scale, "forward", &g);
+            }
+            let dy = values(g.batch * g.out_channels * oh * ow, 4.1);
+            let (dx, _, _) = backward_im2col(&x, &w, &dy, None, &g, true);
+            let (scale, _, _) = backward_im2col(&x, &abs(&w), &abs(&dy), None, &g, true);
+            let direct = input_gradient(&w, &dy, &g).expect("paddings below the kernel");
+            close(&direct, &dx.unwrap(), &scale.unwrap(), "dx", &g);
+            let (_, dw, db) = backward_im2col(&x, &w, &dy, None, &g, false);
+            let (_, dw_scale, db_scale) = backward_im2col(&abs(&x), &w, &abs(&dy), None, &g, false);
+            let (direct_dw, direct_db) = weight_gradient(&x, &dy, &g);
+            close(&direct_dw, &dw, &dw_scale, "dw", &g);
+            close(&direct_db, &db, &db_scale, "db", &g);
+        }
+    }
+
+    #[test]
+    fn transpose_of_every_shape_up_to_17_matches_its_definition() {
+        needs_avx2();
+        for rows in 1..=17 {
+            for cols in 1..=17 {
+                let src = values(rows * 19, 0.5);
+                let mut dst = vec![f32::NAN; cols * 21];
+                transpose(&src, 19, &mut dst, 21, [rows, cols]);
+                for i in 0..rows {
+                    for j in 0..cols {
+                        assert_eq!(dst[j * 21 + i], src[i * 19 + j], "{rows}x{cols} at {i},{j}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_padding_wider_than_the_kernel_has_no_direct_input_gradient() {
+        let g = Conv2dGeometry {
+            batch: 1,
+            in_channels: 1,
+            height: 3,
+            width: 3,
+            out_channels: 1,
+            kernel: [1, 1],
+            stride: [1, 1],
+            padding: [(1, 1), (0, 0)],
+        };
+        assert!(input_gradient(&[1.0], &[0.0; 15], &g).is_none());
+    }
+}
