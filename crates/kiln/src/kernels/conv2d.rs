@@ -1,4 +1,6 @@
-//! 2-D convolution, forward and backward, as im2col + GEMM per image.
+//! 2-D convolution, forward and backward, as im2col + GEMM per image; stride-1 convolutions on
+//! the AVX2 and AVX-512 paths go to [`super::conv_direct`] instead, which needs no im2col
+//! matrix (the im2col route stays the reference the direct one is tested against).
 //!
 //! Shapes (row-major, NCHW): input `x [n, c, h, w]`, kernel `w [o, c, kh, kw]`, bias `[o]`,
 //! output `y [n, o, oh, ow]` with `oh = (h + pad_top + pad_bottom - kh) / stride_h + 1`
@@ -192,7 +194,7 @@ pub fn forward(
     let (k, o) = (g.patch(), g.out_channels);
     assert_eq!(x.len(), g.batch * g.image());
     assert_eq!(w.len(), o * k);
-    if direct::applies(g, o) {
+    if direct::applies(g, o, k) {
         return direct::forward(x, w, bias, g, relu_on);
     }
     forward_im2col(x, w, bias, g, relu_on)
@@ -262,22 +264,20 @@ pub fn backward(
     if let Some(y) = relu_output {
         assert_eq!(y.len(), dy.len());
     }
-    if direct::applies(g, g.in_channels) || direct::applies(g, o) {
-        // The ReLU's derivative once, for every product below.
-        let masked: Option<Vec<f32>> =
-            relu_output.map(|y| y.iter().zip(dy).map(|(&y, &d)| relu_grad(y, d)).collect());
-        let dy = masked.as_deref().unwrap_or(dy);
-        let dx = match need_dx && direct::applies(g, g.in_channels) {
-            true => direct::input_gradient(w, dy, g),
+    let direct_dx = need_dx && direct::applies(g, g.in_channels, o * g.kernel[0] * g.kernel[1]);
+    let direct_dw = direct::applies(g, o, g.patch());
+    if direct_dx || direct_dw {
+        let dx = match direct_dx {
+            true => direct::input_gradient(w, dy, relu_output, g),
             false => None,
         };
         if need_dx && dx.is_none() {
-            return backward_im2col(x, w, dy, None, g, true);
+            return backward_im2col(x, w, dy, relu_output, g, true);
         }
-        let (dw, db) = match direct::applies(g, o) {
-            true => direct::weight_gradient(x, dy, g),
+        let (dw, db) = match direct_dw {
+            true => direct::weight_gradient(x, dy, relu_output, g),
             false => {
-                let (_, dw, db) = backward_im2col(x, w, dy, None, g, false);
+                let (_, dw, db) = backward_im2col(x, w, dy, relu_output, g, false);
                 (dw, db)
             }
         };

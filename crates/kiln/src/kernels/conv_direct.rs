@@ -42,18 +42,23 @@ const NR: usize = 16;
 const KC: usize = 384;
 
 /// Where the direct route applies to a product with `filters` outputs per position (the
-/// forward's filters, or the input gradient's input channels): stride 1, an AVX2 or wider
-/// kernel path (the portable path keeps im2col + GEMM), and filters that fill at least 80% of
-/// the [`NR`]-wide tiles (a handful of filters, as for RGB input gradients, would mostly
-/// multiply padding).
-pub(super) fn applies(g: &Conv2dGeometry, filters: usize) -> bool {
+/// forward's filters, or the input gradient's input channels) over `rows` patch rows (its
+/// `channels * kh * kw`): stride 1, an AVX2 or wider kernel path (the portable path keeps
+/// im2col + GEMM), filters that fill at least 80% of the [`NR`]-wide tiles (a handful of
+/// filters, as for RGB input gradients, would mostly multiply padding), and at least
+/// [`MIN_ROWS`] patch rows.
+pub(super) fn applies(g: &Conv2dGeometry, filters: usize, rows: usize) -> bool {
     cfg!(target_arch = "x86_64")
         && g.stride == [1, 1]
         && cpu::path() >= CpuPath::Avx2
-        && g.in_channels > 0
+        && rows >= MIN_ROWS
         && filters > 0
         && filters.div_ceil(NR) * NR * 4 <= filters * 5
 }
+
+/// Fewer patch rows than this (a 3x3 kernel over one channel: 9) leave each tile too short a
+/// loop to pay for starting and storing its sums; im2col + GEMM does better there.
+const MIN_ROWS: usize = 32;
 
 /// The padded grid of one convolution.
 struct Grid {
@@ -93,15 +98,23 @@ impl Grid {
         }
     }
 
-    /// Copies one image `x [c, h, w]` into `xp` (length [`Grid::len`]) with zeros around.
-    fn pad(&self, x: &[f32], g: &Conv2dGeometry, xp: &mut [f32]) {
+    /// Copies one image `x [c, h, w]` into `xp` (length [`Grid::len`]) with zeros around; with
+    /// a `mask` (the fused ReLU's output, same shape), the ReLU's derivative applied to `x`.
+    fn pad(&self, x: &[f32], mask: Option<&[f32]>, g: &Conv2dGeometry, xp: &mut [f32]) {
         let [(pt, _), (pl, _)] = g.padding;
         let (h, w) = (g.height, g.width);
         xp.fill(0.0);
-        for (ch, plane) in x.chunks_exact(h * w).enumerate() {
-            for (iy, row) in plane.chunks_exact(w).enumerate() {
-                let at = (ch * self.hp + iy + pt) * self.wp + pl;
-                xp[at..at + w].copy_from_slice(row);
+        for (row_index, row) in x.chunks_exact(w).enumerate() {
+            let (ch, iy) = (row_index / h, row_index % h);
+            let dst = &mut xp[(ch * self.hp + iy + pt) * self.wp + pl..][..w];
+            match mask {
+                None => dst.copy_from_slice(row),
+                Some(y) => {
+                    let y = &y[row_index * w..][..w];
+                    for ((d, &v), &yv) in dst.iter_mut().zip(row).zip(y) {
+                        *d = super::conv2d::relu_grad(yv, v);
+                    }
+                }
             }
         }
     }
@@ -130,56 +143,65 @@ pub(super) fn forward(
     g: &Conv2dGeometry,
     relu_on: bool,
 ) -> Vec<f32> {
+    forward_masked(x, None, w, bias, g, relu_on)
+}
+
+/// [`forward`] of `relu_grad(mask, x)` when a `mask` is given (see [`Grid::pad`]).
+fn forward_masked(
+    x: &[f32],
+    mask: Option<&[f32]>,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Conv2dGeometry,
+    relu_on: bool,
+) -> Vec<f32> {
     let grid = Grid::new(g);
     let (o, k) = (g.out_channels, grid.offsets.len());
     let packed = pack_weights(w, o, k);
     let [oh, ow] = g.out_hw();
     let p = oh * ow;
-    let len = g.batch * o * p;
-    let mut y: Vec<f32> = Vec::with_capacity(len);
+    let mut y = vec![0.0f32; g.batch * o * p];
     let panels = o.div_ceil(NR);
     let image = g.in_channels * g.height * g.width;
-    y.spare_capacity_mut()[..len]
-        .par_chunks_mut(o * p)
-        .zip(x.par_chunks(image))
-        .for_each(|(y_n, x_n)| {
-            with_scratch(grid.len + panels * NR * grid.positions, |buf| {
-                let (xp, yg) = buf.split_at_mut(grid.len);
-                grid.pad(x_n, g, xp);
-                product(xp, &packed, &grid, yg);
-                let filters = panels * NR;
-                // SAFETY: `y_n` is `o * p` floats, all written by `transpose` (each row `ch`
-                // of `o`, `ow` of each `oy`) before being read as initialized below.
-                let y_n = unsafe { &mut *(y_n as *mut [_] as *mut [f32]) };
-                for oy in 0..oh {
-                    transpose(
-                        &yg[oy * grid.wp * filters..],
-                        filters,
-                        &mut y_n[oy * ow..],
-                        p,
-                        [ow, o],
-                    );
+    y.par_chunks_mut(o * p).enumerate().for_each(|(n, y_n)| {
+        with_scratch(grid.len + panels * NR * grid.positions, |buf| {
+            let (xp, yg) = buf.split_at_mut(grid.len);
+            let mask_n = mask.map(|m| &m[n * image..][..image]);
+            grid.pad(&x[n * image..][..image], mask_n, g, xp);
+            product(xp, &packed, &grid, yg);
+            let filters = panels * NR;
+            for oy in 0..oh {
+                transpose(
+                    &yg[oy * grid.wp * filters..],
+                    filters,
+                    &mut y_n[oy * ow..],
+                    p,
+                    [ow, o],
+                );
+            }
+            for (ch, row) in y_n.chunks_exact_mut(p).enumerate() {
+                let b = bias.map_or(0.0, |b| b[ch]);
+                if relu_on {
+                    row.iter_mut()
+                        .for_each(|v| *v = super::conv2d::relu(*v + b));
+                } else if b != 0.0 {
+                    row.iter_mut().for_each(|v| *v += b);
                 }
-                for (ch, row) in y_n.chunks_exact_mut(p).enumerate() {
-                    let b = bias.map_or(0.0, |b| b[ch]);
-                    if relu_on {
-                        row.iter_mut()
-                            .for_each(|v| *v = super::conv2d::relu(*v + b));
-                    } else if b != 0.0 {
-                        row.iter_mut().for_each(|v| *v += b);
-                    }
-                }
-            })
-        });
-    // SAFETY: the loop above wrote every element of every image's `o * p` outputs.
-    unsafe { y.set_len(len) };
+            }
+        })
+    });
     y
 }
 
 /// `dx [n, c, h, w]` of a stride-1 convolution for the output gradient `dy [n, o, oh, ow]`
-/// (the ReLU's derivative already applied), or `None` when a padding exceeds `k - 1` (the
-/// flipped convolution would need a negative padding).
-pub(super) fn input_gradient(w: &[f32], dy: &[f32], g: &Conv2dGeometry) -> Option<Vec<f32>> {
+/// (through the fused ReLU when its output `relu_output` is given), or `None` when a padding
+/// exceeds `k - 1` (the flipped convolution would need a negative padding).
+pub(super) fn input_gradient(
+    w: &[f32],
+    dy: &[f32],
+    relu_output: Option<&[f32]>,
+    g: &Conv2dGeometry,
+) -> Option<Vec<f32>> {
     let [kh, kw] = g.kernel;
     let [(pt, pb), (pl, pr)] = g.padding;
     let flip = |k: usize, p: usize| (k - 1).checked_sub(p);
@@ -210,7 +232,14 @@ pub(super) fn input_gradient(w: &[f32], dy: &[f32], g: &Conv2dGeometry) -> Optio
             }
         }
     }
-    Some(forward(dy, &flipped, None, &flipped_g, false))
+    Some(forward_masked(
+        dy,
+        relu_output,
+        &flipped,
+        None,
+        &flipped_g,
+        false,
+    ))
 }
 
 /// Images per task of [`weight_gradient`]: each task sums its own partial gradient, and the
@@ -221,10 +250,15 @@ const TASKS: usize = 16;
 const QB: usize = 256;
 
 /// `(dw [o, c, kh, kw], db [o])` of a stride-1 convolution for the output gradient
-/// `dy [n, o, oh, ow]` (the ReLU's derivative already applied): `dw[f][r] = Σ_n Σ_q
-/// dy_n[f][q] · xp_n[q + off(r)]` on the padded grid, whose extra columns carry a zero
-/// gradient. Only where [`applies`] holds for the `o` filters.
-pub(super) fn weight_gradient(x: &[f32], dy: &[f32], g: &Conv2dGeometry) -> (Vec<f32>, Vec<f32>) {
+/// `dy [n, o, oh, ow]` (through the fused ReLU when its output `relu_output` is given):
+/// `dw[f][r] = Σ_n Σ_q dy_n[f][q] · xp_n[q + off(r)]` on the padded grid, whose extra columns
+/// carry a zero gradient. Only where [`applies`] holds for the `o` filters.
+pub(super) fn weight_gradient(
+    x: &[f32],
+    dy: &[f32],
+    relu_output: Option<&[f32]>,
+    g: &Conv2dGeometry,
+) -> (Vec<f32>, Vec<f32>) {
     let grid = Grid::new(g);
     let (o, k) = (g.out_channels, grid.offsets.len());
     let filters = o.div_ceil(NR) * NR;
@@ -241,12 +275,24 @@ pub(super) fn weight_gradient(x: &[f32], dy: &[f32], g: &Conv2dGeometry) -> (Vec
         .map(|t| {
             let mut dwt = vec![0.0f32; rows * filters];
             let images = t * per_task..((t + 1) * per_task).min(g.batch);
-            with_scratch(grid.len + grid.positions * filters, |buf| {
-                let (xp, dyg) = buf.split_at_mut(grid.len);
+            with_scratch(grid.len + grid.positions * filters + out_image, |buf| {
+                let (xp, rest) = buf.split_at_mut(grid.len);
+                let (dyg, masked) = rest.split_at_mut(grid.positions * filters);
                 for n in images {
-                    grid.pad(&x[n * image..][..image], g, xp);
-                    gather_positions(&dy[n * out_image..][..out_image], g, &grid, filters, dyg);
-                    weight_product(xp, dyg, &offsets, grid.positions, filters, &mut dwt);
+                    grid.pad(&x[n * image..][..image], None, g, xp);
+                    let dy_n = &dy[n * out_image..][..out_image];
+                    let dy_n = match relu_output {
+                        None => dy_n,
+                        Some(y) => {
+                            let y = &y[n * out_image..][..out_image];
+                            for ((m, &d), &yv) in masked.iter_mut().zip(dy_n).zip(y) {
+                                *m = super::conv2d::relu_grad(yv, d);
+                            }
+                            &*masked
+                        }
+                    };
+                    gather_positions(dy_n, g, &grid, filters, dyg);
+                    weight_product(xp, dyg, &offsets, [oh, ow, grid.wp], filters, &mut dwt);
                 }
             });
             dwt
@@ -261,10 +307,14 @@ pub(super) fn weight_gradient(x: &[f32], dy: &[f32], g: &Conv2dGeometry) -> (Vec
         }
     }
     let mut db = vec![0.0f64; o];
-    for dy_n in dy.chunks_exact(out_image) {
-        for (sum, row) in db.iter_mut().zip(dy_n.chunks_exact(oh * ow)) {
-            *sum += super::conv2d::sum_f64(row);
-        }
+    for (row_index, row) in dy.chunks_exact(oh * ow).enumerate() {
+        db[row_index % o] += match relu_output {
+            None => super::conv2d::sum_f64(row),
+            Some(y) => {
+                let y = &y[row_index * oh * ow..][..oh * ow];
+                super::lanes::lane_sum(row, y, |d, yv| f64::from(super::conv2d::relu_grad(yv, d)))
+            }
+        };
     }
     (dw, db.into_iter().map(|v| v as f32).collect())
 }
@@ -376,36 +426,41 @@ unsafe fn transpose8(_: *const f32, _: usize, _: *mut f32, _: usize) {
     unreachable!("the direct route applies on x86-64 only")
 }
 
-/// `dwt [rows, filters] += Σ_q xp[q + offsets[r]] · dyg[q, f]` over `positions`.
+/// `dwt [rows, filters] += Σ_q xp[q + offsets[r]] · dyg[q, f]` over the grid positions of
+/// the `oh` output rows, `q = oy * wp + ox` for `ox < ow` only: the grid's extra columns read
+/// real pixels of the next row (or channel), and an infinite one times their zero gradient
+/// would be NaN, where the convolution itself never uses that pixel there.
 fn weight_product(
     xp: &[f32],
     dyg: &[f32],
     offsets: &[usize],
-    positions: usize,
+    [oh, ow, wp]: [usize; 3],
     filters: usize,
     dwt: &mut [f32],
 ) {
+    let positions = oh * wp;
     let reach = positions + offsets.iter().max().copied().unwrap_or(0);
-    assert!(xp.len() >= reach && dyg.len() >= positions * filters);
+    assert!(ow <= wp && xp.len() >= reach && dyg.len() >= positions * filters);
     assert!(offsets.len().is_multiple_of(MR) && dwt.len() >= offsets.len() * filters);
-    for q0 in (0..positions).step_by(QB) {
-        let q1 = (q0 + QB).min(positions);
+    let rows_per_block = (QB / wp).max(1);
+    for y0 in (0..oh).step_by(rows_per_block) {
+        let rows = y0..(y0 + rows_per_block).min(oh);
         for (tile_rows, r0) in offsets.chunks_exact(MR).zip((0..).step_by(MR)) {
             let bases: [*const f32; MR] = std::array::from_fn(|i| {
                 // SAFETY: `tile_rows[i] < reach <= xp.len()`.
                 unsafe { xp.as_ptr().add(tile_rows[i]) }
             });
             for t in 0..filters / NR {
-                // SAFETY: `applies` checked the AVX2 path; reads reach `bases[i] + q1 - 1 <
-                // xp + reach` and `dyg[(q1 - 1) * filters + t * NR + NR - 1]`, within the
-                // asserted lengths; the tile reads and writes `MR` rows of `NR` floats at row
-                // `r0`, column `t * NR` of `dwt`.
+                // SAFETY: `applies` checked the AVX2 path; reads reach `bases[i] + q` and
+                // `dyg[q * filters + t * NR + NR - 1]` for `q < oh * wp`, within the asserted
+                // lengths; the tile reads and writes `MR` rows of `NR` floats at row `r0`,
+                // column `t * NR` of `dwt`.
                 unsafe {
                     weight_tile(
                         &bases,
                         dyg.as_ptr().add(t * NR),
                         filters,
-                        q0..q1,
+                        (rows.clone(), [ow, wp]),
                         dwt.as_mut_ptr().add(r0 * filters + t * NR),
                     )
                 }
@@ -414,15 +469,15 @@ fn weight_product(
     }
 }
 
-/// One tile of the weight gradient: `out[i * stride + j] += Σ_{q in range} bases[i][q] ·
-/// dy[q * stride + j]` for `i < MR`, `j < NR`.
+/// One tile of the weight gradient: `out[i * stride + j] += Σ_q bases[i][q] · dy[q * stride +
+/// j]` for `i < MR`, `j < NR`, over `q = oy * wp + ox`, `oy` in the range, `ox < ow`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn weight_tile(
     bases: &[*const f32; MR],
     dy: *const f32,
     stride: usize,
-    range: std::ops::Range<usize>,
+    (rows, [ow, wp]): (std::ops::Range<usize>, [usize; 2]),
     out: *mut f32,
 ) {
     use std::arch::x86_64::*;
@@ -434,13 +489,15 @@ unsafe fn weight_tile(
                 _mm256_loadu_ps(out.add(i * stride + 8)),
             ]
         });
-        for q in range {
-            let d0 = _mm256_loadu_ps(dy.add(q * stride));
-            let d1 = _mm256_loadu_ps(dy.add(q * stride + 8));
-            for (pair, base) in acc.iter_mut().zip(bases) {
-                let b = _mm256_broadcast_ss(&*base.add(q));
-                pair[0] = _mm256_fmadd_ps(d0, b, pair[0]);
-                pair[1] = _mm256_fmadd_ps(d1, b, pair[1]);
+        for oy in rows {
+            for q in oy * wp..oy * wp + ow {
+                let d0 = _mm256_loadu_ps(dy.add(q * stride));
+                let d1 = _mm256_loadu_ps(dy.add(q * stride + 8));
+                for (pair, base) in acc.iter_mut().zip(bases) {
+                    let b = _mm256_broadcast_ss(&*base.add(q));
+                    pair[0] = _mm256_fmadd_ps(d0, b, pair[0]);
+                    pair[1] = _mm256_fmadd_ps(d1, b, pair[1]);
+                }
             }
         }
         for (i, pair) in acc.iter().enumerate() {
@@ -455,7 +512,7 @@ unsafe fn weight_tile(
     _: &[*const f32; MR],
     _: *const f32,
     _: usize,
-    _: std::ops::Range<usize>,
+    _: (std::ops::Range<usize>, [usize; 2]),
     _: *mut f32,
 ) {
     unreachable!("the direct route applies on x86-64 only")
@@ -636,14 +693,23 @@ mod tests {
             }
             let dy = values(g.batch * g.out_channels * oh * ow, 4.1);
             let (dx, _, _) = backward_im2col(&x, &w, &dy, None, &g, true);
-            let (scale, _, _) = backward_im2col(&x, &abs(&w), &abs(&dy), None, &g, true);
-            let direct = input_gradient(&w, &dy, &g).expect("paddings below the kernel");
-            close(&direct, &dx.unwrap(), &scale.unwrap(), "dx", &g);
+            let (dx_scale, _, _) = backward_im2col(&x, &abs(&w), &abs(&dy), None, &g, true);
+            let dx_scale = dx_scale.unwrap();
+            let direct = input_gradient(&w, &dy, None, &g).expect("paddings below the kernel");
+            close(&direct, &dx.unwrap(), &dx_scale, "dx", &g);
             let (_, dw, db) = backward_im2col(&x, &w, &dy, None, &g, false);
             let (_, dw_scale, db_scale) = backward_im2col(&abs(&x), &w, &abs(&dy), None, &g, false);
-            let (direct_dw, direct_db) = weight_gradient(&x, &dy, &g);
+            let (direct_dw, direct_db) = weight_gradient(&x, &dy, None, &g);
             close(&direct_dw, &dw, &dw_scale, "dw", &g);
             close(&direct_db, &db, &db_scale, "db", &g);
+            // Through a fused ReLU: its output `y` masks `dy` inside the direct kernels.
+            let y = forward_im2col(&x, &w, Some(&b), &g, true);
+            let (dx, dw, db) = backward_im2col(&x, &w, &dy, Some(&y), &g, true);
+            let relu_dx = input_gradient(&w, &dy, Some(&y), &g).expect("paddings below the kernel");
+            let (relu_dw, relu_db) = weight_gradient(&x, &dy, Some(&y), &g);
+            close(&relu_dx, &dx.unwrap(), &dx_scale, "relu dx", &g);
+            close(&relu_dw, &dw, &dw_scale, "relu dw", &g);
+            close(&relu_db, &db, &db_scale, "relu db", &g);
         }
     }
 
@@ -665,6 +731,41 @@ mod tests {
     }
 
     #[test]
+    fn an_infinite_pixel_reaches_only_the_weights_that_use_it() {
+        needs_avx2();
+        // Kernel 1x2 "valid" on 3x3: the grid's extra column (ox = 2) of row 0 reads pixel
+        // (1, 0) for kx = 1, which the convolution never multiplies by kx = 1.
+        let g = Conv2dGeometry {
+            batch: 1,
+            in_channels: 1,
+            height: 3,
+            width: 3,
+            out_channels: 16,
+            kernel: [1, 2],
+            stride: [1, 1],
+            padding: [(0, 0), (0, 0)],
+        };
+        let mut x = values(9, 0.2);
+        x[3] = f32::INFINITY;
+        let w = values(32, 0.9);
+        let dy = values(16 * 6, 1.3);
+        let (_, dw, _) = backward_im2col(&x, &w, &dy, None, &g, false);
+        let (direct, _) = weight_gradient(&x, &dy, None, &g);
+        for f in 0..16 {
+            assert!(
+                !dw[f * 2].is_finite() && !direct[f * 2].is_finite(),
+                "kx = 0 uses it"
+            );
+            assert!(dw[f * 2 + 1].is_finite(), "reference");
+            let (a, b) = (direct[f * 2 + 1], dw[f * 2 + 1]);
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "filter {f}: {a} vs {b}"
+            );
+        }
+    }
+
+    #[test]
     fn a_padding_wider_than_the_kernel_has_no_direct_input_gradient() {
         let g = Conv2dGeometry {
             batch: 1,
@@ -676,6 +777,6 @@ mod tests {
             stride: [1, 1],
             padding: [(1, 1), (0, 0)],
         };
-        assert!(input_gradient(&[1.0], &[0.0; 15], &g).is_none());
+        assert!(input_gradient(&[1.0], &[0.0; 15], None, &g).is_none());
     }
 }

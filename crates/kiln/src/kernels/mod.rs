@@ -1,12 +1,14 @@
 //! kiln's own CPU kernels for the training hot path, on contiguous row-major `f32` slices in
 //! Burn's NCHW layout (`[batch, channels, height, width]`).
 //!
-//! Convolutions are im2col + GEMM per image (the `gemm` crate that Burn's flex backend also
-//! uses), with images spread over rayon's global pool, one single-threaded GEMM per image:
+//! Convolutions with stride 1 on the AVX2 and AVX-512 paths are implicit GEMMs that read the
+//! zero-padded image in place ([`conv_direct`]); other strides, and the portable path, are
+//! im2col + GEMM per image (the `gemm` crate that Burn's flex backend also uses). Either way
+//! images are spread over rayon's global pool, one single-threaded product per image:
 //! batch-level parallelism keeps both cores busy on the small per-image matrices of a CNN, where
 //! a multi-threaded GEMM per image would spend its time synchronizing. Pooling keeps no index
 //! tensor: the backward pass finds each window's maximum again.
-//!
+
 //! Each kernel runs the widest instruction set the CPU has ([`cpu`]: AVX-512, AVX2 + FMA, or
 //! portable code), chosen once per process; `KILN_CPU_PATH` forces a lower one. Matrix products
 //! whose operands are all bfloat16 values (`mixed_bfloat16`) use AVX512_BF16's dot product
