@@ -21,7 +21,7 @@ use super::scratch::with_scratch;
 
 /// Tasks a backward pass is split into: enough to balance two to eight cores, few enough that
 /// summing the partial weight gradients stays cheap.
-const TASKS: usize = 16;
+pub(super) const TASKS: usize = 16;
 
 /// Sizes of one convolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +172,26 @@ pub(super) fn relu(v: f32) -> f32 {
     if v.is_nan() || v > 0.0 { v } else { 0.0 }
 }
 
+/// One image's output `y_n [o, p]` plus the bias of each filter (when given), then the fused
+/// ReLU (when `relu_on`).
+pub(super) fn add_bias_relu(y_n: &mut [f32], p: usize, bias: Option<&[f32]>, relu_on: bool) {
+    for (ch, row) in y_n.chunks_exact_mut(p).enumerate() {
+        let b = bias.map_or(0.0, |b| b[ch]);
+        if relu_on {
+            row.iter_mut().for_each(|v| *v = relu(*v + b));
+        } else if b != 0.0 {
+            row.iter_mut().for_each(|v| *v += b);
+        }
+    }
+}
+
+/// `dst = relu_grad(y, dy)` element by element ([`relu_grad`]).
+pub(super) fn relu_grad_into(dst: &mut [f32], dy: &[f32], y: &[f32]) {
+    for ((d, &g), &yv) in dst.iter_mut().zip(dy).zip(y) {
+        *d = relu_grad(yv, g);
+    }
+}
+
 /// The ReLU's derivative applied to `dy`, from the ReLU's output `y`: `dy` where `y > 0` (or
 /// NaN, so that a NaN is not hidden), else 0 — Burn's `relu_backward`.
 #[inline]
@@ -222,14 +242,7 @@ pub(super) fn forward_im2col(
                 matmul_uninit(weights, View::new(cols, k, p), y_n)
             });
             // Bias and ReLU in one pass over the image's output, still in cache.
-            for (ch, row) in y_n.chunks_exact_mut(p).enumerate() {
-                let b = bias.map_or(0.0, |b| b[ch]);
-                if relu_on {
-                    row.iter_mut().for_each(|v| *v = relu(*v + b));
-                } else if b != 0.0 {
-                    row.iter_mut().for_each(|v| *v += b);
-                }
-            }
+            add_bias_relu(y_n, p, bias, relu_on);
         });
     // SAFETY: every chunk of the first `len` elements was written by `matmul_uninit`.
     unsafe { y.set_len(len) };
@@ -321,12 +334,7 @@ pub(super) fn backward_im2col(
                 for (ch, src) in dy[image.clone()].chunks_exact(p).enumerate() {
                     let dst = &mut dys[ch * width + i * p..][..p];
                     match relu_output {
-                        Some(y) => {
-                            let y = &y[image.start + ch * p..][..p];
-                            for ((d, &s), &yv) in dst.iter_mut().zip(src).zip(y) {
-                                *d = relu_grad(yv, s);
-                            }
-                        }
+                        Some(y) => relu_grad_into(dst, src, &y[image.start + ch * p..][..p]),
                         None => dst.copy_from_slice(src),
                     }
                 }

@@ -26,7 +26,7 @@
 
 use rayon::prelude::*;
 
-use super::conv2d::Conv2dGeometry;
+use super::conv2d::{Conv2dGeometry, TASKS, add_bias_relu, relu_grad_into, sum_f64};
 use super::cpu::{self, CpuPath};
 use super::scratch::with_scratch;
 
@@ -109,12 +109,7 @@ impl Grid {
             let dst = &mut xp[(ch * self.hp + iy + pt) * self.wp + pl..][..w];
             match mask {
                 None => dst.copy_from_slice(row),
-                Some(y) => {
-                    let y = &y[row_index * w..][..w];
-                    for ((d, &v), &yv) in dst.iter_mut().zip(row).zip(y) {
-                        *d = super::conv2d::relu_grad(yv, v);
-                    }
-                }
+                Some(y) => relu_grad_into(dst, row, &y[row_index * w..][..w]),
             }
         }
     }
@@ -179,15 +174,7 @@ fn forward_masked(
                     [ow, o],
                 );
             }
-            for (ch, row) in y_n.chunks_exact_mut(p).enumerate() {
-                let b = bias.map_or(0.0, |b| b[ch]);
-                if relu_on {
-                    row.iter_mut()
-                        .for_each(|v| *v = super::conv2d::relu(*v + b));
-                } else if b != 0.0 {
-                    row.iter_mut().for_each(|v| *v += b);
-                }
-            }
+            add_bias_relu(y_n, p, bias, relu_on);
         })
     });
     y
@@ -242,9 +229,6 @@ pub(super) fn input_gradient(
     ))
 }
 
-/// Images per task of [`weight_gradient`]: each task sums its own partial gradient, and the
-/// partials are added in task order, so the result does not depend on thread scheduling.
-const TASKS: usize = 16;
 /// Positions per block of [`weight_gradient`]'s sweep: a block of the output gradient
 /// (`QB x NR` floats, 16 KiB) stays in L1 while the tiles of patch rows pass over it.
 const QB: usize = 256;
@@ -269,11 +253,14 @@ pub(super) fn weight_gradient(
     offsets.resize(rows, offsets[0]);
     let [oh, ow] = g.out_hw();
     let (image, out_image) = (g.in_channels * g.height * g.width, o * oh * ow);
+    // As the im2col route: a fixed split of the batch into tasks, each summing its own dW and
+    // db, then a sum of the partials in task order (independent of thread scheduling).
     let per_task = g.batch.div_ceil(TASKS).max(1);
-    let partials: Vec<Vec<f32>> = (0..g.batch.div_ceil(per_task))
+    let partials: Vec<(Vec<f32>, Vec<f64>)> = (0..g.batch.div_ceil(per_task))
         .into_par_iter()
         .map(|t| {
             let mut dwt = vec![0.0f32; rows * filters];
+            let mut db = vec![0.0f64; o];
             let images = t * per_task..((t + 1) * per_task).min(g.batch);
             with_scratch(grid.len + grid.positions * filters + out_image, |buf| {
                 let (xp, rest) = buf.split_at_mut(grid.len);
@@ -284,37 +271,29 @@ pub(super) fn weight_gradient(
                     let dy_n = match relu_output {
                         None => dy_n,
                         Some(y) => {
-                            let y = &y[n * out_image..][..out_image];
-                            for ((m, &d), &yv) in masked.iter_mut().zip(dy_n).zip(y) {
-                                *m = super::conv2d::relu_grad(yv, d);
-                            }
+                            relu_grad_into(masked, dy_n, &y[n * out_image..][..out_image]);
                             &*masked
                         }
                     };
+                    for (sum, row) in db.iter_mut().zip(dy_n.chunks_exact(oh * ow)) {
+                        *sum += sum_f64(row);
+                    }
                     gather_positions(dy_n, g, &grid, filters, dyg);
                     weight_product(xp, dyg, &offsets, [oh, ow, grid.wp], filters, &mut dwt);
                 }
             });
-            dwt
+            (dwt, db)
         })
         .collect();
     let mut dw = vec![0.0f32; o * k];
-    for dwt in &partials {
+    let mut db = vec![0.0f64; o];
+    for (dwt, part) in &partials {
         for (f, filter) in dw.chunks_exact_mut(k).enumerate() {
             for (r, d) in filter.iter_mut().enumerate() {
                 *d += dwt[r * filters + f];
             }
         }
-    }
-    let mut db = vec![0.0f64; o];
-    for (row_index, row) in dy.chunks_exact(oh * ow).enumerate() {
-        db[row_index % o] += match relu_output {
-            None => super::conv2d::sum_f64(row),
-            Some(y) => {
-                let y = &y[row_index * oh * ow..][..oh * ow];
-                super::lanes::lane_sum(row, y, |d, yv| f64::from(super::conv2d::relu_grad(yv, d)))
-            }
-        };
+        db.iter_mut().zip(part).for_each(|(u, v)| *u += v);
     }
     (dw, db.into_iter().map(|v| v as f32).collect())
 }
