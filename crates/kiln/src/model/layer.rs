@@ -301,6 +301,17 @@ pub trait Layer: Debug + Send + Sync + 'static {
         false
     }
 
+    /// Whether its forward works on inputs and weights held in a 16-bit type (every tensor it
+    /// makes itself takes its input's dtype, and it reads no float32 mask or statistic):
+    /// under a mixed-precision policy on a device with 16-bit arithmetic
+    /// ([`crate::precision::computes_natively`]) such a layer then computes in that type for
+    /// real. Layers that do not get float32 inputs holding 16-bit values, as everywhere else
+    /// (`crate::precision`). A layer ending in a softmax never does (Keras keeps softmax in
+    /// float32).
+    fn computes_in_half(&self) -> bool {
+        false
+    }
+
     /// Whether its output values are values of its input, moved or dropped but not computed
     /// (Flatten, MaxPooling2D, crops): under a mixed-precision policy they are not rounded
     /// again.

@@ -38,6 +38,8 @@ pub use summary::{summary, thousands};
 #[cfg(test)]
 mod functional_tests;
 #[cfg(test)]
+mod half_tests;
+#[cfg(test)]
 mod keras_parity_tests;
 #[cfg(test)]
 mod options_tests;

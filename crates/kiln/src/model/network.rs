@@ -15,7 +15,7 @@ use rand::rngs::StdRng;
 pub use super::act::Act;
 use super::layer::{ForwardContext, Weights};
 pub use super::params::LayerParams;
-use super::round::{round_act, round_params};
+use super::round::{cast_act, round_act, round_params, to_float32};
 use super::spec::{Activation, LayerKind, ModelSpec};
 
 /// A non-trainable weight's new value from a forward pass (a BatchNormalization moving
@@ -207,12 +207,16 @@ impl Network {
         // Mixed precision (crate::precision::round): the 16-bit type each layer's output is
         // already rounded to.
         let mut rounded: Vec<Option<burn::tensor::FloatDType>> = vec![None; n];
+        // Whether this device computes in each 16-bit type for real (crate::precision).
+        let native_on = HalfCompute::of(values_in.iter().flatten().next());
         for (i, layer) in spec.layers().iter().enumerate() {
             let started = std::time::Instant::now();
             // A call of a shared layer runs on (and trains) that layer's weights.
             let pi = spec.param_owner(i);
             let (owner, p) = (&spec.layers()[pi], &self.layers[pi]);
             let compute = spec.layer_precision(i).compute_dtype();
+            // The 16-bit type this layer computes in for real, if it does.
+            let native = compute.filter(|&dt| native_on.has(dt) && takes_half(&layer.kind));
             let mut xs = Vec::with_capacity(layer.inputs.len());
             let in_masks: Vec<Option<Tensor<2>>> = layer
                 .inputs
@@ -238,17 +242,17 @@ impl Network {
                 if let Some(place) = placement {
                     v = v.to_device(&place(pi));
                 }
-                if let Some(dt) = compute
-                    && was != Some(dt)
-                {
-                    v = round_act(v, dt);
-                }
+                v = match (native, compute) {
+                    (Some(dt), _) => cast_act(v, dt),
+                    (None, Some(dt)) if was != Some(dt) => round_act(to_float32(v), dt),
+                    (None, _) => to_float32(v),
+                };
                 xs.push(v);
             }
             let rounded_params;
             let p = match compute {
                 Some(dt) => {
-                    rounded_params = round_params(p, dt);
+                    rounded_params = round_params(p, dt, native.is_some());
                     &rounded_params
                 }
                 None => p,
@@ -285,7 +289,7 @@ impl Network {
                     );
                     match output {
                         Some(k) if ctx.before_softmax => {
-                            logits[k] = Some(rows(y.clone()));
+                            logits[k] = Some(rows(to_float32(y.clone())));
                             y.activated(Activation::Softmax)
                         }
                         _ => y,
@@ -297,7 +301,10 @@ impl Network {
                 [NodeRef::Layer(j)] => rounded[j],
                 _ => None,
             };
-            let (x, r) = round_output(x, &layer.kind, compute, input_rounded);
+            let (x, r) = match native {
+                Some(dt) => (x, Some(dt)),
+                None => round_output(x, &layer.kind, (compute, input_rounded), native_on),
+            };
             rounded[i] = r;
             observe(i, started.elapsed(), &x);
             activity_loss = super::regularize::add_activity(activity_loss, owner, &x);
@@ -305,7 +312,7 @@ impl Network {
         }
         let mut heads: Vec<Tensor<2>> = outputs
             .iter()
-            .map(|&o| rows(values[o].take().expect("the output layers ran")))
+            .map(|&o| rows(to_float32(values[o].take().expect("the output layers ran"))))
             .collect();
         let output = if heads.len() == 1 {
             heads.pop().expect("one output")
@@ -337,6 +344,43 @@ impl Network {
     }
 }
 
+/// Which 16-bit types the device of a forward pass computes in for real
+/// ([`crate::precision::computes_natively`]), asked once per pass.
+#[derive(Clone, Copy)]
+struct HalfCompute {
+    float16: bool,
+    bfloat16: bool,
+}
+
+impl HalfCompute {
+    /// For the device of `input` (none: neither type).
+    fn of(input: Option<&Act>) -> HalfCompute {
+        use burn::tensor::FloatDType;
+        let on = |dt| input.is_some_and(|x| crate::precision::computes_natively(&x.device(), dt));
+        HalfCompute {
+            float16: on(FloatDType::F16),
+            bfloat16: on(FloatDType::BF16),
+        }
+    }
+
+    fn has(self, dtype: burn::tensor::FloatDType) -> bool {
+        match dtype {
+            burn::tensor::FloatDType::F16 => self.float16,
+            burn::tensor::FloatDType::BF16 => self.bfloat16,
+            _ => false,
+        }
+    }
+}
+
+/// Whether a layer of this kind computes in a 16-bit type for real when the device can
+/// ([`super::layer::Layer::computes_in_half`]; never one ending in a softmax).
+fn takes_half(kind: &LayerKind) -> bool {
+    match kind {
+        LayerKind::Input { .. } => false,
+        LayerKind::Declared(l) => l.computes_in_half() && !l.ends_in_softmax(),
+    }
+}
+
 /// A layer's output under its compute dtype `compute` (its input having been rounded to
 /// `rounded_to`), and the 16-bit type the output is rounded to: Keras' layers return their
 /// compute dtype, except that softmax stays float32. Input, Flatten and MaxPooling2D outputs
@@ -344,8 +388,11 @@ impl Network {
 fn round_output(
     x: Act,
     kind: &LayerKind,
-    compute: Option<burn::tensor::FloatDType>,
-    rounded_to: Option<burn::tensor::FloatDType>,
+    (compute, rounded_to): (
+        Option<burn::tensor::FloatDType>,
+        Option<burn::tensor::FloatDType>,
+    ),
+    native_on: HalfCompute,
 ) -> (Act, Option<burn::tensor::FloatDType>) {
     let (softmax, preserves) = match kind {
         LayerKind::Input { .. } => (false, true),
@@ -354,6 +401,9 @@ fn round_output(
     match compute {
         _ if softmax => (x, None),
         _ if preserves => (x, compute.or(rounded_to)),
+        // Held in the 16-bit type where the device computes in it (the next layer that
+        // computes in it needs no cast), rounded float32 elsewhere.
+        Some(dt) if native_on.has(dt) => (cast_act(x, dt), Some(dt)),
         Some(dt) => (round_act(x, dt), Some(dt)),
         None => (x, None),
     }

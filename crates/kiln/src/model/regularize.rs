@@ -33,6 +33,8 @@ fn sum(a: Option<Tensor<1>>, b: Tensor<1>) -> Tensor<1> {
 /// Keras' `divide_no_nan`).
 pub(crate) fn activity_penalty(layer: &LayerSpec, x: &Act) -> Option<Tensor<1>> {
     let r = layer.options.activity_regularizer.as_ref()?;
+    // In float32 when the layer computed in a 16-bit type (Keras sums losses in float32).
+    let x = &super::round::to_float32(x.clone());
     let (penalty, batch) = match x {
         Act::Flat(t) => (r.penalty(t.clone()), t.dims()[0]),
         Act::Seq(t) => (r.penalty(t.clone()), t.dims()[0]),

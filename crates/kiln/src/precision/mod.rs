@@ -17,6 +17,17 @@
 //! precision's numerics (and needs loss scaling exactly when the real thing does) on every
 //! backend, at some cost in speed instead of a gain; see `docs/precision.md` for why.
 //!
+//! On a GPU whose backend has arithmetic in the 16-bit type ([`computes_natively`]: CUDA's
+//! float16 and bfloat16, Vulkan's float16) the layers that can ([`crate::model::Layer::
+//! computes_in_half`]: Dense, Conv2D, pooling, merges, Flatten, activations) compute in it
+//! for real: their inputs and the compute copy of their weights are cast to it and stay
+//! there, so matrix products and convolutions run on the GPU's 16-bit (tensor-core) kernels
+//! and the activations they keep for the backward pass take half the memory. The other
+//! layers (BatchNormalization, LayerNormalization, recurrent and attention layers, your own)
+//! get float32 inputs holding 16-bit values and work as above. The environment variable
+//! `KILN_MIXED_COMPUTE` (`native` or `emulated`) overrides the choice, so the native route
+//! can be tested on the CPU (whose float16 arithmetic is Burn's, not kiln's kernels).
+//!
 //! [`LossScale`] is `keras.optimizers.LossScaleOptimizer`'s dynamic loss scale
 //! (`keras/src/optimizers/loss_scale_optimizer.py`), used with `mixed_float16` as Keras'
 //! `compile` does.
@@ -42,6 +53,40 @@ pub enum Precision {
     MixedFloat16,
     /// Layers compute in bfloat16 (float32's 8 exponent bits, 7 mantissa bits); no loss scale.
     MixedBFloat16,
+}
+
+/// Whether layers under a mixed policy compute in `dtype` itself on `device` (module docs):
+/// on a device other than the CPU whose backend has arithmetic in `dtype`, unless
+/// `KILN_MIXED_COMPUTE` says `native` (always) or `emulated` (never). On the CPU kiln's
+/// float32 kernels with rounded values are faster than 16-bit arithmetic, which Burn's CPU
+/// backend runs in float32 or without SIMD kernels.
+pub fn computes_natively(device: &burn::prelude::Device, dtype: FloatDType) -> bool {
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| match std::env::var("KILN_MIXED_COMPUTE").as_deref() {
+        Ok("native") => Some(true),
+        Ok("emulated") => Some(false),
+        _ => None,
+    });
+    match NATIVE_ON_THIS_THREAD.get().or(*forced) {
+        Some(native) => native,
+        None => {
+            device.clone().inner() != burn::prelude::Device::flex() && device.supports_dtype(dtype)
+        }
+    }
+}
+
+thread_local! {
+    /// [`with_native_compute`]'s choice for the calls it wraps.
+    static NATIVE_ON_THIS_THREAD: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with [`computes_natively`] answering `native` on this thread, whatever the device
+/// and `KILN_MIXED_COMPUTE` say: compares the two routes in one process (tests).
+pub fn with_native_compute<T>(native: bool, f: impl FnOnce() -> T) -> T {
+    let before = NATIVE_ON_THIS_THREAD.replace(Some(native));
+    let out = f();
+    NATIVE_ON_THIS_THREAD.set(before);
+    out
 }
 
 /// The accepted spellings, for error messages.

@@ -50,6 +50,9 @@ impl Layer for ActivationLayer {
     fn passes_values(&self) -> bool {
         self.activation == Activation::Linear
     }
+    fn computes_in_half(&self) -> bool {
+        true
+    }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let x = &inputs[0];
         Ok(activation_onnx(

@@ -103,6 +103,9 @@ impl Layer for Conv2D {
         super::finish_affine(y, self.activation, ctx)
     }
     affine_activation!();
+    fn computes_in_half(&self) -> bool {
+        true
+    }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let x = &inputs[0];
         let ([kh, kw], cin, f) = (self.kernel_size.0, x.shape[2] / self.groups, self.filters);

@@ -109,6 +109,9 @@ impl Layer for Dense {
         super::activate(affine(x, w, false), self.activation, ctx)
     }
     affine_activation!();
+    fn computes_in_half(&self) -> bool {
+        true
+    }
     fn supports_masking(&self) -> bool {
         true
     }

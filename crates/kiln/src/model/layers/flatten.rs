@@ -31,6 +31,9 @@ impl Layer for Flatten {
     fn passes_values(&self) -> bool {
         true
     }
+    fn computes_in_half(&self) -> bool {
+        true
+    }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let x = &inputs[0];
         let flat = |g: &mut OnnxGraph, v: &str| g.node(name, "Flatten", &[v], vec![int("axis", 1)]);

@@ -178,6 +178,10 @@ macro_rules! global_pooling_layer {
             fn passes_values(&self) -> bool {
                 Self::POOL.max
             }
+            // Over steps (1-D) it may average under a float32 mask; images have none.
+            fn computes_in_half(&self) -> bool {
+                Self::POOL.spatial != 1
+            }
             fn flops(&self, inputs: &[&[usize]], _: &[usize], _: usize) -> f64 {
                 Self::POOL.flops(inputs[0])
             }

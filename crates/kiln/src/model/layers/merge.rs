@@ -158,6 +158,9 @@ macro_rules! merge_layer {
             fn passes_values(&self) -> bool {
                 super::merge::Merge::$name.passes_values()
             }
+            fn computes_in_half(&self) -> bool {
+                true
+            }
             fn onnx(
                 &self,
                 g: &mut $crate::onnx::OnnxGraph,

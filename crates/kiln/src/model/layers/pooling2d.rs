@@ -96,6 +96,9 @@ impl<const MAX: bool> Layer for Pooling2D<MAX> {
     fn passes_values(&self) -> bool {
         MAX
     }
+    fn computes_in_half(&self) -> bool {
+        true
+    }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let x = &inputs[0];
         let (k, s) = (self.pool_size.0, self.step());

@@ -93,6 +93,9 @@ impl Layer for Reshape {
     fn passes_values(&self) -> bool {
         true
     }
+    fn computes_in_half(&self) -> bool {
+        true
+    }
     /// `Reshape`, with `Transpose`s to and from NHWC around it for images.
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let shape = self.resolve(inputs[0].shape.iter().product())?;
