@@ -26,7 +26,8 @@
 # Results: results-gpu.jsonl in DIR, one JSON object a line; logs under DIR/logs/; the kernel
 # cache as cubecl-cache.tgz (copy it to bench/gpu-cache/ here: the next bundle starts from it).
 #
-# KILN_GPU_PARTS (default "warm speed oom checks") picks parts 2-5 by name; KILN_GPU_CACHE_DIR
+# KILN_GPU_PARTS (default "warm speed oom checks") picks parts 2-5 by name, KILN_GPU_MODELS and
+# KILN_GPU_PRECISIONS the models and precisions of parts 2-3 (default: all); KILN_GPU_CACHE_DIR
 # (default DIR/cubecl-cache) is where cubecl keeps its kernels. KILN_GPU_WARM_TIMEOUT (default
 # 200) limits each warm-up run, KILN_GPU_STEP_TIMEOUT (default
 # 240) each later step and KILN_GPU_DEADLINE (default 540) the
@@ -118,6 +119,15 @@ step() {
     tail -5 "$dir/logs/$name.log" | sed 's/^/    /'
   fi
   return $rc
+}
+
+# Waits (up to 60 s) until no process holds the GPU.
+gpu_idle() {
+  local i
+  for i in $(seq 60); do
+    [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && return
+    sleep 1
+  done
 }
 
 # `measured NAME CMD...`: `step` with nvidia-smi sampling the GPU's used memory every 100 ms;
@@ -269,6 +279,8 @@ PY
   local precisions="float32 mixed_float16"
   # bfloat16 arithmetic exists on CUDA; Vulkan has none (kiln would only emulate it there).
   [ "$backend" = cuda ] && precisions+=" mixed_bfloat16"
+  precisions="${KILN_GPU_PRECISIONS:-$precisions}"
+  local models="${KILN_GPU_MODELS:-cnn resnet-small transformer mlp}"
   # 1. Every kiln run's first epoch at once (the machine's cores compile in parallel); the
   #    tuning measurements then share the GPU, so a tuned choice may be a worse one.
   # KILN_GPU_PARTS picks the parts (all by default), e.g. "oom checks" for a second call.
@@ -277,13 +289,16 @@ PY
     warm_timeout="${KILN_GPU_WARM_TIMEOUT:-200}"
     warm_start=$(date +%s)
     for precision in $precisions; do
-      for model in cnn resnet-small transformer mlp; do warm_kiln "$model" "$precision" & done
+      for model in $models; do warm_kiln "$model" "$precision" & done
     done
     wait
     emit "{\"step\": \"warm\", \"seconds\": $(($(date +%s) - warm_start))}"
+    # Killed warm-ups release their memory some seconds later; the first measured run's idle
+    # reading must not count it (on 2026-12-04 it read 6,394 MiB of theirs).
+    gpu_idle
   fi
   # 2. Speed, one run at a time: the models of the acceptance first, the MLP last.
-  [[ "$parts" == *" speed "* ]] && for model in cnn resnet-small transformer mlp; do
+  [[ "$parts" == *" speed "* ]] && for model in $models; do
     for precision in $precisions; do
       take=
       [ "$model" = resnet-small ] || [ "$model" = transformer ] && take=15360
