@@ -121,6 +121,32 @@ impl Padding {
     }
 }
 
+/// An integer or a 1-tuple (TOML `[2]`), as Keras' 1-D layers accept for `kernel_size`,
+/// `strides`, `pool_size` and `dilation_rate` (`MaxPooling1D(pool_size=(2,))`). Use with
+/// `#[serde(deserialize_with = "int_or_one")]`.
+pub fn int_or_one<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<usize, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Int(usize),
+        One([usize; 1]),
+    }
+    let value = toml::Value::deserialize(d)?;
+    match Raw::deserialize(value) {
+        Ok(Raw::Int(v) | Raw::One([v])) => Ok(v),
+        Err(_) => Err(serde::de::Error::custom(
+            "expected a positive integer or a 1-tuple such as `[2]`",
+        )),
+    }
+}
+
+/// [`int_or_one`] for an optional argument.
+pub fn opt_int_or_one<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<usize>, D::Error> {
+    int_or_one(d).map(Some)
+}
+
 /// An integer or a `[height, width]` pair, as Keras accepts for `kernel_size`, `strides`,
 /// `pool_size`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,16 +32,17 @@ pub enum Padding1D {
 pub struct Conv1D {
     /// Output channels.
     pub filters: usize,
-    /// Window length.
+    /// Window length (an integer or a 1-tuple, as in Keras).
+    #[serde(deserialize_with = "crate::model::args::int_or_one")]
     pub kernel_size: usize,
     /// Step.
-    #[serde(default = "conv::one")]
+    #[serde(default = "conv::one", deserialize_with = "crate::model::args::int_or_one")]
     pub strides: usize,
     /// `valid`, `same` or `causal`.
     #[serde(default)]
     pub padding: Padding1D,
     /// Spacing of the window's taps (not with `strides` > 1).
-    #[serde(default = "conv::one")]
+    #[serde(default = "conv::one", deserialize_with = "crate::model::args::int_or_one")]
     pub dilation_rate: usize,
     /// Channel groups: each group of `filters / groups` outputs sees `in / groups` inputs.
     #[serde(default = "conv::one")]

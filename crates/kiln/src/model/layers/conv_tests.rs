@@ -379,3 +379,43 @@ fn padded_copies_count_in_the_largest_tensor() {
     let out = causal.output_shape(&[seq]).unwrap();
     assert_eq!(causal.largest_tensor(&[seq], &out), (28.0 + 65536.0) * 4.0);
 }
+
+/// Keras' 1-D layers take their window arguments as an integer or a 1-tuple
+/// (`MaxPooling1D(pool_size=(28,))`, TOML `[28]`); both read the same, other lengths are
+/// refused with the accepted forms.
+#[test]
+fn one_d_window_arguments_take_an_integer_or_a_one_tuple() {
+    let cases = [
+        ("MaxPooling1D", "pool_size = [28]", "pool_size = 28"),
+        (
+            "AveragePooling1D",
+            "pool_size = [3], strides = [2]",
+            "pool_size = 3, strides = 2",
+        ),
+        (
+            "Conv1D",
+            "filters = 4, kernel_size = [3], strides = [1], dilation_rate = [2]",
+            "filters = 4, kernel_size = 3, strides = 1, dilation_rate = 2",
+        ),
+    ];
+    for (class, tuple, int) in cases {
+        let a = shape_of(class, tuple, &[28, 2]).unwrap();
+        let b = shape_of(class, int, &[28, 2]).unwrap();
+        assert_eq!(a, b, "{class}({tuple})");
+    }
+    assert_eq!(
+        shape_of("MaxPooling1D", "pool_size = [28]", &[28, 2]).unwrap(),
+        [1, 2]
+    );
+    let text = |args: &str| {
+        format!(
+            r#"layers = [{{ type = "Input", shape = [8, 2] }}, {{ type = "MaxPooling1D", {args} }}]"#
+        )
+    };
+    for bad in ["pool_size = [2, 2]", "pool_size = []", "strides = [\"2\"]"] {
+        let e = crate::model::ModelSpec::from_toml(&toml::from_str(&text(bad)).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a positive integer or a 1-tuple"), "{bad}: {e}");
+    }
+}

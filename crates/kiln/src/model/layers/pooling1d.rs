@@ -18,11 +18,15 @@ use crate::onnx::{OnnxGraph, OnnxValue};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pooling1D<const MAX: bool> {
-    /// Window length.
-    #[serde(default = "two")]
+    /// Window length (an integer or a 1-tuple, as in Keras).
+    #[serde(default = "two", deserialize_with = "crate::model::args::int_or_one")]
     pub pool_size: usize,
     /// Step; `pool_size` when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::model::args::opt_int_or_one"
+    )]
     pub strides: Option<usize>,
     /// `valid` or `same`.
     #[serde(default)]
