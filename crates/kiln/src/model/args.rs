@@ -89,8 +89,26 @@ impl Activation {
     }
 }
 
+/// One of `choices` by its name, in any case (Keras lowercases `padding`), or an error that
+/// lists the names and shows what was given (`padding = 3`).
+pub(crate) fn one_of<'de, D: serde::Deserializer<'de>, T: Copy>(
+    d: D,
+    choices: &[(&str, T)],
+) -> std::result::Result<T, D::Error> {
+    let value = toml::Value::deserialize(d)?;
+    let name = value.as_str().map(str::to_ascii_lowercase);
+    if let Some((_, t)) = choices.iter().find(|(c, _)| Some(*c) == name.as_deref()) {
+        return Ok(*t);
+    }
+    let names: Vec<String> = choices.iter().map(|(c, _)| format!("\"{c}\"")).collect();
+    Err(serde::de::Error::custom(format!(
+        "expected {}, got {value}",
+        names.join(" or ")
+    )))
+}
+
 /// Convolution and pooling padding, as Keras' `padding=`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Padding {
     /// No padding: `out = floor((in - k) / s) + 1`.
@@ -99,6 +117,12 @@ pub enum Padding {
     /// Zero padding so that `out = ceil(in / s)`; the extra row/column goes at the end
     /// (bottom/right), as TensorFlow does.
     Same,
+}
+
+impl<'de> Deserialize<'de> for Padding {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        one_of(d, &[("valid", Padding::Valid), ("same", Padding::Same)])
+    }
 }
 
 impl Padding {

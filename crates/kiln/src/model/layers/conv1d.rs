@@ -12,7 +12,7 @@ use crate::onnx::{Layout, OnnxGraph, OnnxValue};
 
 /// Conv1D's `padding`: Keras' `valid` and `same`, and `causal` (zeros before the steps only,
 /// so that output `t` sees steps up to `t`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Padding1D {
     /// No padding.
@@ -22,6 +22,17 @@ pub enum Padding1D {
     Same,
     /// `dilation_rate * (kernel_size - 1)` zeros before the first step.
     Causal,
+}
+
+impl<'de> Deserialize<'de> for Padding1D {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let choices = [
+            ("valid", Padding1D::Valid),
+            ("same", Padding1D::Same),
+            ("causal", Padding1D::Causal),
+        ];
+        crate::model::args::one_of(d, &choices)
+    }
 }
 
 /// `Conv1D(filters, kernel_size, strides, padding, dilation_rate, groups, activation,

@@ -301,6 +301,14 @@ fn bad_convolution_arguments_and_shapes_are_one_line_errors() {
             "model.layers[1].padding",
         ),
         (
+            r#"{type="Input",shape=[4,4,3]},{type="Conv2D",filters=4,kernel_size=3,padding=3}"#,
+            "model.layers[1].padding: Conv2D: expected \"valid\" or \"same\", got 3",
+        ),
+        (
+            r#"{type="Input",shape=[4,3]},{type="Conv1D",filters=4,kernel_size=3,padding="full"}"#,
+            "model.layers[1].padding: \"full\" is not allowed; allowed: valid, same, causal",
+        ),
+        (
             r#"{type="Input",shape=[8,8,3]},{type="Conv1D",filters=4,kernel_size=3}"#,
             "Conv1D expects a 2-D input (steps, features), got shape (None, 8, 8, 3)",
         ),
@@ -407,6 +415,13 @@ fn one_d_window_arguments_take_an_integer_or_a_one_tuple() {
         shape_of("MaxPooling1D", "pool_size = [28]", &[28, 2]).unwrap(),
         [1, 2]
     );
+    // Keras lowercases `padding`.
+    let same = shape_of(
+        "Conv1D",
+        "filters = 4, kernel_size = 3, padding = \"SAME\"",
+        &[9, 2],
+    );
+    assert_eq!(same.unwrap(), [9, 4]);
     let text = |args: &str| {
         format!(
             r#"layers = [{{ type = "Input", shape = [8, 2] }}, {{ type = "MaxPooling1D", {args} }}]"#
