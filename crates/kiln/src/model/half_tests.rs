@@ -233,3 +233,26 @@ fn pooling_merges_and_reshapes_compute_in_float16_as_emulated() {
         close(g, e, 3e-2, &format!("gradient {k}"));
     }
 }
+
+/// Averages sum before they divide: float16 values below 65504 can sum to Inf, so `Average`
+/// and `AveragePooling2D` compute in float32 (found by an adversarial run: pixels of 0..255
+/// through a Conv2D of 9s, then a 2x2 average, gave Inf in float16).
+#[test]
+fn averages_of_large_float16_values_stay_finite() {
+    let layers = r#"layers = [
+      { type = "Input", shape = [4, 4, 1] },
+      { type = "Conv2D", name = "c1", filters = 2, kernel_size = 1, use_bias = false, kernel_initializer = { class_name = "Constant", value = 1.0 } },
+      { type = "AveragePooling2D", name = "avg", pool_size = 2 },
+      { type = "Average", name = "mean", inputs = ["avg", "avg"] },
+      { type = "Flatten", name = "flat" },
+    ]"#;
+    let device = Device::flex();
+    let spec = spec(layers, Precision::MixedFloat16);
+    let net = Network::init(&spec, 3, &device);
+    let x = Tensor::<4>::full([1, 1, 4, 4], 40000.0, &device);
+    let fwd = with_native_compute(true, || {
+        net.forward_graph(&spec, vec![Act::Image(x)], false, &mut |_, _, _| {})
+    });
+    let out = fwd.output.into_data().try_to_vec::<f32>().unwrap();
+    assert_eq!(out, vec![40000.0; 8]);
+}

@@ -102,6 +102,12 @@ impl Merge {
         }
     }
 
+    /// All but `Average` compute in a 16-bit type where the device can: `Average` sums its
+    /// inputs before dividing, and two finite float16 values may sum to Inf.
+    pub(super) fn computes_in_half(self) -> bool {
+        !matches!(self, Merge::Average)
+    }
+
     /// `Maximum`/`Minimum` output values of their inputs.
     pub(super) fn passes_values(self) -> bool {
         matches!(self, Merge::Maximum | Merge::Minimum)
@@ -159,7 +165,7 @@ macro_rules! merge_layer {
                 super::merge::Merge::$name.passes_values()
             }
             fn computes_in_half(&self) -> bool {
-                true
+                super::merge::Merge::$name.computes_in_half()
             }
             fn onnx(
                 &self,

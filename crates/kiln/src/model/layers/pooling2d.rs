@@ -96,8 +96,10 @@ impl<const MAX: bool> Layer for Pooling2D<MAX> {
     fn passes_values(&self) -> bool {
         MAX
     }
+    // The average sums its window first: four float16 values below 65504 may sum to Inf
+    // (cuDNN accumulates pooling in float32), so it computes in float32.
     fn computes_in_half(&self) -> bool {
-        true
+        MAX
     }
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {
         let x = &inputs[0];
