@@ -20,6 +20,7 @@
 
 use std::cell::RefCell;
 
+use super::amx;
 use super::cpu;
 use super::gemm::View;
 
@@ -43,12 +44,49 @@ thread_local! {
 /// As the float32 GEMM: the views' indices are in bounds of their slices, `dst` is valid for
 /// `a.rows * b.cols` writes (and reads with `accumulate`) and overlaps neither view.
 pub(super) unsafe fn try_matmul(a: View<'_>, b: View<'_>, dst: *mut f32, accumulate: bool) -> bool {
-    let (m, n, k) = (a.rows, b.cols, a.cols);
-    if m == 0 || n * k < MIN_ROW_MACS || !cpu::bf16_dot() {
-        return false;
+    // SAFETY: the caller's contract.
+    unsafe { try_matmul_on(current_route(), a, b, dst, accumulate) }
+}
+
+/// Which instructions multiply the packed operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// AVX512_BF16's `vdpbf16ps`, in [`MR`] x [`NR`] register tiles.
+    Dot,
+    /// AMX tiles ([`amx`]).
+    Amx,
+}
+
+impl Route {
+    /// Rows of `a` per block (the packed `a` is padded to a multiple).
+    fn rows(self) -> usize {
+        match self {
+            Route::Dot => MR,
+            Route::Amx => amx::MR,
+        }
     }
-    // A float32 operand almost always shows it in its first element: give up before packing.
-    if low_bits(a.data[0]) != 0 || low_bits(b.data[0]) != 0 {
+
+    /// Pairs per packed row for `k` (AMX takes whole tiles of pairs, zeros after `k`).
+    fn pairs(self, k: usize) -> usize {
+        match self {
+            Route::Dot => k.div_ceil(2),
+            Route::Amx => k.div_ceil(2).next_multiple_of(amx::PAIRS),
+        }
+    }
+}
+
+/// [`try_matmul`] on `route`.
+///
+/// # Safety
+/// As [`try_matmul`]; [`Route::Amx`] only where [`cpu::has_amx`] holds.
+unsafe fn try_matmul_on(
+    route: Route,
+    a: View<'_>,
+    b: View<'_>,
+    dst: *mut f32,
+    accumulate: bool,
+) -> bool {
+    if !applies(a.rows, b) || low_bits(a.data[0]) != 0 {
         return false;
     }
     PACKED.with(|cell| {
@@ -56,20 +94,158 @@ pub(super) unsafe fn try_matmul(a: View<'_>, b: View<'_>, dst: *mut f32, accumul
             return false;
         };
         let (pa, pb) = &mut *bufs;
-        let k2 = k.div_ceil(2);
-        // Padding rows and columns are never stored: their stale contents do no harm.
-        let (rows, cols) = (m.div_ceil(MR) * MR, n.div_ceil(NR) * NR);
-        pa.resize(pa.len().max(rows * k2), 0);
-        pb.resize(pb.len().max(cols * k2), 0);
+        let k2 = route.pairs(b.rows);
+        // Padding columns are never stored: their stale contents do no harm.
+        pb.resize(pb.len().max(b.cols.next_multiple_of(NR) * k2), 0);
         // SAFETY: the CPU has AVX-512 (`cpu::bf16_dot` implies the avx512 path's features).
-        if !unsafe { pack_a_v4(a, k2, pa) && pack_b_v4(b, k2, pb) } {
+        if !unsafe { pack_b_v4(b, k2, pb) } {
             return false;
         }
-        // SAFETY: the CPU has AVX512_BF16 (`cpu::bf16_dot`); the packed buffers hold the padded
-        // tiles; the caller's contract covers `dst`.
-        unsafe { multiply(m, n, k2, pa, pb, dst, accumulate) };
-        true
+        let packed = PackedRef {
+            route,
+            n: b.cols,
+            k2,
+            data: pb,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { multiply_packed(a, packed, pa, dst, accumulate) }
     })
+}
+
+/// Whether the bfloat16 kernel may take a product of `m` rows by `b`: the products are on,
+/// there is work, enough of it per row, and `b` starts with a bfloat16 value (a float32
+/// operand almost always shows it in its first element: give up before packing).
+fn applies(m: usize, b: View<'_>) -> bool {
+    let (k, n) = (b.rows, b.cols);
+    m > 0 && n * k >= MIN_ROW_MACS && cpu::bf16_dot() && low_bits(b.data[0]) == 0
+}
+
+/// A right-hand operand packed once for products on several threads ([`pack_shared`]).
+pub(super) struct PackedB {
+    route: Route,
+    k: usize,
+    n: usize,
+    k2: usize,
+    data: Vec<u32>,
+}
+
+/// A packed right-hand operand, borrowed.
+#[derive(Clone, Copy)]
+struct PackedRef<'a> {
+    route: Route,
+    n: usize,
+    k2: usize,
+    data: &'a [u32],
+}
+
+/// Panels of `b` per packing task of [`pack_shared`].
+const PANELS_PER_TASK: usize = 2;
+
+/// `b` packed for [`try_matmul_packed`] (panels packed on rayon's pool), or `None` when the
+/// bfloat16 kernel does not take products with it (see [`try_matmul`]).
+pub(super) fn pack_shared(b: View<'_>) -> Option<PackedB> {
+    use rayon::prelude::*;
+    if !applies(1, b) {
+        return None;
+    }
+    let route = current_route();
+    let (k, n) = (b.rows, b.cols);
+    let k2 = route.pairs(k);
+    let mut data = vec![0u32; n.next_multiple_of(NR) * k2];
+    let width = PANELS_PER_TASK * NR;
+    let all_bf16 = data.par_chunks_mut(width * k2).enumerate().all(|(t, out)| {
+        let j0 = t * width;
+        let part = View {
+            data: &b.data[j0 * b.col_stride..],
+            cols: width.min(n - j0),
+            ..b
+        };
+        // SAFETY: the CPU has AVX-512 (`applies` checked `cpu::bf16_dot`).
+        unsafe { pack_b_v4(part, k2, out) }
+    });
+    all_bf16.then_some(PackedB {
+        route,
+        k,
+        n,
+        k2,
+        data,
+    })
+}
+
+/// `dst (+)= a @ b` with `b` from [`pack_shared`]; `false` (and `dst` untouched) when an
+/// element of `a` is not a bfloat16 value.
+///
+/// # Safety
+/// As [`try_matmul`], with `a.cols == b.k`.
+pub(super) unsafe fn try_matmul_packed(
+    a: View<'_>,
+    b: &PackedB,
+    dst: *mut f32,
+    accumulate: bool,
+) -> bool {
+    assert_eq!(a.cols, b.k, "inner dimensions differ");
+    if a.rows == 0 || low_bits(a.data[0]) != 0 {
+        return false;
+    }
+    PACKED.with(|cell| {
+        let Ok(mut bufs) = cell.try_borrow_mut() else {
+            return false;
+        };
+        let packed = PackedRef {
+            route: b.route,
+            n: b.n,
+            k2: b.k2,
+            data: &b.data,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { multiply_packed(a, packed, &mut bufs.0, dst, accumulate) }
+    })
+}
+
+/// The route [`try_matmul`] takes now.
+fn current_route() -> Route {
+    match cpu::amx() {
+        true => Route::Amx,
+        false => Route::Dot,
+    }
+}
+
+/// Packs `a` into `pa` and multiplies it by the packed `b`; `false` when an element of `a`
+/// is not a bfloat16 value.
+///
+/// # Safety
+/// As [`try_matmul`]; `b` was packed for `a.cols` rows on a route this CPU runs.
+unsafe fn multiply_packed(
+    a: View<'_>,
+    b: PackedRef<'_>,
+    pa: &mut Vec<u32>,
+    dst: *mut f32,
+    accumulate: bool,
+) -> bool {
+    let (m, n, k2) = (a.rows, b.n, b.k2);
+    // Padding rows are never stored: their stale contents do no harm.
+    pa.resize(pa.len().max(m.next_multiple_of(b.route.rows()) * k2), 0);
+    // SAFETY: the CPU has AVX-512 (`cpu::bf16_dot`, checked by whoever packed `b`).
+    if !unsafe { pack_a_v4(a, k2, pa) } {
+        return false;
+    }
+    // SAFETY: the CPU has AVX512_BF16, and AMX on its route (the caller's contract); the
+    // packed buffers hold the padded tiles; the caller's contract covers `dst`.
+    unsafe {
+        match b.route {
+            Route::Dot => multiply(m, n, k2, pa, b.data, dst, accumulate),
+            Route::Amx => amx::multiply(m, n, k2, pa, b.data, dst, accumulate),
+        }
+    };
+    true
+}
+
+/// Whether products with the weights `w` go to AMX tiles: AMX is on ([`cpu::amx`]) and every
+/// weight is a bfloat16 value (a `mixed_bfloat16` layer's compute copy). Convolutions then
+/// take im2col + GEMM rather than their float32 direct kernels, since the tiles multiply
+/// several times faster than the direct kernels can (bench/README.md).
+pub(super) fn tiles_take(w: &[f32]) -> bool {
+    cpu::amx() && !w.is_empty() && w.iter().all(|&v| low_bits(v) == 0)
 }
 
 /// The bits a bfloat16 value leaves zero.
@@ -115,8 +291,8 @@ unsafe fn pack_b_v4(b: View<'_>, k2: usize, out: &mut [u32]) -> bool {
     pack_b(b, k2, out)
 }
 
-/// Packs `a` (`m x k`) as `m` rows of `k2` pairs (an odd `k` ends with a zero); `false` when an
-/// element is not a bfloat16 value.
+/// Packs `a` (`m x k`) as `m` rows of `k2 >= ceil(k / 2)` pairs (an odd `k` ends with a zero,
+/// and so does every pair after `k`); `false` when an element is not a bfloat16 value.
 #[inline(always)]
 fn pack_a(a: View<'_>, k2: usize, out: &mut [u32]) -> bool {
     let k = a.cols;
@@ -140,8 +316,9 @@ fn pack_a(a: View<'_>, k2: usize, out: &mut [u32]) -> bool {
         if k % 2 == 1 {
             let x = a.data[i * a.row_stride + (k - 1) * a.col_stride];
             low |= low_bits(x);
-            row[k2 - 1] = pair(x, 0.0);
+            row[k / 2] = pair(x, 0.0);
         }
+        row[k.div_ceil(2)..].fill(0);
         if low != 0 {
             return false;
         }
@@ -149,8 +326,9 @@ fn pack_a(a: View<'_>, k2: usize, out: &mut [u32]) -> bool {
     true
 }
 
-/// Packs `b` (`k x n`) in panels of [`NR`] columns, each `k2` runs of [`NR`] pairs (an odd `k`
-/// ends with zeros); `false` when an element is not a bfloat16 value.
+/// Packs `b` (`k x n`) in panels of [`NR`] columns, each `k2 >= ceil(k / 2)` runs of [`NR`]
+/// pairs (an odd `k` ends with zeros, and so does every run after `k`); `false` when an
+/// element is not a bfloat16 value.
 #[inline(always)]
 fn pack_b(b: View<'_>, k2: usize, out: &mut [u32]) -> bool {
     let (k, n) = (b.rows, b.cols);
@@ -207,8 +385,11 @@ fn pack_b(b: View<'_>, k2: usize, out: &mut [u32]) -> bool {
         for j in 0..n {
             let x = at(k - 1, j);
             low |= low_bits(x);
-            out[slot(k2 - 1, j)] = pair(x, 0.0);
+            out[slot(k / 2, j)] = pair(x, 0.0);
         }
+    }
+    for panel in 0..n.div_ceil(NR) {
+        out[slot(k.div_ceil(2), panel * NR)..slot(k2, panel * NR)].fill(0);
     }
     low == 0
 }
@@ -361,8 +542,38 @@ mod tests {
             return;
         }
         cpu::set_bf16(true).unwrap();
+        check_against_float64(Route::Dot);
+    }
+
+    /// Every available route: the vector dot products, and AMX where the CPU has it.
+    fn routes() -> Vec<Route> {
+        match cpu::has_amx() {
+            true => vec![Route::Dot, Route::Amx],
+            false => vec![Route::Dot],
+        }
+    }
+
+    #[test]
+    fn amx_products_match_float64_on_every_shape_and_view() {
+        if !cpu::has_amx() {
+            assert!(
+                cpu::set_amx(true).is_err(),
+                "AMX cannot be turned on without it"
+            );
+            eprintln!("no AMX on this CPU (or Linux refused the tiles): checked it stays off");
+            return;
+        }
+        cpu::set_bf16(true).unwrap();
+        check_against_float64(Route::Amx);
+    }
+
+    /// `try_matmul_on(route)` against float64 on a grid of shapes, three kinds of views, with
+    /// and without `accumulate`.
+    fn check_against_float64(route: Route) {
         for (m, k, n) in [
             (12, 64, 32),
+            (33, 31, 40),
+            (32, 64, 64),
             (13, 65, 33),
             (1, 784, 512),
             (64, 288, 196),
@@ -397,8 +608,9 @@ mod tests {
                 for accumulate in [false, true] {
                     let mut got = vec![0.5f32; m * n];
                     // SAFETY: `got` holds m x n; the views cover their slices.
-                    let used = unsafe { try_matmul(va, vb, got.as_mut_ptr(), accumulate) };
-                    assert_eq!(used, n * k >= MIN_ROW_MACS, "m={m} k={k} n={n}");
+                    let used =
+                        unsafe { try_matmul_on(route, va, vb, got.as_mut_ptr(), accumulate) };
+                    assert_eq!(used, n * k >= MIN_ROW_MACS, "{route:?} m={m} k={k} n={n}");
                     if !used {
                         continue;
                     }
@@ -407,7 +619,7 @@ mod tests {
                         let err = (*g as f64 - base - w).abs();
                         assert!(
                             err <= 1e-6 * s.max(1.0),
-                            "m={m} k={k} n={n} element {e}: {g} vs {w} (+{base})"
+                            "{route:?} m={m} k={k} n={n} element {e}: {g} vs {w} (+{base})"
                         );
                     }
                 }
@@ -441,25 +653,64 @@ mod tests {
             return;
         }
         cpu::set_bf16(true).unwrap();
+        for route in routes() {
+            rows_stand_alone(route);
+        }
+    }
+
+    fn rows_stand_alone(route: Route) {
         let (k, n) = (300, 70);
-        let x = values(30 * k, 11);
+        let x = values(40 * k, 11);
         let w = values(k * n, 13);
-        let mut all = vec![0.0; 30 * n];
-        // SAFETY: as above.
-        assert!(unsafe {
-            try_matmul(
-                View::new(&x, 30, k),
-                View::new(&w, k, n),
-                all.as_mut_ptr(),
-                false,
-            )
-        });
-        for (m, start) in [(1, 0), (1, 29), (5, 12), (13, 17)] {
+        let mut all = vec![0.0; 40 * n];
+        let product = |rows: View<'_>, out: &mut [f32]| {
+            // SAFETY: `out` holds the rows x n results; the views cover their slices.
+            assert!(unsafe {
+                try_matmul_on(route, rows, View::new(&w, k, n), out.as_mut_ptr(), false)
+            });
+        };
+        product(View::new(&x, 40, k), &mut all);
+        for (m, start) in [(1, 0), (1, 39), (5, 12), (13, 17), (33, 7)] {
             let mut y = vec![0.0; m * n];
-            let rows = View::new(&x[start * k..(start + m) * k], m, k);
-            // SAFETY: as above.
-            assert!(unsafe { try_matmul(rows, View::new(&w, k, n), y.as_mut_ptr(), false) });
-            assert_eq!(y, all[start * n..(start + m) * n], "{m} rows from {start}");
+            product(View::new(&x[start * k..(start + m) * k], m, k), &mut y);
+            assert_eq!(
+                y,
+                all[start * n..(start + m) * n],
+                "{route:?}: {m} rows from {start}"
+            );
+        }
+    }
+
+    #[test]
+    fn amx_and_the_dot_products_agree() {
+        if !cpu::has_amx() {
+            eprintln!("no AMX on this CPU: amx_products_match_float64 checked it stays off");
+            return;
+        }
+        cpu::set_bf16(true).unwrap();
+        let (m, k, n) = (70, 577, 90);
+        let (a, b) = (values(m * k, 17), values(k * n, 19));
+        let run = |route| {
+            let mut d = vec![0.0f32; m * n];
+            // SAFETY: `d` holds m x n; the views cover their slices.
+            assert!(unsafe {
+                try_matmul_on(
+                    route,
+                    View::new(&a, m, k),
+                    View::new(&b, k, n),
+                    d.as_mut_ptr(),
+                    false,
+                )
+            });
+            d
+        };
+        let (dot, tiles) = (run(Route::Dot), run(Route::Amx));
+        let (_, scale) = reference(View::new(&a, m, k), View::new(&b, k, n));
+        for (e, ((x, y), s)) in dot.iter().zip(&tiles).zip(&scale).enumerate() {
+            assert!(
+                ((x - y) as f64).abs() <= 2e-6 * s.max(1.0),
+                "element {e}: {x} vs {y}"
+            );
         }
     }
 }

@@ -20,7 +20,8 @@
 //!
 //! Matrix products of bfloat16 values (under `mixed_bfloat16`) take AVX512_BF16's dot product
 //! where the CPU has it, whatever the float32 path ([`bf16_dot`]; `KILN_CPU_PATH=avx2` or
-//! `portable` turns it off too).
+//! `portable` turns it off too), and AMX tiles where the CPU has those too ([`amx`]; Intel
+//! Sapphire Rapids and later; any `KILN_CPU_PATH`, `avx512` included, turns them off).
 //!
 //! Burn's own CPU operations (the ops kiln has no kernel for) choose their kernels themselves
 //! and do not follow `KILN_CPU_PATH`.
@@ -218,6 +219,90 @@ pub fn has_bf16() -> bool {
     {
         false
     }
+}
+
+/// Whether the CPU has AMX-TILE and AMX-BF16 besides AVX512_BF16 ([`has_bf16`]), and Linux
+/// lets this process use the tile registers (asked once, at the first call).
+pub fn has_amx() -> bool {
+    use std::sync::OnceLock;
+    static GRANTED: OnceLock<bool> = OnceLock::new();
+    *GRANTED.get_or_init(|| has_bf16() && amx_instructions() && request_tiles())
+}
+
+/// CPUID leaf 7, sub-leaf 0, EDX: bit 22 AMX-BF16, bit 24 AMX-TILE.
+#[cfg(target_arch = "x86_64")]
+#[allow(unused_unsafe)]
+fn amx_instructions() -> bool {
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
+    // SAFETY: every x86-64 CPU has CPUID; leaf 7 is read only when leaf 0 says it exists.
+    let max = unsafe { __cpuid(0) }.eax;
+    if max < 7 {
+        return false;
+    }
+    // SAFETY: as above.
+    let edx = unsafe { __cpuid_count(7, 0) }.edx;
+    edx & (1 << 22) != 0 && edx & (1 << 24) != 0
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn amx_instructions() -> bool {
+    false
+}
+
+/// Asks Linux (5.16 and later) for AMX's 8 KiB of tile registers
+/// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, for the whole process); `true`
+/// when granted.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn request_tiles() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: a plain system call with integer arguments; it changes only what this process
+    // may use.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        )
+    };
+    r == 0
+}
+
+/// Other systems: kiln does not ask for the tiles there.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn request_tiles() -> bool {
+    false
+}
+
+/// 0: not chosen yet; 1: off; 2: on.
+static AMX: AtomicU8 = AtomicU8::new(0);
+
+/// Whether matrix products of bfloat16 values use AMX tiles ([`super::amx`]) rather than
+/// `vdpbf16ps`: when [`bf16_dot`] holds, the CPU has AMX ([`has_amx`]) and `KILN_CPU_PATH`
+/// is unset (naming any path, `avx512` included, keeps the products on that path's vector
+/// instructions). Chosen once, at the first call.
+pub fn amx() -> bool {
+    match AMX.load(Ordering::Relaxed) {
+        0 => {
+            let unset = std::env::var(PATH_VARIABLE).map_or(true, |v| v.trim().is_empty());
+            let on = bf16_dot() && unset && has_amx();
+            AMX.store(1 + u8::from(on), Ordering::Relaxed);
+            on
+        }
+        n => n == 2,
+    }
+}
+
+/// Turns AMX on or off for the rest of the process, as [`set_bf16`].
+///
+/// # Errors
+/// Turning it on on a CPU without AMX, or while the bfloat16 products are off.
+pub fn set_amx(on: bool) -> Result<(), String> {
+    if on && !(has_amx() && bf16_dot()) {
+        return Err("this CPU has no AMX-BF16 (or the bfloat16 products are off)".to_string());
+    }
+    AMX.store(1 + u8::from(on), Ordering::Relaxed);
+    Ok(())
 }
 
 /// 0: not chosen yet; 1: off; 2: on.

@@ -5,14 +5,14 @@
 //! (or `dy`), `dw = xᵀ · dz`, `db = Σ_rows dz`, `dx = dz · wᵀ`.
 //!
 //! Each product is split into a fixed number of row blocks computed on rayon's pool with one
-//! single-threaded GEMM each (transposes are strided views, never copies), so the results do
-//! not depend on the number of threads.
+//! single-threaded GEMM each ([`par_matmul_rows`]; transposes are strided views, never
+//! copies), so the results do not depend on the number of threads.
 
 use rayon::prelude::*;
 
 use super::conv2d::{relu, relu_grad};
 use super::cpu::{self, multiversion};
-use super::gemm::{View, matmul};
+use super::gemm::{View, par_matmul_rows};
 
 /// Row blocks per product: enough to balance two to eight cores.
 const TASKS: usize = 8;
@@ -35,15 +35,14 @@ pub fn forward(
         return y;
     }
     let rows = n.div_ceil(TASKS).max(1);
-    let weights = View::new(w, i, u);
     let path = cpu::path();
-    y.par_chunks_mut(rows * u)
-        .zip(x.par_chunks(rows * i))
-        .for_each(|(y_t, x_t)| {
-            let r = y_t.len() / u;
-            matmul(View::new(x_t, r, i), weights, y_t, false);
-            epilogue(path, y_t, u, bias, relu_on);
-        });
+    par_matmul_rows(
+        View::new(x, n, i),
+        View::new(w, i, u),
+        &mut y,
+        rows,
+        |_, y_t| epilogue(path, y_t, u, bias, relu_on),
+    );
     y
 }
 
@@ -97,20 +96,8 @@ pub fn backward(
     }
     // dw = xᵀ · dz, by blocks of dw's rows (columns of x).
     let cols = i.div_ceil(TASKS).max(1);
-    dw.par_chunks_mut(cols * u)
-        .enumerate()
-        .for_each(|(t, dw_t)| {
-            let c0 = t * cols;
-            let c = dw_t.len() / u;
-            let xt = View {
-                data: &x[c0..],
-                rows: c,
-                cols: n,
-                row_stride: 1,
-                col_stride: i,
-            };
-            matmul(xt, View::new(dz, n, u), dw_t, false);
-        });
+    let xt = View::new(x, n, i).t();
+    par_matmul_rows(xt, View::new(dz, n, u), &mut dw, cols, |_, _| {});
     // db: column sums in f64 (many terms of both signs), rows in order.
     let mut sums = vec![0.0f64; u];
     for row in dz.chunks_exact(u) {
@@ -121,12 +108,7 @@ pub fn backward(
         let mut dx = vec![0.0f32; n * i];
         let rows = n.div_ceil(TASKS).max(1);
         let wt = View::new(w, i, u).t();
-        dx.par_chunks_mut(rows * i)
-            .zip(dz.par_chunks(rows * u))
-            .for_each(|(dx_t, dz_t)| {
-                let r = dz_t.len() / u;
-                matmul(View::new(dz_t, r, u), wt, dx_t, false);
-            });
+        par_matmul_rows(View::new(dz, n, u), wt, &mut dx, rows, |_, _| {});
         dx
     });
     (dx, dw, db)

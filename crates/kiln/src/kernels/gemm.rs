@@ -38,6 +38,15 @@ impl<'a> View<'a> {
         }
     }
 
+    /// Rows `start..start + count` (no copy).
+    pub fn row_block(self, start: usize, count: usize) -> View<'a> {
+        View {
+            data: &self.data[(start * self.row_stride).min(self.data.len())..],
+            rows: count,
+            ..self
+        }
+    }
+
     fn max_index(&self) -> usize {
         if self.rows == 0 || self.cols == 0 {
             0
@@ -87,6 +96,42 @@ pub fn matmul(a: View<'_>, b: View<'_>, dst: &mut [f32], accumulate: bool) {
     // `b.data`, and every index it writes (`i * n + j` for i < m, j < n) in bounds of `dst`; the
     // three slices do not overlap (`dst` is a unique borrow).
     unsafe { gemm_into(a, b, dst.as_mut_ptr(), accumulate) };
+}
+
+/// `dst = a @ b` in blocks of `rows` rows on rayon's pool, one single-threaded product per
+/// block, then `then(block index, block)` on each block's rows. When the bfloat16 kernel takes
+/// the product ([`super::bf16`]) `b` is packed once for all blocks. A row's result never
+/// depends on the block it falls in.
+///
+/// # Panics
+/// As [`matmul`], and when `rows` is zero.
+pub fn par_matmul_rows<F>(a: View<'_>, b: View<'_>, dst: &mut [f32], rows: usize, then: F)
+where
+    F: Fn(usize, &mut [f32]) + Sync,
+{
+    use rayon::prelude::*;
+    let n = b.cols;
+    assert!(
+        rows > 0 && dst.len() == a.rows * n,
+        "destination of the wrong size"
+    );
+    if dst.is_empty() {
+        return;
+    }
+    let shared = super::bf16::pack_shared(b);
+    dst.par_chunks_mut(rows * n).enumerate().for_each(|(t, d)| {
+        let block = a.row_block(t * rows, d.len() / n);
+        // SAFETY: `d` holds the block's `rows x n` results; `block` and the packed `b` hold
+        // the block's operands (`row_block` and `pack_shared` checked their bounds).
+        let done = shared.as_ref().is_some_and(|p| {
+            assert!(block.max_index() < block.data.len().max(1));
+            unsafe { super::bf16::try_matmul_packed(block, p, d.as_mut_ptr(), false) }
+        });
+        if !done {
+            matmul(block, b, d, false);
+        }
+        then(t, d);
+    });
 }
 
 /// `dst = a @ b` into memory that need not be initialized (a fresh output buffer: no zeroing
@@ -237,6 +282,58 @@ unsafe fn gemm_on(_: CpuPath, a: View<'_>, b: View<'_>, dst: *mut f32, accumulat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_blocks_give_what_one_product_gives() {
+        // float32 values, and bfloat16 values (packed once and shared on the bf16 routes).
+        for bits in [0xFFFF_FFFFu32, 0xFFFF_0000] {
+            let (m, k, n) = (37, 301, 70);
+            let value = |v: usize, s: usize| {
+                let x = ((v * s) % 97) as f32 / 31.0 - 1.5;
+                f32::from_bits(x.to_bits() & bits)
+            };
+            let a: Vec<f32> = (0..m * k).map(|v| value(v, 7)).collect();
+            let b: Vec<f32> = (0..k * n).map(|v| value(v, 11)).collect();
+            let mut whole = vec![0.0f32; m * n];
+            matmul(View::new(&a, m, k), View::new(&b, k, n), &mut whole, false);
+            for rows in [1, 5, 8, 37, 50] {
+                let mut got = vec![f32::NAN; m * n];
+                let touched = std::sync::Mutex::new(Vec::new());
+                par_matmul_rows(
+                    View::new(&a, m, k),
+                    View::new(&b, k, n),
+                    &mut got,
+                    rows,
+                    |t, d| {
+                        touched.lock().unwrap().push((t, d.len()));
+                    },
+                );
+                assert_eq!(got, whole, "blocks of {rows} rows (mask {bits:#x})");
+                let mut touched = touched.into_inner().unwrap();
+                touched.sort();
+                let want: Vec<_> = (0..m.div_ceil(rows))
+                    .map(|t| (t, rows.min(m - t * rows) * n))
+                    .collect();
+                assert_eq!(touched, want);
+            }
+            // The transposed view (Dense's weight gradient reads xᵀ).
+            let at: Vec<f32> = (0..k * m).map(|v| a[(v % m) * k + v / m]).collect();
+            let mut got = vec![0.0f32; m * n];
+            par_matmul_rows(
+                View::new(&at, k, m).t(),
+                View::new(&b, k, n),
+                &mut got,
+                6,
+                |_, _| {},
+            );
+            for (g, w) in got.iter().zip(&whole) {
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "a transposed view: {g} vs {w}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn every_path_multiplies_as_the_definition() {

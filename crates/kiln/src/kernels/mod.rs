@@ -12,11 +12,12 @@
 //! Each kernel runs the widest instruction set the CPU has ([`cpu`]: AVX-512, AVX2 + FMA, or
 //! portable code), chosen once per process; `KILN_CPU_PATH` forces a lower one. Matrix products
 //! whose operands are all bfloat16 values (`mixed_bfloat16`) use AVX512_BF16's dot product
-//! where the CPU has it ([`bf16`]).
+//! where the CPU has it ([`bf16`]), and AMX tiles where it has those ([`amx`]).
 //!
 //! [`crate::ops`] wires these into Burn's autodiff as custom operations.
 
 pub mod adam;
+mod amx;
 pub mod attention;
 pub mod batch_norm;
 mod bf16;

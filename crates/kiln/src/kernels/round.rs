@@ -3,12 +3,16 @@
 //!
 //! Same results as Burn's `cast` to the 16-bit type and back (IEEE 754 round to nearest, ties
 //! to even; float16 overflows to ±Inf beyond 65504 and has subnormals down to 2^-24; NaN stays
-//! NaN), through the `half` crate's slice conversions (hardware F16C conversions on x86 CPUs that
-//! have them), on rayon's pool, without the two intermediate tensors of a cast there and back.
+//! NaN), on rayon's pool, without the two intermediate tensors of a cast there and back:
+//! float16 through the `half` crate's slice conversions (hardware F16C conversions on x86 CPUs
+//! that have them), bfloat16 by integer arithmetic on the bits ([`round_bf16`], the same
+//! results as `half`'s scalar conversion) that the compiler vectorizes for the [`cpu`] path.
 
+use half::f16;
 use half::slice::HalfFloatSliceExt;
-use half::{bf16, f16};
 use rayon::prelude::*;
+
+use super::cpu::{self, multiversion};
 
 /// Values per task (and per stack buffer of 16-bit values).
 const CHUNK: usize = 4096;
@@ -16,14 +20,12 @@ const CHUNK: usize = 4096;
 /// `src` rounded to float16 (`bfloat16 == false`) or bfloat16 values.
 pub fn round_half(src: &[f32], bfloat16: bool) -> Vec<f32> {
     let mut out = vec![0f32; src.len()];
+    let path = cpu::path();
     out.par_chunks_mut(CHUNK)
         .zip(src.par_chunks(CHUNK))
         .for_each(|(dst, src)| {
             if bfloat16 {
-                let mut buf = [bf16::ZERO; CHUNK];
-                let buf = &mut buf[..src.len()];
-                buf.convert_from_f32_slice(src);
-                buf.convert_to_f32_slice(dst);
+                round_bf16_into(path, dst, src);
             } else {
                 let mut buf = [f16::ZERO; CHUNK];
                 let buf = &mut buf[..src.len()];
@@ -34,9 +36,30 @@ pub fn round_half(src: &[f32], bfloat16: bool) -> Vec<f32> {
     out
 }
 
+multiversion! {
+    /// `dst[i] = round_bf16(src[i])`.
+    fn round_bf16_into(dst: &mut [f32], src: &[f32]) {
+        dst.iter_mut().zip(src).for_each(|(d, &s)| *d = round_bf16(s));
+    }
+}
+
+/// `x` rounded to the nearest bfloat16 value, ties to even (adding `0x7FFF` plus the kept
+/// part's lowest bit to the bits carries into the kept part exactly when the dropped half is
+/// above one half, or one half with an odd kept part); beyond the largest bfloat16 value it
+/// reaches ±Inf. NaN stays NaN, quieted, as `half::bf16::from_f32` keeps it.
+#[inline(always)]
+fn round_bf16(x: f32) -> f32 {
+    let b = x.to_bits();
+    let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) & 0xFFFF_0000;
+    let quiet_nan = (b | 0x0040_0000) & 0xFFFF_0000;
+    let is_nan = b & 0x7FFF_FFFF > 0x7F80_0000;
+    f32::from_bits(if is_nan { quiet_nan } else { rounded })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::bf16;
 
     #[test]
     fn matches_the_scalar_conversions_on_edge_cases() {
@@ -54,7 +77,14 @@ mod tests {
             1e30,
             1e-30,
             f32::INFINITY,
+            f32::NEG_INFINITY,
             f32::MIN_POSITIVE,
+            f32::MAX,
+            f32::from_bits(0x3F80_8000), // a tie with an even kept part: stays
+            f32::from_bits(0x3F81_8000), // a tie with an odd kept part: rounds up
+            f32::from_bits(0x7F80_0001), // a signalling NaN
+            f32::from_bits(0xFFC1_2345), // a negative quiet NaN with a payload
+            f32::from_bits(0x0000_8001), // a subnormal
         ];
         // Enough values for several chunks, including a partial one.
         xs.extend((0..10_000).map(|i| (i as f32 - 5000.0) * 0.0137));
@@ -70,6 +100,7 @@ mod tests {
             }
         }
         assert!(round_half(&[f32::NAN], false)[0].is_nan());
+        assert_eq!(round_half(&[f32::MAX], true)[0], f32::INFINITY);
         assert_eq!(round_half(&[65520.0], false)[0], f32::INFINITY);
     }
 }
