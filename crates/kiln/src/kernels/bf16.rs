@@ -32,6 +32,11 @@ const NR: usize = 32;
 /// (Per row, not per call: a row's result must not depend on how many rows share the call.)
 const MIN_ROW_MACS: usize = 16 * 64;
 
+/// Below this inner dimension (a 3x3 convolution of one channel: 9) the pairs and the tiles'
+/// padding waste more than the bfloat16 products save: the float32 kernels, which compute the
+/// same products of bfloat16 values exactly, measured faster (bench/README.md).
+const MIN_K: usize = 32;
+
 thread_local! {
     /// Packed `a` and `b` of the last call on this thread, reused.
     static PACKED: RefCell<(Vec<u32>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
@@ -86,7 +91,7 @@ unsafe fn try_matmul_on(
     dst: *mut f32,
     accumulate: bool,
 ) -> bool {
-    if !applies(a.rows, b) || low_bits(a.data[0]) != 0 {
+    if !applies([a.rows, a.cols, b.cols]) || low_bits(a.data[0]) | low_bits(b.data[0]) != 0 {
         return false;
     }
     PACKED.with(|cell| {
@@ -112,12 +117,11 @@ unsafe fn try_matmul_on(
     })
 }
 
-/// Whether the bfloat16 kernel may take a product of `m` rows by `b`: the products are on,
-/// there is work, enough of it per row, and `b` starts with a bfloat16 value (a float32
-/// operand almost always shows it in its first element: give up before packing).
-fn applies(m: usize, b: View<'_>) -> bool {
-    let (k, n) = (b.rows, b.cols);
-    m > 0 && n * k >= MIN_ROW_MACS && cpu::bf16_dot() && low_bits(b.data[0]) == 0
+/// Whether the bfloat16 kernel may take an `m x k` by `k x n` product: the products are on,
+/// and there is work, enough of it per row. (Callers also look at the first element of an
+/// operand at hand: a float32 operand almost always shows it there, before any packing.)
+fn applies([m, k, n]: [usize; 3]) -> bool {
+    m > 0 && k >= MIN_K && n * k >= MIN_ROW_MACS && cpu::bf16_dot()
 }
 
 /// A right-hand operand packed once for products on several threads ([`pack_shared`]).
@@ -145,7 +149,7 @@ const PANELS_PER_TASK: usize = 2;
 /// bfloat16 kernel does not take products with it (see [`try_matmul`]).
 pub(super) fn pack_shared(b: View<'_>) -> Option<PackedB> {
     use rayon::prelude::*;
-    if !applies(1, b) {
+    if !applies([1, b.rows, b.cols]) || low_bits(b.data[0]) != 0 {
         return None;
     }
     let route = current_route();
@@ -202,6 +206,109 @@ pub(super) unsafe fn try_matmul_packed(
     })
 }
 
+/// `dst = a @ b` with `b` (`k x n`) given row by row: `fill_row(r, row)` writes row `r`'s `n`
+/// values (an im2col matrix, built a pair of rows at a time into the packed layout, so the
+/// whole float32 matrix is never written). `false` when the bfloat16 kernel does not take the
+/// product (as [`try_matmul`]) or a value is not a bfloat16 value; `dst` may be partly written
+/// then, but is never read.
+///
+/// # Safety
+/// `dst` is valid for `a.rows * n` writes; `a`'s indices are in bounds of its slice.
+pub(super) unsafe fn try_matmul_b_rows(
+    a: View<'_>,
+    [k, n]: [usize; 2],
+    fill_row: impl FnMut(usize, &mut [f32]),
+    dst: *mut f32,
+) -> bool {
+    assert_eq!(a.cols, k, "inner dimensions differ");
+    if !applies([a.rows, k, n]) || low_bits(a.data[0]) != 0 {
+        return false;
+    }
+    let route = current_route();
+    let k2 = route.pairs(k);
+    PACKED.with(|cell| {
+        let Ok(mut bufs) = cell.try_borrow_mut() else {
+            return false;
+        };
+        let (pa, pb) = &mut *bufs;
+        pb.resize(pb.len().max(n.next_multiple_of(NR) * k2), 0);
+        // SAFETY: the CPU has AVX-512 (`applies` checked `cpu::bf16_dot`).
+        if !unsafe { pack_b_rows_v4(k, n, k2, fill_row, pb) } {
+            return false;
+        }
+        let packed = PackedRef {
+            route,
+            n,
+            k2,
+            data: pb,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { multiply_packed(a, packed, pa, dst, false) }
+    })
+}
+
+/// [`pack_b_rows`] compiled for AVX-512.
+///
+/// # Safety
+/// The CPU has the avx512 path's features.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512cd,avx512dq,avx512vl,avx2,fma")]
+unsafe fn pack_b_rows_v4(
+    k: usize,
+    n: usize,
+    k2: usize,
+    fill_row: impl FnMut(usize, &mut [f32]),
+    out: &mut [u32],
+) -> bool {
+    pack_b_rows(k, n, k2, fill_row, out)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn pack_b_rows_v4(
+    k: usize,
+    n: usize,
+    k2: usize,
+    fill_row: impl FnMut(usize, &mut [f32]),
+    out: &mut [u32],
+) -> bool {
+    pack_b_rows(k, n, k2, fill_row, out)
+}
+
+/// Packs `b` (`k x n`, row `r` from `fill_row`) as [`pack_b`] does, two rows at a time.
+#[inline(always)]
+fn pack_b_rows(
+    k: usize,
+    n: usize,
+    k2: usize,
+    mut fill_row: impl FnMut(usize, &mut [f32]),
+    out: &mut [u32],
+) -> bool {
+    let mut rows = vec![0f32; 2 * n];
+    let mut low = 0u32;
+    for p in 0..k.div_ceil(2) {
+        let (r0, r1) = rows.split_at_mut(n);
+        fill_row(2 * p, r0);
+        match 2 * p + 1 < k {
+            true => fill_row(2 * p + 1, r1),
+            false => r1.fill(0.0),
+        }
+        for (panel, (c0, c1)) in r0.chunks(NR).zip(r1.chunks(NR)).enumerate() {
+            let run = &mut out[(panel * k2 + p) * NR..][..c0.len()];
+            for ((o, &x), &y) in run.iter_mut().zip(c0).zip(c1.iter()) {
+                low |= low_bits(x) | low_bits(y);
+                *o = pair(x, y);
+            }
+        }
+        if low != 0 {
+            return false;
+        }
+    }
+    for panel in 0..n.div_ceil(NR) {
+        out[(panel * k2 + k.div_ceil(2)) * NR..(panel * k2 + k2) * NR].fill(0);
+    }
+    true
+}
+
 /// The route [`try_matmul`] takes now.
 fn current_route() -> Route {
     match cpu::amx() {
@@ -245,7 +352,13 @@ unsafe fn multiply_packed(
 /// take im2col + GEMM rather than their float32 direct kernels, since the tiles multiply
 /// several times faster than the direct kernels can (bench/README.md).
 pub(super) fn tiles_take(w: &[f32]) -> bool {
-    cpu::amx() && !w.is_empty() && w.iter().all(|&v| low_bits(v) == 0)
+    cpu::amx() && weights_take(w)
+}
+
+/// Whether products with the weights `w` may take the bfloat16 kernel: the products are on
+/// ([`cpu::bf16_dot`]) and every weight is a bfloat16 value.
+pub(super) fn weights_take(w: &[f32]) -> bool {
+    cpu::bf16_dot() && !w.is_empty() && w.iter().all(|&v| low_bits(v) == 0)
 }
 
 /// The bits a bfloat16 value leaves zero.
@@ -610,7 +723,8 @@ mod tests {
                     // SAFETY: `got` holds m x n; the views cover their slices.
                     let used =
                         unsafe { try_matmul_on(route, va, vb, got.as_mut_ptr(), accumulate) };
-                    assert_eq!(used, n * k >= MIN_ROW_MACS, "{route:?} m={m} k={k} n={n}");
+                    let want_used = n * k >= MIN_ROW_MACS && k >= MIN_K;
+                    assert_eq!(used, want_used, "{route:?} m={m} k={k} n={n}");
                     if !used {
                         continue;
                     }

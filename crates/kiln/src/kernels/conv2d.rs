@@ -89,41 +89,43 @@ fn valid_range(out: usize, input: usize, k: usize, s: usize, pad: usize) -> (usi
 /// Fills `cols [c*kh*kw, oh*ow]` from one image `x [c, h, w]`. Row `r` starts at
 /// `r * row_stride`, so several images can fill column blocks of one wider matrix.
 fn im2col(x: &[f32], g: &Conv2dGeometry, cols: &mut [f32], row_stride: usize) {
+    let positions = g.positions();
+    for r in 0..g.patch() {
+        im2col_row(x, g, r, &mut cols[r * row_stride..][..positions]);
+    }
+}
+
+/// Row `r` (patch element `(c, ky, kx)`) of one image's im2col matrix: `out [oh*ow]`.
+fn im2col_row(x: &[f32], g: &Conv2dGeometry, r: usize, row: &mut [f32]) {
     let [kh, kw] = g.kernel;
     let [sh, sw] = g.stride;
     let [(pt, _), (pl, _)] = g.padding;
     let [oh, ow] = g.out_hw();
     let (h, w) = (g.height, g.width);
-    for c in 0..g.in_channels {
-        let plane = &x[c * h * w..(c + 1) * h * w];
-        for ky in 0..kh {
-            let (oy0, oy1) = valid_range(oh, h, ky, sh, pt);
-            for kx in 0..kw {
-                let row = &mut cols[((c * kh + ky) * kw + kx) * row_stride..][..oh * ow];
-                let (ox0, ox1) = valid_range(ow, w, kx, sw, pl);
-                if ox0 == ox1 {
-                    // A kernel column in the padding for every output column (a kernel wider
-                    // than the image): no input to take, and no valid `ix0`.
-                    row.fill(0.0);
-                    continue;
-                }
-                row[..oy0 * ow].fill(0.0);
-                row[oy1 * ow..].fill(0.0);
-                for oy in oy0..oy1 {
-                    let iy = oy * sh + ky - pt;
-                    let out = &mut row[oy * ow..(oy + 1) * ow];
-                    out[..ox0].fill(0.0);
-                    out[ox1..].fill(0.0);
-                    let src = &plane[iy * w..(iy + 1) * w];
-                    if sw == 1 {
-                        let ix0 = ox0 + kx - pl;
-                        out[ox0..ox1].copy_from_slice(&src[ix0..ix0 + (ox1 - ox0)]);
-                    } else {
-                        for ox in ox0..ox1 {
-                            out[ox] = src[ox * sw + kx - pl];
-                        }
-                    }
-                }
+    let (c, ky, kx) = (r / (kh * kw), r / kw % kh, r % kw);
+    let plane = &x[c * h * w..(c + 1) * h * w];
+    let (oy0, oy1) = valid_range(oh, h, ky, sh, pt);
+    let (ox0, ox1) = valid_range(ow, w, kx, sw, pl);
+    if ox0 == ox1 {
+        // A kernel column in the padding for every output column (a kernel wider than the
+        // image): no input to take, and no valid `ix0`.
+        row.fill(0.0);
+        return;
+    }
+    row[..oy0 * ow].fill(0.0);
+    row[oy1 * ow..].fill(0.0);
+    for oy in oy0..oy1 {
+        let iy = oy * sh + ky - pt;
+        let out = &mut row[oy * ow..(oy + 1) * ow];
+        out[..ox0].fill(0.0);
+        out[ox1..].fill(0.0);
+        let src = &plane[iy * w..(iy + 1) * w];
+        if sw == 1 {
+            let ix0 = ox0 + kx - pl;
+            out[ox0..ox1].copy_from_slice(&src[ix0..ix0 + (ox1 - ox0)]);
+        } else {
+            for ox in ox0..ox1 {
+                out[ox] = src[ox * sw + kx - pl];
             }
         }
     }
@@ -235,15 +237,26 @@ pub(super) fn forward_im2col(
     let len = g.batch * o * p;
     let mut y: Vec<f32> = Vec::with_capacity(len);
     let weights = View::new(w, o, k);
+    let bf16_weights = bf16::weights_take(w);
     // The GEMM writes every output element: no zeroing pass over the fresh buffer.
     y.spare_capacity_mut()[..len]
         .par_chunks_mut(o * p)
         .zip(x.par_chunks(g.image()))
         .for_each(|(y_n, x_n)| {
-            let y_n = with_scratch(k * p, |cols| {
-                im2col(x_n, g, cols, p);
-                matmul_uninit(weights, View::new(cols, k, p), y_n)
-            });
+            let fill = |r: usize, row: &mut [f32]| im2col_row(x_n, g, r, row);
+            // SAFETY: `y_n` holds `o x p` floats; `weights` covers `w`.
+            let packed = bf16_weights
+                && unsafe {
+                    bf16::try_matmul_b_rows(weights, [k, p], fill, y_n.as_mut_ptr().cast())
+                };
+            let y_n = match packed {
+                // SAFETY: the bfloat16 kernel wrote every element.
+                true => unsafe { &mut *(y_n as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) },
+                false => with_scratch(k * p, |cols| {
+                    im2col(x_n, g, cols, p);
+                    matmul_uninit(weights, View::new(cols, k, p), y_n)
+                }),
+            };
             // Bias and ReLU in one pass over the image's output, still in cache.
             add_bias_relu(y_n, p, bias, relu_on);
         });

@@ -17,29 +17,25 @@ use super::cpu::{self, multiversion};
 /// Values per task (and per stack buffer of 16-bit values).
 const CHUNK: usize = 4096;
 
-/// `src` rounded to float16 (`bfloat16 == false`) or bfloat16 values.
-pub fn round_half(src: &[f32], bfloat16: bool) -> Vec<f32> {
-    let mut out = vec![0f32; src.len()];
+/// Rounds `values` in place to float16 (`bfloat16 == false`) or bfloat16 values.
+pub fn round_half(values: &mut [f32], bfloat16: bool) {
     let path = cpu::path();
-    out.par_chunks_mut(CHUNK)
-        .zip(src.par_chunks(CHUNK))
-        .for_each(|(dst, src)| {
-            if bfloat16 {
-                round_bf16_into(path, dst, src);
-            } else {
-                let mut buf = [f16::ZERO; CHUNK];
-                let buf = &mut buf[..src.len()];
-                buf.convert_from_f32_slice(src);
-                buf.convert_to_f32_slice(dst);
-            }
-        });
-    out
+    values.par_chunks_mut(CHUNK).for_each(|chunk| {
+        if bfloat16 {
+            round_bf16_in_place(path, chunk);
+        } else {
+            let mut buf = [f16::ZERO; CHUNK];
+            let buf = &mut buf[..chunk.len()];
+            buf.convert_from_f32_slice(chunk);
+            buf.convert_to_f32_slice(chunk);
+        }
+    });
 }
 
 multiversion! {
-    /// `dst[i] = round_bf16(src[i])`.
-    fn round_bf16_into(dst: &mut [f32], src: &[f32]) {
-        dst.iter_mut().zip(src).for_each(|(d, &s)| *d = round_bf16(s));
+    /// `v[i] = round_bf16(v[i])`.
+    fn round_bf16_in_place(v: &mut [f32]) {
+        v.iter_mut().for_each(|x| *x = round_bf16(*x));
     }
 }
 
@@ -89,7 +85,8 @@ mod tests {
         // Enough values for several chunks, including a partial one.
         xs.extend((0..10_000).map(|i| (i as f32 - 5000.0) * 0.0137));
         for bfloat16 in [false, true] {
-            let got = round_half(&xs, bfloat16);
+            let mut got = xs.clone();
+            round_half(&mut got, bfloat16);
             for (x, g) in xs.iter().zip(&got) {
                 let want = if bfloat16 {
                     bf16::from_f32(*x).to_f32()
@@ -99,8 +96,13 @@ mod tests {
                 assert_eq!(g.to_bits(), want.to_bits(), "{x} (bfloat16: {bfloat16})");
             }
         }
-        assert!(round_half(&[f32::NAN], false)[0].is_nan());
-        assert_eq!(round_half(&[f32::MAX], true)[0], f32::INFINITY);
-        assert_eq!(round_half(&[65520.0], false)[0], f32::INFINITY);
+        let one = |x: f32, bfloat16: bool| {
+            let mut v = [x];
+            round_half(&mut v, bfloat16);
+            v[0]
+        };
+        assert!(one(f32::NAN, false).is_nan());
+        assert_eq!(one(f32::MAX, true), f32::INFINITY);
+        assert_eq!(one(65520.0, false), f32::INFINITY);
     }
 }

@@ -363,11 +363,11 @@ impl KilnOps for Flex {
     }
 
     fn kiln_round_half(x: FloatTensor<Self>, bfloat16: bool) -> FloatTensor<Self> {
-        let shape = x.layout().shape().to_vec();
-        tensor(
-            crate::kernels::round::round_half(&values(&x), bfloat16),
-            &shape,
-        )
+        // In place when no one else holds the values (`storage_mut` copies them otherwise):
+        // no fresh buffer for the largest activations.
+        let mut x = dense(x);
+        crate::kernels::round::round_half(x.storage_mut::<f32>(), bfloat16);
+        x
     }
 
     fn kiln_cross_replica_sum(x: FloatTensor<Self>, adjoint: bool) -> FloatTensor<Self> {
