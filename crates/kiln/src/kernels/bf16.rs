@@ -796,6 +796,47 @@ mod tests {
     }
 
     #[test]
+    fn rows_given_one_by_one_pack_as_the_whole_matrix() {
+        if !cpu::has_bf16() {
+            eprintln!("no AVX512_BF16 on this CPU: try_matmul_b_rows declines as try_matmul");
+            return;
+        }
+        cpu::set_bf16(true).unwrap();
+        for (m, k, n) in [(64, 288, 196), (5, 33, 70), (40, 65, 31)] {
+            let (a, b) = (values(m * k, 23), values(k * n, 29));
+            let mut whole = vec![0.0f32; m * n];
+            let mut rows = vec![f32::NAN; m * n];
+            let fill = |r: usize, row: &mut [f32]| row.copy_from_slice(&b[r * n..(r + 1) * n]);
+            // SAFETY: both hold m x n; the views cover their slices.
+            unsafe {
+                assert!(try_matmul(
+                    View::new(&a, m, k),
+                    View::new(&b, k, n),
+                    whole.as_mut_ptr(),
+                    false
+                ));
+                assert!(try_matmul_b_rows(
+                    View::new(&a, m, k),
+                    [k, n],
+                    fill,
+                    rows.as_mut_ptr()
+                ));
+            }
+            assert_eq!(rows, whole, "m={m} k={k} n={n}");
+        }
+        // A row that is not all bfloat16 values: declined, nothing written.
+        let (a, mut b) = (values(8 * 64, 1), values(64 * 40, 2));
+        b[63 * 40 + 39] += 1e-3;
+        let mut d = vec![7.0f32; 8 * 40];
+        let fill = |r: usize, row: &mut [f32]| row.copy_from_slice(&b[r * 40..(r + 1) * 40]);
+        // SAFETY: as above.
+        assert!(!unsafe {
+            try_matmul_b_rows(View::new(&a, 8, 64), [64, 40], fill, d.as_mut_ptr())
+        });
+        assert!(d.iter().all(|&v| v == 7.0));
+    }
+
+    #[test]
     fn amx_and_the_dot_products_agree() {
         if !cpu::has_amx() {
             eprintln!("no AMX on this CPU: amx_products_match_float64 checked it stays off");
