@@ -87,16 +87,24 @@ pub(super) unsafe fn multiply(
         for row_block in 0..m.div_ceil(MR) {
             let rows = MR.min(m - row_block * MR);
             let a = &pa[row_block * MR * k2..(row_block + 1) * MR * k2];
-            // SAFETY: the slices hold the tiles `products` loads (the asserts above).
-            unsafe { products(k2, a, b, &mut block) };
             // SAFETY: the block's first element lies in `dst`, its `rows x cols` too.
             let out = unsafe { dst.add(row_block * MR * n + panel * NR) };
+            if !accumulate && rows == MR && cols == NR {
+                // A whole block: the tiles go straight to `dst`.
+                // SAFETY: the slices hold the tiles `products` loads (the asserts above); the
+                // block's `MR x NR` floats, rows `n` apart, lie in `dst`.
+                unsafe { products(k2, a, b, out, n) };
+                continue;
+            }
+            // SAFETY: as above, into `block` (`MR x NR`, rows `NR` apart).
+            unsafe { products(k2, a, b, block.as_mut_ptr(), NR) };
             for (r, src) in block.chunks_exact(NR).take(rows).enumerate() {
                 // SAFETY: row `r < rows` of the block, `cols` elements: in bounds of `dst`.
                 let row = unsafe { std::slice::from_raw_parts_mut(out.add(r * n), cols) };
+                // Element by element: a call to `memcpy` per short row cost more than the copy.
                 match accumulate {
                     true => row.iter_mut().zip(src).for_each(|(d, s)| *d += s),
-                    false => row.copy_from_slice(&src[..cols]),
+                    false => row.iter_mut().zip(src).for_each(|(d, s)| *d = *s),
                 }
             }
         }
@@ -105,15 +113,16 @@ pub(super) unsafe fn multiply(
     unsafe { std::arch::asm!("tilerelease", options(nostack, nomem)) };
 }
 
-/// One [`MR`] x [`NR`] block of `a @ b` over all `k2` pairs into `out` (row-major, row stride
-/// [`NR`]).
+/// One [`MR`] x [`NR`] block of `a @ b` over all `k2` pairs into `out` (row-major, rows
+/// `stride` floats apart).
 ///
 /// # Safety
 /// The tile configuration of [`Config::all_full`] is loaded on this thread; `a` holds [`MR`]
-/// rows of `k2` pairs, `b` `k2` runs of [`NR`] pairs, `k2` a multiple of [`PAIRS`].
+/// rows of `k2` pairs, `b` `k2` runs of [`NR`] pairs, `k2` a multiple of [`PAIRS`]; `out` is
+/// valid for [`MR`] rows of [`NR`] floats, `stride` apart.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn products(k2: usize, a: &[u32], b: &[u32], out: &mut [f32; MR * NR]) {
+unsafe fn products(k2: usize, a: &[u32], b: &[u32], out: *mut f32, stride: usize) {
     use std::arch::asm;
     let a_stride = 4 * k2; // bytes from one row of `a` to the next
     let b_stride = 4 * NR;
@@ -149,7 +158,7 @@ unsafe fn products(k2: usize, a: &[u32], b: &[u32], out: &mut [f32; MR * NR]) {
                 options(nostack, readonly)
             );
         }
-        let o = out.as_mut_ptr();
+        let o = out;
         asm!(
             "tilestored [{o0} + {s}*1], tmm0",
             "tilestored [{o1} + {s}*1], tmm1",
@@ -157,9 +166,9 @@ unsafe fn products(k2: usize, a: &[u32], b: &[u32], out: &mut [f32; MR * NR]) {
             "tilestored [{o3} + {s}*1], tmm3",
             o0 = in(reg) o,
             o1 = in(reg) o.add(16),
-            o2 = in(reg) o.add(16 * NR),
-            o3 = in(reg) o.add(16 * NR + 16),
-            s = in(reg) 4 * NR,
+            o2 = in(reg) o.add(16 * stride),
+            o3 = in(reg) o.add(16 * stride + 16),
+            s = in(reg) 4 * stride,
             options(nostack)
         );
     }

@@ -247,6 +247,55 @@ pub(super) unsafe fn try_matmul_b_rows(
     })
 }
 
+/// `dst = a @ b` with `a` (`m x k`) given row by row: `fill_row(r, row)` writes row `r`'s
+/// `k` values (an im2col matrix whose rows are long: the positions of several images). As
+/// [`try_matmul_b_rows`] otherwise.
+///
+/// # Safety
+/// `dst` is valid for `m * b.cols` writes; `b`'s indices are in bounds of its slice.
+pub(super) unsafe fn try_matmul_a_rows(
+    [m, k]: [usize; 2],
+    mut fill_row: impl FnMut(usize, &mut [f32]),
+    b: View<'_>,
+    dst: *mut f32,
+) -> bool {
+    assert_eq!(b.rows, k, "inner dimensions differ");
+    if !applies([m, k, b.cols]) || low_bits(b.data[0]) != 0 {
+        return false;
+    }
+    let route = current_route();
+    let k2 = route.pairs(k);
+    PACKED.with(|cell| {
+        let Ok(mut bufs) = cell.try_borrow_mut() else {
+            return false;
+        };
+        let (pa, pb) = &mut *bufs;
+        pb.resize(pb.len().max(b.cols.next_multiple_of(NR) * k2), 0);
+        pa.resize(pa.len().max(m.next_multiple_of(route.rows()) * k2), 0);
+        let mut row = vec![0f32; k];
+        for (r, out) in pa.chunks_exact_mut(k2).take(m).enumerate() {
+            fill_row(r, &mut row);
+            // SAFETY: the CPU has AVX-512 (`applies` checked `cpu::bf16_dot`).
+            if !unsafe { pack_a_v4(View::new(&row, 1, k), k2, out) } {
+                return false;
+            }
+        }
+        // SAFETY: as above.
+        if !unsafe { pack_b_v4(b, k2, pb) } {
+            return false;
+        }
+        // SAFETY: the CPU has AVX512_BF16, and AMX on its route; the packed buffers hold the
+        // padded tiles; the caller's contract covers `dst`.
+        unsafe {
+            match route {
+                Route::Dot => multiply(m, b.cols, k2, pa, pb, dst, false),
+                Route::Amx => amx::multiply(m, b.cols, k2, pa, pb, dst, false),
+            }
+        };
+        true
+    })
+}
+
 /// [`pack_b_rows`] compiled for AVX-512.
 ///
 /// # Safety

@@ -328,6 +328,7 @@ pub(super) fn backward_im2col(
 ) -> (Option<Vec<f32>>, Vec<f32>, Vec<f32>) {
     let (k, p, o) = (g.patch(), g.positions(), g.out_channels);
     let weights_t = View::new(w, o, k).t();
+    let bf16_weights = bf16::weights_take(w);
     let mut dx = need_dx.then(|| vec![0.0f32; x.len()]);
     // A fixed split of the batch into tasks, each summing its own dW and db, then a sum of the
     // partials in task order: the result does not depend on thread scheduling.
@@ -340,14 +341,9 @@ pub(super) fn backward_im2col(
         let width = count * p;
         with_scratch((k + o) * width, |buf| {
             let (cols, dys) = buf.split_at_mut(k * width);
+            let image_of = |i: usize| &x[(first + i) * g.image()..(first + i + 1) * g.image()];
             for i in 0..count {
                 let n = first + i;
-                im2col(
-                    &x[n * g.image()..(n + 1) * g.image()],
-                    g,
-                    &mut cols[i * p..],
-                    width,
-                );
                 let image = n * o * p..(n + 1) * o * p;
                 for (ch, src) in dy[image.clone()].chunks_exact(p).enumerate() {
                     let dst = &mut dys[ch * width + i * p..][..p];
@@ -357,13 +353,19 @@ pub(super) fn backward_im2col(
                     }
                 }
             }
-            let mut dw = vec![0.0f32; o * k];
-            matmul(
-                View::new(dys, o, width),
-                View::new(cols, k, width).t(),
-                &mut dw,
-                false,
-            );
+            let dw = match bf16_weights {
+                true => weight_gradient_packed(g, count, image_of, dys),
+                false => None,
+            };
+            let dw = dw.unwrap_or_else(|| {
+                for i in 0..count {
+                    im2col(image_of(i), g, &mut cols[i * p..], width);
+                }
+                let mut dw = vec![0.0f32; o * k];
+                let cols = View::new(cols, k, width).t();
+                matmul(View::new(dys, o, width), cols, &mut dw, false);
+                dw
+            });
             let db: Vec<f64> = dys.chunks_exact(width).map(sum_f64).collect();
             if let Some(part) = dx_part {
                 // cols is free now: reuse it for dcols = Wᵀ · dys.
@@ -399,6 +401,38 @@ pub(super) fn backward_im2col(
     }
     let db = db.into_iter().map(|v| v as f32).collect();
     (dx, dw, db)
+}
+
+/// `dW [o, k]` of `count` images (`image_of(i)`) and their gathered output gradients
+/// `dys [o, count * p]` on the bfloat16 kernel, as `(dWᵀ = cols · dysᵀ)ᵀ` with the rows of
+/// `cols` built straight into the packed operand (no float32 im2col matrix); `None` when the
+/// kernel declines.
+fn weight_gradient_packed<'x>(
+    g: &Conv2dGeometry,
+    count: usize,
+    image_of: impl Fn(usize) -> &'x [f32],
+    dys: &[f32],
+) -> Option<Vec<f32>> {
+    let (k, p, o) = (g.patch(), g.positions(), g.out_channels);
+    let width = count * p;
+    let fill = |r: usize, row: &mut [f32]| {
+        for (i, part) in row.chunks_exact_mut(p).enumerate() {
+            im2col_row(image_of(i), g, r, part);
+        }
+    };
+    let mut dwt = vec![0.0f32; k * o];
+    let dys_t = View::new(dys, o, width).t();
+    // SAFETY: `dwt` holds `k x o`; `dys_t` covers `dys`.
+    if !unsafe { bf16::try_matmul_a_rows([k, width], fill, dys_t, dwt.as_mut_ptr()) } {
+        return None;
+    }
+    let mut dw = vec![0.0f32; o * k];
+    for (r, row) in dwt.chunks_exact(o).enumerate() {
+        for (oc, &v) in row.iter().enumerate() {
+            dw[oc * k + r] = v;
+        }
+    }
+    Some(dw)
 }
 
 #[cfg(test)]

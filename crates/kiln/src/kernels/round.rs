@@ -32,6 +32,32 @@ pub fn round_half(values: &mut [f32], bfloat16: bool) {
     });
 }
 
+/// `src` rounded to float16 (`bfloat16 == false`) or bfloat16 values, in a new buffer.
+pub fn rounded_half(src: &[f32], bfloat16: bool) -> Vec<f32> {
+    let mut out = vec![0f32; src.len()];
+    let path = cpu::path();
+    out.par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .for_each(|(dst, src)| {
+            if bfloat16 {
+                round_bf16_into(path, dst, src);
+            } else {
+                let mut buf = [f16::ZERO; CHUNK];
+                let buf = &mut buf[..src.len()];
+                buf.convert_from_f32_slice(src);
+                buf.convert_to_f32_slice(dst);
+            }
+        });
+    out
+}
+
+multiversion! {
+    /// `dst[i] = round_bf16(src[i])`.
+    fn round_bf16_into(dst: &mut [f32], src: &[f32]) {
+        dst.iter_mut().zip(src).for_each(|(d, &s)| *d = round_bf16(s));
+    }
+}
+
 multiversion! {
     /// `v[i] = round_bf16(v[i])`.
     fn round_bf16_in_place(v: &mut [f32]) {
@@ -87,6 +113,11 @@ mod tests {
         for bfloat16 in [false, true] {
             let mut got = xs.clone();
             round_half(&mut got, bfloat16);
+            assert_eq!(
+                rounded_half(&xs, bfloat16).iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "in place and into a new buffer agree"
+            );
             for (x, g) in xs.iter().zip(&got) {
                 let want = if bfloat16 {
                     bf16::from_f32(*x).to_f32()

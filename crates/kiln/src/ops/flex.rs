@@ -363,11 +363,18 @@ impl KilnOps for Flex {
     }
 
     fn kiln_round_half(x: FloatTensor<Self>, bfloat16: bool) -> FloatTensor<Self> {
-        // In place when no one else holds the values (`storage_mut` copies them otherwise):
-        // no fresh buffer for the largest activations.
+        // In place when no one else holds the values: no fresh buffer for the largest
+        // activations. Otherwise one pass from the shared values into a new buffer.
         let mut x = dense(x);
-        crate::kernels::round::round_half(x.storage_mut::<f32>(), bfloat16);
-        x
+        if x.is_unique() {
+            crate::kernels::round::round_half(x.storage_mut::<f32>(), bfloat16);
+            return x;
+        }
+        let shape = x.layout().shape().to_vec();
+        tensor(
+            crate::kernels::round::rounded_half(&values(&x), bfloat16),
+            &shape,
+        )
     }
 
     fn kiln_cross_replica_sum(x: FloatTensor<Self>, adjoint: bool) -> FloatTensor<Self> {
