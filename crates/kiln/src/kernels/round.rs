@@ -8,6 +8,8 @@
 //! that have them), bfloat16 by integer arithmetic on the bits ([`round_bf16`], the same
 //! results as `half`'s scalar conversion) that the compiler vectorizes for the [`cpu`] path.
 
+use std::mem::MaybeUninit;
+
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
@@ -34,27 +36,37 @@ pub fn round_half(values: &mut [f32], bfloat16: bool) {
 
 /// `src` rounded to float16 (`bfloat16 == false`) or bfloat16 values, in a new buffer.
 pub fn rounded_half(src: &[f32], bfloat16: bool) -> Vec<f32> {
-    let mut out = vec![0f32; src.len()];
+    let mut out: Vec<f32> = Vec::with_capacity(src.len());
     let path = cpu::path();
-    out.par_chunks_mut(CHUNK)
+    // Every element is written below: no zeroing pass over the fresh buffer.
+    out.spare_capacity_mut()[..src.len()]
+        .par_chunks_mut(CHUNK)
         .zip(src.par_chunks(CHUNK))
         .for_each(|(dst, src)| {
             if bfloat16 {
                 round_bf16_into(path, dst, src);
             } else {
                 let mut buf = [f16::ZERO; CHUNK];
-                let buf = &mut buf[..src.len()];
+                let mut rounded = [0f32; CHUNK];
+                let (buf, rounded) = (&mut buf[..src.len()], &mut rounded[..src.len()]);
                 buf.convert_from_f32_slice(src);
-                buf.convert_to_f32_slice(dst);
+                buf.convert_to_f32_slice(rounded);
+                dst.iter_mut().zip(rounded).for_each(|(d, v)| {
+                    d.write(*v);
+                });
             }
         });
+    // SAFETY: every chunk of the first `src.len()` elements was written.
+    unsafe { out.set_len(src.len()) };
     out
 }
 
 multiversion! {
     /// `dst[i] = round_bf16(src[i])`.
-    fn round_bf16_into(dst: &mut [f32], src: &[f32]) {
-        dst.iter_mut().zip(src).for_each(|(d, &s)| *d = round_bf16(s));
+    fn round_bf16_into(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
+        dst.iter_mut().zip(src).for_each(|(d, &s)| {
+            d.write(round_bf16(s));
+        });
     }
 }
 
@@ -114,7 +126,10 @@ mod tests {
             let mut got = xs.clone();
             round_half(&mut got, bfloat16);
             assert_eq!(
-                rounded_half(&xs, bfloat16).iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                rounded_half(&xs, bfloat16)
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>(),
                 got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 "in place and into a new buffer agree"
             );
