@@ -201,7 +201,8 @@ fn from_environment(value: Option<String>, detected: CpuPath, preferred: CpuPath
         None => {
             eprintln!(
                 "kiln: {PATH_VARIABLE}={value:?} is not a kernel path (avx512, avx2 or \
-                 portable); using {preferred}"
+                 portable); using {preferred} (any value keeps AMX off where the CPU has \
+                 it: unset {PATH_VARIABLE} to use AMX)"
             );
             preferred
         }
