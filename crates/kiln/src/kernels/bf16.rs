@@ -94,26 +94,46 @@ unsafe fn try_matmul_on(
     if !applies([a.rows, a.cols, b.cols]) || low_bits(a.data[0]) | low_bits(b.data[0]) != 0 {
         return false;
     }
-    PACKED.with(|cell| {
-        let Ok(mut bufs) = cell.try_borrow_mut() else {
-            return false;
-        };
-        let (pa, pb) = &mut *bufs;
-        let k2 = route.pairs(b.rows);
-        // Padding columns are never stored: their stale contents do no harm.
-        pb.resize(pb.len().max(b.cols.next_multiple_of(NR) * k2), 0);
+    with_buffers(|pa, pb| {
         // SAFETY: the CPU has AVX-512 (`cpu::bf16_dot` implies the avx512 path's features).
-        if !unsafe { pack_b_v4(b, k2, pb) } {
+        let pack = |k2, out: &mut [u32]| unsafe { pack_b_v4(b, k2, out) };
+        let Some(packed) = pack_into(route, [b.rows, b.cols], pb, pack) else {
             return false;
-        }
-        let packed = PackedRef {
-            route,
-            n: b.cols,
-            k2,
-            data: pb,
         };
-        // SAFETY: the caller's contract.
-        unsafe { multiply_packed(a, packed, pa, dst, accumulate) }
+        // SAFETY: the CPU has AVX-512 (as above); the caller's contract.
+        let pack_a = |k2, out: &mut [u32]| unsafe { pack_a_v4(a, k2, out) };
+        unsafe { multiply_packed(a.rows, pack_a, packed, pa, dst, accumulate) }
+    })
+}
+
+/// `f` with this thread's packing buffers `(pa, pb)`; `false` when a call further up this
+/// thread already holds them.
+fn with_buffers(f: impl FnOnce(&mut Vec<u32>, &mut Vec<u32>) -> bool) -> bool {
+    PACKED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut bufs) => {
+            let (pa, pb) = &mut *bufs;
+            f(pa, pb)
+        }
+        Err(_) => false,
+    })
+}
+
+/// A `k x n` right-hand operand packed for `route` into `pb` by `pack(k2, out)`; `None` when
+/// `pack` finds a value that is not a bfloat16 value. Padding columns are never stored: their
+/// stale contents do no harm.
+fn pack_into(
+    route: Route,
+    [k, n]: [usize; 2],
+    pb: &mut Vec<u32>,
+    pack: impl FnOnce(usize, &mut [u32]) -> bool,
+) -> Option<PackedRef<'_>> {
+    let k2 = route.pairs(k);
+    pb.resize(pb.len().max(n.next_multiple_of(NR) * k2), 0);
+    pack(k2, pb).then_some(PackedRef {
+        route,
+        n,
+        k2,
+        data: pb,
     })
 }
 
@@ -191,19 +211,16 @@ pub(super) unsafe fn try_matmul_packed(
     if a.rows == 0 || low_bits(a.data[0]) != 0 {
         return false;
     }
-    PACKED.with(|cell| {
-        let Ok(mut bufs) = cell.try_borrow_mut() else {
-            return false;
-        };
-        let packed = PackedRef {
-            route: b.route,
-            n: b.n,
-            k2: b.k2,
-            data: &b.data,
-        };
-        // SAFETY: the caller's contract.
-        unsafe { multiply_packed(a, packed, &mut bufs.0, dst, accumulate) }
-    })
+    let packed = PackedRef {
+        route: b.route,
+        n: b.n,
+        k2: b.k2,
+        data: &b.data,
+    };
+    // SAFETY: the CPU has AVX-512 (`pack_shared` checked `cpu::bf16_dot`); the caller's
+    // contract.
+    let pack_a = |k2, out: &mut [u32]| unsafe { pack_a_v4(a, k2, out) };
+    with_buffers(|pa, _| unsafe { multiply_packed(a.rows, pack_a, packed, pa, dst, accumulate) })
 }
 
 /// `dst = a @ b` with `b` (`k x n`) given row by row: `fill_row(r, row)` writes row `r`'s `n`
@@ -224,26 +241,15 @@ pub(super) unsafe fn try_matmul_b_rows(
     if !applies([a.rows, k, n]) || low_bits(a.data[0]) != 0 {
         return false;
     }
-    let route = current_route();
-    let k2 = route.pairs(k);
-    PACKED.with(|cell| {
-        let Ok(mut bufs) = cell.try_borrow_mut() else {
-            return false;
-        };
-        let (pa, pb) = &mut *bufs;
-        pb.resize(pb.len().max(n.next_multiple_of(NR) * k2), 0);
+    with_buffers(|pa, pb| {
         // SAFETY: the CPU has AVX-512 (`applies` checked `cpu::bf16_dot`).
-        if !unsafe { pack_b_rows_v4(k, n, k2, fill_row, pb) } {
+        let pack = |k2, out: &mut [u32]| unsafe { pack_b_rows_v4(k, n, k2, fill_row, out) };
+        let Some(packed) = pack_into(current_route(), [k, n], pb, pack) else {
             return false;
-        }
-        let packed = PackedRef {
-            route,
-            n,
-            k2,
-            data: pb,
         };
-        // SAFETY: the caller's contract.
-        unsafe { multiply_packed(a, packed, pa, dst, false) }
+        // SAFETY: as above; the caller's contract.
+        let pack_a = |k2, out: &mut [u32]| unsafe { pack_a_v4(a, k2, out) };
+        unsafe { multiply_packed(a.rows, pack_a, packed, pa, dst, false) }
     })
 }
 
@@ -263,36 +269,25 @@ pub(super) unsafe fn try_matmul_a_rows(
     if !applies([m, k, b.cols]) || low_bits(b.data[0]) != 0 {
         return false;
     }
-    let route = current_route();
-    let k2 = route.pairs(k);
-    PACKED.with(|cell| {
-        let Ok(mut bufs) = cell.try_borrow_mut() else {
+    with_buffers(|pa, pb| {
+        // SAFETY: the CPU has AVX-512 (`applies` checked `cpu::bf16_dot`).
+        let pack = |k2, out: &mut [u32]| unsafe { pack_b_v4(b, k2, out) };
+        let Some(packed) = pack_into(current_route(), [k, b.cols], pb, pack) else {
             return false;
         };
-        let (pa, pb) = &mut *bufs;
-        pb.resize(pb.len().max(b.cols.next_multiple_of(NR) * k2), 0);
-        pa.resize(pa.len().max(m.next_multiple_of(route.rows()) * k2), 0);
         let mut row = vec![0f32; k];
-        for (r, out) in pa.chunks_exact_mut(k2).take(m).enumerate() {
-            fill_row(r, &mut row);
-            // SAFETY: the CPU has AVX-512 (`applies` checked `cpu::bf16_dot`).
-            if !unsafe { pack_a_v4(View::new(&row, 1, k), k2, out) } {
-                return false;
-            }
-        }
-        // SAFETY: as above.
-        if !unsafe { pack_b_v4(b, k2, pb) } {
-            return false;
-        }
-        // SAFETY: the CPU has AVX512_BF16, and AMX on its route; the packed buffers hold the
-        // padded tiles; the caller's contract covers `dst`.
-        unsafe {
-            match route {
-                Route::Dot => multiply(m, b.cols, k2, pa, pb, dst, false),
-                Route::Amx => amx::multiply(m, b.cols, k2, pa, pb, dst, false),
-            }
+        let pack_a = |k2, out: &mut [u32]| {
+            out.chunks_exact_mut(k2)
+                .take(m)
+                .enumerate()
+                .all(|(r, out)| {
+                    fill_row(r, &mut row);
+                    // SAFETY: as above.
+                    unsafe { pack_a_v4(View::new(&row, 1, k), k2, out) }
+                })
         };
-        true
+        // SAFETY: the caller's contract.
+        unsafe { multiply_packed(m, pack_a, packed, pa, dst, false) }
     })
 }
 
@@ -366,23 +361,23 @@ fn current_route() -> Route {
     }
 }
 
-/// Packs `a` into `pa` and multiplies it by the packed `b`; `false` when an element of `a`
-/// is not a bfloat16 value.
+/// Packs the `m`-row left operand into `pa` with `pack_a(k2, pa)` and multiplies it by the
+/// packed `b`; `false` when `pack_a` finds a value that is not a bfloat16 value.
 ///
 /// # Safety
-/// As [`try_matmul`]; `b` was packed for `a.cols` rows on a route this CPU runs.
+/// As [`try_matmul`]; `b` was packed for the left operand's columns on a route this CPU runs.
 unsafe fn multiply_packed(
-    a: View<'_>,
+    m: usize,
+    pack_a: impl FnOnce(usize, &mut [u32]) -> bool,
     b: PackedRef<'_>,
     pa: &mut Vec<u32>,
     dst: *mut f32,
     accumulate: bool,
 ) -> bool {
-    let (m, n, k2) = (a.rows, b.n, b.k2);
+    let (n, k2) = (b.n, b.k2);
     // Padding rows are never stored: their stale contents do no harm.
     pa.resize(pa.len().max(m.next_multiple_of(b.route.rows()) * k2), 0);
-    // SAFETY: the CPU has AVX-512 (`cpu::bf16_dot`, checked by whoever packed `b`).
-    if !unsafe { pack_a_v4(a, k2, pa) } {
+    if !pack_a(k2, pa) {
         return false;
     }
     // SAFETY: the CPU has AVX512_BF16, and AMX on its route (the caller's contract); the
