@@ -40,14 +40,26 @@ struct Cnn {
 /// `Dense(activation=relu)` (or linear) with kiln's fused op: Burn's `Linear` stores its weight
 /// `[in, out]`, the layout the op takes.
 fn dense(fc: &Linear, x: Tensor<2>, relu: bool) -> Tensor<2> {
-    kiln::ops::dense(x, fc.weight.val(), fc.bias.as_ref().map(|b| b.val()), relu)
+    kiln::ops::dense(
+        x,
+        fc.weight.val(),
+        fc.bias.as_ref().map(|b| b.val()),
+        kiln::ops::Epilogue::with_relu(relu),
+    )
 }
 
 /// `Conv2D(padding="same", activation="relu")` then `MaxPooling2D(2)` with kiln's kernels
 /// (the ReLU fused into the convolution, as kiln does).
 fn conv_relu_pool(conv: &Conv2d, x: Tensor<4>) -> Tensor<4> {
     let bias = conv.bias.as_ref().map(|b| b.val());
-    let y = kiln::ops::conv2d(x, conv.weight.val(), bias, [1, 1], [(1, 1), (1, 1)], true);
+    let y = kiln::ops::conv2d(
+        x,
+        conv.weight.val(),
+        bias,
+        [1, 1],
+        [(1, 1), (1, 1)],
+        kiln::ops::Epilogue::with_relu(true),
+    );
     kiln::ops::max_pool2d(y, [2, 2], [2, 2], [(0, 0), (0, 0)])
 }
 

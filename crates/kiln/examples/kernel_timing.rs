@@ -46,7 +46,7 @@ fn raw_kernels() {
             .map(|i| (i as f32 * 0.13).sin())
             .collect();
         time(&format!("{name} kernel forward"), 10, || {
-            conv2d::forward(&x, &w, None, &g, false)
+            conv2d::forward(&x, &w, None, &g, Default::default())
         });
         time(&format!("{name} kernel backward (dw, db)"), 10, || {
             conv2d::backward(&x, &w, &dy, None, &g, false)
@@ -104,7 +104,15 @@ fn main() {
             .into_data()
         });
         time(&format!("{name} forward, kiln"), 10, || {
-            kiln::ops::conv2d(x.clone(), w.clone(), Some(b.clone()), [1, 1], pad, false).into_data()
+            kiln::ops::conv2d(
+                x.clone(),
+                w.clone(),
+                Some(b.clone()),
+                [1, 1],
+                pad,
+                Default::default(),
+            )
+            .into_data()
         });
         for fast in [false, true] {
             let label = format!("{name} fwd+bwd, {}", if fast { "kiln" } else { "burn" });
@@ -113,7 +121,14 @@ fn main() {
                 let w = w.clone().to_device(&ad).autodiff().require_grad();
                 let b = b.clone().to_device(&ad).autodiff().require_grad();
                 let y = if fast {
-                    kiln::ops::conv2d(x.clone(), w.clone(), Some(b.clone()), [1, 1], pad, false)
+                    kiln::ops::conv2d(
+                        x.clone(),
+                        w.clone(),
+                        Some(b.clone()),
+                        [1, 1],
+                        pad,
+                        Default::default(),
+                    )
                 } else {
                     burn::tensor::module::conv2d(
                         x.clone(),
@@ -148,7 +163,7 @@ fn main() {
                         Some(b1.clone()),
                         [1, 1],
                         [(1, 1), (1, 1)],
-                        false,
+                        Default::default(),
                     )
                 } else {
                     burn::tensor::module::conv2d(
@@ -170,7 +185,7 @@ fn main() {
             Some(b1.clone()),
             [1, 1],
             [(1, 1), (1, 1)],
-            false,
+            Default::default(),
         )
     });
     let y = kiln::ops::conv2d(
@@ -179,7 +194,7 @@ fn main() {
         Some(b1.clone()),
         [1, 1],
         [(1, 1), (1, 1)],
-        false,
+        Default::default(),
     );
     time("relu on a tracked 128x32x28x28", 10, || {
         burn::tensor::activation::relu(y.clone())

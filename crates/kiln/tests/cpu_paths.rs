@@ -14,8 +14,8 @@ use kiln::kernels::cpu::{self, CpuPath};
 // `src/ops/tests.rs` calls the operations as `super::…`: these are kiln's.
 #[allow(unused_imports)]
 use kiln::ops::{
-    attention, attention_context, attention_weights, batch_norm_train, conv2d, dense, fast_path,
-    layer_norm, max_pool2d,
+    Epilogue, attention, attention_context, attention_weights, batch_norm_train, conv2d, dense,
+    fast_path, layer_norm, max_pool2d, round_half,
 };
 
 #[path = "../src/ops/tests.rs"]

@@ -391,12 +391,15 @@ unsafe fn multiply_packed(
     true
 }
 
-/// Whether products with the weights `w` go to AMX tiles: AMX is on ([`cpu::amx`]) and every
-/// weight is a bfloat16 value (a `mixed_bfloat16` layer's compute copy). Convolutions then
-/// take im2col + GEMM rather than their float32 direct kernels: the tiles made the CNN's second
-/// convolution twice as fast as the direct kernels (docs/precision.md).
-pub(super) fn tiles_take(w: &[f32]) -> bool {
-    cpu::amx() && weights_take(w)
+/// Whether a convolution's products with the weights `w` (rows of `patch` values) go to AMX
+/// tiles: AMX is on ([`cpu::amx`]), the patch is long enough for the bfloat16 kernel
+/// (`MIN_K`), and every weight is a bfloat16 value (a `mixed_bfloat16` layer's compute copy).
+/// Convolutions then take im2col + GEMM rather than their float32 direct kernels: the tiles
+/// made the CNN's second convolution twice as fast as the direct kernels (docs/precision.md).
+/// A short patch (a first layer's 3x3 on one channel) keeps the direct kernels, which the
+/// bfloat16 kernel would decline anyway.
+pub(super) fn tiles_take(w: &[f32], patch: usize) -> bool {
+    cpu::amx() && patch >= MIN_K && weights_take(w)
 }
 
 /// Whether products with the weights `w` may take the bfloat16 kernel: the products are on

@@ -10,13 +10,14 @@
 //! The gradients follow from `y_n = W · cols(x_n) + b`: `dW = Σ_n dy_n · cols(x_n)ᵀ`,
 //! `db = Σ_n Σ_p dy_n`, `dx_n = col2im(Wᵀ · dy_n)`.
 //!
-//! A ReLU can be fused into the convolution (`relu = true`): the forward pass applies
+//! A ReLU can be fused into the convolution ([`Epilogue::relu`]): the forward pass applies
 //! `max(y, 0)` while adding the bias, and the backward pass takes the output `y` and uses
 //! `dy · [y > 0]` (the ReLU's derivative, 0 at 0 as TensorFlow and Burn) as it gathers the output
 //! gradient, so neither pass reads the largest tensor of the layer a second time.
 
 use rayon::prelude::*;
 
+use super::Epilogue;
 use super::bf16;
 use super::conv_direct as direct;
 use super::gemm::{View, matmul, matmul_uninit};
@@ -178,16 +179,17 @@ pub(super) fn relu(v: f32) -> f32 {
 }
 
 /// One image's output `y_n [o, p]` plus the bias of each filter (when given), then the fused
-/// ReLU (when `relu_on`).
-pub(super) fn add_bias_relu(y_n: &mut [f32], p: usize, bias: Option<&[f32]>, relu_on: bool) {
+/// `epilogue` (ReLU, rounding).
+pub(super) fn add_bias_relu(y_n: &mut [f32], p: usize, bias: Option<&[f32]>, epilogue: Epilogue) {
     for (ch, row) in y_n.chunks_exact_mut(p).enumerate() {
         let b = bias.map_or(0.0, |b| b[ch]);
-        if relu_on {
+        if epilogue.relu {
             row.iter_mut().for_each(|v| *v = relu(*v + b));
         } else if b != 0.0 {
             row.iter_mut().for_each(|v| *v += b);
         }
     }
+    epilogue.round_block(y_n);
 }
 
 /// `dst = relu_grad(y, dy)` element by element ([`relu_grad`]).
@@ -205,7 +207,7 @@ pub(super) fn relu_grad(y: f32, dy: f32) -> f32 {
 }
 
 /// `y [n, o, oh, ow]` for `x [n, c, h, w]`, `w [o, c, kh, kw]` and an optional bias `[o]`,
-/// followed by a ReLU when `relu_on`.
+/// followed by the `epilogue` (ReLU, rounding).
 ///
 /// # Panics
 /// When a slice's length differs from what `g` implies.
@@ -214,15 +216,15 @@ pub fn forward(
     w: &[f32],
     bias: Option<&[f32]>,
     g: &Conv2dGeometry,
-    relu_on: bool,
+    epilogue: Epilogue,
 ) -> Vec<f32> {
     let (k, o) = (g.patch(), g.out_channels);
     assert_eq!(x.len(), g.batch * g.image());
     assert_eq!(w.len(), o * k);
-    if direct::applies(g, o, k) && !bf16::tiles_take(w) {
-        return direct::forward(x, w, bias, g, relu_on);
+    if direct::applies(g, o, k) && !bf16::tiles_take(w, k) {
+        return direct::forward(x, w, bias, g, epilogue);
     }
-    forward_im2col(x, w, bias, g, relu_on)
+    forward_im2col(x, w, bias, g, epilogue)
 }
 
 /// [`forward`] through im2col + GEMM.
@@ -231,7 +233,7 @@ pub(super) fn forward_im2col(
     w: &[f32],
     bias: Option<&[f32]>,
     g: &Conv2dGeometry,
-    relu_on: bool,
+    epilogue: Epilogue,
 ) -> Vec<f32> {
     let (k, p, o) = (g.patch(), g.positions(), g.out_channels);
     let len = g.batch * o * p;
@@ -258,7 +260,7 @@ pub(super) fn forward_im2col(
                 }),
             };
             // Bias and ReLU in one pass over the image's output, still in cache.
-            add_bias_relu(y_n, p, bias, relu_on);
+            add_bias_relu(y_n, p, bias, epilogue);
         });
     // SAFETY: every chunk of the first `len` elements was written by `matmul_uninit`.
     unsafe { y.set_len(len) };
@@ -293,7 +295,7 @@ pub fn backward(
     if let Some(y) = relu_output {
         assert_eq!(y.len(), dy.len());
     }
-    let tiles = bf16::tiles_take(w);
+    let tiles = bf16::tiles_take(w, g.patch());
     let direct_dx =
         need_dx && !tiles && direct::applies(g, g.in_channels, o * g.kernel[0] * g.kernel[1]);
     let direct_dw = !tiles && direct::applies(g, o, g.patch());
@@ -596,7 +598,7 @@ mod tests {
             let x = values(g.batch * g.image(), 0.1);
             let w = values(g.out_channels * g.patch(), 0.7);
             let b = values(g.out_channels, 1.9);
-            let ours = forward(&x, &w, Some(&b), &g, false);
+            let ours = forward(&x, &w, Some(&b), &g, Epilogue::default());
             let want = naive(&x, &w, &b, &g);
             for (a, e) in ours.iter().zip(&want) {
                 assert!((a - e).abs() <= 1e-5 * (1.0 + e.abs()), "{g:?}: {a} vs {e}");
@@ -618,8 +620,11 @@ mod tests {
             let x = bf16_values(g.batch * g.image(), 0.1);
             let w = bf16_values(g.out_channels * g.patch(), 0.7);
             let b = values(g.out_channels, 1.9);
-            assert_eq!(bf16::tiles_take(&w), crate::kernels::cpu::amx());
-            let ours = forward(&x, &w, Some(&b), &g, false);
+            assert_eq!(
+                bf16::tiles_take(&w, g.patch()),
+                crate::kernels::cpu::amx() && g.patch() >= 32
+            );
+            let ours = forward(&x, &w, Some(&b), &g, Epilogue::default());
             let want = naive(&x, &w, &b, &g);
             for (a, e) in ours.iter().zip(&want) {
                 assert!((a - e).abs() <= 1e-5 * (1.0 + e.abs()), "{g:?}: {a} vs {e}");
@@ -693,8 +698,8 @@ mod tests {
             let x = values(g.batch * g.image(), 0.4);
             let w = values(g.out_channels * g.patch(), 0.8);
             let b = values(g.out_channels, 1.1);
-            let plain = forward(&x, &w, Some(&b), &g, false);
-            let fused = forward(&x, &w, Some(&b), &g, true);
+            let plain = forward(&x, &w, Some(&b), &g, Epilogue::default());
+            let fused = forward(&x, &w, Some(&b), &g, Epilogue::with_relu(true));
             let want: Vec<f32> = plain.iter().map(|&v| v.max(0.0)).collect();
             assert_eq!(fused, want, "{g:?}");
             // Both sides of the ReLU occur (the 1x1 image's 6 outputs may all fall on one).

@@ -26,6 +26,7 @@
 
 use rayon::prelude::*;
 
+use super::Epilogue;
 use super::conv2d::{Conv2dGeometry, TASKS, add_bias_relu, relu_grad_into, sum_f64};
 use super::cpu::{self, CpuPath};
 use super::scratch::with_scratch;
@@ -136,9 +137,9 @@ pub(super) fn forward(
     w: &[f32],
     bias: Option<&[f32]>,
     g: &Conv2dGeometry,
-    relu_on: bool,
+    epilogue: Epilogue,
 ) -> Vec<f32> {
-    forward_masked(x, None, w, bias, g, relu_on)
+    forward_masked(x, None, w, bias, g, epilogue)
 }
 
 /// [`forward`] of `relu_grad(mask, x)` when a `mask` is given (see [`Grid::pad`]).
@@ -148,7 +149,7 @@ fn forward_masked(
     w: &[f32],
     bias: Option<&[f32]>,
     g: &Conv2dGeometry,
-    relu_on: bool,
+    epilogue: Epilogue,
 ) -> Vec<f32> {
     let grid = Grid::new(g);
     let (o, k) = (g.out_channels, grid.offsets.len());
@@ -174,7 +175,7 @@ fn forward_masked(
                     [ow, o],
                 );
             }
-            add_bias_relu(y_n, p, bias, relu_on);
+            add_bias_relu(y_n, p, bias, epilogue);
         })
     });
     y
@@ -225,7 +226,7 @@ pub(super) fn input_gradient(
         &flipped,
         None,
         &flipped_g,
-        false,
+        Epilogue::default(),
     ))
 }
 
@@ -664,10 +665,10 @@ mod tests {
             let k = g.in_channels * g.kernel[0] * g.kernel[1];
             let w = values(g.out_channels * k, 1.7);
             let b = values(g.out_channels, 2.9);
-            let scale = forward_im2col(&abs(&x), &abs(&w), Some(&abs(&b)), &g, false);
+            let scale = forward_im2col(&abs(&x), &abs(&w), Some(&abs(&b)), &g, Epilogue::default());
             for relu in [false, true] {
-                let direct = forward(&x, &w, Some(&b), &g, relu);
-                let reference = forward_im2col(&x, &w, Some(&b), &g, relu);
+                let direct = forward(&x, &w, Some(&b), &g, Epilogue::with_relu(relu));
+                let reference = forward_im2col(&x, &w, Some(&b), &g, Epilogue::with_relu(relu));
                 close(&direct, &reference, &scale, "forward", &g);
             }
             let dy = values(g.batch * g.out_channels * oh * ow, 4.1);
@@ -682,7 +683,7 @@ mod tests {
             close(&direct_dw, &dw, &dw_scale, "dw", &g);
             close(&direct_db, &db, &db_scale, "db", &g);
             // Through a fused ReLU: its output `y` masks `dy` inside the direct kernels.
-            let y = forward_im2col(&x, &w, Some(&b), &g, true);
+            let y = forward_im2col(&x, &w, Some(&b), &g, Epilogue::with_relu(true));
             let (dx, dw, db) = backward_im2col(&x, &w, &dy, Some(&y), &g, true);
             let relu_dx = input_gradient(&w, &dy, Some(&y), &g).expect("paddings below the kernel");
             let (relu_dw, relu_db) = weight_gradient(&x, &dy, Some(&y), &g);

@@ -10,6 +10,7 @@
 
 use rayon::prelude::*;
 
+use super::Epilogue;
 use super::conv2d::{relu, relu_grad};
 use super::cpu::{self, multiversion};
 use super::gemm::{View, par_matmul_rows};
@@ -26,7 +27,7 @@ pub fn forward(
     w: &[f32],
     bias: Option<&[f32]>,
     [n, i, u]: [usize; 3],
-    relu_on: bool,
+    epilogue: Epilogue,
 ) -> Vec<f32> {
     assert_eq!(x.len(), n * i);
     assert_eq!(w.len(), i * u);
@@ -41,14 +42,17 @@ pub fn forward(
         View::new(w, i, u),
         &mut y,
         rows,
-        |_, y_t| epilogue(path, y_t, u, bias, relu_on),
+        |_, y_t| {
+            add_bias_relu(path, y_t, u, bias, epilogue.relu);
+            epilogue.round_block(y_t);
+        },
     );
     y
 }
 
 multiversion! {
-    /// The fused epilogue of [`forward`] on rows of `u` outputs: `+ bias`, then ReLU.
-    fn epilogue(y: &mut [f32], u: usize, bias: Option<&[f32]>, relu_on: bool) {
+    /// The bias and ReLU of [`forward`]'s epilogue on rows of `u` outputs.
+    fn add_bias_relu(y: &mut [f32], u: usize, bias: Option<&[f32]>, relu_on: bool) {
         for row in y.chunks_exact_mut(u) {
             match (bias, relu_on) {
                 (Some(b), true) => row.iter_mut().zip(b).for_each(|(v, &b)| *v = relu(*v + b)),
@@ -143,7 +147,7 @@ mod tests {
             let (x, w, b) = (values(n * i, 0.1), values(i * u, 0.5), values(u, 0.9));
             let want = naive(&x, &w, &b, dims);
             for relu_on in [false, true] {
-                let y = forward(&x, &w, Some(&b), dims, relu_on);
+                let y = forward(&x, &w, Some(&b), dims, Epilogue::with_relu(relu_on));
                 for (a, e) in y.iter().zip(&want) {
                     let e = if relu_on { e.max(0.0) } else { *e };
                     assert!(

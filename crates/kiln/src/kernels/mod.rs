@@ -25,6 +25,7 @@ pub mod conv2d;
 mod conv_direct;
 pub mod cpu;
 pub mod dense;
+mod epilogue;
 mod gemm;
 mod lanes;
 pub mod layer_norm;
@@ -34,4 +35,5 @@ pub mod round;
 mod scratch;
 
 pub use conv2d::Conv2dGeometry;
+pub use epilogue::Epilogue;
 pub use pool::PoolGeometry;

@@ -22,16 +22,30 @@ const CHUNK: usize = 4096;
 /// Rounds `values` in place to float16 (`bfloat16 == false`) or bfloat16 values.
 pub fn round_half(values: &mut [f32], bfloat16: bool) {
     let path = cpu::path();
-    values.par_chunks_mut(CHUNK).for_each(|chunk| {
-        if bfloat16 {
-            round_bf16_in_place(path, chunk);
-        } else {
-            let mut buf = [f16::ZERO; CHUNK];
-            let buf = &mut buf[..chunk.len()];
-            buf.convert_from_f32_slice(chunk);
-            buf.convert_to_f32_slice(chunk);
-        }
-    });
+    values
+        .par_chunks_mut(CHUNK)
+        .for_each(|chunk| round_chunk(path, chunk, bfloat16));
+}
+
+/// Rounds `values` in place as [`round_half`] does, on the calling thread: for a block of a
+/// kernel's output that is still in cache.
+pub fn round_block(values: &mut [f32], bfloat16: bool) {
+    let path = cpu::path();
+    for chunk in values.chunks_mut(CHUNK) {
+        round_chunk(path, chunk, bfloat16);
+    }
+}
+
+/// One chunk (at most [`CHUNK`] values) of [`round_half`].
+fn round_chunk(path: cpu::CpuPath, chunk: &mut [f32], bfloat16: bool) {
+    if bfloat16 {
+        round_bf16_in_place(path, chunk);
+    } else {
+        let mut buf = [f16::ZERO; CHUNK];
+        let buf = &mut buf[..chunk.len()];
+        buf.convert_from_f32_slice(chunk);
+        buf.convert_to_f32_slice(chunk);
+    }
 }
 
 /// `src` rounded to float16 (`bfloat16 == false`) or bfloat16 values, in a new buffer.

@@ -313,9 +313,17 @@ pub trait Layer: Debug + Send + Sync + 'static {
     }
 
     /// Whether its output values are values of its input, moved or dropped but not computed
-    /// (Flatten, MaxPooling2D, crops): under a mixed-precision policy they are not rounded
-    /// again.
+    /// (Flatten, MaxPooling2D, crops, a ReLU): under a mixed-precision policy they are not
+    /// rounded again.
     fn passes_values(&self) -> bool {
+        false
+    }
+
+    /// Whether, under a mixed-precision policy, its forward returns values already rounded to
+    /// the compute dtype ([`ForwardContext::compute`]; Dense and the convolutions round in
+    /// their kernel's epilogue, [`crate::ops::Epilogue`]): the network does not round them
+    /// again.
+    fn rounds_output(&self) -> bool {
         false
     }
 

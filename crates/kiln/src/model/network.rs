@@ -394,9 +394,9 @@ fn round_output(
     ),
     native_on: HalfCompute,
 ) -> (Act, Option<burn::tensor::FloatDType>) {
-    let (softmax, preserves) = match kind {
-        LayerKind::Input { .. } => (false, true),
-        LayerKind::Declared(l) => (l.ends_in_softmax(), l.passes_values()),
+    let (softmax, preserves, rounds) = match kind {
+        LayerKind::Input { .. } => (false, true, false),
+        LayerKind::Declared(l) => (l.ends_in_softmax(), l.passes_values(), l.rounds_output()),
     };
     match compute {
         _ if softmax => (x, None),
@@ -404,6 +404,8 @@ fn round_output(
         // Held in the 16-bit type where the device computes in it (the next layer that
         // computes in it needs no cast), rounded float32 elsewhere.
         Some(dt) if native_on.has(dt) => (cast_act(x, dt), Some(dt)),
+        // Rounded by the layer's own kernel.
+        Some(dt) if rounds => (x, Some(dt)),
         Some(dt) => (round_act(x, dt), Some(dt)),
         None => (x, None),
     }

@@ -8,7 +8,8 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
 
 use super::{
-    AdamArgs, AttentionArgs, ConvArgs, DenseArgs, KilnOps, LstmArgs, PoolArgs, fused_relu,
+    AdamArgs, AttentionArgs, ConvArgs, DenseArgs, Epilogue, KilnOps, LstmArgs, PoolArgs,
+    conv_epilogue,
 };
 
 /// The layers whose backward pass [`AffineBackward`] computes: `y = act(x ⊛ w + b)`.
@@ -19,10 +20,10 @@ enum Affine {
 }
 
 impl Affine {
-    fn relu(self) -> bool {
+    fn epilogue(self) -> Epilogue {
         match self {
-            Affine::Conv(a) => fused_relu(&a),
-            Affine::Dense(a) => a[3] == 1,
+            Affine::Conv(a) => conv_epilogue(&a),
+            Affine::Dense(a) => Epilogue::from_code(a[3]),
         }
     }
 }
@@ -43,6 +44,11 @@ impl<B: KilnOps> Backward<B, 3> for AffineBackward {
         let [node_x, node_w, node_b] = ops.parents;
         let dy = grads.consume::<B>(&ops.node);
         let (x, w, y, layer) = ops.state;
+        // The gradient of the fused rounding (a cast's gradient): the output gradient rounded.
+        let dy = match layer.epilogue().round {
+            Some(bfloat16) => B::kiln_round_half(dy, bfloat16),
+            None => dy,
+        };
         // Without a fused ReLU the kernels do not read `y`: any tensor will do.
         let y = y.unwrap_or_else(|| dy.clone());
         let need_dx = node_x.is_some();
@@ -85,7 +91,7 @@ fn affine_forward<B: KilnOps, C: CheckpointStrategy>(
         OpsKind::Tracked(prep) => {
             let (x_kept, w_kept) = (x.clone(), w.clone());
             let y = run(x, w, b);
-            let y_kept = layer.relu().then(|| y.clone());
+            let y_kept = layer.epilogue().relu.then(|| y.clone());
             prep.finish((x_kept, w_kept, y_kept, layer), y)
         }
         OpsKind::UnTracked(prep) => prep.finish(run(x, w, b)),

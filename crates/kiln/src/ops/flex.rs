@@ -6,8 +6,8 @@ use burn::tensor::TensorData;
 use burn_flex::FlexTensor;
 
 use super::{
-    AdamArgs, AttentionArgs, ConvArgs, DenseArgs, KilnOps, LstmArgs, PoolArgs, conv_geometry,
-    fused_relu, pool_geometry,
+    AdamArgs, AttentionArgs, ConvArgs, DenseArgs, Epilogue, KilnOps, LstmArgs, PoolArgs,
+    conv_epilogue, conv_geometry, pool_geometry,
 };
 use crate::kernels::adam::{self, AdamStep};
 use crate::kernels::attention::{self, AttentionDims};
@@ -46,13 +46,8 @@ impl KilnOps for Flex {
         args: ConvArgs,
     ) -> FloatTensor<Self> {
         let g = conv_geometry(&args);
-        let y = conv2d::forward(
-            &values(&x),
-            &values(&w),
-            Some(&values(&b)),
-            &g,
-            fused_relu(&args),
-        );
+        let epilogue = conv_epilogue(&args);
+        let y = conv2d::forward(&values(&x), &values(&w), Some(&values(&b)), &g, epilogue);
         let [oh, ow] = g.out_hw();
         tensor(y, &[g.batch, g.out_channels, oh, ow])
     }
@@ -66,7 +61,7 @@ impl KilnOps for Flex {
         need_dx: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         let g = conv_geometry(&args);
-        let y = fused_relu(&args).then(|| values(&y));
+        let y = conv_epilogue(&args).relu.then(|| values(&y));
         let (dx, dw, db) = conv2d::backward(
             &values(&x),
             &values(&w),
@@ -95,13 +90,13 @@ impl KilnOps for Flex {
         b: FloatTensor<Self>,
         args: DenseArgs,
     ) -> FloatTensor<Self> {
-        let [n, i, u, relu] = args;
+        let [n, i, u, code] = args;
         let y = dense::forward(
             &values(&x),
             &values(&w),
             Some(&values(&b)),
             [n, i, u],
-            relu == 1,
+            Epilogue::from_code(code),
         );
         tensor(y, &[n, u])
     }
@@ -114,8 +109,8 @@ impl KilnOps for Flex {
         args: DenseArgs,
         need_dx: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let [n, i, u, relu] = args;
-        let y = (relu == 1).then(|| values(&y));
+        let [n, i, u, code] = args;
+        let y = Epilogue::from_code(code).relu.then(|| values(&y));
         let (dx, dw, db) = dense::backward(
             &values(&x),
             &values(&w),

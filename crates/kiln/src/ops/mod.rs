@@ -17,16 +17,16 @@ use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
 use crate::kernels::{Conv2dGeometry, PoolGeometry};
 
 /// Geometry of a convolution as plain numbers (extension arguments must be plain data):
-/// `[n, c, h, w, o, kh, kw, sh, sw, pad_top, pad_bottom, pad_left, pad_right, relu]`, where
-/// `relu` is 1 when a ReLU is fused into the convolution.
+/// `[n, c, h, w, o, kh, kw, sh, sw, pad_top, pad_bottom, pad_left, pad_right, epilogue]`, where
+/// `epilogue` is [`Epilogue::code`].
 pub type ConvArgs = [usize; 14];
 
 /// Geometry of a pooling: `[planes, h, w, kh, kw, sh, sw, pad_top, pad_bottom, pad_left,
 /// pad_right]`.
 pub type PoolArgs = [usize; 11];
 
-/// Sizes of a dense layer as plain numbers: `[n, in_features, units, relu]`, where `relu` is 1
-/// when a ReLU is fused.
+/// Sizes of a dense layer as plain numbers: `[n, in_features, units, epilogue]`, where
+/// `epilogue` is [`Epilogue::code`].
 pub type DenseArgs = [usize; 4];
 
 /// Sizes of an LSTM layer: `[batch, steps, units]`.
@@ -40,11 +40,55 @@ pub type AttentionArgs = [usize; 7];
 /// `[learning_rate, beta_1, beta_2, epsilon, weight_decay, step]`.
 pub type AdamArgs = [f64; 6];
 
+pub use crate::kernels::Epilogue;
+
+/// The tensor side of [`Epilogue`] (what [`conv2d`] and [`dense`] do after the bias). With
+/// rounding, the backward pass first rounds the output gradient the same way, as the gradient
+/// of a cast to the 16-bit type does. Fusing the rounding spares a pass (and, when the output
+/// is kept for the ReLU's gradient, a copy) over the layer's output.
+impl Epilogue {
+    /// A ReLU when `relu`, then rounding to `dtype` when it is float16 or bfloat16.
+    pub fn new(relu: bool, dtype: Option<burn::tensor::FloatDType>) -> Epilogue {
+        use burn::tensor::FloatDType;
+        let round = match dtype {
+            Some(FloatDType::BF16) => Some(true),
+            Some(FloatDType::F16) => Some(false),
+            _ => None,
+        };
+        Epilogue { relu, round }
+    }
+
+    /// The 16-bit dtype of [`Epilogue::round`].
+    fn round_dtype(self) -> Option<burn::tensor::FloatDType> {
+        use burn::tensor::FloatDType;
+        self.round.map(|bf| {
+            if bf {
+                FloatDType::BF16
+            } else {
+                FloatDType::F16
+            }
+        })
+    }
+
+    /// `y` after this epilogue with Burn's operations (the path off the fast one).
+    pub fn apply<const D: usize>(self, y: Tensor<D>) -> Tensor<D> {
+        let y = if self.relu {
+            burn::tensor::activation::relu(y)
+        } else {
+            y
+        };
+        match self.round_dtype() {
+            Some(dt) => round_half(y, dt),
+            None => y,
+        }
+    }
+}
+
 /// The operations kiln implements itself.
 #[backend_extension(Flex, Autodiff)]
 pub trait KilnOps: Backend {
     /// Convolution `y [n, o, oh, ow]` of `x [n, c, h, w]` with `w [o, c, kh, kw]` plus `b [o]`,
-    /// then a ReLU when `args[13] == 1`.
+    /// then the [`Epilogue`] `args[13]`.
     fn kiln_conv2d(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
@@ -63,7 +107,7 @@ pub trait KilnOps: Backend {
         need_dx: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 
-    /// Dense layer `y [n, u] = x [n, i] · w [i, u] + b [u]`, then a ReLU when `args[3] == 1`.
+    /// Dense layer `y [n, u] = x [n, i] · w [i, u] + b [u]`, then the [`Epilogue`] `args[3]`.
     fn kiln_dense(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
@@ -211,7 +255,7 @@ pub trait KilnOps: Backend {
 }
 
 /// The plain-number form of a convolution's geometry, with or without a fused ReLU.
-pub fn conv_args(g: &Conv2dGeometry, relu: bool) -> ConvArgs {
+pub fn conv_args(g: &Conv2dGeometry, epilogue: Epilogue) -> ConvArgs {
     let [(pt, pb), (pl, pr)] = g.padding;
     [
         g.batch,
@@ -227,13 +271,13 @@ pub fn conv_args(g: &Conv2dGeometry, relu: bool) -> ConvArgs {
         pb,
         pl,
         pr,
-        usize::from(relu),
+        epilogue.code(),
     ]
 }
 
-/// True when `args` fuse a ReLU into the convolution.
-pub fn fused_relu(args: &ConvArgs) -> bool {
-    args[13] == 1
+/// The [`Epilogue`] of convolution `args`.
+pub fn conv_epilogue(args: &ConvArgs) -> Epilogue {
+    Epilogue::from_code(args[13])
 }
 
 /// The geometry back from [`conv_args`].
@@ -319,8 +363,9 @@ pub fn cross_replica_sum(x: Tensor<1>) -> Tensor<1> {
 }
 
 /// 2-D convolution with explicit `(begin, end)` padding per spatial axis, as
-/// [`burn::tensor::module::conv2d`] (stride, no dilation, one group), followed by a ReLU when
-/// `relu` (fused into the kernel on the fast path: one pass over the output instead of three).
+/// [`burn::tensor::module::conv2d`] (stride, no dilation, one group), followed by the
+/// `epilogue` (fused into the kernel on the fast path: one pass over the output instead of
+/// three).
 ///
 /// # Shapes
 /// - `x`: `[batch, channels_in, height, width]`
@@ -333,16 +378,11 @@ pub fn conv2d(
     bias: Option<Tensor<1>>,
     stride: [usize; 2],
     padding: [(usize, usize); 2],
-    relu: bool,
+    epilogue: Epilogue,
 ) -> Tensor<4> {
     if !fast_path(&x.device(), x.dtype()) {
         let options = ConvOptions::new_with_padding(stride, padding, [1, 1], 1);
-        let y = burn::tensor::module::conv2d(x, weight, bias, options);
-        return if relu {
-            burn::tensor::activation::relu(y)
-        } else {
-            y
-        };
+        return epilogue.apply(burn::tensor::module::conv2d(x, weight, bias, options));
     }
     let [n, c, h, w] = x.dims();
     let [o, _, kh, kw] = weight.dims();
@@ -361,30 +401,31 @@ pub fn conv2d(
         x.into_dispatch(),
         weight.into_dispatch(),
         bias.into_dispatch(),
-        conv_args(&g, relu),
+        conv_args(&g, epilogue),
     ))
 }
 
-/// Dense layer `x · weight + bias` (Keras' `Dense`), followed by a ReLU when `relu` (fused on
-/// the fast path).
+/// Dense layer `x · weight + bias` (Keras' `Dense`), followed by the `epilogue` (fused on the
+/// fast path).
 ///
 /// # Shapes
 /// - `x`: `[batch, in_features]`
 /// - `weight`: `[in_features, units]` (Keras' layout)
 /// - `bias`: `[units]`
 /// - output: `[batch, units]`
-pub fn dense(x: Tensor<2>, weight: Tensor<2>, bias: Option<Tensor<1>>, relu: bool) -> Tensor<2> {
+pub fn dense(
+    x: Tensor<2>,
+    weight: Tensor<2>,
+    bias: Option<Tensor<1>>,
+    epilogue: Epilogue,
+) -> Tensor<2> {
     if !fast_path(&x.device(), x.dtype()) {
         let y = x.matmul(weight);
         let y = match bias {
             Some(b) => y + b.unsqueeze::<2>(),
             None => y,
         };
-        return if relu {
-            burn::tensor::activation::relu(y)
-        } else {
-            y
-        };
+        return epilogue.apply(y);
     }
     let [n, i] = x.dims();
     let [_, u] = weight.dims();
@@ -393,7 +434,7 @@ pub fn dense(x: Tensor<2>, weight: Tensor<2>, bias: Option<Tensor<1>>, relu: boo
         x.into_dispatch(),
         weight.into_dispatch(),
         bias.into_dispatch(),
-        [n, i, u, usize::from(relu)],
+        [n, i, u, epilogue.code()],
     ))
 }
 

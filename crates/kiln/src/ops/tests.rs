@@ -5,6 +5,8 @@ use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
 
+use super::Epilogue;
+
 fn rel_err(ours: Tensor<4>, reference: Tensor<4>) -> f64 {
     rel(
         ours.into_data().try_to_vec::<f32>().unwrap(),
@@ -69,7 +71,14 @@ pub(crate) fn conv2d_matches_burn_forward_and_gradients() {
                         b.clone().detach().require_grad(),
                     );
                     let y = if fast {
-                        super::conv2d(x.clone(), wt.clone(), Some(b.clone()), s, pad, relu)
+                        super::conv2d(
+                            x.clone(),
+                            wt.clone(),
+                            Some(b.clone()),
+                            s,
+                            pad,
+                            Epilogue::with_relu(relu),
+                        )
                     } else {
                         let y = burn::tensor::module::conv2d(
                             x.clone(),
@@ -186,7 +195,12 @@ pub(crate) fn dense_matches_burn_forward_and_gradients() {
                     b.clone().detach().require_grad(),
                 );
                 let y = if fast {
-                    super::dense(x.clone(), w.clone(), Some(b.clone()), relu)
+                    super::dense(
+                        x.clone(),
+                        w.clone(),
+                        Some(b.clone()),
+                        Epilogue::with_relu(relu),
+                    )
                 } else {
                     let y = x.clone().matmul(w.clone()) + b.clone().unsqueeze::<2>();
                     if relu {
@@ -390,6 +404,74 @@ pub(crate) fn layer_norm_matches_burn_forward_and_gradients() {
         for (k, (ours, theirs)) in run(true).into_iter().zip(run(false)).enumerate() {
             let e = rel(ours, theirs);
             assert!(e < 1e-5, "{shape:?} permuted={permuted} result {k}: {e}");
+        }
+    }
+}
+
+/// The rounding fused into [`super::conv2d`] and [`super::dense`] ([`Epilogue::round`]) gives
+/// bit for bit what rounding after the operation gives ([`super::round_half`]): the output,
+/// and the gradients, whose output gradient is rounded the same way.
+#[test]
+fn fused_rounding_equals_rounding_after_the_operation() {
+    use burn::tensor::FloatDType;
+    let device = Device::flex().autodiff();
+    device.seed(17);
+    let x = Tensor::<4>::random([3, 4, 9, 7], Distribution::Normal(0.0, 1.0), &device);
+    let wc = Tensor::<4>::random([8, 4, 3, 3], Distribution::Normal(0.0, 0.3), &device);
+    let xd = Tensor::<2>::random([33, 40], Distribution::Normal(0.0, 1.0), &device);
+    let wd = Tensor::<2>::random([40, 20], Distribution::Normal(0.0, 0.3), &device);
+    let bc = Tensor::<1>::random([8], Distribution::Normal(0.0, 0.3), &device);
+    let bd = Tensor::<1>::random([20], Distribution::Normal(0.0, 0.3), &device);
+    let pads = [(1, 1), (0, 2)];
+    for dtype in [FloatDType::BF16, FloatDType::F16] {
+        for relu in [false, true] {
+            let fused = Epilogue::new(relu, Some(dtype));
+            assert_eq!(fused.round, Some(dtype == FloatDType::BF16));
+            let plain = Epilogue::with_relu(relu);
+            let conv = |e: Epilogue, after: bool| {
+                let (x, w, b) = (
+                    x.clone().require_grad(),
+                    wc.clone().require_grad(),
+                    bc.clone(),
+                );
+                let b = b.require_grad();
+                let y = super::conv2d(x.clone(), w.clone(), Some(b.clone()), [1, 1], pads, e);
+                let y = if after {
+                    super::round_half(y, dtype)
+                } else {
+                    y
+                };
+                let g = (y.clone() * y.clone().detach().cos()).sum().backward();
+                let flat = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().unwrap();
+                (flat(y.detach()), grad(&x, &g), grad(&w, &g), grad(&b, &g))
+            };
+            assert_eq!(
+                conv(fused, false),
+                conv(plain, true),
+                "conv {dtype:?} relu={relu}"
+            );
+            let dense = |e: Epilogue, after: bool| {
+                let (x, w, b) = (
+                    xd.clone().require_grad(),
+                    wd.clone().require_grad(),
+                    bd.clone(),
+                );
+                let b = b.require_grad();
+                let y = super::dense(x.clone(), w.clone(), Some(b.clone()), e);
+                let y = if after {
+                    super::round_half(y, dtype)
+                } else {
+                    y
+                };
+                let g = (y.clone() * y.clone().detach().cos()).sum().backward();
+                let flat = |t: Tensor<2>| t.into_data().try_to_vec::<f32>().unwrap();
+                (flat(y.detach()), grad(&x, &g), grad(&w, &g), grad(&b, &g))
+            };
+            assert_eq!(
+                dense(fused, false),
+                dense(plain, true),
+                "dense {dtype:?} relu={relu}"
+            );
         }
     }
 }

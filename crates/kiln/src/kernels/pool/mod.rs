@@ -176,16 +176,27 @@ pub fn max_backward(x: &[f32], dy: &[f32], g: &PoolGeometry) -> Vec<f32> {
     let hw = g.height * g.width;
     assert_eq!(x.len(), g.planes * hw);
     assert_eq!(dy.len(), g.planes * oh * ow);
-    let mut dx = vec![0.0f32; x.len()];
     if g.kernel == [2, 2] && g.stride == [2, 2] && g.padding == [(0, 0), (0, 0)] {
         // Windows do not overlap: each output gradient lands on one of its four inputs, and
         // all four are written (branch-free), so the two input rows are filled in one pass.
+        // When the windows cover the plane (even sizes), that writes every element: no
+        // zeroing pass over the fresh buffer; otherwise each plane is zeroed first, in cache.
         let w = g.width;
         let simd = has_avx2();
-        dx.par_chunks_mut(hw)
+        let covered = g.height == 2 * oh && w == 2 * ow;
+        let mut dx: Vec<f32> = Vec::with_capacity(x.len());
+        dx.spare_capacity_mut()[..x.len()]
+            .par_chunks_mut(hw)
             .zip(x.par_chunks(hw))
             .zip(dy.par_chunks(oh * ow))
             .for_each(|((d, plane), grad)| {
+                // SAFETY: float32 has no invalid bit patterns, and every element of `d` is
+                // written below (all of them by the windows when `covered`, else by the
+                // `fill`) before anything reads it.
+                let d = unsafe { &mut *(d as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
+                if !covered {
+                    d.fill(0.0);
+                }
                 for (oy, grad) in grad.chunks_exact(ow).enumerate() {
                     let r0 = &plane[2 * oy * w..][..2 * ow];
                     let r1 = &plane[(2 * oy + 1) * w..][..2 * ow];
@@ -194,8 +205,11 @@ pub fn max_backward(x: &[f32], dy: &[f32], g: &PoolGeometry) -> Vec<f32> {
                     backward_row_2x2(r0, r1, grad, d0, d1, simd);
                 }
             });
+        // SAFETY: every plane of the first `x.len()` elements was written above.
+        unsafe { dx.set_len(x.len()) };
         return dx;
     }
+    let mut dx = vec![0.0f32; x.len()];
     dx.par_chunks_mut(hw)
         .zip(x.par_chunks(hw))
         .zip(dy.par_chunks(oh * ow))
@@ -275,6 +289,38 @@ mod tests {
             max_backward(&x, &dy, &fast),
             max_backward(&x, &dy, &general)
         );
+    }
+
+    /// Odd sizes leave the last row and column outside every window: their gradient is 0,
+    /// although the fast path writes into a fresh, unzeroed buffer (a freed buffer of NaNs of
+    /// the same size makes garbage there likely).
+    #[test]
+    fn rows_and_columns_outside_every_window_get_zero_gradient() {
+        for (h, w) in [(7, 9), (6, 9), (7, 8), (6, 8)] {
+            let g = PoolGeometry {
+                planes: 3,
+                height: h,
+                width: w,
+                kernel: [2, 2],
+                stride: [2, 2],
+                padding: [(0, 0), (0, 0)],
+            };
+            let [oh, ow] = g.out_hw();
+            let x = values(3 * h * w);
+            let dy: Vec<f32> = (0..3 * oh * ow).map(|v| v as f32 + 1.0).collect();
+            drop(std::hint::black_box(vec![f32::NAN; x.len()]));
+            let got = max_backward(&x, &dy, &g);
+            let mut want = vec![0.0f32; x.len()];
+            for p in 0..3 {
+                let plane = &x[p * h * w..][..h * w];
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        want[p * h * w + g.argmax(plane, oy, ox)] += dy[(p * oh + oy) * ow + ox];
+                    }
+                }
+            }
+            assert_eq!(got, want, "{h}x{w}");
+        }
     }
 
     #[test]

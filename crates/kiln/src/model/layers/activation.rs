@@ -48,7 +48,8 @@ impl Layer for ActivationLayer {
         self.activation == Activation::Softmax
     }
     fn passes_values(&self) -> bool {
-        self.activation == Activation::Linear
+        // A ReLU's outputs are its inputs or 0: a rounded input needs no second rounding.
+        matches!(self.activation, Activation::Linear | Activation::Relu)
     }
     fn computes_in_half(&self) -> bool {
         true

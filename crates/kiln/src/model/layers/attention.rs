@@ -47,7 +47,7 @@ pub(super) fn weights(prefix: &str, dims: Dims, bias: bool) -> Vec<WeightSpec> {
 /// `x [n, s, f] · w [f, u] + b` on the rows (kiln's Dense op), `[n, s, u]`.
 pub(super) fn dense3(x: Tensor<3>, w: Tensor<2>, b: Option<Tensor<1>>) -> Tensor<3> {
     let [n, s, f] = x.dims();
-    let y = crate::ops::dense(x.reshape([n * s, f]), w, b, false);
+    let y = crate::ops::dense(x.reshape([n * s, f]), w, b, Default::default());
     let u = y.dims()[1];
     y.reshape([n, s, u])
 }

@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use crate::model::args::{Padding, Pair};
 use crate::model::weights::hwio_to_oihw;
 use crate::onnx::{OnnxGraph, OnnxValue, int, ints};
+use crate::ops::Epilogue;
 
 /// A convolution window over `N` spatial axes (two unless said: a 1-D layer's first axis is
 /// `1` everywhere; three for the volume layers): its size, step and dilation.
@@ -218,25 +219,20 @@ pub(super) fn image_as_seq(y: Tensor<4>) -> Tensor<3> {
 }
 
 /// 2-D convolution of NCHW `x` with `kernel` (Burn's `[out, in / groups, kh, kw]`) and
-/// `pads`, then a ReLU when `relu`: kiln's fused convolution without dilation and groups,
-/// Burn's otherwise.
+/// `pads`, then the `epilogue` (a ReLU, rounding): kiln's fused convolution without dilation
+/// and groups, Burn's otherwise.
 pub(super) fn convolve(
     x: Tensor<4>,
     kernel: Tensor<4>,
     bias: Option<Tensor<1>>,
     (w, pads, groups): (&Window, Pads, usize),
-    relu: bool,
+    epilogue: Epilogue,
 ) -> Tensor<4> {
     if w.dilation == [1, 1] && groups == 1 {
-        return crate::ops::conv2d(x, kernel, bias, w.strides, pads, relu);
+        return crate::ops::conv2d(x, kernel, bias, w.strides, pads, epilogue);
     }
     let options = ConvOptions::new_with_padding(w.strides, pads, w.dilation, groups);
-    let y = conv2d(x, kernel, bias, options);
-    if relu {
-        burn::tensor::activation::relu(y)
-    } else {
-        y
-    }
+    epilogue.apply(conv2d(x, kernel, bias, options))
 }
 
 /// Depthwise 2-D convolution of NCHW `x` with Keras' `kernel [kh, kw, in, depth_multiplier]`:
@@ -250,7 +246,7 @@ pub(super) fn convolve_depthwise(
 ) -> Tensor<4> {
     let [kh, kw, cin, dm] = kernel.dims();
     let kernel = kernel.reshape([kh, kw, 1, cin * dm]).permute([3, 2, 0, 1]);
-    convolve(x, kernel, None, (w, pads, cin), false)
+    convolve(x, kernel, None, (w, pads, cin), Epilogue::default())
 }
 
 /// The ONNX `Conv` of a depthwise convolution with Keras' kernel `values` of shape `[kh, kw,

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::conv::{self, OnnxConv, OnnxKernel, Window};
 use super::{activation_onnx, default_true, steps_features};
 use crate::model::act::Act;
+use crate::ops::Epilogue;
 use crate::model::args::{Activation, Padding};
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights};
 use crate::onnx::{Layout, OnnxGraph, OnnxValue};
@@ -134,11 +135,14 @@ impl Layer for Conv1D {
         // [k, in, out] -> Burn's [out, in, 1, k]
         let kernel = w.get::<3>("kernel").permute([2, 1, 0]).unsqueeze_dim(2);
         let bias = w.has("bias").then(|| w.get::<1>("bias"));
-        let relu = self.activation == Activation::Relu;
+        let epilogue = Epilogue::new(self.activation == Activation::Relu, ctx.compute);
         let window = self.window();
-        let y = conv::convolve(x, kernel, bias, (&window, pads, self.groups), relu);
+        let y = conv::convolve(x, kernel, bias, (&window, pads, self.groups), epilogue);
         let y = Act::Seq(conv::image_as_seq(y));
-        super::finish_affine(y, self.activation, ctx)
+        super::finish_rounded(y, self.activation, ctx)
+    }
+    fn rounds_output(&self) -> bool {
+        super::rounded_by_kernel(self.activation)
     }
     affine_activation!();
     fn onnx(&self, g: &mut OnnxGraph, inputs: &[OnnxValue], name: &str) -> Result<String, String> {

@@ -10,6 +10,7 @@ use crate::model::args::{Activation, Padding, Pair};
 use crate::model::layer::{
     Field, ForwardContext, Layer, LayerConfig, Storage, WeightInit, WeightSpec, Weights,
 };
+use crate::ops::Epilogue;
 use crate::onnx::{Layout, OnnxGraph, OnnxValue};
 use crate::tflite::{Options, TfliteGraph, TfliteValue, op};
 
@@ -97,10 +98,13 @@ impl Layer for Conv2D {
         // [kh, kw, in, out] -> Burn's [out, in, kh, kw]
         let kernel = w.get::<4>("kernel").permute([3, 2, 0, 1]);
         let bias = w.has("bias").then(|| w.get::<1>("bias"));
-        let relu = self.activation == Activation::Relu;
+        let epilogue = Epilogue::new(self.activation == Activation::Relu, ctx.compute);
         let geometry = (&window, pads, self.groups);
-        let y = Act::Image(conv::convolve(x, kernel, bias, geometry, relu));
-        super::finish_affine(y, self.activation, ctx)
+        let y = Act::Image(conv::convolve(x, kernel, bias, geometry, epilogue));
+        super::finish_rounded(y, self.activation, ctx)
+    }
+    fn rounds_output(&self) -> bool {
+        super::rounded_by_kernel(self.activation)
     }
     affine_activation!();
     fn computes_in_half(&self) -> bool {

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{activation_onnx, channels_last, default_true};
 use crate::model::act::Act;
+use crate::ops::Epilogue;
 use crate::model::args::{Activation, keras_shape};
 use crate::model::layer::{
     Field, ForwardContext, Layer, LayerConfig, Storage, WeightInit, WeightSpec, Weights,
@@ -46,10 +47,10 @@ impl Dense {
 
 /// `x · kernel + bias` on the rows of the last axis ([`crate::ops::dense`]), fused with a ReLU
 /// when `relu`; images are taken channels-last.
-fn affine(x: Act, w: &Weights, relu: bool) -> Act {
+fn affine(x: Act, w: &Weights, epilogue: Epilogue) -> Act {
     let kernel = w.get::<2>("kernel");
     let bias = w.has("bias").then(|| w.get::<1>("bias"));
-    let f = |x2| crate::ops::dense(x2, kernel.clone(), bias.clone(), relu);
+    let f = |x2| crate::ops::dense(x2, kernel.clone(), bias.clone(), epilogue);
     match x {
         Act::Flat(t) => Act::Flat(f(t)),
         Act::Seq(t) => {
@@ -103,10 +104,12 @@ impl Layer for Dense {
     }
     fn forward(&self, mut inputs: Vec<Act>, w: &Weights, ctx: ForwardContext) -> Act {
         let x = inputs.pop().expect("one input");
-        if self.activation == Activation::Relu {
-            return affine(x, w, true);
-        }
-        super::activate(affine(x, w, false), self.activation, ctx)
+        let relu = self.activation == Activation::Relu;
+        let y = affine(x, w, Epilogue::new(relu, ctx.compute));
+        super::finish_rounded(y, self.activation, ctx)
+    }
+    fn rounds_output(&self) -> bool {
+        super::rounded_by_kernel(self.activation)
     }
     affine_activation!();
     fn computes_in_half(&self) -> bool {

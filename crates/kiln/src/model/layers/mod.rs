@@ -156,9 +156,10 @@ const MASK_NOT_EXPORTED: &str = "the mask it makes is not carried by kiln's ONNX
      exported model would compute as if no step were padding); export with --format safetensors, \
      which kiln serve reads";
 
-/// The end of an affine layer's forward pass (Dense, Conv2D without a fused ReLU): `y` rounded
-/// to the compute dtype before a non-linear activation, then the activation, unless the
-/// network takes the values before a final softmax.
+/// The end of an affine layer's forward pass (Conv3D, DepthwiseConv2D, Conv2DTranspose,
+/// SeparableConv2D without a fused ReLU): `y` rounded to the compute dtype before a
+/// non-linear activation, then the activation, unless the network takes the values before a
+/// final softmax.
 fn activate(y: Act, a: Activation, ctx: ForwardContext) -> Act {
     let y = ctx.round_before(y, a);
     if ctx.before_softmax {
@@ -175,6 +176,24 @@ fn finish_affine(y: Act, a: Activation, ctx: ForwardContext) -> Act {
         Activation::Relu => y,
         _ => activate(y, a, ctx),
     }
+}
+
+/// The end of an affine layer whose kernel already rounded `y` to the compute dtype and fused
+/// a ReLU exactly when `a` is ReLU ([`crate::ops::Epilogue`]): the activation, unless it was
+/// fused or the network takes the values before a final softmax.
+fn finish_rounded(y: Act, a: Activation, ctx: ForwardContext) -> Act {
+    match a {
+        Activation::Relu => y,
+        _ if ctx.before_softmax => y,
+        _ => y.activated(a),
+    }
+}
+
+/// Whether an affine layer whose kernel rounds its output ([`finish_rounded`]) returns values
+/// of the compute dtype: when its activation is the identity or the fused ReLU (a ReLU of a
+/// 16-bit value is one).
+fn rounded_by_kernel(a: Activation) -> bool {
+    matches!(a, Activation::Relu | Activation::Linear)
 }
 
 /// `[steps, features]` of a rank-2 Keras input, or the message naming `class` and the shape.

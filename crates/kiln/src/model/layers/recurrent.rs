@@ -436,7 +436,7 @@ impl<const CELL: u8> Recurrent<CELL> {
         };
         let (input_bias, recurrent_bias) = self.biases(w, prefix);
         let kernel = w.get::<2>(&format!("{prefix}kernel"));
-        let proj = crate::ops::dense(x.reshape([b * t, f]), kernel, input_bias, false);
+        let proj = crate::ops::dense(x.reshape([b * t, f]), kernel, input_bias, Default::default());
         let proj = proj.reshape([b, t, n]);
         let rk = w.get::<2>(&format!("{prefix}recurrent_kernel"));
         if self.fused(&proj, mask.is_none(), ctx) {

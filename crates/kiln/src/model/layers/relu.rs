@@ -53,6 +53,11 @@ impl Layer for ReLU {
         true
     }
     pointwise_layer!();
+    fn passes_values(&self) -> bool {
+        // Without a slope or a cap the outputs are inputs or 0 (the threshold only picks
+        // which); a cap such as 6.1 is not a 16-bit value.
+        self.negative_slope == 0.0 && self.max_value.is_none()
+    }
     fn validate(&self) -> Result<(), String> {
         non_negative("negative_slope", self.negative_slope)?;
         non_negative("threshold", self.threshold)?;

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::conv::{self, OnnxConv, OnnxKernel, Window};
 use super::{activation_onnx, default_one, default_true, image_shape};
 use crate::model::act::Act;
+use crate::ops::Epilogue;
 use crate::model::args::{Activation, Padding, Pair};
 use crate::model::layer::{ForwardContext, Layer, LayerConfig, WeightInit, WeightSpec, Weights};
 use crate::onnx::{Layout, OnnxGraph, OnnxValue};
@@ -106,9 +107,9 @@ impl Layer for SeparableConv2D {
         // [1, 1, in, out] -> Burn's [out, in, 1, 1]
         let pointwise = w.get::<4>("pointwise_kernel").permute([3, 2, 0, 1]);
         let bias = w.has("bias").then(|| w.get::<1>("bias"));
-        let relu = self.activation == Activation::Relu;
+        let epilogue = Epilogue::new(self.activation == Activation::Relu, None);
         let geometry = (&POINTWISE, [(0, 0); 2], 1);
-        let y = Act::Image(conv::convolve(depthwise, pointwise, bias, geometry, relu));
+        let y = Act::Image(conv::convolve(depthwise, pointwise, bias, geometry, epilogue));
         super::finish_affine(y, self.activation, ctx)
     }
     fn keeps_output(&self) -> bool {
