@@ -7,9 +7,10 @@
 //! # Formulas (bytes)
 //!
 //! With `P` parameters (`P_t` trainable), batch `b`, `c` bytes per compute value (4 for
-//! float32, 2 for the mixed policies, see [`Precision`]):
+//! float32, 2 for the mixed policies on a GPU, 4 for them on the CPU, where kiln holds 16-bit
+//! values in float32 tensors; see [`Precision`]):
 //!
-//! - weights: `4·P` float32 variables, plus `2·P_t` for the compute copy of a mixed policy;
+//! - weights: `4·P` float32 variables, plus `c·P_t` for the compute copy of a mixed policy;
 //! - gradients: `c·P_t`;
 //! - optimizer state: `4·k·P_t` with `k` = 2 for Adam/AdamW (first and second moments),
 //!   1 for SGD with momentum, 0 for plain SGD. Adam in float32 is thus `4 + 4 + 8 = 16` bytes
@@ -128,7 +129,7 @@ pub fn estimate_on(
     precision: Precision,
 ) -> Estimate {
     let b = batch_size as f64;
-    let c = precision.compute_bytes();
+    let c = precision.compute_bytes(device);
     let slots = optimizer_slots(optimizer);
     let (acts, input_values) = activations::per_layer(spec, device);
     let mut largest: f64 = spec
@@ -149,7 +150,7 @@ pub fn estimate_on(
                 class: l.kind.class_name(),
                 trainable: t,
                 non_trainable: n,
-                weight_bytes: 4 * (t + n) + precision.weight_copy_bytes() * t,
+                weight_bytes: 4 * (t + n) + precision.weight_copy_bytes(device) * t,
                 gradient_bytes: c * t,
                 optimizer_bytes: 4 * slots * t,
                 activation_bytes: (acts[i].kept * b * c as f64).round() as u64,

@@ -93,18 +93,12 @@ pub fn resolve_batch_size(
         if e.total_bytes() > available {
             let fits = max_batch_size(available, cfg.fit.batch_size, |b| at(cfg, b).total_bytes());
             let batch = host::effective_batch(data.as_ref(), cfg, cfg.fit.batch_size);
-            let mixed = estimate_on(
-                device,
-                &cfg.model,
-                &cfg.compile.optimizer,
-                batch,
-                Precision::MixedBFloat16,
-            );
             return Err(KilnError::InsufficientMemory(format!(
                 "training at batch size {} needs about {} (weights {}, gradients {}, optimizer \
                  {}, activations {}{}) but {} is available (MemAvailable); {}use \
-                 precision = \"mixed_bfloat16\" (about {} for the model), or batch_size = \
-                 \"auto\" (kiln estimate {{config}} shows the breakdown)",
+                 batch_size = \"auto\", an optimizer with less state (SGD) or a smaller model \
+                 (kiln estimate {{config}} shows the breakdown; on the CPU a mixed precision \
+                 policy saves no memory, docs/precision.md)",
                 batch,
                 format_bytes(e.total_bytes()),
                 format_bytes(e.weight_bytes()),
@@ -119,7 +113,6 @@ pub fn resolve_batch_size(
                     Some(b) => format!("use a smaller batch (--batch-size {b} fits), "),
                     None => "even batch 1 does not fit; ".into(),
                 },
-                format_bytes(mixed.device_bytes()),
             )));
         }
     }
@@ -214,7 +207,7 @@ mod tests {
         // (41,943,040 - 10,715,296) / 13,624 = 2,292.1 (see above).
         assert!(e.contains("--batch-size 2292 fits"), "{e}");
         assert!(
-            e.contains("mixed_bfloat16") && e.contains("40.00 MiB is available"),
+            e.contains("saves no memory") && e.contains("40.00 MiB is available"),
             "{e}"
         );
         // The same run with enough memory passes, and a number stays a number.

@@ -88,14 +88,19 @@ pub fn auto_batch_size(
             "fit.batch_size",
             format!(
                 "\"auto\" found no batch size that fits: batch 1 needs {} (weights {}, \
-                 gradients {}, optimizer {}) but the budget is {}; use mixed precision \
-                 (precision = \"mixed_bfloat16\"), an optimizer with less state (SGD), a smaller \
-                 model, or a larger fit.memory_budget",
+                 gradients {}, optimizer {}) but the budget is {}; use {}an optimizer with \
+                 less state (SGD), a smaller model, or a larger fit.memory_budget",
                 format_bytes(one.total_bytes()),
                 format_bytes(one.weight_bytes()),
                 format_bytes(one.gradient_bytes()),
                 format_bytes(one.optimizer_bytes()),
-                format_bytes(budget)
+                format_bytes(budget),
+                match device {
+                    // kiln's CPU policies hold 16-bit values in float32 tensors.
+                    crate::device::DeviceKind::Cpu => "",
+                    crate::device::DeviceKind::Gpu =>
+                        "mixed precision (precision = \"mixed_bfloat16\"), ",
+                },
             ),
         ));
     };
