@@ -12,7 +12,10 @@
 #
 # Installs the peers (tensorflow-cpu 2.21, torch, numpy) in bench/.venv on first use. Each run
 # trains 3 epochs and reports samples/s over epochs 2-3 (the first, with warm-up, is excluded).
-# Results: bench/results.jsonl (one line per run) and a markdown table on stdout.
+# Results: bench/results.jsonl (one line per run; each invocation starts the file over, so name
+# another with BENCH_OUT=bench/results-NAME.jsonl to keep an earlier one) and a markdown table on
+# stdout. On AVX-512 machines kiln also runs with each forced path of BENCH_FORCED_PATHS (default
+# "avx512 avx2"; "" runs the default path only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS="${1:-2}"
@@ -43,7 +46,7 @@ cargo build --release -q --workspace --bins --examples
 KILN="$CARGO_TARGET_DIR/release/kiln"
 RAW="$CARGO_TARGET_DIR/release/kiln-bench-raw-burn"
 
-OUT=bench/results.jsonl
+OUT="${BENCH_OUT:-bench/results.jsonl}"
 : > "$OUT"
 export TF_CPP_MIN_LOG_LEVEL=3
 "$PY" bench/peers/gemm.py | tee -a "$OUT"
@@ -88,8 +91,9 @@ for round in $(seq "$ROUNDS"); do
       kiln_run "$model" "$precision" | tee -a "$OUT"
       # On AVX-512 machines both forced paths too (the default is one of them, by CPU kind).
       if grep -q avx512f /proc/cpuinfo; then
-        kiln_run "$model" "$precision" avx512 | tee -a "$OUT"
-        kiln_run "$model" "$precision" avx2 | tee -a "$OUT"
+        for path in ${BENCH_FORCED_PATHS-avx512 avx2}; do
+          kiln_run "$model" "$precision" "$path" | tee -a "$OUT"
+        done
       fi
       peer_run tf_bench.py "$model" "$precision" | tee -a "$OUT"
       if [ "$HAS_TORCH" = 1 ]; then
