@@ -159,12 +159,13 @@ fn forward_masked(
     let mut y = vec![0.0f32; g.batch * o * p];
     let panels = o.div_ceil(NR);
     let image = g.in_channels * g.height * g.width;
+    let path = cpu::path();
     y.par_chunks_mut(o * p).enumerate().for_each(|(n, y_n)| {
         with_scratch(grid.len + panels * NR * grid.positions, |buf| {
             let (xp, yg) = buf.split_at_mut(grid.len);
             let mask_n = mask.map(|m| &m[n * image..][..image]);
             grid.pad(&x[n * image..][..image], mask_n, g, xp);
-            product(xp, &packed, &grid, yg);
+            product(xp, &packed, &grid, yg, path);
             let filters = panels * NR;
             for oy in 0..oh {
                 transpose(
@@ -257,6 +258,7 @@ pub(super) fn weight_gradient(
     // As the im2col route: a fixed split of the batch into tasks, each summing its own dW and
     // db, then a sum of the partials in task order (independent of thread scheduling).
     let per_task = g.batch.div_ceil(TASKS).max(1);
+    let path = cpu::path();
     let partials: Vec<(Vec<f32>, Vec<f64>)> = (0..g.batch.div_ceil(per_task))
         .into_par_iter()
         .map(|t| {
@@ -280,7 +282,8 @@ pub(super) fn weight_gradient(
                         *sum += sum_f64(row);
                     }
                     gather_positions(dy_n, g, &grid, filters, dyg);
-                    weight_product(xp, dyg, &offsets, [oh, ow, grid.wp], filters, &mut dwt);
+                    let shape = [oh, ow, grid.wp];
+                    weight_product(xp, dyg, &offsets, shape, filters, &mut dwt, path);
                 }
             });
             (dwt, db)
@@ -417,12 +420,14 @@ fn weight_product(
     [oh, ow, wp]: [usize; 3],
     filters: usize,
     dwt: &mut [f32],
+    path: CpuPath,
 ) {
     let positions = oh * wp;
     let reach = positions + offsets.iter().max().copied().unwrap_or(0);
     assert!(ow <= wp && xp.len() >= reach && dyg.len() >= positions * filters);
     assert!(offsets.len().is_multiple_of(MR) && dwt.len() >= offsets.len() * filters);
     let rows_per_block = (QB / wp).max(1);
+    let groups = Width::groups(filters / NR, path);
     for y0 in (0..oh).step_by(rows_per_block) {
         let rows = y0..(y0 + rows_per_block).min(oh);
         for (tile_rows, r0) in offsets.chunks_exact(MR).zip((0..).step_by(MR)) {
@@ -430,19 +435,22 @@ fn weight_product(
                 // SAFETY: `tile_rows[i] < reach <= xp.len()`.
                 unsafe { xp.as_ptr().add(tile_rows[i]) }
             });
-            for t in 0..filters / NR {
-                // SAFETY: `applies` checked the AVX2 path; reads reach `bases[i] + q` and
-                // `dyg[q * filters + t * NR + NR - 1]` for `q < oh * wp`, within the asserted
-                // lengths; the tile reads and writes `MR` rows of `NR` floats at row `r0`,
-                // column `t * NR` of `dwt`.
+            for &(t, width) in &groups {
+                let (dy, out) = (
+                    dyg[t * NR..].as_ptr(),
+                    dwt[r0 * filters + t * NR..].as_mut_ptr(),
+                );
+                let sweep = (rows.clone(), [ow, wp]);
+                // SAFETY: `applies` checked the AVX2 path, `Width::groups` the wider ones;
+                // reads reach `bases[i] + q` and `dyg[q * filters + (t + panels) * NR - 1]`
+                // for `q < oh * wp`, within the asserted lengths; the tile reads and writes
+                // `MR` rows of `panels * NR` floats at row `r0`, column `t * NR` of `dwt`.
                 unsafe {
-                    weight_tile(
-                        &bases,
-                        dyg.as_ptr().add(t * NR),
-                        filters,
-                        (rows.clone(), [ow, wp]),
-                        dwt.as_mut_ptr().add(r0 * filters + t * NR),
-                    )
+                    match width {
+                        Width::Avx2 => weight_tile(&bases, dy, filters, sweep, out),
+                        Width::Zmm1 => weight_tile_v4::<1>(&bases, dy, filters, sweep, out),
+                        Width::Zmm2 => weight_tile_v4::<2>(&bases, dy, filters, sweep, out),
+                    }
                 }
             }
         }
@@ -498,35 +506,124 @@ unsafe fn weight_tile(
     unreachable!("the direct route applies on x86-64 only")
 }
 
+/// [`weight_tile`] on AVX-512 for `P` panels: `j < P * NR`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn weight_tile_v4<const P: usize>(
+    bases: &[*const f32; MR],
+    dy: *const f32,
+    stride: usize,
+    (rows, [ow, wp]): (std::ops::Range<usize>, [usize; 2]),
+    out: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's contract, for every load and store below.
+    unsafe {
+        let mut acc: [[__m512; P]; MR] = std::array::from_fn(|i| {
+            std::array::from_fn(|j| _mm512_loadu_ps(out.add(i * stride + j * NR)))
+        });
+        for oy in rows {
+            for q in oy * wp..oy * wp + ow {
+                let d: [__m512; P] =
+                    std::array::from_fn(|j| _mm512_loadu_ps(dy.add(q * stride + j * NR)));
+                for (sums, base) in acc.iter_mut().zip(bases) {
+                    let b = _mm512_set1_ps(*base.add(q));
+                    for (sum, dj) in sums.iter_mut().zip(&d) {
+                        *sum = _mm512_fmadd_ps(*dj, b, *sum);
+                    }
+                }
+            }
+        }
+        for (i, sums) in acc.iter().enumerate() {
+            for (j, sum) in sums.iter().enumerate() {
+                _mm512_storeu_ps(out.add(i * stride + j * NR), *sum);
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn weight_tile_v4<const P: usize>(
+    _: &[*const f32; MR],
+    _: *const f32,
+    _: usize,
+    _: (std::ops::Range<usize>, [usize; 2]),
+    _: *mut f32,
+) {
+    unreachable!("the direct route applies on x86-64 only")
+}
+
 /// `yg [positions, panels*NR] = (W · patches(xp))ᵀ` on the padded grid, in equal blocks of at
 /// most [`KC`] patch rows, each block's filter panel kept in L1 while the tiles sweep the
 /// positions.
-fn product(xp: &[f32], packed: &[f32], grid: &Grid, yg: &mut [f32]) {
+fn product(xp: &[f32], packed: &[f32], grid: &Grid, yg: &mut [f32], path: CpuPath) {
     let k = grid.offsets.len();
     let filters = packed.len() / k;
     assert!(xp.len() >= grid.len && yg.len() >= filters * grid.positions);
     let block = k.div_ceil(k.div_ceil(KC));
     for r0 in (0..k).step_by(block) {
         let rows = block.min(k - r0);
-        for t in 0..filters / NR {
-            let panel = &packed[t * k * NR + r0 * NR..][..rows * NR];
+        for (t, width) in Width::groups(filters / NR, path) {
+            let panel =
+                &packed[t * k * NR + r0 * NR..][..(width.panels() - 1) * k * NR + rows * NR];
             for q in (0..grid.positions).step_by(MR) {
-                // SAFETY: `applies` checked the AVX2 path; loads reach at most
-                // `q + MR - 1 + max offset < grid.len` in `xp` and the `rows * NR` floats of
-                // the panel; the tile reads and writes `MR` rows of `NR` floats at row `q`,
+                let (x, offsets) = (xp.as_ptr().wrapping_add(q), &grid.offsets[r0..r0 + rows]);
+                let out = yg[q * filters + t * NR..].as_mut_ptr();
+                // SAFETY: `applies` checked the AVX2 path, `Width::groups` the wider ones;
+                // loads reach at most `q + MR - 1 + max offset < grid.len` in `xp` and the
+                // `rows * NR` floats of each of the tile's panels (`k * NR` apart); the tile
+                // reads and writes `MR` rows of `width.panels() * NR` floats at row `q`,
                 // column `t * NR` of `yg`.
                 unsafe {
-                    tile(
-                        xp.as_ptr().add(q),
-                        &grid.offsets[r0..r0 + rows],
-                        panel.as_ptr(),
-                        yg.as_mut_ptr().add(q * filters + t * NR),
-                        filters,
-                        r0 > 0,
-                    )
+                    match width {
+                        Width::Avx2 => tile(x, offsets, panel.as_ptr(), out, filters, r0 > 0),
+                        Width::Zmm1 => {
+                            tile_v4::<1>(x, offsets, panel.as_ptr(), k * NR, out, filters, r0 > 0)
+                        }
+                        Width::Zmm2 => {
+                            tile_v4::<2>(x, offsets, panel.as_ptr(), k * NR, out, filters, r0 > 0)
+                        }
+                    }
                 }
             }
         }
+    }
+}
+
+/// How many filter panels one micro-tile covers, and on which instructions: on the AVX2 path
+/// one panel in two 8-float vectors per position ([`tile`], [`weight_tile`]); on the AVX-512
+/// path two panels in two 16-float vectors ([`tile_v4`], [`weight_tile_v4`]: twelve
+/// independent sums, as AVX2's), and one for a last odd panel. Each output is the same
+/// sequence of fused multiply-adds on every width, so the results are bit for bit the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Width {
+    Avx2,
+    Zmm1,
+    Zmm2,
+}
+
+impl Width {
+    fn panels(self) -> usize {
+        match self {
+            Width::Zmm2 => 2,
+            _ => 1,
+        }
+    }
+
+    /// `(first panel, width)` of the tiles that cover `panels` panels on `path`.
+    fn groups(panels: usize, path: CpuPath) -> Vec<(usize, Width)> {
+        let mut groups = Vec::with_capacity(panels);
+        let mut t = 0;
+        while t < panels {
+            let width = match (path >= CpuPath::Avx512, panels - t) {
+                (false, _) => Width::Avx2,
+                (true, 1) => Width::Zmm1,
+                (true, _) => Width::Zmm2,
+            };
+            groups.push((t, width));
+            t += width.panels();
+        }
+        groups
     }
 }
 
@@ -576,6 +673,64 @@ unsafe fn tile(
 
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn tile(_: *const f32, _: &[usize], _: *const f32, _: *mut f32, _: usize, _: bool) {
+    unreachable!("the direct route applies on x86-64 only")
+}
+
+/// [`tile`] on AVX-512 for `P` panels of [`NR`] filters (`panel_stride` floats apart): `out[i *
+/// stride + j] (+)= Σ_r panel_{j / NR}[r][j % NR] * x[offsets[r] + i]` for `i < MR`,
+/// `j < P * NR`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn tile_v4<const P: usize>(
+    x: *const f32,
+    offsets: &[usize],
+    panel: *const f32,
+    panel_stride: usize,
+    out: *mut f32,
+    stride: usize,
+    accumulate: bool,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); P]; MR];
+    if accumulate {
+        for (i, sums) in acc.iter_mut().enumerate() {
+            for (j, sum) in sums.iter_mut().enumerate() {
+                // SAFETY: the caller's contract.
+                *sum = unsafe { _mm512_loadu_ps(out.add(i * stride + j * NR)) };
+            }
+        }
+    }
+    for (r, &off) in offsets.iter().enumerate() {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let w: [__m512; P] =
+                std::array::from_fn(|j| _mm512_loadu_ps(panel.add(j * panel_stride + r * NR)));
+            for (i, sums) in acc.iter_mut().enumerate() {
+                let b = _mm512_set1_ps(*x.add(off + i));
+                for (sum, wj) in sums.iter_mut().zip(&w) {
+                    *sum = _mm512_fmadd_ps(*wj, b, *sum);
+                }
+            }
+        }
+    }
+    for (i, sums) in acc.iter().enumerate() {
+        for (j, sum) in sums.iter().enumerate() {
+            // SAFETY: the caller's contract.
+            unsafe { _mm512_storeu_ps(out.add(i * stride + j * NR), *sum) };
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn tile_v4<const P: usize>(
+    _: *const f32,
+    _: &[usize],
+    _: *const f32,
+    _: usize,
+    _: *mut f32,
+    _: usize,
+    _: bool,
+) {
     unreachable!("the direct route applies on x86-64 only")
 }
 
@@ -690,6 +845,72 @@ mod tests {
             close(&relu_dx, &dx.unwrap(), &dx_scale, "relu dx", &g);
             close(&relu_dw, &dw, &dw_scale, "relu dw", &g);
             close(&relu_db, &db, &db_scale, "relu db", &g);
+        }
+    }
+
+    #[test]
+    fn tiles_cover_every_panel_once() {
+        use Width::*;
+        assert_eq!(Width::groups(3, CpuPath::Avx512), [(0, Zmm2), (2, Zmm1)]);
+        assert_eq!(Width::groups(4, CpuPath::Avx512), [(0, Zmm2), (2, Zmm2)]);
+        assert_eq!(Width::groups(1, CpuPath::Avx512), [(0, Zmm1)]);
+        assert_eq!(Width::groups(2, CpuPath::Avx2), [(0, Avx2), (1, Avx2)]);
+        assert_eq!(Width::groups(0, CpuPath::Avx512), []);
+    }
+
+    /// The AVX-512 tiles against the AVX2 ones, forward product and weight gradient, on every
+    /// geometry: each output is the same sequence of fused multiply-adds, so the bits agree.
+    /// Only on a CPU with AVX-512 (the test says whether it ran them); `cpu_paths.rs` checks
+    /// both paths against Burn.
+    #[test]
+    fn avx512_tiles_give_the_avx2_tiles_bits() {
+        needs_avx2();
+        let wide = CpuPath::detected() >= CpuPath::Avx512;
+        eprintln!(
+            "AVX-512 tiles: {}",
+            match wide {
+                true => "checked against the AVX2 tiles",
+                false => "not run, this CPU has no AVX-512",
+            }
+        );
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        for g in geometries().into_iter().filter(|_| wide) {
+            let (grid, o) = (Grid::new(&g), g.out_channels);
+            let k = grid.offsets.len();
+            let filters = o.div_ceil(NR) * NR;
+            let packed = pack_weights(&values(o * k, 1.7), o, k);
+            let mut xp = vec![0.0; grid.len];
+            grid.pad(
+                &values(g.in_channels * g.height * g.width, 0.3),
+                None,
+                &g,
+                &mut xp,
+            );
+            let forward = |path| {
+                let mut yg = vec![0.0; filters * grid.positions];
+                product(&xp, &packed, &grid, &mut yg, path);
+                bits(yg)
+            };
+            let [oh, ow] = g.out_hw();
+            let mut dyg = vec![0.0; grid.positions * filters];
+            gather_positions(&values(o * oh * ow, 4.1), &g, &grid, filters, &mut dyg);
+            let rows = k.div_ceil(MR) * MR;
+            let mut offsets = grid.offsets.clone();
+            offsets.resize(rows, offsets[0]);
+            let weights = |path| {
+                let mut dwt = vec![0.5; rows * filters];
+                let shape = [oh, ow, grid.wp];
+                weight_product(&xp, &dyg, &offsets, shape, filters, &mut dwt, path);
+                bits(dwt)
+            };
+            assert!(
+                forward(CpuPath::Avx512) == forward(CpuPath::Avx2),
+                "forward {g:?}"
+            );
+            assert!(
+                weights(CpuPath::Avx512) == weights(CpuPath::Avx2),
+                "dw {g:?}"
+            );
         }
     }
 
