@@ -23,6 +23,21 @@ fn time<T>(label: &str, reps: usize, mut f: impl FnMut() -> T) {
     println!("{label:<44} {:>8.2} ms (best of {reps})", best * 1000.0);
 }
 
+/// A stride-1 "same" convolution with bias (`pad` 1 on every side for the 3x3 kernels here) on
+/// kiln's kernels (`fast`, no epilogue) or on Burn's.
+fn conv_same(fast: bool, x: Tensor<4>, w: Tensor<4>, b: Tensor<1>) -> Tensor<4> {
+    let pad = [(1, 1), (1, 1)];
+    match fast {
+        true => kiln::ops::conv2d(x, w, Some(b), [1, 1], pad, Default::default()),
+        false => burn::tensor::module::conv2d(
+            x,
+            w,
+            Some(b),
+            ConvOptions::new_with_padding([1, 1], pad, [1, 1], 1),
+        ),
+    }
+}
+
 fn raw_kernels() {
     use kiln::kernels::{Conv2dGeometry, conv2d};
     for (name, c, hw, o) in [("conv1", 1, 28, 32), ("conv2", 32, 14, 64)] {
@@ -93,26 +108,11 @@ fn main() {
         let x = Tensor::<4>::random([128, c, hw, hw], Distribution::Normal(0.0, 1.0), &d);
         let w = Tensor::<4>::random([o, c, 3, 3], Distribution::Normal(0.0, 0.1), &d);
         let b = Tensor::<1>::zeros([o], &d);
-        let pad = [(1, 1), (1, 1)];
         time(&format!("{name} forward, burn"), 10, || {
-            burn::tensor::module::conv2d(
-                x.clone(),
-                w.clone(),
-                Some(b.clone()),
-                ConvOptions::new_with_padding([1, 1], pad, [1, 1], 1),
-            )
-            .into_data()
+            conv_same(false, x.clone(), w.clone(), b.clone()).into_data()
         });
         time(&format!("{name} forward, kiln"), 10, || {
-            kiln::ops::conv2d(
-                x.clone(),
-                w.clone(),
-                Some(b.clone()),
-                [1, 1],
-                pad,
-                Default::default(),
-            )
-            .into_data()
+            conv_same(true, x.clone(), w.clone(), b.clone()).into_data()
         });
         for fast in [false, true] {
             let label = format!("{name} fwd+bwd, {}", if fast { "kiln" } else { "burn" });
@@ -120,23 +120,7 @@ fn main() {
                 let x = x.clone().to_device(&ad).autodiff().require_grad();
                 let w = w.clone().to_device(&ad).autodiff().require_grad();
                 let b = b.clone().to_device(&ad).autodiff().require_grad();
-                let y = if fast {
-                    kiln::ops::conv2d(
-                        x.clone(),
-                        w.clone(),
-                        Some(b.clone()),
-                        [1, 1],
-                        pad,
-                        Default::default(),
-                    )
-                } else {
-                    burn::tensor::module::conv2d(
-                        x.clone(),
-                        w.clone(),
-                        Some(b.clone()),
-                        ConvOptions::new_with_padding([1, 1], pad, [1, 1], 1),
-                    )
-                };
+                let y = conv_same(fast, x.clone(), w.clone(), b.clone());
                 let g = y.sum().backward();
                 w.grad(&g).unwrap().into_data()
             });
@@ -156,46 +140,16 @@ fn main() {
             || {
                 let x =
                     Tensor::<4>::from_data(TensorData::new(host.clone(), [128, 1, 28, 28]), &ad);
-                let y = if fast {
-                    kiln::ops::conv2d(
-                        x,
-                        w1.clone(),
-                        Some(b1.clone()),
-                        [1, 1],
-                        [(1, 1), (1, 1)],
-                        Default::default(),
-                    )
-                } else {
-                    burn::tensor::module::conv2d(
-                        x,
-                        w1.clone(),
-                        Some(b1.clone()),
-                        ConvOptions::new_with_padding([1, 1], [(1, 1), (1, 1)], [1, 1], 1),
-                    )
-                };
+                let y = conv_same(fast, x, w1.clone(), b1.clone());
                 burn::tensor::activation::relu(y)
             },
         );
     }
     let xa = Tensor::<4>::from_data(TensorData::new(host.clone(), [128, 1, 28, 28]), &ad);
     time("conv1 tracked w, no relu, kiln", 10, || {
-        kiln::ops::conv2d(
-            xa.clone(),
-            w1.clone(),
-            Some(b1.clone()),
-            [1, 1],
-            [(1, 1), (1, 1)],
-            Default::default(),
-        )
+        conv_same(true, xa.clone(), w1.clone(), b1.clone())
     });
-    let y = kiln::ops::conv2d(
-        xa.clone(),
-        w1.clone(),
-        Some(b1.clone()),
-        [1, 1],
-        [(1, 1), (1, 1)],
-        Default::default(),
-    );
+    let y = conv_same(true, xa.clone(), w1.clone(), b1.clone());
     time("relu on a tracked 128x32x28x28", 10, || {
         burn::tensor::activation::relu(y.clone())
     });

@@ -436,50 +436,42 @@ fn fused_rounding_equals_rounding_after_the_operation() {
             let fused = Epilogue::new(relu, Some(dtype));
             assert_eq!(fused.round, Some(dtype == FloatDType::BF16));
             let plain = Epilogue::with_relu(relu);
-            let conv = |e: Epilogue, after: bool| {
-                let (x, w, b) = (
-                    x.clone().require_grad(),
-                    wc.clone().require_grad(),
-                    bc.clone(),
-                );
-                let b = b.require_grad();
-                let y = super::conv2d(x.clone(), w.clone(), Some(b.clone()), [1, 1], pads, e);
-                let y = if after {
-                    super::round_half(y, dtype)
-                } else {
-                    y
-                };
-                let g = (y.clone() * y.clone().detach().cos()).sum().backward();
-                let flat = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().unwrap();
-                (flat(y.detach()), grad(&x, &g), grad(&w, &g), grad(&b, &g))
-            };
+            let conv = |x, w, b, e| super::conv2d(x, w, Some(b), [1, 1], pads, e);
             assert_eq!(
-                conv(fused, false),
-                conv(plain, true),
+                rounded_run(fused, [&x, &wc], &bc, conv),
+                rounded_run(plain, [&x, &wc], &bc, |x, w, b, e| {
+                    super::round_half(conv(x, w, b, e), dtype)
+                }),
                 "conv {dtype:?} relu={relu}"
             );
-            let dense = |e: Epilogue, after: bool| {
-                let (x, w, b) = (
-                    xd.clone().require_grad(),
-                    wd.clone().require_grad(),
-                    bd.clone(),
-                );
-                let b = b.require_grad();
-                let y = super::dense(x.clone(), w.clone(), Some(b.clone()), e);
-                let y = if after {
-                    super::round_half(y, dtype)
-                } else {
-                    y
-                };
-                let g = (y.clone() * y.clone().detach().cos()).sum().backward();
-                let flat = |t: Tensor<2>| t.into_data().try_to_vec::<f32>().unwrap();
-                (flat(y.detach()), grad(&x, &g), grad(&w, &g), grad(&b, &g))
-            };
+            let dense = |x, w, b, e| super::dense(x, w, Some(b), e);
             assert_eq!(
-                dense(fused, false),
-                dense(plain, true),
+                rounded_run(fused, [&xd, &wd], &bd, dense),
+                rounded_run(plain, [&xd, &wd], &bd, |x, w, b, e| {
+                    super::round_half(dense(x, w, b, e), dtype)
+                }),
                 "dense {dtype:?} relu={relu}"
             );
         }
     }
+}
+
+/// `op(x, w, b, epilogue)` on tracked copies of its inputs, for
+/// [`fused_rounding_equals_rounding_after_the_operation`]: the output and the gradients of `x`,
+/// `w` and `b` under the loss `Σ y · cos(y)`.
+fn rounded_run<const D: usize>(
+    epilogue: Epilogue,
+    [x, w]: [&Tensor<D>; 2],
+    b: &Tensor<1>,
+    op: impl Fn(Tensor<D>, Tensor<D>, Tensor<1>, Epilogue) -> Tensor<D>,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (x, w, b) = (
+        x.clone().require_grad(),
+        w.clone().require_grad(),
+        b.clone().require_grad(),
+    );
+    let y = op(x.clone(), w.clone(), b.clone(), epilogue);
+    let g = (y.clone() * y.clone().detach().cos()).sum().backward();
+    let y = y.detach().into_data().try_to_vec::<f32>().unwrap();
+    (y, grad(&x, &g), grad(&w, &g), grad(&b, &g))
 }
