@@ -561,9 +561,10 @@ fn product(xp: &[f32], packed: &[f32], grid: &Grid, yg: &mut [f32], path: CpuPat
     let filters = packed.len() / k;
     assert!(xp.len() >= grid.len && yg.len() >= filters * grid.positions);
     let block = k.div_ceil(k.div_ceil(KC));
+    let groups = Width::groups(filters / NR, path);
     for r0 in (0..k).step_by(block) {
         let rows = block.min(k - r0);
-        for (t, width) in Width::groups(filters / NR, path) {
+        for &(t, width) in &groups {
             let panel =
                 &packed[t * k * NR + r0 * NR..][..(width.panels() - 1) * k * NR + rows * NR];
             for q in (0..grid.positions).step_by(MR) {
